@@ -1,0 +1,10 @@
+//! Platform layer: thin safe wrappers over the Linux calls Sluice needs.
+//! This is the only crate in the workspace that contains `unsafe`; every
+//! block carries a `// SAFETY:` comment.
+#![warn(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod fs;
+pub mod sendfile;
+pub mod sys;
+pub mod tcp;
