@@ -1,1 +1,38 @@
-//! Integration tests: see the module list.
+//! Integration tests: the `sluice` binary against real clients and servers.
+//!
+//! Run with `cargo test -p sluice-server --test integration` (or
+//! `cargo test --workspace`). Peer tools (curl, wget, lftp, aria2c,
+//! python3, globus-url-copy, globus-gridftp-server, vsftpd) are installed
+//! by `.ci/deps`; a test whose tool is missing is skipped with a printed
+//! reason, unless SLUICE_REQUIRE_PEERS=1 (CI), which makes it fail.
+//! SLUICE_ITEST_SERVER=vsftpd runs the server-side suites against vsftpd
+//! instead of `sluice serve`, to check the harness against a known server.
+
+#![forbid(unsafe_code)]
+
+/// Shared machinery: test files, servers and peers, client runner, raw
+/// control connection.
+mod harness;
+
+/// The harness checked against peers alone: vsftpd and globus-gridftp-server
+/// start and serve the corpus to curl and globus-url-copy.
+mod peers;
+
+/// Downloads from `sluice serve`, every file size, sha256 compared: curl
+/// (passive, active), wget, lftp (get, pget, mirror), Python ftplib, aria2c,
+/// globus-url-copy (stream, -p 1, -p 4 / MODE E).
+mod downloads;
+
+/// Uploads to `sluice serve --writable` (curl, ftplib, globus-url-copy),
+/// download and upload resume with `curl -C -`, and a read-only server
+/// refusing writes.
+mod uploads;
+
+/// The `sluice get/put/ls` client against vsftpd (MODE S), against
+/// globus-gridftp-server (MODE E, -p 4), and against `sluice serve`,
+/// with `--verify` and `--continue`.
+mod client;
+
+/// Hostile and malformed input on the control channel, raw TCP: each test
+/// checks the reply code and that the server still serves a fresh session.
+mod bad_inputs;

@@ -1,1 +1,306 @@
-//! (in progress)
+//! Directory listing formats, computed from plain data (no file system, no
+//! clock: `now` is an argument).
+//!
+//! ```text
+//! LIST   -rw-r--r--    1 ftp      ftp          1234 Nov 22 05:36 name     (ls -l, as vsftpd)
+//!        drwxr-xr-x    2 ftp      ftp          4096 Jan 01  2020 old-dir
+//! MLSD   type=file;size=1234;modify=20261122053600;perm=r;UNIX.mode=0644; name   (RFC 3659 7)
+//! NLST   name
+//! MDTM   20261122053600                                                   (RFC 3659 2.3, UTC)
+//! ```
+//!
+//! Names are written as they are, except CR and LF, which would end the
+//! line early and are replaced by `?`.
+
+use std::fmt::Write as _;
+
+/// What kind of directory entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// Anything else (device, fifo, socket).
+    Other,
+}
+
+/// One directory entry, as the server found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryInfo {
+    /// File name (last component only).
+    pub name: String,
+    /// Kind.
+    pub kind: EntryKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, seconds since the Unix epoch (UTC).
+    pub mtime: i64,
+    /// Permission bits (`st_mode & 0o7777`; the type bits are ignored).
+    pub mode: u32,
+    /// Link count.
+    pub nlink: u64,
+    /// Owner name; `ftp` if unknown (as vsftpd hides ids).
+    pub owner: Option<String>,
+    /// Group name; `ftp` if unknown.
+    pub group: Option<String>,
+}
+
+/// Which role an entry plays in an MLSD/MLST listing (RFC 3659 7.5.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MlsxRole {
+    /// An ordinary entry: `type=file`, `type=dir`, ...
+    Entry,
+    /// The listed directory itself: `type=cdir`.
+    Cdir,
+    /// Its parent: `type=pdir`.
+    Pdir,
+}
+
+const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+/// Six months, the `ls` threshold between "time" and "year" forms.
+const SIX_MONTHS: i64 = 182 * 24 * 3600;
+
+/// Append one `ls -l` style line with CRLF. Files older than six months
+/// or more than an hour in the future show the year instead of the time,
+/// as GNU ls does (clients such as lftp and FileZilla expect exactly one of
+/// the two forms).
+pub fn list_line(e: &EntryInfo, now: i64, out: &mut Vec<u8>) {
+    let mut s = String::with_capacity(80 + e.name.len());
+    s.push(match e.kind {
+        EntryKind::File => '-',
+        EntryKind::Dir => 'd',
+        EntryKind::Symlink => 'l',
+        EntryKind::Other => '-',
+    });
+    for shift in [6u32, 3, 0] {
+        let bits = (e.mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    let c = Civil::from_unix(e.mtime);
+    let recent = e.mtime > now.saturating_sub(SIX_MONTHS) && e.mtime < now.saturating_add(3600);
+    let when = if recent {
+        format!("{} {:>2} {:02}:{:02}", MONTHS[c.month as usize - 1], c.day, c.hour, c.minute)
+    } else {
+        format!("{} {:>2} {:>5}", MONTHS[c.month as usize - 1], c.day, c.year)
+    };
+    let _ = write!(
+        s,
+        " {:>4} {:<8} {:<8} {:>12} {} ",
+        e.nlink,
+        e.owner.as_deref().unwrap_or("ftp"),
+        e.group.as_deref().unwrap_or("ftp"),
+        e.size,
+        when
+    );
+    out.extend_from_slice(s.as_bytes());
+    push_name(out, &e.name);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The MLSx facts and name, without terminator:
+/// `type=file;size=N;modify=YYYYMMDDHHMMSS;perm=..;UNIX.mode=0644; name`.
+/// `writable` says whether the session may change the entry (it decides
+/// the `perm` fact, RFC 3659 7.5.5). For MLST the caller prefixes a space
+/// and puts it inside a 250 reply; for MLSD use [`mlsd_line`].
+pub fn mlsx_facts(e: &EntryInfo, role: MlsxRole, writable: bool) -> String {
+    let ty = match (role, e.kind) {
+        (MlsxRole::Cdir, _) => "cdir",
+        (MlsxRole::Pdir, _) => "pdir",
+        (MlsxRole::Entry, EntryKind::Dir) => "dir",
+        (MlsxRole::Entry, EntryKind::File) => "file",
+        (MlsxRole::Entry, EntryKind::Symlink) => "OS.unix=symlink",
+        (MlsxRole::Entry, EntryKind::Other) => "OS.unix=special",
+    };
+    let is_dir = e.kind == EntryKind::Dir || role != MlsxRole::Entry;
+    // r/w for files; e (enter), l (list), c (create), m (mkdir) for dirs.
+    let perm = match (is_dir, writable) {
+        (false, false) => "r",
+        (false, true) => "adfrw",
+        (true, false) => "el",
+        (true, true) => "cdeflmp",
+    };
+    let mut s = format!("type={ty};");
+    if !is_dir {
+        let _ = write!(s, "size={};", e.size);
+    }
+    let _ = write!(s, "modify={};perm={perm};UNIX.mode={:04o}; ", mdtm(e.mtime), e.mode & 0o7777);
+    s.extend(e.name.chars().map(|c| if c == '\r' || c == '\n' { '?' } else { c }));
+    s
+}
+
+/// Append one MLSD line (facts, name, CRLF).
+pub fn mlsd_line(e: &EntryInfo, role: MlsxRole, writable: bool, out: &mut Vec<u8>) {
+    out.extend_from_slice(mlsx_facts(e, role, writable).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Append one NLST line (the name and CRLF).
+pub fn nlst_line(e: &EntryInfo, out: &mut Vec<u8>) {
+    push_name(out, &e.name);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_name(out: &mut Vec<u8>, name: &str) {
+    out.extend(name.bytes().map(|b| if b == b'\r' || b == b'\n' { b'?' } else { b }));
+}
+
+/// `YYYYMMDDHHMMSS` in UTC (RFC 3659 2.3), for MDTM and `modify=`.
+pub fn mdtm(secs: i64) -> String {
+    let c = Civil::from_unix(secs);
+    format!("{:04}{:02}{:02}{:02}{:02}{:02}", c.year, c.month, c.day, c.hour, c.minute, c.second)
+}
+
+/// Parse `YYYYMMDDHHMMSS[.sss]` (fraction ignored) into Unix seconds.
+pub fn parse_mdtm(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let main = s.split('.').next()?;
+    if main.len() != 14 || !main.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| main[r].parse::<i64>().ok();
+    let (y, mo, d, h, mi, se) = (n(0..4)?, n(4..6)?, n(6..8)?, n(8..10)?, n(10..12)?, n(12..14)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    Some(days_from_civil(y, mo as u32, d as u32) * 86400 + h * 3600 + mi * 60 + se)
+}
+
+/// A UTC calendar time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Civil {
+    year: i64,
+    month: u32,
+    day: u32,
+    hour: u32,
+    minute: u32,
+    second: u32,
+}
+
+impl Civil {
+    /// Howard Hinnant's civil_from_days, on days since 1970-01-01.
+    fn from_unix(secs: i64) -> Self {
+        let days = secs.div_euclid(86400);
+        let rem = secs.rem_euclid(86400);
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Self {
+            year,
+            month,
+            day,
+            hour: (rem / 3600) as u32,
+            minute: (rem / 60 % 60) as u32,
+            second: (rem % 60) as u32,
+        }
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (days_from_civil).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_795_326_960; // 2026-11-22 05:56:00 UTC
+
+    fn file() -> EntryInfo {
+        EntryInfo {
+            name: "name with space".into(),
+            kind: EntryKind::File,
+            size: 1234,
+            mtime: NOW - 1200,
+            mode: 0o644,
+            nlink: 1,
+            owner: None,
+            group: None,
+        }
+    }
+
+    fn line(e: &EntryInfo) -> String {
+        let mut out = Vec::new();
+        list_line(e, NOW, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn epoch_and_known_dates() {
+        assert_eq!(mdtm(0), "19700101000000");
+        assert_eq!(mdtm(NOW), "20261122055600");
+        assert_eq!(mdtm(951_782_400), "20000229000000"); // leap day
+        assert_eq!(mdtm(-1), "19691231235959");
+        assert_eq!(parse_mdtm("19700101000000"), Some(0));
+        assert_eq!(parse_mdtm("20261122055600.123"), Some(NOW));
+        assert_eq!(parse_mdtm("2026112205560"), None);
+        assert_eq!(parse_mdtm("20261322055600"), None);
+        for t in [0, NOW, 951_782_400, 4_102_444_800, -86_400 * 365] {
+            assert_eq!(parse_mdtm(&mdtm(t)), Some(t));
+        }
+    }
+
+    #[test]
+    fn ls_recent_and_old() {
+        assert_eq!(line(&file()), "-rw-r--r--    1 ftp      ftp              1234 Nov 22 05:36 name with space\r\n");
+        let old = EntryInfo {
+            kind: EntryKind::Dir,
+            mode: 0o755,
+            nlink: 2,
+            mtime: 1_577_836_800,
+            size: 4096,
+            owner: Some("root".into()),
+            group: Some("wheel".into()),
+            name: "d".into(),
+        };
+        assert_eq!(line(&old), "drwxr-xr-x    2 root     wheel            4096 Jan  1  2020 d\r\n");
+        let future = EntryInfo { mtime: NOW + 7200, ..file() };
+        assert!(line(&future).contains("Nov 22  2026"));
+    }
+
+    #[test]
+    fn mlsx() {
+        assert_eq!(
+            mlsx_facts(&file(), MlsxRole::Entry, false),
+            "type=file;size=1234;modify=20261122053600;perm=r;UNIX.mode=0644; name with space"
+        );
+        let dir = EntryInfo { kind: EntryKind::Dir, mode: 0o755, name: ".".into(), ..file() };
+        assert_eq!(
+            mlsx_facts(&dir, MlsxRole::Cdir, false),
+            "type=cdir;modify=20261122053600;perm=el;UNIX.mode=0755; ."
+        );
+        assert!(mlsx_facts(&dir, MlsxRole::Pdir, true).starts_with("type=pdir;"));
+        let mut out = Vec::new();
+        mlsd_line(&file(), MlsxRole::Entry, true, &mut out);
+        assert!(out.ends_with(b"; name with space\r\n"));
+        assert!(String::from_utf8(out).unwrap().contains("perm=adfrw;"));
+    }
+
+    #[test]
+    fn names_cannot_break_lines() {
+        let e = EntryInfo { name: "a\r\nb".into(), ..file() };
+        let mut out = Vec::new();
+        nlst_line(&e, &mut out);
+        assert_eq!(out, b"a??b\r\n");
+        assert!(line(&e).ends_with("a??b\r\n"));
+        assert!(mlsx_facts(&e, MlsxRole::Entry, false).ends_with("a??b"));
+    }
+}

@@ -1,1 +1,594 @@
-//! (in progress)
+//! The served root: every client path is resolved beneath it by the kernel.
+//!
+//! A [`ServedRoot`] holds an `O_PATH | O_DIRECTORY` descriptor of the
+//! directory being served. Every path a client names is resolved relative to
+//! that descriptor with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`:
+//! symlinks that stay inside the root work, and anything that would leave it
+//! (`..` past the root, an absolute symlink, a `/proc` magic link) is refused
+//! by the kernel and reported as [`FsError::OutsideRoot`]. No string check
+//! here is a security boundary; the few that exist only produce nicer errors.
+//!
+//! Operations on the final component (mkdir, unlink, rename, creating a
+//! temporary upload file) first open the *parent* directory with `openat2`
+//! and then act on a single name relative to that descriptor, so the name
+//! itself can never walk anywhere.
+//!
+//! Paths given to this module are relative to the root: a leading `/` is
+//! ignored, so the session's virtual path `/a/b` and `a/b` mean the same.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::sys::cvt_retry;
+
+/// Why a file-system operation on a client path failed. Each variant is
+/// something a protocol layer can turn into a fixed reply; the wrapped
+/// `io::Error` of [`FsError::Io`] is for logs only, never for clients.
+#[derive(Debug)]
+pub enum FsError {
+    /// The path does not exist.
+    NotFound,
+    /// Resolving the path would leave the served root (ELOOP/EXDEV from
+    /// `RESOLVE_BENEATH`, or a magic link).
+    OutsideRoot,
+    /// A directory was needed and something else was found.
+    NotADirectory,
+    /// A file was needed and a directory was found.
+    IsADirectory,
+    /// The kernel refused the operation (EACCES/EPERM/EROFS).
+    PermissionDenied,
+    /// The target name already exists.
+    AlreadyExists,
+    /// The directory is not empty (rmdir).
+    NotEmpty,
+    /// The disk or quota is full.
+    NoSpace,
+    /// The path is not acceptable (NUL byte, empty final component, `.`/`..`
+    /// as the name to create or remove).
+    InvalidPath,
+    /// Anything else; log it, do not show it.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for FsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsError::NotFound => f.write_str("not found"),
+            FsError::OutsideRoot => f.write_str("outside the served root"),
+            FsError::NotADirectory => f.write_str("not a directory"),
+            FsError::IsADirectory => f.write_str("is a directory"),
+            FsError::PermissionDenied => f.write_str("permission denied"),
+            FsError::AlreadyExists => f.write_str("already exists"),
+            FsError::NotEmpty => f.write_str("directory not empty"),
+            FsError::NoSpace => f.write_str("no space left"),
+            FsError::InvalidPath => f.write_str("invalid path"),
+            FsError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for FsError {}
+
+impl From<io::Error> for FsError {
+    fn from(e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => FsError::NotFound,
+            // RESOLVE_BENEATH reports an escape as EXDEV; a magic link or a
+            // symlink loop as ELOOP. Both mean "not a path we serve".
+            Some(libc::EXDEV) | Some(libc::ELOOP) => FsError::OutsideRoot,
+            Some(libc::ENOTDIR) => FsError::NotADirectory,
+            Some(libc::EISDIR) => FsError::IsADirectory,
+            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
+                FsError::PermissionDenied
+            }
+            Some(libc::EEXIST) => FsError::AlreadyExists,
+            Some(libc::ENOTEMPTY) => FsError::NotEmpty,
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => FsError::NoSpace,
+            Some(libc::ENAMETOOLONG) | Some(libc::EINVAL) => FsError::InvalidPath,
+            _ => FsError::Io(e),
+        }
+    }
+}
+
+/// What kind of object a directory entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symlink whose target could not be resolved inside the root.
+    Symlink,
+    /// Anything else (fifo, socket, device).
+    Other,
+}
+
+/// What `stat` tells about one object: enough for SIZE, MDTM, LIST and MLSx.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    /// Kind of object.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification time.
+    pub mtime: SystemTime,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Hard link count.
+    pub nlink: u64,
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The entry's name (raw bytes; Linux names need not be UTF-8).
+    pub name: Vec<u8>,
+    /// Its metadata; symlinks inside the root are followed.
+    pub meta: Metadata,
+}
+
+/// A directory served to clients; see the module docs.
+#[derive(Debug)]
+pub struct ServedRoot {
+    fd: OwnedFd,
+}
+
+impl ServedRoot {
+    /// Opens `dir` as the served root. Fails if it is not a directory.
+    pub fn open(dir: &Path) -> io::Result<ServedRoot> {
+        let c = CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `c` is a valid NUL-terminated string; open has no other
+        // preconditions and the returned fd is checked before use.
+        let fd = cvt_retry(|| unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by open and is owned by nobody else.
+        Ok(ServedRoot { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Opens an existing regular file for reading.
+    pub fn open_read(&self, path: &str) -> Result<File, FsError> {
+        let fd = self.resolve(path, libc::O_RDONLY | libc::O_NOCTTY)?;
+        let meta = fstat(fd.as_fd())?;
+        match meta.kind {
+            FileKind::File => Ok(File::from(fd)),
+            FileKind::Dir => Err(FsError::IsADirectory),
+            _ => Err(FsError::PermissionDenied),
+        }
+    }
+
+    /// Opens an existing regular file for writing (no truncation, no
+    /// creation). Used to continue a kept partial upload.
+    pub fn open_write(&self, path: &str) -> Result<File, FsError> {
+        let fd = self.resolve(path, libc::O_WRONLY | libc::O_NOCTTY)?;
+        match fstat(fd.as_fd())?.kind {
+            FileKind::File => Ok(File::from(fd)),
+            FileKind::Dir => Err(FsError::IsADirectory),
+            _ => Err(FsError::PermissionDenied),
+        }
+    }
+
+    /// Stats a path, following symlinks that stay inside the root.
+    pub fn stat(&self, path: &str) -> Result<Metadata, FsError> {
+        let fd = self.resolve(path, libc::O_PATH)?;
+        fstat(fd.as_fd())
+    }
+
+    /// Lists a directory, sorted by name. `.` and `..` are left out.
+    /// Symlinks inside the root show their target's metadata; symlinks that
+    /// escape show as [`FileKind::Symlink`] with the link's own metadata, so
+    /// nothing about outside files leaks into a listing.
+    pub fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        let fd = self.resolve(path, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let raw = fd.as_raw_fd();
+        // nix's Dir takes ownership of the fd; keep a duplicate for fstatat.
+        let dup = fd.try_clone()?;
+        std::mem::forget(fd);
+        let dir = nix::dir::Dir::from_fd(raw).map_err(|e| FsError::from(io::Error::from(e)))?;
+        let mut out = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(|e| FsError::from(io::Error::from(e)))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let Ok(meta) = fstatat_nofollow(dup.as_fd(), entry.file_name()) else {
+                continue; // raced with a delete
+            };
+            let meta = if meta.kind == FileKind::Symlink {
+                let child = join(path, name);
+                self.stat(&child).unwrap_or(meta)
+            } else {
+                meta
+            };
+            out.push(DirEntry { name: name.to_vec(), meta });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Creates a directory (mode 0755 before umask).
+    pub fn mkdir(&self, path: &str) -> Result<(), FsError> {
+        let (parent, name) = self.parent(path)?;
+        // SAFETY: valid dir fd and NUL-terminated single-component name.
+        cvt_retry(|| unsafe { libc::mkdirat(parent.as_raw_fd(), name.as_ptr(), 0o755) })?;
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, path: &str) -> Result<(), FsError> {
+        let (parent, name) = self.parent(path)?;
+        // SAFETY: valid dir fd and NUL-terminated single-component name.
+        cvt_retry(|| unsafe {
+            libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR)
+        })?;
+        Ok(())
+    }
+
+    /// Removes a file (or symlink; never follows it).
+    pub fn unlink(&self, path: &str) -> Result<(), FsError> {
+        let (parent, name) = self.parent(path)?;
+        if fstatat_nofollow(parent.as_fd(), &name)?.kind == FileKind::Dir {
+            return Err(FsError::IsADirectory);
+        }
+        // SAFETY: valid dir fd and NUL-terminated single-component name.
+        cvt_retry(|| unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), 0) })?;
+        Ok(())
+    }
+
+    /// Renames `from` to `to`, replacing `to` if it is a file.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
+        let (fparent, fname) = self.parent(from)?;
+        let (tparent, tname) = self.parent(to)?;
+        renameat(fparent.as_fd(), &fname, tparent.as_fd(), &tname)
+    }
+
+    /// Creates a new, empty temporary file in the directory of `target`,
+    /// named `.NAME.sluice-<unique>.part`. It becomes visible under the
+    /// target name only through [`TempFile::commit`].
+    pub fn create_temp(&self, target: &str) -> Result<TempFile, FsError> {
+        let (parent, name) = self.parent(target)?;
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        for _ in 0..16 {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos();
+            let mut tmp = b".".to_vec();
+            tmp.extend_from_slice(name.to_bytes());
+            tmp.extend_from_slice(
+                format!(".sluice-{:x}{:x}{:x}.part", std::process::id(), n, nanos).as_bytes(),
+            );
+            let tmp = CString::new(tmp).map_err(|_| FsError::InvalidPath)?;
+            match create_excl(parent.as_fd(), &tmp) {
+                Ok(file) => {
+                    return Ok(TempFile { file: Arc::new(file), dir: parent, temp_name: tmp, final_name: name })
+                }
+                Err(FsError::AlreadyExists) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(FsError::AlreadyExists)
+    }
+
+    /// Resolves `path` beneath the root with `openat2`.
+    fn resolve(&self, path: &str, flags: libc::c_int) -> Result<OwnedFd, FsError> {
+        let rel = relative(path);
+        let c = CString::new(rel).map_err(|_| FsError::InvalidPath)?;
+        openat2_beneath(self.fd.as_fd(), &c, flags)
+    }
+
+    /// Opens the parent directory of `path` and returns it with the final
+    /// component, which must be a real name (not empty, `.` or `..`).
+    fn parent(&self, path: &str) -> Result<(OwnedFd, CString), FsError> {
+        let rel = relative(path).trim_end_matches('/');
+        let (dir, name) = match rel.rfind('/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (".", rel),
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            return Err(FsError::InvalidPath);
+        }
+        let name = CString::new(name).map_err(|_| FsError::InvalidPath)?;
+        let dir = if dir.is_empty() { "." } else { dir };
+        let c = CString::new(dir).map_err(|_| FsError::InvalidPath)?;
+        let fd = openat2_beneath(self.fd.as_fd(), &c, libc::O_PATH | libc::O_DIRECTORY)?;
+        Ok((fd, name))
+    }
+}
+
+/// An upload in progress under a temporary name next to its target.
+/// Dropping it without [`commit`](TempFile::commit) or
+/// [`keep_as`](TempFile::keep_as) leaves the temp file in place; call
+/// [`discard`](TempFile::discard) to remove it.
+#[derive(Debug)]
+pub struct TempFile {
+    file: Arc<File>,
+    dir: OwnedFd,
+    temp_name: CString,
+    final_name: CString,
+}
+
+impl TempFile {
+    /// The open file to write into (shared, for writers on other threads).
+    pub fn file(&self) -> &Arc<File> {
+        &self.file
+    }
+
+    /// The temp file's own name (one component, in the target's directory).
+    pub fn temp_name(&self) -> &OsStr {
+        OsStr::from_bytes(self.temp_name.to_bytes())
+    }
+
+    /// fsyncs the data, then renames the temp over the target name and
+    /// fsyncs the directory, so a crash leaves either the old or the new
+    /// file under the target name, never a mix.
+    pub fn commit(self) -> Result<(), FsError> {
+        self.file.sync_all()?;
+        renameat(self.dir.as_fd(), &self.temp_name, self.dir.as_fd(), &self.final_name)?;
+        sync_dir(self.dir.as_fd());
+        Ok(())
+    }
+
+    /// fsyncs the data and renames the temp to `name` (one component in the
+    /// same directory), replacing what was there. Used to keep the prefix of
+    /// an interrupted upload under a well-known partial name.
+    pub fn keep_as(self, name: &str) -> Result<(), FsError> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(FsError::InvalidPath);
+        }
+        let to = CString::new(name).map_err(|_| FsError::InvalidPath)?;
+        let _ = self.file.sync_data();
+        renameat(self.dir.as_fd(), &self.temp_name, self.dir.as_fd(), &to)
+    }
+
+    /// Removes the temp file.
+    pub fn discard(self) -> Result<(), FsError> {
+        // SAFETY: valid dir fd and NUL-terminated single-component name.
+        cvt_retry(|| unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.temp_name.as_ptr(), 0) })?;
+        Ok(())
+    }
+}
+
+/// Turns a virtual path into one relative to the root: leading slashes go,
+/// and the root itself becomes `.`.
+fn relative(path: &str) -> &str {
+    let p = path.trim_start_matches('/');
+    if p.is_empty() {
+        "."
+    } else {
+        p
+    }
+}
+
+fn join(dir: &str, name: &[u8]) -> String {
+    let mut s = relative(dir).to_string();
+    if s == "." {
+        s.clear();
+    } else if !s.ends_with('/') {
+        s.push('/');
+    }
+    s.push_str(&String::from_utf8_lossy(name));
+    s
+}
+
+/// `struct open_how` as the kernel defines it (linux/openat2.h).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_BENEATH: u64 = 0x08;
+
+fn openat2_beneath(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int) -> Result<OwnedFd, FsError> {
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: `how` is a live, correctly laid out `open_how` whose size we
+    // pass; `path` is NUL-terminated; `dir` is a valid fd for the call.
+    let ret = cvt_retry(|| unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })?;
+    // SAFETY: the syscall returned a new fd that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+fn create_excl(dir: BorrowedFd<'_>, name: &CStr) -> Result<File, FsError> {
+    // SAFETY: valid dir fd and NUL-terminated single-component name; O_EXCL
+    // with O_NOFOLLOW means we never open something that already exists.
+    let fd = cvt_retry(|| unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    })?;
+    // SAFETY: openat returned a new fd that nobody else owns.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+fn renameat(fdir: BorrowedFd<'_>, from: &CStr, tdir: BorrowedFd<'_>, to: &CStr) -> Result<(), FsError> {
+    // SAFETY: valid dir fds and NUL-terminated single-component names.
+    cvt_retry(|| unsafe {
+        libc::renameat(fdir.as_raw_fd(), from.as_ptr(), tdir.as_raw_fd(), to.as_ptr())
+    })?;
+    Ok(())
+}
+
+fn sync_dir(dir: BorrowedFd<'_>) {
+    // An O_PATH fd cannot be fsynced; reopen the directory itself. Failing
+    // to sync a directory is not worth failing an upload that is renamed.
+    if let Ok(fd) = openat2_beneath(dir, c".", libc::O_RDONLY | libc::O_DIRECTORY) {
+        let _ = File::from(fd).sync_all();
+    }
+}
+
+fn fstat(fd: BorrowedFd<'_>) -> Result<Metadata, FsError> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is valid and `st` is a live, writable `stat`.
+    cvt_retry(|| unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(metadata(&st))
+}
+
+fn fstatat_nofollow(dir: BorrowedFd<'_>, name: &CStr) -> Result<Metadata, FsError> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, NUL-terminated name, live writable `stat`.
+    cvt_retry(|| unsafe {
+        libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+    })?;
+    Ok(metadata(&st))
+}
+
+fn metadata(st: &libc::stat) -> Metadata {
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => FileKind::File,
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFLNK => FileKind::Symlink,
+        _ => FileKind::Other,
+    };
+    let mtime = if st.st_mtime >= 0 {
+        UNIX_EPOCH + Duration::new(st.st_mtime as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32)
+    } else {
+        UNIX_EPOCH
+    };
+    Metadata {
+        kind,
+        size: st.st_size.max(0) as u64,
+        mtime,
+        mode: st.st_mode & 0o7777,
+        nlink: st.st_nlink as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::symlink;
+
+    fn root() -> (tempfile::TempDir, ServedRoot) {
+        let outer = tempfile::tempdir().unwrap();
+        let served = outer.path().join("root");
+        std::fs::create_dir(&served).unwrap();
+        std::fs::write(outer.path().join("secret"), b"outside").unwrap();
+        std::fs::write(served.join("a.txt"), b"hello").unwrap();
+        std::fs::create_dir(served.join("sub")).unwrap();
+        std::fs::write(served.join("sub/b.txt"), b"bee").unwrap();
+        let r = ServedRoot::open(&served).unwrap();
+        (outer, r)
+    }
+
+    #[test]
+    fn reads_files_beneath_root() {
+        let (_d, r) = root();
+        let mut s = String::new();
+        r.open_read("/a.txt").unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hello");
+        let mut s = String::new();
+        r.open_read("sub/b.txt").unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "bee");
+        assert!(matches!(r.open_read("/sub"), Err(FsError::IsADirectory)));
+        assert!(matches!(r.open_read("/nope"), Err(FsError::NotFound)));
+    }
+
+    #[test]
+    fn dotdot_past_root_is_refused() {
+        let (_d, r) = root();
+        assert!(matches!(r.open_read("../secret"), Err(FsError::OutsideRoot)));
+        assert!(matches!(r.open_read("sub/../../secret"), Err(FsError::OutsideRoot)));
+    }
+
+    #[test]
+    fn escaping_symlinks_are_refused_inside_ones_work() {
+        let (d, r) = root();
+        let served = d.path().join("root");
+        symlink(d.path().join("secret"), served.join("abs")).unwrap();
+        symlink("../secret", served.join("rel")).unwrap();
+        symlink("../..", served.join("sub/up")).unwrap();
+        symlink("a.txt", served.join("inside")).unwrap();
+        assert!(matches!(r.open_read("abs"), Err(FsError::OutsideRoot)));
+        assert!(matches!(r.open_read("rel"), Err(FsError::OutsideRoot)));
+        assert!(matches!(r.open_read("sub/up/secret"), Err(FsError::OutsideRoot)));
+        assert!(matches!(r.stat("abs"), Err(FsError::OutsideRoot)));
+        assert!(matches!(r.mkdir("sub/up/evil"), Err(FsError::OutsideRoot)));
+        let mut s = String::new();
+        r.open_read("inside").unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hello");
+        // Listings show escaping links as links, never the outside metadata.
+        let list = r.list_dir("/").unwrap();
+        let abs = list.iter().find(|e| e.name == b"abs").unwrap();
+        assert_eq!(abs.meta.kind, FileKind::Symlink);
+        let inside = list.iter().find(|e| e.name == b"inside").unwrap();
+        assert_eq!(inside.meta.kind, FileKind::File);
+        assert_eq!(inside.meta.size, 5);
+    }
+
+    #[test]
+    fn list_stat_mkdir_rmdir_unlink_rename() {
+        let (d, r) = root();
+        let names: Vec<_> = r.list_dir("").unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec![b"a.txt".to_vec(), b"sub".to_vec()]);
+        assert_eq!(r.stat("/a.txt").unwrap().size, 5);
+        assert_eq!(r.stat("/").unwrap().kind, FileKind::Dir);
+        r.mkdir("/new").unwrap();
+        assert!(matches!(r.mkdir("/new"), Err(FsError::AlreadyExists)));
+        assert!(matches!(r.rmdir("/sub"), Err(FsError::NotEmpty)));
+        r.rmdir("/new/").unwrap();
+        r.rename("/a.txt", "/sub/c.txt").unwrap();
+        assert!(d.path().join("root/sub/c.txt").exists());
+        assert!(matches!(r.unlink("/sub"), Err(FsError::IsADirectory)));
+        r.unlink("/sub/c.txt").unwrap();
+        assert!(matches!(r.unlink("/"), Err(FsError::InvalidPath)));
+        assert!(matches!(r.rmdir(".."), Err(FsError::InvalidPath)));
+    }
+
+    #[test]
+    fn temp_file_commit_and_discard() {
+        let (d, r) = root();
+        let served = d.path().join("root");
+        let t = r.create_temp("/a.txt").unwrap();
+        let tname = served.join(t.temp_name());
+        assert!(tname.exists());
+        (&**t.file()).write_all(b"new content").unwrap();
+        // Until commit the old file is intact.
+        assert_eq!(std::fs::read(served.join("a.txt")).unwrap(), b"hello");
+        t.commit().unwrap();
+        assert_eq!(std::fs::read(served.join("a.txt")).unwrap(), b"new content");
+        assert!(!tname.exists());
+        let t = r.create_temp("/sub/x").unwrap();
+        let tname = served.join("sub").join(t.temp_name());
+        t.discard().unwrap();
+        assert!(!tname.exists());
+        assert!(!served.join("sub/x").exists());
+        let t = r.create_temp("/sub/y").unwrap();
+        t.keep_as(".y.partial").unwrap();
+        assert!(served.join("sub/.y.partial").exists());
+        assert!(matches!(r.create_temp("../escape"), Err(FsError::OutsideRoot)));
+    }
+}

@@ -4,7 +4,11 @@
 #![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod fadvise;
+pub mod features;
+pub mod fileio;
 pub mod fs;
 pub mod sendfile;
 pub mod sys;
 pub mod tcp;
+pub mod tun;

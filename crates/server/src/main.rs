@@ -1,2 +1,136 @@
+//! `sluice`: the server (`sluice serve`) and the client subcommands
+//! (`sluice get | put | ls`) in one binary.
+//!
+//! Brief overview: [`config`] merges flags and the TOML file into a
+//! `ServeConfig`; [`auth`] checks logins; [`ftp`] is the FTP front door
+//! (listener, session tasks driving `sluice_ftp::session::Session`, data
+//! transfers through `sluice_transfer`); [`ops`] and [`upload`] are the
+//! file-system side, always through `sluice_platform::fs::ServedRoot`;
+//! [`data`] opens data connections; [`xferlog`] writes one line per
+//! transfer. Each front door is its own module with its own listener, so
+//! another (HTTP) is one more module and one more `tokio::spawn` in
+//! [`serve`].
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod auth;
+mod config;
+mod data;
+mod ftp;
+mod ops;
+mod upload;
+mod xferlog;
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use sluice_engine::{Engine, EngineConfig};
+
+/// Sluice: bulk data transfer over FTP/GridFTP (and HTTP).
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serve a directory over FTP (anonymous, read-only by default).
+    ///
+    /// Logs go to stderr (RUST_LOG=debug for more; RUST_LOG=xferlog=info
+    /// for transfer lines only). The bound address is printed on stdout as
+    /// `ftp listening on ADDR`.
+    Serve(config::ServeArgs),
+    /// Print an argon2 hash of a password (read from stdin) for a
+    /// `[[user]]` entry's `password_hash` in the config file.
+    HashPassword,
+    /// Download a file.
+    Get(sluice_client::cli::GetArgs),
+    /// Upload a file.
+    Put(sluice_client::cli::PutArgs),
+    /// List a directory.
+    Ls(sluice_client::cli::LsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Serve(args) => report(serve(args)),
+        Cmd::HashPassword => report(hash_password()),
+        Cmd::Get(a) => sluice_client::cli::run_get(a),
+        Cmd::Put(a) => sluice_client::cli::run_put(a),
+        Cmd::Ls(a) => sluice_client::cli::run_ls(a),
+    }
+}
+
+fn report(r: Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn serve(args: config::ServeArgs) -> Result<()> {
+    let cfg = config::ServeConfig::load(&args)?;
+    init_logging();
+    // Fail now, not at the first login, if the root cannot be served.
+    sluice_platform::fs::ServedRoot::open(&cfg.root)
+        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice")
+        .build()
+        .context("cannot start the runtime")?;
+    rt.block_on(async move {
+        let engine = Engine::try_new(EngineConfig { data_path: cfg.data_path, ..EngineConfig::default() })
+            .context("cannot start the engine")?;
+        let listener = ftp::bind(cfg.ftp).await.with_context(|| format!("cannot listen on {}", cfg.ftp))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(
+            root = %cfg.root.display(),
+            writable = cfg.writable,
+            data_path = %engine.config().data_path,
+            max_sessions = cfg.max_sessions,
+            "serving"
+        );
+        {
+            // Tests parse this line to learn the port when given port 0.
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "ftp listening on {addr}")?;
+            out.flush()?;
+        }
+        let ctx = Arc::new(ftp::FtpContext { users: auth::Users::new(&cfg), config: cfg, engine });
+        let ftp_task = tokio::spawn(ftp::run(ctx, listener));
+        tokio::select! {
+            _ = ftp_task => {}
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+        }
+        Ok(())
+    })
+}
+
+fn hash_password() -> Result<()> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).context("cannot read the password from stdin")?;
+    let pass = line.trim_end_matches(['\r', '\n']);
+    if pass.is_empty() {
+        anyhow::bail!("empty password");
+    }
+    println!("{}", auth::hash_password(pass)?);
+    Ok(())
+}

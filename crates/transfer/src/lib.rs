@@ -1,2 +1,25 @@
-//! placeholder
+//! Sluice transfers (layer 2): one object per file transfer.
+//!
+//! Brief overview: a download is a [`SendSpec`] (file, byte ranges, [`Mode`])
+//! handed to [`send`] with its data connections; an upload is
+//! [`receive_stream`] (MODE S, one connection until the peer closes) or
+//! [`receive_mode_e`] (MODE E, connections arriving on a channel until the
+//! EOF block's EOD count is met). All take the shared [`Engine`], a
+//! [`Progress`] the session reads for markers, and a [`Cancel`] token (ABOR).
+//! Errors are [`TransferError`]s that know their FTP reply code.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+pub mod limits;
+mod progress;
+mod receive;
+pub(crate) mod send;
+mod spec;
+
+pub use error::TransferError;
+pub use progress::{Progress, RangeSet};
+pub use receive::{receive_mode_e, receive_stream, ReceiveSummary};
+pub use send::send;
+pub use sluice_engine::{Cancel, Engine, EngineConfig};
+pub use spec::{ByteRange, Mode, SendSpec};

@@ -1,1 +1,461 @@
-//! (in progress)
+//! The server side of one FTP control connection, sans-I/O.
+//!
+//! ```text
+//!   control bytes ──handle_input──▶ ┌─────────┐ ──poll_output──▶ reply bytes
+//!                                   │ Session │ ──poll_action──▶ Authenticate, OpenPassive,
+//!   results ──handle_login/passive/ │         │                  Query, Change, StartRetr,
+//!           result/transfer_*──────▶└─────────┘                  StartStor, List, Abort, Close
+//!   now ──handle_timeout / poll_timeout (idle time)
+//! ```
+//!
+//! The session owns the protocol: login, working directory, TYPE/MODE,
+//! REST, RNFR, the data channel choice, GridFTP options, and every reply.
+//! It never touches a socket, a file or a clock; the shell (crates/server)
+//! performs each [`Action`] and feeds the outcome back through a
+//! `handle_*` method. While an action is outstanding the session consumes
+//! no further command bytes (the shell keeps them and offers them again),
+//! except ABOR, STAT, NOOP and QUIT during a transfer.
+//!
+//! Drain order after any input: [`Session::poll_output`] then
+//! [`Session::poll_action`] until `None`, then [`Session::poll_timeout`].
+
+mod action;
+mod dispatch;
+#[doc(hidden)]
+pub mod internal;
+#[cfg(test)]
+mod tests;
+
+pub use action::{
+    Action, Answer, Change, ChecksumAlgorithm, DataChannel, DataSpec, ListFormat, LoginGrant,
+    OpError, Query, StoreKind,
+};
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::command::{next_line, parse_command, CommandError, TransferMode};
+use crate::path::VirtualPath;
+use crate::reply::{Reply, ReplyCode};
+
+/// Failed logins before the session is closed: enough for typos, few
+/// enough that guessing passwords over one connection is slow.
+pub const MAX_LOGIN_FAILURES: u32 = 3;
+
+/// Marker interval (seconds) when the client does not set one; Globus
+/// servers send performance markers every 5 seconds by default.
+pub const DEFAULT_MARKER_SECS: u32 = 5;
+
+/// Longest a marker interval may be set to (one day).
+const MAX_MARKER_SECS: u32 = 86_400;
+
+/// What a session needs to know about its connection and policy.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// The control connection's local address (where PASV listeners bind).
+    pub local_addr: SocketAddr,
+    /// The control connection's peer (PORT/EPRT must point here).
+    pub peer_addr: SocketAddr,
+    /// Close the session after this long without a command (while no
+    /// transfer runs).
+    pub idle_timeout: Duration,
+    /// Text of the 220 greeting.
+    pub greeting: String,
+}
+
+/// Why the session stopped taking input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionError {
+    /// A command line passed [`crate::limits::MAX_LINE`] without a line end;
+    /// a 500 reply is queued and the connection must be closed.
+    LineTooLong,
+    /// The session is closed; no more input is taken.
+    Closed,
+}
+
+impl std::fmt::Display for SessionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::LineTooLong => "command line too long",
+            Self::Closed => "session closed",
+        })
+    }
+}
+
+impl std::error::Error for SessionError {}
+
+/// What the session waits for; named for the thing awaited.
+#[derive(Debug)]
+enum State {
+    /// Not logged in, waiting for USER.
+    AwaitUser,
+    /// USER given, waiting for PASS.
+    AwaitPass { user: String },
+    /// Authenticate action out, waiting for `handle_login`.
+    AwaitLogin,
+    /// Logged in, idle.
+    Ready,
+    /// OpenPassive out, waiting for `handle_passive`.
+    AwaitPassive { extended: bool },
+    /// Query/Change/Checksum out, waiting for `handle_result`.
+    AwaitResult(Pending),
+    /// Transfer out, waiting for `handle_transfer_done`.
+    AwaitTransfer(Transfer),
+    /// 221/421 sent and Close queued.
+    Closed,
+}
+
+/// The question behind an outstanding `Query`/`Change`/`Checksum`.
+#[derive(Debug)]
+enum Pending {
+    Query { path: VirtualPath, query: Query },
+    Change(Change),
+    Checksum,
+}
+
+/// A transfer in progress.
+#[derive(Debug)]
+struct Transfer {
+    started: bool,
+    abort_requested: bool,
+    quit_after: bool,
+}
+
+/// The data channel the next transfer will use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DataSetup {
+    None,
+    Passive,
+    Active(SocketAddr),
+}
+
+/// One control connection's protocol state; see the module docs.
+#[derive(Debug)]
+pub struct Session {
+    config: SessionConfig,
+    state: State,
+    out: Vec<u8>,
+    actions: VecDeque<Action>,
+    last_activity: Option<Instant>,
+    login: Option<LoginGrant>,
+    login_failures: u32,
+    cwd: VirtualPath,
+    ascii: bool,
+    mode: TransferMode,
+    data: DataSetup,
+    epsv_all: bool,
+    rest: Option<u64>,
+    rename_from: Option<VirtualPath>,
+    parallelism: u32,
+    buffer: Option<u64>,
+    marker_secs: u32,
+}
+
+impl Session {
+    /// A new session; its 220 greeting is already in the output.
+    pub fn new(config: SessionConfig) -> Session {
+        let mut s = Session {
+            state: State::AwaitUser,
+            out: Vec::new(),
+            actions: VecDeque::new(),
+            last_activity: None,
+            login: None,
+            login_failures: 0,
+            cwd: VirtualPath::root(),
+            ascii: false,
+            mode: TransferMode::Stream,
+            data: DataSetup::None,
+            epsv_all: false,
+            rest: None,
+            rename_from: None,
+            parallelism: 1,
+            buffer: None,
+            marker_secs: DEFAULT_MARKER_SECS,
+            config,
+        };
+        let greeting = s.config.greeting.clone();
+        s.reply(ReplyCode::SERVICE_READY, &greeting);
+        s
+    }
+
+    /// A session that says 421 (too many sessions) and closes.
+    pub fn refuse(config: SessionConfig, text: &str) -> Session {
+        let mut s = Session::new(config);
+        s.out.clear();
+        s.reply(ReplyCode::SERVICE_NOT_AVAILABLE, text);
+        s.close();
+        s
+    }
+
+    /// Takes control-channel bytes; returns how many it consumed. Bytes
+    /// not consumed (a partial line, or commands that must wait for an
+    /// outstanding action) must be offered again, followed by new ones.
+    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<usize, SessionError> {
+        if matches!(self.state, State::Closed) {
+            return Err(SessionError::Closed);
+        }
+        if self.last_activity.is_none() {
+            self.last_activity = Some(now);
+        }
+        let mut used = 0;
+        while used < bytes.len() && !matches!(self.state, State::Closed) {
+            let (line, n) = match next_line(&bytes[used..]) {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(_) => {
+                    self.reply(ReplyCode::SYNTAX_ERROR, "Input line too long.");
+                    self.close();
+                    return Err(SessionError::LineTooLong);
+                }
+            };
+            if self.is_busy() && !(self.in_transfer() && urgent(&line)) {
+                break;
+            }
+            used += n;
+            self.last_activity = Some(now);
+            match parse_command(&line) {
+                Ok(cmd) => self.handle_command(cmd),
+                Err(CommandError::Empty) => {}
+                Err(e) => {
+                    self.rename_from = None;
+                    self.push(&e.reply());
+                    if e.closes_connection() {
+                        self.close();
+                        return Err(SessionError::LineTooLong);
+                    }
+                }
+            }
+        }
+        Ok(used)
+    }
+
+    /// Appends pending reply bytes to `out`.
+    pub fn poll_output(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.out);
+    }
+
+    /// The next thing the shell must do.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When the idle timer fires, if it runs (it does not while an action
+    /// is outstanding or before any input).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_busy() || matches!(self.state, State::Closed) {
+            return None;
+        }
+        self.last_activity.map(|t| t + self.config.idle_timeout)
+    }
+
+    /// Checks the idle timer; a spurious call does nothing.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(deadline) = self.poll_timeout() {
+            if now >= deadline {
+                self.reply(ReplyCode::SERVICE_NOT_AVAILABLE, "Timeout.");
+                self.close();
+            }
+        }
+    }
+
+    /// True once the session has queued [`Action::Close`].
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// The working directory.
+    pub fn cwd(&self) -> &VirtualPath {
+        &self.cwd
+    }
+
+    /// The login's rights, once logged in.
+    pub fn login(&self) -> Option<LoginGrant> {
+        self.login
+    }
+
+    /// The shell's verdict on an [`Action::Authenticate`].
+    pub fn handle_login(&mut self, grant: Option<LoginGrant>) {
+        if !matches!(self.state, State::AwaitLogin) {
+            return;
+        }
+        match grant {
+            Some(g) => {
+                self.login = Some(g);
+                self.state = State::Ready;
+                self.reply(ReplyCode::LOGGED_IN, "Login successful.");
+            }
+            None => {
+                self.login_failures += 1;
+                self.reply(ReplyCode::NOT_LOGGED_IN, "Login incorrect.");
+                self.state = State::AwaitUser;
+                if self.login_failures >= MAX_LOGIN_FAILURES {
+                    self.reply(ReplyCode::SERVICE_NOT_AVAILABLE, "Too many login failures.");
+                    self.close();
+                }
+            }
+        }
+    }
+
+    /// The shell's answer to [`Action::OpenPassive`]: the address to
+    /// announce (the listener's, or `--pasv-address` with its port), or
+    /// `None` if no listener could be opened.
+    pub fn handle_passive(&mut self, announce: Option<SocketAddr>) {
+        let State::AwaitPassive { extended } = self.state else { return };
+        self.state = State::Ready;
+        match (announce, extended) {
+            (None, _) => {
+                self.data = DataSetup::None;
+                self.reply(ReplyCode::CANT_OPEN_DATA, "Can't open passive connection.");
+            }
+            (Some(a), true) => {
+                self.data = DataSetup::Passive;
+                let text = format!("Entering Extended Passive Mode (|||{}|).", a.port());
+                self.reply(ReplyCode::EXTENDED_PASSIVE, &text);
+            }
+            (Some(SocketAddr::V4(a)), false) => {
+                self.data = DataSetup::Passive;
+                self.reply(ReplyCode::PASSIVE, &crate::addr::format_227(a));
+            }
+            (Some(SocketAddr::V6(a)), false) => match a.ip().to_ipv4_mapped() {
+                Some(v4) => {
+                    self.data = DataSetup::Passive;
+                    let v4 = std::net::SocketAddrV4::new(v4, a.port());
+                    self.reply(ReplyCode::PASSIVE, &crate::addr::format_227(v4));
+                }
+                None => {
+                    self.data = DataSetup::None;
+                    self.actions.push_back(Action::ClosePassive);
+                    self.reply(ReplyCode::BAD_NETWORK_PROTOCOL, "PASV needs IPv4; use EPSV.");
+                }
+            },
+        }
+    }
+
+    /// The shell's answer to a `Query`, `Change` or `Checksum`.
+    pub fn handle_result(&mut self, result: Result<Answer, OpError>) {
+        let State::AwaitResult(_) = &self.state else { return };
+        let State::AwaitResult(pending) = std::mem::replace(&mut self.state, State::Ready) else {
+            return;
+        };
+        match result {
+            Ok(answer) => self.answer(pending, answer),
+            Err(e) => self.push(&e.reply()),
+        }
+    }
+
+    /// The shell opened the file and is about to move data: sends 150.
+    /// `size` (bytes to send, when known) goes into the reply text, where
+    /// some clients read it.
+    pub fn handle_transfer_started(&mut self, size: Option<u64>) {
+        let State::AwaitTransfer(t) = &mut self.state else { return };
+        if t.started {
+            return;
+        }
+        t.started = true;
+        let kind = if self.ascii { "ASCII" } else { "BINARY" };
+        let text = match size {
+            Some(n) => format!("Opening {kind} mode data connection ({n} bytes)."),
+            None => format!("Opening {kind} mode data connection."),
+        };
+        self.reply(ReplyCode::OPENING_DATA, &text);
+    }
+
+    /// A 111 restart marker or 112 performance marker to send while a
+    /// transfer runs (built with [`crate::markers`]). Ignored otherwise.
+    pub fn handle_marker(&mut self, marker: &Reply) {
+        let State::AwaitTransfer(t) = &self.state else { return };
+        if t.started
+            && (marker.code == ReplyCode::RANGE_MARKER || marker.code == ReplyCode::PERF_MARKER)
+        {
+            self.push(marker);
+        }
+    }
+
+    /// The transfer ended: `Ok(bytes)` sends 226, an error its reply.
+    pub fn handle_transfer_done(&mut self, now: Instant, result: Result<u64, OpError>) {
+        let State::AwaitTransfer(t) = std::mem::replace(&mut self.state, State::Ready) else {
+            return;
+        };
+        self.last_activity = Some(now);
+        self.data = DataSetup::None;
+        match result {
+            Ok(_) => self.reply(ReplyCode::TRANSFER_COMPLETE, "Transfer complete."),
+            Err(e) => self.push(&e.reply()),
+        }
+        if t.abort_requested {
+            // RFC 959 4.1.3: after the 426 for the transfer, a 226 for ABOR.
+            self.reply(ReplyCode::TRANSFER_COMPLETE, "ABOR successful.");
+        }
+        if t.quit_after {
+            self.reply(ReplyCode::CLOSING, "Goodbye.");
+            self.close();
+        }
+    }
+
+    fn is_busy(&self) -> bool {
+        matches!(
+            self.state,
+            State::AwaitLogin
+                | State::AwaitPassive { .. }
+                | State::AwaitResult(_)
+                | State::AwaitTransfer(_)
+        )
+    }
+
+    fn in_transfer(&self) -> bool {
+        matches!(self.state, State::AwaitTransfer(_))
+    }
+
+    fn close(&mut self) {
+        if !matches!(self.state, State::Closed) {
+            self.state = State::Closed;
+            self.actions.push_back(Action::Close);
+        }
+    }
+
+    fn reply(&mut self, code: ReplyCode, text: &str) {
+        Reply::new(code, text).encode(&mut self.out);
+    }
+
+    fn push(&mut self, reply: &Reply) {
+        reply.encode(&mut self.out);
+    }
+
+    fn data_spec(&self) -> Option<DataSpec> {
+        let channel = match self.data {
+            DataSetup::None => return None,
+            DataSetup::Passive => DataChannel::Passive,
+            DataSetup::Active(a) => DataChannel::Active(a),
+        };
+        let parallelism = match self.mode {
+            TransferMode::Stream => 1,
+            TransferMode::ExtendedBlock => self.parallelism,
+        };
+        Some(DataSpec {
+            channel,
+            mode: self.mode,
+            ascii: self.ascii,
+            parallelism,
+            buffer: self.buffer,
+            marker_interval_secs: self.marker_secs,
+        })
+    }
+
+    fn set_marker_secs(&mut self, secs: u32) {
+        self.marker_secs = secs.clamp(1, MAX_MARKER_SECS);
+    }
+}
+
+/// Commands the session answers while a transfer runs (RFC 959 4.1.3:
+/// ABOR, STAT and QUIT may arrive mid-transfer; NOOP is harmless).
+fn urgent(line: &[u8]) -> bool {
+    let verb: Vec<u8> = line
+        .iter()
+        .skip_while(|b| **b == b' ')
+        .take_while(|b| **b != b' ')
+        .map(u8::to_ascii_uppercase)
+        .collect();
+    matches!(&verb[..], b"ABOR" | b"STAT" | b"NOOP" | b"QUIT")
+}

@@ -1,0 +1,229 @@
+//! Command-line surface of `sluice get | put | ls`: argument structs that the
+//! `sluice` binary flattens into its subcommands, and the `run_*` entry
+//! points that turn a result into one error line and an exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::error::ClientError;
+
+/// Exit codes, shown in `--help` of each subcommand.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success
+  1  internal error (a bug in sluice)
+  2  usage error (bad arguments or URL)
+  3  network error (cannot connect, connection lost, timeout)
+  4  login refused by the server
+  5  the server refused the request (no such file, permission, 4xx/5xx reply)
+  6  local file error (cannot create, read or write a local file)
+  7  protocol error (the server broke the protocol)
+  8  checksum mismatch (--verify)
+  9  --verify asked, but the server offers no checksum we know";
+
+/// Options shared by every transfer subcommand.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TransferOpts {
+    /// Parallel data streams (GridFTP MODE E). With N > 1 the client uses
+    /// MODE E when the server supports it and falls back to one MODE S stream
+    /// when it does not.
+    #[arg(short = 'p', long = "parallel", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub parallel: u32,
+    /// Print transfer counters (bytes, streams, receive stalls, ...) on
+    /// stderr at the end.
+    #[arg(long)]
+    pub stats: bool,
+    /// No progress bar (the summary line is still printed).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// MODE E block size for uploads, in bytes.
+    #[arg(long, default_value_t = 256 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=(64 << 20)))]
+    pub block_size: u64,
+    /// Most bytes the receive path may hold in memory before the drain
+    /// thread waits for the disk writer (backpressure).
+    #[arg(long, default_value_t = 256 << 20,
+          value_parser = clap::value_parser!(u64).range((1 << 20)..=(1 << 34)))]
+    pub mem_cap: u64,
+    /// Seconds without any progress on the control or data connections
+    /// before the transfer is abandoned.
+    #[arg(long, default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub timeout: u64,
+}
+
+/// `sluice get URL [DEST]`: download a file.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_long_help = EXIT_CODES_HELP)]
+pub struct GetArgs {
+    /// Source URL: ftp://[user[:password]@]host[:port]/path (percent-encoded;
+    /// anonymous login when no user is given).
+    pub url: String,
+    /// Destination: a file, an existing directory (the file name comes from
+    /// the URL) or `-` for stdout. Default: the URL's file name in the
+    /// current directory. Data goes to DEST.part and is renamed on success.
+    pub dest: Option<PathBuf>,
+    /// Resume a partial download from DEST.part (REST, or ERET in MODE E).
+    #[arg(short = 'c', long = "continue")]
+    pub resume: bool,
+    /// Compare the server's checksum (CKSM: SHA256, else MD5, else ADLER32)
+    /// with the downloaded file; fail on mismatch.
+    #[arg(long)]
+    pub verify: bool,
+    /// Raise the scheduling priority of the thread that drains the data
+    /// sockets (needs CAP_SYS_NICE or root).
+    #[arg(long)]
+    pub drain_priority: bool,
+    #[command(flatten)]
+    pub opts: TransferOpts,
+}
+
+/// `sluice put FILE URL`: upload a file.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_long_help = EXIT_CODES_HELP)]
+pub struct PutArgs {
+    /// Local file to send.
+    pub file: PathBuf,
+    /// Target URL: ftp://[user[:password]@]host[:port]/path. A URL ending
+    /// in `/` names a directory; the local file name is appended.
+    pub url: String,
+    /// Resume a partial upload: ask the server for the size it has (SIZE)
+    /// and send the rest (REST+STOR, or ESTO in MODE E).
+    #[arg(short = 'c', long = "continue")]
+    pub resume: bool,
+    /// Compare the server's checksum of the uploaded file with the local
+    /// file; fail on mismatch.
+    #[arg(long)]
+    pub verify: bool,
+    #[command(flatten)]
+    pub opts: TransferOpts,
+}
+
+/// `sluice ls URL`: list a directory.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_long_help = EXIT_CODES_HELP)]
+pub struct LsArgs {
+    /// Directory (or file) URL: ftp://[user[:password]@]host[:port]/path
+    pub url: String,
+    /// Names only (NLST) instead of the server's long listing (LIST).
+    #[arg(short = '1', long)]
+    pub names: bool,
+    /// Seconds without progress before giving up.
+    #[arg(long, default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub timeout: u64,
+}
+
+/// Runs `sluice get`.
+pub fn run_get(args: GetArgs) -> ExitCode {
+    let url = args.url.clone();
+    finish(&url, crate::get(args))
+}
+
+/// Runs `sluice put`.
+pub fn run_put(args: PutArgs) -> ExitCode {
+    let url = args.url.clone();
+    finish(&url, crate::put(args))
+}
+
+/// Runs `sluice ls`.
+pub fn run_ls(args: LsArgs) -> ExitCode {
+    let url = args.url.clone();
+    finish(&url, crate::ls(args))
+}
+
+fn finish(url: &str, result: Result<(), ClientError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(ClientError::BrokenPipe) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: {}: {}", crate::url::redact(url), e);
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    enum Cmd {
+        Get(GetArgs),
+        Put(PutArgs),
+        Ls(LsArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+        Cmd::try_parse_from(std::iter::once("sluice").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn get_with_everything() {
+        let Cmd::Get(g) = parse(&[
+            "get", "-p", "4", "--continue", "--verify", "--stats", "--drain-priority",
+            "ftp://h/f", "out",
+        ])
+        .unwrap() else {
+            panic!("not get")
+        };
+        assert_eq!(g.opts.parallel, 4);
+        assert!(g.resume && g.verify && g.opts.stats && g.drain_priority);
+        assert_eq!(g.dest.as_deref(), Some(std::path::Path::new("out")));
+    }
+
+    #[test]
+    fn defaults() {
+        let Cmd::Get(g) = parse(&["get", "ftp://h/f"]).unwrap() else { panic!("not get") };
+        assert_eq!(g.opts.parallel, 1);
+        assert!(!g.resume && !g.verify);
+        assert!(g.dest.is_none());
+    }
+
+    #[test]
+    fn parallelism_is_bounded() {
+        assert!(parse(&["get", "-p", "0", "ftp://h/f"]).is_err());
+        assert!(parse(&["get", "-p", "65", "ftp://h/f"]).is_err());
+        assert!(parse(&["get", "-p", "64", "ftp://h/f"]).is_ok());
+        assert!(parse(&["put", "-p", "x", "f", "ftp://h/f"]).is_err());
+    }
+
+    #[test]
+    fn put_needs_file_and_url_ls_needs_url() {
+        assert!(parse(&["put", "f"]).is_err());
+        assert!(parse(&["ls"]).is_err());
+        let Cmd::Ls(l) = parse(&["ls", "-1", "ftp://h/"]).unwrap() else { panic!("not ls") };
+        assert!(l.names);
+    }
+
+    #[test]
+    fn bad_url_is_exit_2() {
+        let e = crate::get(GetArgs {
+            url: "gopher://h/x".into(),
+            dest: None,
+            resume: false,
+            verify: false,
+            drain_priority: false,
+            opts: TransferOpts {
+                parallel: 1,
+                stats: false,
+                quiet: true,
+                block_size: 1,
+                mem_cap: 1 << 20,
+                timeout: 1,
+            },
+        })
+        .unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn help_documents_exit_codes() {
+        let e = parse(&["get", "--help"]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("Exit codes:"), "{text}");
+        assert!(text.contains("8  checksum mismatch"), "{text}");
+    }
+}

@@ -1,0 +1,536 @@
+//! The drain thread: reads every data connection of a download as soon as
+//! it is readable and hands the bytes on, so the kernel's receive queues
+//! stay short even when the disk is slow (see the "Linux TCP receiver
+//! bottleneck" paper: a receiver that does not drain its socket delays ACKs
+//! and makes the sender back off).
+//!
+//! One thread, `poll(2)` over the listener (MODE E: the server connects to
+//! us, up to its parallelism) and the streams. Payload is read straight
+//! into the buffer that goes to the writer; only MODE E headers go through
+//! a 17-byte scratch buffer into `sluice_ftp::mode_e::StreamDecoder`. The
+//! only time this thread waits on anything but the network is when the
+//! memory cap between it and the writer is reached (a receive stall).
+
+use std::io::{ErrorKind, Read};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use sluice_ftp::mode_e::{Event, StreamDecoder, HEADER_LEN};
+
+use crate::error::{ClientError, Result};
+use crate::stats::Stats;
+use crate::writer::{Block, WriterInput};
+
+/// Largest buffer handed to the writer in one block. Big enough that one
+/// `pwrite` per MiB is cheap, small enough that the memory cap is fine-grained.
+const CHUNK: usize = 1 << 20;
+
+/// Most bytes read from one stream per poll round, so one fast stream
+/// cannot starve the others (or the listener) of attention.
+const ROUND_BYTES: usize = 8 << 20;
+
+/// How long one `poll` waits before the thread checks cancel and idle time.
+const POLL_TICK: u16 = 200;
+
+/// How data on the connections is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// MODE S: one stream, bytes in order from `base`, ends at EOF.
+    Stream {
+        /// File offset of the first byte (REST).
+        base: u64,
+    },
+    /// MODE E: blocks with offsets over any number of streams, ends when
+    /// the EOF block's count of EODs has been seen. Block offsets count
+    /// from `base` (ERET P sends offsets relative to its start).
+    Extended {
+        /// Added to every block offset.
+        base: u64,
+    },
+}
+
+/// Where the data connections come from.
+pub enum Source {
+    /// Already connected (passive mode).
+    Connected(TcpStream),
+    /// Accept from this listener (active mode), at most `max` connections.
+    Listen {
+        /// Listener whose address went out in PORT/EPRT.
+        listener: TcpListener,
+        /// Most connections to accept.
+        max: usize,
+    },
+}
+
+/// Settings of one drain.
+pub struct DrainConfig {
+    /// Framing of the data.
+    pub framing: Framing,
+    /// Give up after this long without a byte or a connection.
+    pub idle_timeout: Duration,
+    /// Try to raise this thread's scheduling priority.
+    pub raise_priority: bool,
+}
+
+/// What the drain saw.
+#[derive(Debug, Default, Clone)]
+pub struct DrainReport {
+    /// Payload bytes read.
+    pub bytes: u64,
+    /// Data connections used.
+    pub streams: u64,
+    /// EODs seen (MODE E).
+    pub eods: u64,
+}
+
+/// A running drain thread.
+pub struct Drain {
+    join: Option<JoinHandle<Result<DrainReport>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Drain {
+    /// Starts draining `source` into `out`.
+    pub fn start(
+        cfg: DrainConfig,
+        source: Source,
+        out: WriterInput,
+        recycled: mpsc::Receiver<Vec<u8>>,
+        stats: Arc<Stats>,
+    ) -> Result<Drain> {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let c = cancel.clone();
+        let join = std::thread::Builder::new()
+            .name("sluice-drain".into())
+            .spawn(move || {
+                if cfg.raise_priority {
+                    if let Err(e) = crate::priority::raise_current_thread() {
+                        eprintln!("sluice: --drain-priority: {e}");
+                    }
+                }
+                let mut d = DrainLoop::new(cfg, source, out, recycled, &stats, &c);
+                d.run()
+            })
+            .map_err(|e| ClientError::local("start drain thread", e))?;
+        Ok(Drain { join: Some(join), cancel })
+    }
+
+    /// Whether the thread has stopped (finished or failed).
+    pub fn is_finished(&self) -> bool {
+        self.join.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Asks the thread to stop at its next tick.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Relaxed);
+    }
+
+    /// Waits for the thread.
+    pub fn join(mut self) -> Result<DrainReport> {
+        match self.join.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            _ => Err(ClientError::Bug("drain thread panicked".into())),
+        }
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        self.cancel.store(true, Relaxed);
+    }
+}
+
+/// One data connection being read.
+struct Stream {
+    sock: TcpStream,
+    framer: Framer,
+    chunk: Option<Chunk>,
+    ended: bool,
+}
+
+enum Framer {
+    S { next: u64 },
+    E(Box<StreamDecoder>, u64),
+}
+
+/// A buffer being filled for the writer.
+struct Chunk {
+    start: u64,
+    buf: Vec<u8>,
+    filled: usize,
+}
+
+struct DrainLoop<'a> {
+    cfg: DrainConfig,
+    listener: Option<(TcpListener, usize)>,
+    streams: Vec<Stream>,
+    accepted: usize,
+    out: WriterInput,
+    recycled: mpsc::Receiver<Vec<u8>>,
+    stats: &'a Stats,
+    cancel: &'a AtomicBool,
+    eof_count: Option<u64>,
+    report: DrainReport,
+}
+
+/// What reading a stream came to.
+enum Turn {
+    /// Nothing more to read now.
+    Idle,
+    /// This stream is done (EOF in MODE S, EOD in MODE E).
+    Ended,
+}
+
+impl<'a> DrainLoop<'a> {
+    fn new(
+        cfg: DrainConfig,
+        source: Source,
+        out: WriterInput,
+        recycled: mpsc::Receiver<Vec<u8>>,
+        stats: &'a Stats,
+        cancel: &'a AtomicBool,
+    ) -> Self {
+        let mut d = DrainLoop {
+            cfg,
+            listener: None,
+            streams: Vec::new(),
+            accepted: 0,
+            out,
+            recycled,
+            stats,
+            cancel,
+            eof_count: None,
+            report: DrainReport::default(),
+        };
+        match source {
+            Source::Connected(s) => d.add_stream(s),
+            Source::Listen { listener, max } => {
+                let _ = listener.set_nonblocking(true);
+                d.listener = Some((listener, max));
+            }
+        }
+        d
+    }
+
+    fn add_stream(&mut self, sock: TcpStream) {
+        let _ = sock.set_nonblocking(true);
+        let framer = match self.cfg.framing {
+            Framing::Stream { base } => Framer::S { next: base },
+            Framing::Extended { base } => Framer::E(Box::default(), base),
+        };
+        self.streams.push(Stream { sock, framer, chunk: None, ended: false });
+        self.accepted += 1;
+        self.report.streams += 1;
+        Stats::add(&self.stats.streams, 1);
+    }
+
+    fn done(&self) -> bool {
+        match self.cfg.framing {
+            Framing::Stream { .. } => self.accepted > 0 && self.streams.iter().all(|s| s.ended),
+            Framing::Extended { .. } => self.eof_count.is_some_and(|n| self.report.eods >= n),
+        }
+    }
+
+    fn run(&mut self) -> Result<DrainReport> {
+        let mut last_progress = Instant::now();
+        while !self.done() {
+            if self.cancel.load(Relaxed) {
+                return Err(ClientError::net(
+                    "data transfer",
+                    std::io::Error::new(ErrorKind::Interrupted, "cancelled"),
+                ));
+            }
+            let (listen_ready, ready) = self.wait()?;
+            let mut progressed = false;
+            if listen_ready {
+                progressed |= self.accept_all()?;
+            }
+            for i in ready {
+                let before = self.report.bytes;
+                match self.service(i)? {
+                    Turn::Idle => {}
+                    Turn::Ended => {
+                        self.streams[i].ended = true;
+                        self.flush(i)?;
+                        progressed = true;
+                    }
+                }
+                progressed |= self.report.bytes != before;
+            }
+            if progressed {
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > self.cfg.idle_timeout {
+                return Err(ClientError::net(
+                    "data transfer",
+                    std::io::Error::new(ErrorKind::TimedOut, "no data within the timeout"),
+                ));
+            }
+        }
+        for i in 0..self.streams.len() {
+            self.flush(i)?;
+        }
+        Ok(self.report.clone())
+    }
+
+    /// Polls the listener and live streams; returns what is readable.
+    fn wait(&self) -> Result<(bool, Vec<usize>)> {
+        let accepting = self
+            .listener
+            .as_ref()
+            .filter(|(_, max)| self.accepted < *max)
+            .map(|(l, _)| l);
+        let live: Vec<usize> = (0..self.streams.len()).filter(|&i| !self.streams[i].ended).collect();
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(live.len() + 1);
+        if let Some(l) = accepting {
+            fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
+        }
+        for &i in &live {
+            fds.push(PollFd::new(self.streams[i].sock.as_fd(), PollFlags::POLLIN));
+        }
+        match nix::poll::poll(&mut fds, PollTimeout::from(POLL_TICK)) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok((false, Vec::new())),
+            Err(e) => return Err(ClientError::net("poll data connections", e.into())),
+        }
+        let hit = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+        let mut it = fds.iter();
+        let listen_ready = accepting.is_some() && it.next().is_some_and(hit);
+        let ready = live.into_iter().zip(it).filter(|(_, fd)| hit(fd)).map(|(i, _)| i).collect();
+        Ok((listen_ready, ready))
+    }
+
+    fn accept_all(&mut self) -> Result<bool> {
+        let mut any = false;
+        while let Some((l, max)) = &self.listener {
+            if self.accepted >= *max {
+                break;
+            }
+            match l.accept() {
+                Ok((s, _)) => {
+                    let _ = s.set_nodelay(true);
+                    self.add_stream(s);
+                    any = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(ClientError::net("accept data connection", e)),
+            }
+        }
+        Ok(any)
+    }
+
+    /// Reads stream `i` until it would block, ends, or used its round.
+    fn service(&mut self, i: usize) -> Result<Turn> {
+        let mut round = 0usize;
+        while round < ROUND_BYTES {
+            let target = match &self.streams[i].framer {
+                Framer::S { next } => Some((*next, CHUNK as u64)),
+                Framer::E(dec, base) => dec.pending_payload().map(|p| (p.offset + *base, p.remaining)),
+            };
+            let n = match target {
+                Some((offset, max)) => match self.read_payload(i, offset, max)? {
+                    Some(n) => n,
+                    None => return Ok(Turn::Idle),
+                },
+                None => match self.read_header(i)? {
+                    HeaderRead::Blocked => return Ok(Turn::Idle),
+                    HeaderRead::Ended => return Ok(Turn::Ended),
+                    HeaderRead::Read(n) => n,
+                },
+            };
+            if n == 0 {
+                // Orderly close. In MODE S that is the end of the file; in
+                // MODE E a stream must say EOD first.
+                return match self.streams[i].framer {
+                    Framer::S { .. } => Ok(Turn::Ended),
+                    Framer::E(..) => Err(ClientError::Protocol(
+                        "MODE E data connection closed before EOD".into(),
+                    )),
+                };
+            }
+            round += n;
+        }
+        Ok(Turn::Idle)
+    }
+
+    /// Reads payload for `offset` straight into the stream's chunk.
+    /// `Ok(None)`: would block. `Ok(Some(0))`: EOF.
+    fn read_payload(&mut self, i: usize, offset: u64, max: u64) -> Result<Option<usize>> {
+        self.ensure_chunk(i, offset, max)?;
+        let st = &mut self.streams[i];
+        let Some(c) = st.chunk.as_mut() else {
+            return Err(ClientError::Bug("no chunk after ensure_chunk".into()));
+        };
+        let room = (c.buf.len() - c.filled).min(usize::try_from(max).unwrap_or(usize::MAX));
+        let n = match read_some(&mut st.sock, &mut c.buf[c.filled..c.filled + room])? {
+            None => return Ok(None),
+            Some(n) => n,
+        };
+        Stats::add(&self.stats.socket_calls, 1);
+        if n == 0 {
+            return Ok(Some(0));
+        }
+        c.filled += n;
+        let full = c.filled == c.buf.len();
+        match &mut st.framer {
+            Framer::S { next } => *next += n as u64,
+            Framer::E(dec, base) => {
+                if dec.consume_payload(n as u64).map(|o| o + *base) != Some(offset) {
+                    return Err(ClientError::Bug("MODE E payload accounting".into()));
+                }
+            }
+        }
+        self.report.bytes += n as u64;
+        Stats::add(&self.stats.bytes, n as u64);
+        if full {
+            self.flush(i)?;
+        }
+        Ok(Some(n))
+    }
+
+    /// Reads at most one header's worth of bytes and feeds the decoder.
+    fn read_header(&mut self, i: usize) -> Result<HeaderRead> {
+        let mut hdr = [0u8; HEADER_LEN];
+        let n = match read_some(&mut self.streams[i].sock, &mut hdr)? {
+            None => return Ok(HeaderRead::Blocked),
+            Some(n) => n,
+        };
+        Stats::add(&self.stats.socket_calls, 1);
+        if n == 0 {
+            return Ok(HeaderRead::Read(0));
+        }
+        let mut pos = 0;
+        loop {
+            let Framer::E(dec, base) = &mut self.streams[i].framer else {
+                return Err(ClientError::Bug("header read in MODE S".into()));
+            };
+            let base = *base;
+            let was_in_block = dec.pending_payload().is_some();
+            let (used, ev) = dec
+                .handle_input(&hdr[pos..n])
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            if !was_in_block && dec.pending_payload().is_some() {
+                Stats::add(&self.stats.blocks, 1);
+            }
+            pos += used;
+            match ev {
+                Some(Event::Data { offset, range }) => {
+                    let offset = offset
+                        .checked_add(base)
+                        .ok_or_else(|| ClientError::Protocol("MODE E offset overflows".into()))?;
+                    // Payload bytes that shared the read with a header.
+                    let start = pos - used;
+                    let bytes = &hdr[start + range.start..start + range.end];
+                    self.put(i, offset, bytes)?;
+                }
+                Some(Event::Eof { eod_count }) => {
+                    if eod_count == 0 || eod_count > u64::from(sluice_ftp::limits::MAX_PARALLELISM) {
+                        return Err(ClientError::Protocol(format!("MODE E EOF expects {eod_count} EODs")));
+                    }
+                    self.eof_count = Some(eod_count);
+                }
+                Some(Event::Eod) => {
+                    self.report.eods += 1;
+                    // Bytes after EOD would belong to a next transfer on a
+                    // cached connection; there is none for us.
+                    return Ok(HeaderRead::Ended);
+                }
+                Some(Event::Close) => {}
+                None if pos >= n => break,
+                None => {}
+            }
+        }
+        Ok(HeaderRead::Read(n))
+    }
+
+    /// Copies `bytes` (at file `offset`) into stream `i`'s chunk.
+    fn put(&mut self, i: usize, offset: u64, bytes: &[u8]) -> Result<()> {
+        let mut off = offset;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            self.ensure_chunk(i, off, rest.len() as u64)?;
+            let Some(c) = self.streams[i].chunk.as_mut() else {
+                return Err(ClientError::Bug("no chunk after ensure_chunk".into()));
+            };
+            let n = (c.buf.len() - c.filled).min(rest.len());
+            c.buf[c.filled..c.filled + n].copy_from_slice(&rest[..n]);
+            c.filled += n;
+            let full = c.filled == c.buf.len();
+            self.report.bytes += n as u64;
+            Stats::add(&self.stats.bytes, n as u64);
+            rest = &rest[n..];
+            off += n as u64;
+            if full {
+                self.flush(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure stream `i` has a chunk that continues at `offset`, with
+    /// room; flushes the old one if it does not fit.
+    fn ensure_chunk(&mut self, i: usize, offset: u64, want: u64) -> Result<()> {
+        let fits = self.streams[i]
+            .chunk
+            .as_ref()
+            .is_some_and(|c| c.start + c.filled as u64 == offset && c.filled < c.buf.len());
+        if fits {
+            return Ok(());
+        }
+        self.flush(i)?;
+        let len = usize::try_from(want).unwrap_or(CHUNK).clamp(1, CHUNK);
+        let buf = self.take_buf(len);
+        self.streams[i].chunk = Some(Chunk { start: offset, buf, filled: 0 });
+        Ok(())
+    }
+
+    /// A buffer of exactly `len` bytes, recycled from the writer when one
+    /// is back (no zeroing of pages already used), else fresh.
+    fn take_buf(&mut self, len: usize) -> Vec<u8> {
+        match self.recycled.try_recv() {
+            Ok(mut v) => {
+                v.resize(len, 0);
+                v
+            }
+            Err(_) => vec![0u8; len],
+        }
+    }
+
+    /// Hands stream `i`'s chunk (if any bytes) to the writer.
+    fn flush(&mut self, i: usize) -> Result<()> {
+        let Some(mut c) = self.streams[i].chunk.take() else {
+            return Ok(());
+        };
+        if c.filled == 0 {
+            return Ok(());
+        }
+        c.buf.truncate(c.filled);
+        if !self.out.send(Block { offset: c.start, data: c.buf }, self.stats) {
+            return Err(ClientError::Bug("writer stopped".into()));
+        }
+        Ok(())
+    }
+}
+
+enum HeaderRead {
+    Blocked,
+    Ended,
+    Read(usize),
+}
+
+/// One `read`: `None` when it would block, `Some(0)` at EOF.
+fn read_some(sock: &mut TcpStream, buf: &mut [u8]) -> Result<Option<usize>> {
+    loop {
+        match sock.read(buf) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(ClientError::net("read data connection", e)),
+        }
+    }
+}

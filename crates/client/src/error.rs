@@ -1,0 +1,86 @@
+//! The client's error type: each variant says whose fault it was and maps
+//! to one documented exit code (see `cli::EXIT_CODES_HELP`).
+
+use std::fmt;
+use std::io;
+
+/// Why a client command failed. Displayed as `<what>: <cause>`.
+#[derive(Debug)]
+pub enum ClientError {
+    /// Bad arguments or URL (exit 2).
+    Usage(String),
+    /// Connect, read or write on a socket failed, or timed out (exit 3).
+    Network { what: String, cause: io::Error },
+    /// USER/PASS refused (exit 4).
+    Login { reply: String },
+    /// The server answered a request with a 4xx/5xx reply (exit 5).
+    Refused { what: String, reply: String },
+    /// A local file could not be opened, read or written (exit 6).
+    Local { what: String, cause: io::Error },
+    /// The server sent something the protocol does not allow (exit 7).
+    Protocol(String),
+    /// `--verify`: server and local checksums differ (exit 8).
+    ChecksumMismatch { algo: String, server: String, local: String },
+    /// `--verify`: no checksum algorithm both sides know (exit 9).
+    NoChecksum(String),
+    /// Writing to stdout hit a closed pipe: exit quietly with 0, as `rg` does.
+    BrokenPipe,
+    /// One of our own invariants failed (exit 1).
+    Bug(String),
+}
+
+impl ClientError {
+    /// The process exit code documented in `--help`.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Bug(_) => 1,
+            ClientError::Usage(_) => 2,
+            ClientError::Network { .. } => 3,
+            ClientError::Login { .. } => 4,
+            ClientError::Refused { .. } => 5,
+            ClientError::Local { .. } => 6,
+            ClientError::Protocol(_) => 7,
+            ClientError::ChecksumMismatch { .. } => 8,
+            ClientError::NoChecksum(_) => 9,
+            ClientError::BrokenPipe => 0,
+        }
+    }
+
+    /// A network error with context.
+    pub fn net(what: impl Into<String>, cause: io::Error) -> Self {
+        ClientError::Network { what: what.into(), cause }
+    }
+
+    /// A local file error with context.
+    pub fn local(what: impl Into<String>, cause: io::Error) -> Self {
+        if cause.kind() == io::ErrorKind::BrokenPipe {
+            return ClientError::BrokenPipe;
+        }
+        ClientError::Local { what: what.into(), cause }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Usage(m) => write!(f, "usage: {m}"),
+            ClientError::Network { what, cause } => write!(f, "{what}: {cause}"),
+            ClientError::Login { reply } => write!(f, "login refused: {reply}"),
+            ClientError::Refused { what, reply } => write!(f, "{what}: {reply}"),
+            ClientError::Local { what, cause } => write!(f, "{what}: {cause}"),
+            ClientError::Protocol(m) => write!(f, "protocol error: {m}"),
+            ClientError::ChecksumMismatch { algo, server, local } => write!(
+                f,
+                "checksum mismatch: {algo} server {server} != local {local}"
+            ),
+            ClientError::NoChecksum(m) => write!(f, "cannot verify: {m}"),
+            ClientError::BrokenPipe => write!(f, "broken pipe"),
+            ClientError::Bug(m) => write!(f, "internal error (bug): {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// Shorthand used across the client.
+pub type Result<T> = std::result::Result<T, ClientError>;

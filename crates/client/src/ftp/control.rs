@@ -1,0 +1,193 @@
+//! The control connection: commands out, replies in (parsed by
+//! `sluice_ftp::reply::ReplyParser`), with a deadline on every wait.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use sluice_ftp::reply::{Reply, ReplyCode, ReplyParser};
+
+use crate::error::{ClientError, Result};
+use crate::url::FtpUrl;
+
+/// An open, logged-in (after [`Control::login`]) control connection.
+pub struct Control {
+    stream: TcpStream,
+    parser: ReplyParser,
+    timeout: Duration,
+    /// Our end of the connection (data listeners bind to its IP).
+    pub local: SocketAddr,
+    /// The server's end (PASV/EPSV answers are checked against its IP).
+    pub peer: SocketAddr,
+}
+
+impl Control {
+    /// Connects to the URL's host and reads the greeting.
+    pub fn connect(u: &FtpUrl, timeout: Duration) -> Result<Control> {
+        let what = format!("connect to {}", u.authority());
+        let addrs: Vec<SocketAddr> = u
+            .authority()
+            .to_socket_addrs()
+            .map_err(|e| ClientError::net(format!("resolve {}", u.host), e))?
+            .collect();
+        let mut last = None;
+        let mut stream = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = match stream {
+            Some(s) => s,
+            None => {
+                let e = last.unwrap_or_else(|| std::io::Error::new(ErrorKind::NotFound, "no address"));
+                return Err(ClientError::net(what, e));
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().map_err(|e| ClientError::net(&what, e))?;
+        let peer = stream.peer_addr().map_err(|e| ClientError::net(&what, e))?;
+        let mut c = Control { stream, parser: ReplyParser::new(), timeout, local, peer };
+        loop {
+            let r = c.read_reply()?;
+            match r.code.0 {
+                120 => continue, // "service ready in nnn minutes": keep waiting
+                220 => break,
+                _ => return Err(refused("greeting", &r)),
+            }
+        }
+        Ok(c)
+    }
+
+    /// USER / PASS.
+    pub fn login(&mut self, user: &str, password: &str) -> Result<()> {
+        let r = self.cmd(&format!("USER {user}"))?;
+        let r = match r.code.0 {
+            230 => return Ok(()),
+            331 | 332 => self.cmd_secret(&format!("PASS {password}"))?,
+            _ => return Err(ClientError::Login { reply: one_line(&r) }),
+        };
+        match r.code.0 {
+            230 | 202 => Ok(()),
+            _ => Err(ClientError::Login { reply: one_line(&r) }),
+        }
+    }
+
+    /// Sends one command and returns the first reply to it.
+    pub fn cmd(&mut self, line: &str) -> Result<Reply> {
+        tracing::debug!(">> {line}");
+        self.send(line)?;
+        self.read_reply()
+    }
+
+    /// Like [`Control::cmd`], without logging the argument (PASS).
+    fn cmd_secret(&mut self, line: &str) -> Result<Reply> {
+        tracing::debug!(">> PASS ****");
+        self.send(line)?;
+        self.read_reply()
+    }
+
+    /// Sends a command and requires a 2xx answer.
+    pub fn expect_ok(&mut self, line: &str, what: &str) -> Result<Reply> {
+        let r = self.cmd(line)?;
+        if r.code.is_completion() {
+            Ok(r)
+        } else {
+            Err(refused(what, &r))
+        }
+    }
+
+    /// Writes one command line.
+    pub fn send(&mut self, line: &str) -> Result<()> {
+        let mut buf = Vec::with_capacity(line.len() + 2);
+        buf.extend_from_slice(line.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+        self.stream
+            .write_all(&buf)
+            .map_err(|e| ClientError::net("send command", e))
+    }
+
+    /// Waits up to the idle timeout for the next reply.
+    pub fn read_reply(&mut self) -> Result<Reply> {
+        match self.poll_reply(self.timeout)? {
+            Some(r) => Ok(r),
+            None => Err(ClientError::net(
+                "waiting for the server's reply",
+                std::io::Error::new(ErrorKind::TimedOut, "timed out"),
+            )),
+        }
+    }
+
+    /// Waits at most `wait` for the next reply; `None` if none came.
+    pub fn poll_reply(&mut self, wait: Duration) -> Result<Option<Reply>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.parser.poll_reply() {
+                Ok(Some(r)) => {
+                    tracing::debug!("<< {} {}", r.code, r.text());
+                    return Ok(Some(r));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(ClientError::Protocol(format!("control reply: {e}"))),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let _ = self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+            let mut buf = [0u8; 4096];
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    return Err(ClientError::net(
+                        "control connection",
+                        std::io::Error::new(ErrorKind::UnexpectedEof, "closed by the server"),
+                    ))
+                }
+                Ok(n) => self
+                    .parser
+                    .handle_input(&buf[..n])
+                    .map_err(|e| ClientError::Protocol(format!("control reply: {e}")))?,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Ok(None)
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(ClientError::net("control connection", e)),
+            }
+        }
+    }
+
+    /// Polite goodbye; errors do not matter any more.
+    pub fn quit(mut self) {
+        let _ = self.send("QUIT");
+        let _ = self.poll_reply(Duration::from_millis(500));
+    }
+
+    /// The idle timeout this connection was opened with.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// A refusal error from a reply.
+pub fn refused(what: &str, r: &Reply) -> ClientError {
+    ClientError::Refused { what: what.to_string(), reply: one_line(r) }
+}
+
+/// `code text` of a reply's first line, clipped, for error messages.
+pub fn one_line(r: &Reply) -> String {
+    let mut t: String = r.text().chars().filter(|c| !c.is_control()).take(200).collect();
+    if t.is_empty() {
+        t = "(no text)".into();
+    }
+    format!("{} {}", r.code, t)
+}
+
+/// Whether a reply code means "command not known / not allowed here",
+/// i.e. try something else rather than fail.
+pub fn is_unsupported(code: ReplyCode) -> bool {
+    matches!(code.0, 500 | 501 | 502 | 504 | 522)
+}

@@ -1,0 +1,312 @@
+//! `sluice put FILE ftp://...`: one file up.
+//!
+//! ```text
+//! TYPE I, [MODE E], [SIZE path (--continue)], EPSV|PASV
+//! MODE S: connect, [REST k] STOR path (APPE if REST is refused), send, close
+//! MODE E: ALLO len, STOR path | ESTO A k path, connect N streams,
+//!         blocks striped over them, EOD on each, EOF(N) on the first
+//! 1xx (111/112 markers) ... 226
+//! ```
+//! This is the order globus-url-copy uses for `-p N` uploads (seen with
+//! `globus-url-copy -dbg`): it ends every stream with EOD and folds EOF
+//! (offset = number of streams) into the first stream's EOD header.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sluice_ftp::mode_e::BlockHeader;
+use sluice_ftp::reply::Reply;
+
+use super::control::{refused, Control};
+use super::{data, session};
+use crate::cli::PutArgs;
+use crate::error::{ClientError, Result};
+use crate::progress::Progress;
+use crate::stats::{self, Stats};
+use crate::url::FtpUrl;
+
+/// Bytes sent per `io::copy` round in MODE S (progress granularity).
+const STREAM_ROUND: u64 = 8 << 20;
+
+/// Runs one upload.
+pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
+    let file = File::open(&a.file)
+        .map_err(|e| ClientError::local(format!("open {}", a.file.display()), e))?;
+    let meta = file.metadata().map_err(|e| ClientError::local(format!("stat {}", a.file.display()), e))?;
+    if !meta.is_file() {
+        return Err(ClientError::Usage(format!("{} is not a regular file", a.file.display())));
+    }
+    let len = meta.len();
+    let remote = remote_path(&u.path, &a.file)?;
+    let timeout = Duration::from_secs(a.opts.timeout);
+    let mut ctl = session::open(u, timeout)?;
+    ctl.expect_ok("TYPE I", "TYPE I")?;
+    if a.verify {
+        session::require_cksm(&mut ctl)?;
+    }
+    let extended = a.opts.parallel > 1 && session::try_mode_e(&mut ctl)?;
+
+    let mut offset = 0;
+    if a.resume {
+        offset = session::size(&mut ctl, &remote)?.unwrap_or(0);
+        if offset > len {
+            return Err(ClientError::Usage(format!(
+                "--continue: the server's file ({offset} bytes) is longer than {} ({len} bytes)",
+                a.file.display()
+            )));
+        }
+    }
+    let stats = Arc::new(Stats::default());
+    let t0 = Instant::now();
+    let mut streams = 0;
+    if offset < len || !a.resume {
+        let progress = Progress::start(stats.clone(), Some(len), offset, a.opts.quiet);
+        let r = if extended {
+            send_extended(&mut ctl, &file, len, offset, &remote, a, &stats)
+        } else {
+            send_stream(&mut ctl, &file, len, offset, &remote, &stats)
+        };
+        progress.finish();
+        streams = r?;
+    }
+    let elapsed = t0.elapsed();
+    let mut detail = format!(
+        "{}, {streams} stream{}",
+        if extended { "MODE E" } else { "MODE S" },
+        if streams == 1 { "" } else { "s" }
+    );
+    if offset > 0 {
+        detail.push_str(&format!(", resumed at {offset}"));
+    }
+    if a.verify {
+        let v = session::verify(&mut ctl, &remote, &a.file)?;
+        detail.push_str(&format!(", verified {v}"));
+    }
+    ctl.quit();
+    eprintln!("{}", stats::summary("sent", stats.bytes.load(Relaxed), elapsed, &detail));
+    if a.opts.stats {
+        eprint!("{}", stats.render(if extended { "MODE E" } else { "MODE S" }, elapsed));
+    }
+    Ok(())
+}
+
+/// A URL ending in `/` names a directory: append the local file name.
+fn remote_path(url_path: &str, local: &Path) -> Result<String> {
+    if !url_path.ends_with('/') {
+        return Ok(url_path.to_string());
+    }
+    let name = local
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| ClientError::Usage("local file name is not UTF-8".into()))?;
+    Ok(format!("{url_path}{name}"))
+}
+
+/// MODE S: one connection, the bytes in order, close = end of file.
+fn send_stream(
+    ctl: &mut Control,
+    file: &File,
+    len: u64,
+    offset: u64,
+    remote: &str,
+    stats: &Stats,
+) -> Result<u64> {
+    let to = data::passive(ctl)?;
+    let mut sock = data::connect(to, ctl.timeout())?;
+    let cmd = if offset > 0 {
+        let r = ctl.cmd(&format!("REST {offset}"))?;
+        if r.code.0 == 350 {
+            format!("STOR {remote}")
+        } else {
+            // Without REST for STOR, append to what the server has.
+            format!("APPE {remote}")
+        }
+    } else {
+        format!("STOR {remote}")
+    };
+    let first = ctl.cmd(&cmd)?;
+    if !first.code.is_preliminary() {
+        return Err(refused("STOR", &first));
+    }
+    Stats::add(&stats.streams, 1);
+    let _ = sock.set_write_timeout(Some(ctl.timeout()));
+    let mut f = file;
+    f.seek(SeekFrom::Start(offset)).map_err(|e| ClientError::local("seek", e))?;
+    let mut left = len - offset;
+    while left > 0 {
+        // std::io::copy from a File to a TcpStream uses sendfile on Linux.
+        let n = std::io::copy(&mut f.take(left.min(STREAM_ROUND)), &mut sock)
+            .map_err(|e| ClientError::net("send data", e))?;
+        if n == 0 {
+            return Err(ClientError::local(
+                "read",
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while sending"),
+            ));
+        }
+        left -= n;
+        Stats::add(&stats.bytes, n);
+        Stats::add(&stats.socket_calls, 1);
+    }
+    let _ = sock.flush();
+    drop(sock);
+    let last = final_reply(ctl, || true, stats)?;
+    if !last.code.is_completion() {
+        return Err(refused("transfer", &last));
+    }
+    Ok(1)
+}
+
+/// MODE E: `-p N` streams, blocks of `--block-size` handed out in file
+/// order to whichever stream is free.
+fn send_extended(
+    ctl: &mut Control,
+    file: &File,
+    len: u64,
+    offset: u64,
+    remote: &str,
+    a: &PutArgs,
+    stats: &Arc<Stats>,
+) -> Result<u64> {
+    let n = a.opts.parallel as usize;
+    let to = data::passive(ctl)?;
+    let _ = ctl.cmd(&format!("ALLO {len}"))?; // a hint; refusals do not matter
+    let cmd = if offset > 0 {
+        // Adjusted store: block offsets count from `offset`.
+        format!("ESTO A {offset} {remote}")
+    } else {
+        format!("STOR {remote}")
+    };
+    let mut socks = Vec::with_capacity(n);
+    for _ in 0..n {
+        socks.push(data::connect(to, ctl.timeout())?);
+    }
+    let first = ctl.cmd(&cmd)?;
+    if !first.code.is_preliminary() {
+        return Err(refused("STOR", &first));
+    }
+    let next = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let mut threads: Vec<JoinHandle<Result<TcpStream>>> = Vec::with_capacity(n);
+    for (i, mut sock) in socks.into_iter().enumerate() {
+        let file = file.try_clone().map_err(|e| ClientError::local("dup file", e))?;
+        let (next, failed, stats) = (next.clone(), failed.clone(), stats.clone());
+        let bs = a.opts.block_size;
+        let timeout = ctl.timeout();
+        let eof = (i == 0).then_some(n as u64);
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("sluice-send-{i}"))
+                .spawn(move || {
+                    let _ = sock.set_write_timeout(Some(timeout));
+                    Stats::add(&stats.streams, 1);
+                    let r = send_blocks(&mut sock, &file, len, offset, bs, &next, &failed, &stats)
+                        .and_then(|()| {
+                            sock.write_all(&BlockHeader::end(eof, false).encode())
+                                .map_err(|e| ClientError::net("send EOD", e))
+                        });
+                    if r.is_err() {
+                        failed.store(true, Relaxed);
+                    }
+                    r.map(|()| sock)
+                })
+                .map_err(|e| ClientError::local("start sender thread", e))?,
+        );
+    }
+    let all_sent = || threads.iter().all(|t| t.is_finished());
+    let last = final_reply(ctl, all_sent, stats);
+    let mut socks = Vec::new();
+    let mut send_err = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(s)) => socks.push(s),
+            Ok(Err(e)) => send_err = send_err.or(Some(e)),
+            Err(_) => send_err = send_err.or(Some(ClientError::Bug("sender thread panicked".into()))),
+        }
+    }
+    let last = last?;
+    if !last.code.is_completion() {
+        return Err(refused("transfer", &last));
+    }
+    if let Some(e) = send_err {
+        return Err(e);
+    }
+    drop(socks); // only now: the server reads EODs before it answers 226
+    Ok(n as u64)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send_blocks(
+    sock: &mut TcpStream,
+    file: &File,
+    len: u64,
+    base: u64,
+    bs: u64,
+    next: &AtomicU64,
+    failed: &AtomicBool,
+    stats: &Stats,
+) -> Result<()> {
+    let mut buf = vec![0u8; bs as usize];
+    loop {
+        if failed.load(Relaxed) {
+            return Ok(());
+        }
+        let idx = next.fetch_add(1, Relaxed);
+        let Some(off) = idx.checked_mul(bs).and_then(|o| o.checked_add(base)) else {
+            return Ok(());
+        };
+        if off >= len {
+            return Ok(());
+        }
+        let n = (len - off).min(bs) as usize;
+        file.read_exact_at(&mut buf[..n], off).map_err(|e| ClientError::local("read", e))?;
+        let hdr = BlockHeader::data(off - base, n as u64).encode();
+        sock.write_all(&hdr).map_err(|e| ClientError::net("send data", e))?;
+        sock.write_all(&buf[..n]).map_err(|e| ClientError::net("send data", e))?;
+        Stats::add(&stats.bytes, n as u64);
+        Stats::add(&stats.blocks, 1);
+        Stats::add(&stats.socket_calls, 2);
+    }
+}
+
+/// Reads replies until the final one, counting markers. While `sending()`
+/// says the data is still going out, silence is not a timeout.
+fn final_reply(ctl: &mut Control, sending: impl Fn() -> bool, stats: &Stats) -> Result<Reply> {
+    let mut quiet_since = Instant::now();
+    loop {
+        match ctl.poll_reply(Duration::from_millis(200))? {
+            Some(r) if r.code.0 == 111 => Stats::add(&stats.restart_markers, 1),
+            Some(r) if r.code.0 == 112 => Stats::add(&stats.perf_markers, 1),
+            Some(r) if r.code.is_preliminary() => {}
+            Some(r) => return Ok(r),
+            None => {}
+        }
+        if !sending() {
+            if quiet_since.elapsed() > ctl.timeout() {
+                return Err(ClientError::net(
+                    "waiting for the end-of-transfer reply",
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
+                ));
+            }
+        } else {
+            quiet_since = Instant::now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_url_gets_local_name() {
+        assert_eq!(remote_path("/up/", Path::new("/tmp/a.bin")).unwrap(), "/up/a.bin");
+        assert_eq!(remote_path("/up/b", Path::new("/tmp/a.bin")).unwrap(), "/up/b");
+    }
+}

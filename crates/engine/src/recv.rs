@@ -1,0 +1,310 @@
+//! Receivers: bytes from a socket into a file at given offsets, with the disk
+//! writes on the engine's disk threads and a bounded number in flight.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+
+use crate::buffers::PoolBuf;
+use crate::counters::{Counters, Tally};
+use crate::disk::Ticket;
+use crate::{Cancel, Engine, EngineError};
+
+/// Outcome of [`FileWriter::read_exact`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadStatus {
+    /// The buffer was filled.
+    Filled,
+    /// The peer closed the connection before the first byte (clean end).
+    Eof,
+}
+
+/// Writes what arrives on data connections into one file. Data for adjacent
+/// offsets is coalesced into one pooled buffer before it goes to a disk
+/// thread; at most `upload_buffers_per_stream` writes are in flight.
+#[derive(Debug)]
+pub struct FileWriter {
+    engine: Engine,
+    file: Arc<File>,
+    counters: Arc<Counters>,
+    cancel: Cancel,
+    cur: Option<PoolBuf>,
+    cur_off: u64,
+    cur_len: usize,
+    inflight: VecDeque<Ticket<io::Result<(u64, usize)>>>,
+    written: u64,
+    hook: Option<WrittenHook>,
+}
+
+/// Called with `(offset, len)` after each write reached the file.
+pub type WrittenFn = dyn Fn(u64, u64) + Send + Sync;
+
+struct WrittenHook(Arc<WrittenFn>);
+
+impl std::fmt::Debug for WrittenHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WrittenHook")
+    }
+}
+
+impl FileWriter {
+    /// A writer into `file`, counting into `counters` (and the engine's totals).
+    pub fn new(engine: &Engine, file: Arc<File>, counters: Arc<Counters>, cancel: Cancel) -> Self {
+        FileWriter {
+            engine: engine.clone(),
+            file,
+            counters,
+            cancel,
+            cur: None,
+            cur_off: 0,
+            cur_len: 0,
+            inflight: VecDeque::new(),
+            written: 0,
+            hook: None,
+        }
+    }
+
+    /// Calls `hook(offset, len)` for every range once its write completed,
+    /// in completion order (for restart markers and upload progress).
+    pub fn on_written(mut self, hook: Arc<WrittenFn>) -> Self {
+        self.hook = Some(WrittenHook(hook));
+        self
+    }
+
+    fn tally(&self) -> Tally<'_> {
+        self.engine.tally(&self.counters)
+    }
+
+    /// Reads exactly `buf.len()` bytes (a frame header) from `conn`.
+    pub async fn read_exact(&mut self, conn: &TcpStream, buf: &mut [u8]) -> Result<ReadStatus, EngineError> {
+        let mut got = 0;
+        while got < buf.len() {
+            let n = read_some(conn, &mut buf[got..], self.engine.tally(&self.counters), &self.cancel).await?;
+            if n == 0 {
+                if got == 0 {
+                    return Ok(ReadStatus::Eof);
+                }
+                return Err(EngineError::Connection(io::ErrorKind::UnexpectedEof.into()));
+            }
+            got += n;
+        }
+        Ok(ReadStatus::Filled)
+    }
+
+    /// Copies exactly `len` bytes from `conn` into the file at `offset`.
+    pub async fn copy_exact(&mut self, conn: &TcpStream, offset: u64, len: u64) -> Result<(), EngineError> {
+        let got = self.copy(conn, offset, Some(len)).await?;
+        if got < len {
+            return Err(EngineError::Connection(io::ErrorKind::UnexpectedEof.into()));
+        }
+        Ok(())
+    }
+
+    /// Copies from `conn` into the file from `offset` until the peer closes;
+    /// returns the bytes received.
+    pub async fn copy_to_eof(&mut self, conn: &TcpStream, offset: u64) -> Result<u64, EngineError> {
+        self.copy(conn, offset, None).await
+    }
+
+    async fn copy(&mut self, conn: &TcpStream, offset: u64, limit: Option<u64>) -> Result<u64, EngineError> {
+        let mut pos = offset;
+        let mut total = 0u64;
+        loop {
+            if limit.is_some_and(|l| total >= l) {
+                return Ok(total);
+            }
+            // Continue the current buffer only if this data is adjacent to it.
+            if self.cur.is_some() && (self.cur_off + self.cur_len as u64 != pos || self.cur_full()) {
+                self.flush().await?;
+            }
+            if self.cur.is_none() {
+                self.cur = Some(self.engine.buffers().take());
+                self.cur_off = pos;
+                self.cur_len = 0;
+            }
+            let room = self.cur.as_ref().map_or(0, |b| b.len()) - self.cur_len;
+            let want = match limit {
+                Some(l) => (l - total).min(room as u64) as usize,
+                None => room,
+            };
+            let t = self.engine.tally(&self.counters);
+            let start = self.cur_len;
+            let Some(buf) = self.cur.as_mut() else { continue };
+            let n = read_some(conn, &mut buf[start..start + want], t, &self.cancel).await?;
+            if n == 0 {
+                return Ok(total);
+            }
+            self.cur_len += n;
+            pos += n as u64;
+            total += n as u64;
+        }
+    }
+
+    fn cur_full(&self) -> bool {
+        self.cur.as_ref().is_some_and(|b| self.cur_len >= b.len())
+    }
+
+    /// Hands the current buffer to a disk thread, first waiting for the
+    /// oldest write if too many are in flight.
+    async fn flush(&mut self) -> Result<(), EngineError> {
+        let Some(buf) = self.cur.take() else { return Ok(()) };
+        if self.cur_len == 0 {
+            return Ok(());
+        }
+        while self.inflight.len() >= self.engine.config().upload_buffers_per_stream.max(1) {
+            self.reap_one().await?;
+        }
+        let (f, off, len) = (Arc::clone(&self.file), self.cur_off, self.cur_len);
+        let ticket = self
+            .engine
+            .inner
+            .disk
+            .submit(&self.cancel, move || {
+                let buf: PoolBuf = buf;
+                f.write_all_at(&buf[..len], off).map(|()| (off, len))
+            })
+            .await?;
+        self.inflight.push_back(ticket);
+        self.cur_len = 0;
+        Ok(())
+    }
+
+    async fn reap_one(&mut self) -> Result<(), EngineError> {
+        if let Some(t) = self.inflight.pop_front() {
+            let (off, n) = t.await?.map_err(EngineError::Disk)?;
+            let tally = self.tally();
+            tally.disk_writes(1);
+            tally.written_disk(n as u64);
+            self.written += n as u64;
+            if let Some(h) = &self.hook {
+                (h.0)(off, n as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes out buffered data and waits for every write; returns the bytes
+    /// written to the file by this writer so far.
+    pub async fn finish(&mut self) -> Result<u64, EngineError> {
+        self.flush().await?;
+        while !self.inflight.is_empty() {
+            self.reap_one().await?;
+        }
+        Ok(self.written)
+    }
+}
+
+/// One `recv` into `buf`, waiting for readability as needed; 0 = peer closed.
+async fn read_some(conn: &TcpStream, buf: &mut [u8], t: Tally<'_>, cancel: &Cancel) -> Result<usize, EngineError> {
+    loop {
+        if cancel.is_cancelled() {
+            return Err(EngineError::Cancelled);
+        }
+        match conn.try_read(buf) {
+            Ok(n) => {
+                if n > 0 {
+                    t.received(n as u64);
+                    t.recv_calls(1);
+                }
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                t.eagains(1);
+                t.wakeups(1);
+                tokio::select! {
+                    r = conn.readable() => r.map_err(EngineError::Connection)?,
+                    _ = cancel.cancelled() => return Err(EngineError::Cancelled),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(EngineError::Connection(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EngineConfig;
+    use std::os::unix::fs::FileExt;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    fn engine() -> Engine {
+        Engine::new(EngineConfig { read_buffer_size: 64 << 10, upload_buffers_per_stream: 2, ..EngineConfig::default() })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn copy_to_eof_writes_at_the_start_offset() {
+        let e = engine();
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let (mut tx, rx) = pair().await;
+        let d2 = data.clone();
+        let writer = tokio::spawn(async move {
+            tx.write_all(&d2).await.unwrap();
+        });
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = Arc::clone(&seen);
+        let counters = Arc::new(Counters::new());
+        let mut w = FileWriter::new(&e, Arc::clone(&file), Arc::clone(&counters), Cancel::new())
+            .on_written(Arc::new(move |o, l| s2.lock().unwrap().push((o, l))));
+        assert_eq!(w.copy_to_eof(&rx, 100).await.unwrap(), 1_000_000);
+        assert_eq!(w.finish().await.unwrap(), 1_000_000);
+        writer.await.unwrap();
+        let mut back = vec![0u8; 1_000_000];
+        file.read_exact_at(&mut back, 100).unwrap();
+        assert_eq!(back, data);
+        let total: u64 = seen.lock().unwrap().iter().map(|&(_, l)| l).sum();
+        assert_eq!(total, 1_000_000);
+        let s = counters.snapshot();
+        assert_eq!((s.bytes_received, s.bytes_written_disk), (1_000_000, 1_000_000));
+        // Reads are coalesced into full buffers: never more writes than reads.
+        assert!(s.disk_writes <= s.recv_calls);
+    }
+
+    #[tokio::test]
+    async fn headers_and_blocks_at_offsets() {
+        let e = engine();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let (mut tx, rx) = pair().await;
+        tx.write_all(b"HDR1worldHDR2hello").await.unwrap();
+        drop(tx);
+        let mut w = FileWriter::new(&e, Arc::clone(&file), Arc::new(Counters::new()), Cancel::new());
+        let mut h = [0u8; 4];
+        assert_eq!(w.read_exact(&rx, &mut h).await.unwrap(), ReadStatus::Filled);
+        w.copy_exact(&rx, 5, 5).await.unwrap();
+        assert_eq!(w.read_exact(&rx, &mut h).await.unwrap(), ReadStatus::Filled);
+        w.copy_exact(&rx, 0, 5).await.unwrap();
+        assert_eq!(w.read_exact(&rx, &mut h).await.unwrap(), ReadStatus::Eof);
+        assert!(w.copy_exact(&rx, 10, 1).await.is_err());
+        assert_eq!(w.finish().await.unwrap(), 10);
+        let mut back = [0u8; 10];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(&back, b"helloworld");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_receiver_stops_on_cancel() {
+        let e = engine();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let (_tx, rx) = pair().await;
+        let cancel = Cancel::new();
+        let mut w = FileWriter::new(&e, file, Arc::new(Counters::new()), cancel.clone());
+        let h = tokio::spawn(async move { w.copy_to_eof(&rx, 0).await });
+        tokio::task::yield_now().await;
+        cancel.cancel();
+        assert!(matches!(h.await.unwrap(), Err(EngineError::Cancelled)));
+    }
+}

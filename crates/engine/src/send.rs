@@ -1,0 +1,462 @@
+//! Senders: file ranges (optionally behind a framing prefix) out of a
+//! non-blocking socket, on the sendfile or the copy data path.
+//!
+//! Both paths try the socket first and wait for writability only after
+//! `EAGAIN`; with `TCP_NOTSENT_LOWAT` set, writability means "the kernel's
+//! unsent queue has drained below the mark", so one wake-up refills a lot.
+
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use sluice_platform::{fadvise, fileio, sendfile, tcp};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use crate::buffers::PoolBuf;
+use crate::counters::{Counters, Tally};
+use crate::disk::Ticket;
+use crate::{Cancel, DataPath, Engine, EngineError};
+
+/// A chunk read for the copy path: ready now (page cache) or on a disk thread.
+enum PendingRead {
+    Ready(PoolBuf, usize),
+    Disk(Ticket<(PoolBuf, io::Result<usize>)>),
+}
+
+impl Engine {
+    /// Sends `prefix` (e.g. a MODE E header; may be empty) followed by `len`
+    /// bytes of `file` starting at `offset`, on the configured data path.
+    /// Returns the file bytes sent (`len` on success).
+    // The arguments are all distinct roles; a struct would only rename them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send_file(
+        &self,
+        conn: &TcpStream,
+        file: &Arc<File>,
+        offset: u64,
+        len: u64,
+        prefix: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<u64, EngineError> {
+        if len == 0 {
+            self.send_bytes(conn, prefix, counters, cancel).await?;
+            return Ok(0);
+        }
+        match self.config().data_path {
+            DataPath::Copy => self.send_copy(conn, file, offset, len, prefix, counters, cancel).await,
+            DataPath::Sendfile => self.send_sendfile(conn, file, offset, len, prefix, counters, cancel).await,
+        }
+    }
+
+    /// Sends `bytes` in full (framing with no payload: MODE E EOD/EOF).
+    pub async fn send_bytes(
+        &self,
+        conn: &TcpStream,
+        bytes: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<(), EngineError> {
+        write_all(conn, [bytes, &[]], self.tally(counters), cancel).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send_copy(
+        &self,
+        conn: &TcpStream,
+        file: &Arc<File>,
+        offset: u64,
+        len: u64,
+        prefix: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<u64, EngineError> {
+        let t = self.tally(counters);
+        let end = offset + len;
+        let mut prefix = prefix;
+        let mut pos = offset;
+        let mut next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
+        while let Some(pending) = next.take() {
+            let (buf, n) = self.finish_read(pending, pos, t).await?;
+            let after = pos + n as u64;
+            // Double buffering: the read of the next chunk is under way (or
+            // done, if cached) while this one goes out.
+            if after < end {
+                next = Some(self.start_read(file, after, end - after, t, cancel).await?);
+            }
+            write_all(conn, [prefix, &buf[..n]], t, cancel).await?;
+            prefix = &[];
+            pos = after;
+        }
+        Ok(pos - offset)
+    }
+
+    /// Starts reading up to one buffer at `pos`: inline when the pages are
+    /// cached (`RWF_NOWAIT` never waits for the disk), else on a disk thread.
+    async fn start_read(
+        &self,
+        file: &Arc<File>,
+        pos: u64,
+        remaining: u64,
+        t: Tally<'_>,
+        cancel: &Cancel,
+    ) -> Result<PendingRead, EngineError> {
+        let mut buf = self.buffers().take();
+        let want = (buf.len() as u64).min(remaining) as usize;
+        if self.config().inline_cached_reads {
+            match fileio::pread_nowait(file.as_fd(), &mut buf[..want], pos) {
+                Ok(n) if n > 0 => {
+                    t.read_disk(n as u64);
+                    return Ok(PendingRead::Ready(buf, n));
+                }
+                Ok(_) => return Err(EngineError::ShortFile { at: pos }),
+                Err(_) => {} // not cached (or not supported): go to a disk thread
+            }
+        }
+        let f = Arc::clone(file);
+        let ticket = self
+            .inner
+            .disk
+            .submit(cancel, move || {
+                let r = read_full_at(&f, &mut buf[..want], pos);
+                (buf, r)
+            })
+            .await?;
+        Ok(PendingRead::Disk(ticket))
+    }
+
+    async fn finish_read(&self, p: PendingRead, pos: u64, t: Tally<'_>) -> Result<(PoolBuf, usize), EngineError> {
+        match p {
+            PendingRead::Ready(buf, n) => Ok((buf, n)),
+            PendingRead::Disk(ticket) => {
+                let (buf, r) = ticket.await?;
+                let n = r.map_err(EngineError::Disk)?;
+                t.disk_reads(1);
+                if n == 0 {
+                    return Err(EngineError::ShortFile { at: pos });
+                }
+                t.read_disk(n as u64);
+                Ok((buf, n))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send_sendfile(
+        &self,
+        conn: &TcpStream,
+        file: &Arc<File>,
+        offset: u64,
+        len: u64,
+        prefix: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<u64, EngineError> {
+        let t = self.tally(counters);
+        let cfg = self.config();
+        let end = offset + len;
+        let window = cfg.sendfile_prefetch.max(cfg.chunk_size).max(1) as u64;
+        // The prefix goes with MSG_MORE, so the kernel holds it back and
+        // coalesces it with the first sendfile bytes into full segments.
+        let mut rest = prefix;
+        while !rest.is_empty() {
+            check(cancel)?;
+            match conn.try_io(Interest::WRITABLE, || tcp::send_more(conn.as_fd(), rest)) {
+                Ok(n) => {
+                    t.sent(n as u64);
+                    t.send_calls(1);
+                    rest = &rest[n..];
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel).await?,
+                Err(e) => return Err(EngineError::Connection(e)),
+            }
+        }
+        let mut pos = offset;
+        let mut resident_until = offset;
+        let mut ahead: Option<(u64, Ticket<io::Result<u64>>)> = None;
+        while pos < end {
+            check(cancel)?;
+            if pos >= resident_until {
+                let wend = (pos + window).min(end);
+                match ahead.take() {
+                    Some((until, ticket)) if until == wend => self.finish_touch(ticket, t).await?,
+                    _ => {
+                        if !self.is_resident(file, pos, wend - pos) {
+                            let ticket = self.start_touch(file, pos, wend - pos, cancel).await?;
+                            self.finish_touch(ticket, t).await?;
+                        }
+                    }
+                }
+                resident_until = wend;
+                // Look one window ahead while this one is sent, unless the next
+                // window is already cached (the common warm case: no thread hop).
+                let nend = (wend + window).min(end);
+                if wend < end && !self.is_resident(file, wend, nend - wend) {
+                    ahead = Some((nend, self.start_touch(file, wend, nend - wend, cancel).await?));
+                }
+            }
+            let want = (resident_until - pos).min(cfg.chunk_size as u64) as usize;
+            let mut off = pos;
+            match conn.try_io(Interest::WRITABLE, || sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want)) {
+                Ok(0) => return Err(EngineError::ShortFile { at: pos }),
+                Ok(n) => {
+                    t.sent(n as u64);
+                    t.send_calls(1);
+                    pos += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel).await?,
+                Err(e) => return Err(EngineError::Connection(e)),
+            }
+        }
+        Ok(pos - offset)
+    }
+
+    /// True when `cachestat` says every page of the range is cached. Without
+    /// `cachestat` we cannot tell, so we say no and let a disk thread check.
+    fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
+        if !self.features().cachestat.is_supported() || len == 0 {
+            return len == 0;
+        }
+        let ps = fadvise::page_size() as u64;
+        let pages = (off + len - 1) / ps - off / ps + 1;
+        matches!(fadvise::cachestat(file.as_fd(), off, len), Ok(st) if st.cached_pages >= pages)
+    }
+
+    /// Off the loop: hint the kernel, then read the range through a scratch
+    /// buffer so every page is cached before `sendfile` touches it.
+    async fn start_touch(
+        &self,
+        file: &Arc<File>,
+        off: u64,
+        len: u64,
+        cancel: &Cancel,
+    ) -> Result<Ticket<io::Result<u64>>, EngineError> {
+        let f = Arc::clone(file);
+        let mut buf = self.buffers().take();
+        self.inner
+            .disk
+            .submit(cancel, move || {
+                let _ = fadvise::fadvise(f.as_fd(), off, len, fadvise::Advice::WillNeed);
+                let mut done = 0u64;
+                while done < len {
+                    let want = (buf.len() as u64).min(len - done) as usize;
+                    let n = read_full_at(&f, &mut buf[..want], off + done)?;
+                    if n == 0 {
+                        break;
+                    }
+                    done += n as u64;
+                }
+                Ok(done)
+            })
+            .await
+    }
+
+    async fn finish_touch(&self, ticket: Ticket<io::Result<u64>>, t: Tally<'_>) -> Result<(), EngineError> {
+        let n = ticket.await?.map_err(EngineError::Disk)?;
+        t.disk_reads(1);
+        t.read_disk(n);
+        Ok(())
+    }
+}
+
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+pub(crate) fn read_full_at(f: &File, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], pos + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn check(cancel: &Cancel) -> Result<(), EngineError> {
+    if cancel.is_cancelled() {
+        Err(EngineError::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// Waits until the socket is writable or the transfer is cancelled.
+async fn wait_writable(conn: &TcpStream, t: Tally<'_>, cancel: &Cancel) -> Result<(), EngineError> {
+    t.eagains(1);
+    t.wakeups(1);
+    tokio::select! {
+        r = conn.writable() => r.map_err(EngineError::Connection),
+        _ = cancel.cancelled() => Err(EngineError::Cancelled),
+    }
+}
+
+/// Writes both parts in full, in one `writev` per attempt.
+async fn write_all(conn: &TcpStream, mut parts: [&[u8]; 2], t: Tally<'_>, cancel: &Cancel) -> Result<(), EngineError> {
+    loop {
+        if parts[0].is_empty() {
+            parts = [parts[1], &[]];
+        }
+        if parts[0].is_empty() {
+            return Ok(());
+        }
+        check(cancel)?;
+        let iov = [IoSlice::new(parts[0]), IoSlice::new(parts[1])];
+        let n_iov = if parts[1].is_empty() { 1 } else { 2 };
+        match conn.try_write_vectored(&iov[..n_iov]) {
+            Ok(0) => return Err(EngineError::Connection(io::ErrorKind::WriteZero.into())),
+            Ok(mut n) => {
+                t.sent(n as u64);
+                t.send_calls(1);
+                let first = n.min(parts[0].len());
+                parts[0] = &parts[0][first..];
+                n -= first;
+                parts[1] = &parts[1][n..];
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel).await?,
+            Err(e) => return Err(EngineError::Connection(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EngineConfig;
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    pub(crate) fn pattern(len: usize) -> Vec<u8> {
+        (0..len as u64).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()
+    }
+
+    fn temp_file(data: &[u8]) -> Arc<File> {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(data).unwrap();
+        Arc::new(f)
+    }
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    fn engine(path: DataPath, inline: bool) -> Engine {
+        Engine::new(EngineConfig {
+            data_path: path,
+            // Small sizes so a few MiB exercise many chunks and windows.
+            chunk_size: 256 << 10,
+            read_buffer_size: 128 << 10,
+            sendfile_prefetch: 512 << 10,
+            inline_cached_reads: inline,
+            ..EngineConfig::default()
+        })
+    }
+
+    async fn send_and_collect(e: &Engine, data: &[u8], off: u64, len: u64, prefix: &[u8]) -> (Vec<u8>, Counters) {
+        let file = temp_file(data);
+        let (tx, mut rx) = pair().await;
+        e.prepare_socket(&tx);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let c = Counters::new();
+        let n = e.send_file(&tx, &file, off, len, prefix, &c, &Cancel::new()).await.unwrap();
+        assert_eq!(n, len);
+        drop(tx);
+        (reader.await.unwrap(), c)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_data_path_sends_the_exact_range() {
+        let data = pattern(3 << 20);
+        for (path, inline) in [(DataPath::Copy, true), (DataPath::Copy, false), (DataPath::Sendfile, true)] {
+            let e = engine(path, inline);
+            let (got, c) = send_and_collect(&e, &data, 12_345, 2_000_000, b"HDR").await;
+            assert_eq!(&got[..3], b"HDR", "{path} inline={inline}");
+            assert_eq!(&got[3..], &data[12_345..2_012_345], "{path} inline={inline}");
+            let s = c.snapshot();
+            assert_eq!(s.bytes_sent, 2_000_003);
+            assert!(s.send_calls >= 1);
+            assert_eq!(e.counters().bytes_sent, 2_000_003);
+            if path == DataPath::Copy {
+                assert_eq!(s.bytes_read_disk, 2_000_000);
+            }
+            if !inline {
+                assert!(s.disk_reads >= 2_000_000 / (128 << 10));
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sendfile_brings_cold_pages_in_off_the_loop() {
+        let data = pattern(2 << 20);
+        let file = temp_file(&data);
+        file.sync_all().unwrap();
+        fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
+        let e = engine(DataPath::Sendfile, true);
+        let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 2 << 20);
+        let (tx, mut rx) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let c = Counters::new();
+        e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new()).await.unwrap();
+        drop(tx);
+        assert_eq!(reader.await.unwrap(), data);
+        if cold {
+            // Every window was read through a disk thread before sendfile ran.
+            assert!(c.snapshot().disk_reads >= 1);
+            assert_eq!(c.snapshot().bytes_read_disk, 2 << 20);
+        }
+    }
+
+    #[tokio::test]
+    async fn zero_length_sends_only_the_prefix() {
+        let e = engine(DataPath::Copy, true);
+        let (got, _) = send_and_collect(&e, b"", 0, 0, b"EOD").await;
+        assert_eq!(got, b"EOD");
+    }
+
+    #[tokio::test]
+    async fn a_range_past_the_end_is_a_short_file() {
+        for path in [DataPath::Copy, DataPath::Sendfile] {
+            let e = engine(path, true);
+            let file = temp_file(&pattern(1000));
+            let (tx, _rx) = pair().await;
+            let r = e.send_file(&tx, &file, 500, 1000, &[], &Counters::new(), &Cancel::new()).await;
+            assert!(matches!(r, Err(EngineError::ShortFile { at: 1000 })), "{path}: {r:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_blocked_sender_stops_on_cancel() {
+        for path in [DataPath::Copy, DataPath::Sendfile] {
+            let e = engine(path, true);
+            let file = temp_file(&pattern(32 << 20));
+            // The peer never reads, so the sender ends up waiting for writability.
+            let (tx, _rx) = pair().await;
+            let cancel = Cancel::new();
+            let c2 = cancel.clone();
+            let counters = Arc::new(Counters::new());
+            let k = Arc::clone(&counters);
+            let e2 = e.clone();
+            let h = tokio::spawn(async move { e2.send_file(&tx, &file, 0, 32 << 20, &[], &k, &c2).await });
+            while counters.snapshot().wakeups == 0 {
+                tokio::task::yield_now().await;
+            }
+            cancel.cancel();
+            assert!(matches!(h.await.unwrap(), Err(EngineError::Cancelled)), "{path}");
+        }
+    }
+}

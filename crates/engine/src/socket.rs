@@ -1,0 +1,64 @@
+//! Applying the engine's socket tuning to a data connection.
+
+use std::os::fd::AsFd;
+
+use sluice_platform::tcp;
+use tokio::net::TcpStream;
+
+use crate::Engine;
+
+/// What was actually applied to one socket (effective values read back).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SocketSettings {
+    /// `TCP_NOTSENT_LOWAT` in force, if set.
+    pub notsent_lowat: Option<u32>,
+    /// Effective `SO_SNDBUF` in bytes.
+    pub send_buffer: usize,
+    /// Effective `SO_RCVBUF` in bytes.
+    pub recv_buffer: usize,
+    /// Congestion control in use.
+    pub congestion: String,
+}
+
+impl Engine {
+    /// Applies the configured socket options to a data connection. An option
+    /// the kernel refuses is logged and skipped (degrade, do not fail).
+    pub fn prepare_socket(&self, conn: &TcpStream) -> SocketSettings {
+        let cfg = self.config();
+        let fd = conn.as_fd();
+        let mut out = SocketSettings::default();
+        let _ = conn.set_nodelay(true);
+        if let Some(lowat) = cfg.notsent_lowat {
+            if self.features().notsent_lowat.is_supported() {
+                match tcp::set_notsent_lowat(fd, lowat) {
+                    Ok(()) => out.notsent_lowat = Some(lowat),
+                    Err(e) => tracing::debug!("TCP_NOTSENT_LOWAT refused: {e}"),
+                }
+            }
+        }
+        if let Some(b) = cfg.send_buffer {
+            if let Err(e) = tcp::set_send_buffer(fd, b) {
+                tracing::debug!("SO_SNDBUF refused: {e}");
+            }
+        }
+        if let Some(b) = cfg.recv_buffer {
+            if let Err(e) = tcp::set_recv_buffer(fd, b) {
+                tracing::debug!("SO_RCVBUF refused: {e}");
+            }
+        }
+        if let Some(rate) = cfg.max_pacing_rate {
+            if let Err(e) = tcp::set_max_pacing_rate(fd, rate) {
+                tracing::debug!("SO_MAX_PACING_RATE refused: {e}");
+            }
+        }
+        if let Some(cc) = &cfg.congestion {
+            if let Err(e) = tcp::set_congestion(fd, cc) {
+                tracing::warn!("congestion control {cc:?} refused: {e}");
+            }
+        }
+        out.send_buffer = tcp::send_buffer(fd).unwrap_or(0);
+        out.recv_buffer = tcp::recv_buffer(fd).unwrap_or(0);
+        out.congestion = tcp::congestion(fd).unwrap_or_default();
+        out
+    }
+}

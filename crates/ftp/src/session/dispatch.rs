@@ -1,0 +1,483 @@
+//! One parsed command in, replies and actions out.
+
+use std::net::SocketAddr;
+
+use super::{
+    Action, Answer, Change, ChecksumAlgorithm, DataSetup, ListFormat, Pending, Query, Session,
+    State, StoreKind, Transfer,
+};
+use crate::command::{Command, Dcau, Epsv, Opts, Prot, Restart, TransferMode, TransferType};
+use crate::limits::{MAX_OFFSET, MAX_PARALLELISM};
+use crate::path::{PathError, VirtualPath};
+use crate::reply::{quote_257, Reply, ReplyCode as C};
+
+/// FEAT lines (RFC 2389), GridFTP ones as globus-gridftp-server lists them.
+const FEATURES: &[&str] = &[
+    "UTF8",
+    "SIZE",
+    "MDTM",
+    "REST STREAM",
+    "MLST type*;size*;modify*;perm*;UNIX.mode*;",
+    "EPSV",
+    "EPRT",
+    "TVFS",
+    "PARALLEL",
+    "ERET",
+    "ESTO",
+    "SBUF",
+    "DCAU",
+    "CKSM ADLER32;MD5;SHA256;",
+];
+
+const HELP_LINES: &[&str] = &[
+    "The following commands are recognized.",
+    "ABOR APPE CDUP CKSM CWD DCAU DELE EPRT EPSV ERET ESTO FEAT HELP LIST MDTM",
+    "MKD MLSD MLST MODE NLST NOOP OPTS PASS PASV PBSZ PORT PROT PWD QUIT REST",
+    "RETR RMD RNFR RNTO SBUF SIZE STAT STOR STRU SYST TYPE USER",
+    "Help OK.",
+];
+
+impl Session {
+    pub(super) fn handle_command(&mut self, cmd: Command) {
+        // Mid-transfer only ABOR, STAT, NOOP and QUIT get here.
+        if let State::AwaitTransfer(t) = &mut self.state {
+            match cmd {
+                Command::Abor => {
+                    if !t.abort_requested {
+                        t.abort_requested = true;
+                        self.actions.push_back(Action::Abort);
+                    }
+                }
+                Command::Quit => {
+                    t.quit_after = true;
+                    if !t.abort_requested {
+                        t.abort_requested = true;
+                        self.actions.push_back(Action::Abort);
+                    }
+                }
+                Command::Stat(_) => self.reply(C::SYSTEM_STATUS, "Transfer in progress."),
+                _ => self.reply(C::OK, "NOOP ok."),
+            }
+            return;
+        }
+        if !matches!(cmd, Command::Rnto(_)) {
+            // RNTO must follow RNFR directly.
+            if !matches!(cmd, Command::Rnfr(_)) {
+                self.rename_from = None;
+            }
+        }
+        match cmd {
+            Command::User(u) => self.user(u),
+            Command::Pass(p) => match std::mem::replace(&mut self.state, State::AwaitUser) {
+                State::AwaitPass { user } => {
+                    self.state = State::AwaitLogin;
+                    self.actions.push_back(Action::Authenticate { user, pass: p });
+                }
+                State::Ready => {
+                    self.state = State::Ready;
+                    self.reply(C::LOGGED_IN, "Already logged in.");
+                }
+                other => {
+                    self.state = other;
+                    self.reply(C::BAD_SEQUENCE, "Login with USER first.");
+                }
+            },
+            Command::Quit => {
+                self.reply(C::CLOSING, "Goodbye.");
+                self.close();
+            }
+            Command::Feat => {
+                let mut lines = vec!["Extensions supported:".to_string()];
+                lines.extend(FEATURES.iter().map(|f| f.to_string()));
+                lines.push("End.".into());
+                self.push(&Reply::multi(C::SYSTEM_STATUS, lines));
+            }
+            Command::Syst => self.reply(C::SYSTEM_TYPE, "UNIX Type: L8"),
+            Command::Noop => self.reply(C::OK, "NOOP ok."),
+            Command::Help(_) => {
+                self.push(&Reply::multi(C::HELP, HELP_LINES.iter().map(|s| s.to_string()).collect()))
+            }
+            Command::Opts(Opts::Utf8(_)) => self.reply(C::OK, "Always in UTF8 mode."),
+            Command::Abor if self.login.is_some() => {
+                self.reply(C::DATA_OPEN_NO_TRANSFER, "No transfer to ABOR.")
+            }
+            _ if self.login.is_none() => {
+                self.reply(C::NOT_LOGGED_IN, "Please login with USER and PASS.")
+            }
+            cmd => self.logged_in(cmd),
+        }
+    }
+
+    fn user(&mut self, user: String) {
+        if self.login.is_some() {
+            self.reply(C::NOT_LOGGED_IN, "Can't change to another user.");
+            return;
+        }
+        // The same 331 for every name, so replies do not tell which exist.
+        self.state = State::AwaitPass { user };
+        self.reply(C::NEED_PASSWORD, "Please specify the password.");
+    }
+
+    fn logged_in(&mut self, cmd: Command) {
+        match cmd {
+            Command::Acct(_) => self.reply(C::SUPERFLUOUS, "ACCT not needed."),
+            Command::Opts(Opts::Retr(o)) => {
+                if let Some(p) = o.parallelism {
+                    self.parallelism = p.start.clamp(1, MAX_PARALLELISM);
+                }
+                for (k, v) in &o.other {
+                    if k.eq_ignore_ascii_case("markers") {
+                        if let Ok(n) = v.trim().parse::<u32>() {
+                            self.set_marker_secs(n);
+                        }
+                    }
+                }
+                self.reply(C::OK, "OPTS Command Successful.");
+            }
+            Command::Opts(Opts::Other { .. }) => self.reply(C::BAD_ARGUMENTS, "Option not understood."),
+            Command::Type(t) => {
+                self.ascii = t == TransferType::Ascii;
+                let text = if self.ascii { "Switching to ASCII mode." } else { "Switching to Binary mode." };
+                self.reply(C::OK, text);
+            }
+            Command::Mode(m) => {
+                self.mode = m;
+                self.reply(C::OK, "Mode set.");
+            }
+            Command::Stru => self.reply(C::OK, "Structure set to F."),
+            Command::Allo(_) => self.reply(C::SUPERFLUOUS, "ALLO command ignored."),
+            Command::Pwd => {
+                let text = format!("{} is the current directory", quote_257(self.cwd.as_str()));
+                self.reply(C::PATHNAME, &text);
+            }
+            Command::Cwd(p) => self.query(&p, Query::ChangeDir),
+            Command::Cdup => {
+                let parent = self.cwd.parent();
+                self.ask(parent, Query::ChangeDir);
+            }
+            Command::Size(p) => self.query(&p, Query::Size),
+            Command::Mdtm(p) => self.query(&p, Query::Modified),
+            Command::Mlst(p) => self.query(p.as_deref().unwrap_or(""), Query::Facts),
+            Command::Stat(None) => self.status(),
+            Command::Stat(Some(p)) => self.query(strip_ls_flags(&p), Query::Status),
+            Command::Rest(Restart::Offset(n)) => {
+                if n > MAX_OFFSET {
+                    self.reply(C::BAD_ARGUMENTS, "Bad REST offset.");
+                } else {
+                    self.rest = Some(n);
+                    let text = format!("Restarting at {n}. Send STOR or RETR.");
+                    self.reply(C::PENDING, &text);
+                }
+            }
+            Command::Rest(Restart::Ranges(_)) => {
+                self.reply(C::PARAMETER_NOT_IMPLEMENTED, "REST ranges not supported; use ERET.")
+            }
+            Command::Pasv => self.passive(false),
+            Command::Epsv(Epsv::All) => {
+                self.epsv_all = true;
+                self.reply(C::OK, "EPSV ALL ok.");
+            }
+            Command::Epsv(Epsv::Protocol(p)) if p != self.family() => {
+                let text = format!("Network protocol not supported, use ({}).", self.family());
+                self.reply(C::BAD_NETWORK_PROTOCOL, &text);
+            }
+            Command::Epsv(_) => self.passive(true),
+            Command::Port(a) => self.active(SocketAddr::V4(a)),
+            Command::Eprt(a) => self.active(a),
+            Command::Spas | Command::Spor(_) => self.reply(C::NOT_IMPLEMENTED, "Striping not supported."),
+            Command::Sbuf(n) => {
+                self.buffer = Some(n);
+                self.reply(C::OK, "SBUF Command Successful.");
+            }
+            Command::Dcau(Dcau::None) => self.reply(C::OK, "DCAU N ok."),
+            Command::Dcau(_) => {
+                self.reply(C::PARAMETER_NOT_IMPLEMENTED, "Only DCAU N is supported (no GSI).")
+            }
+            Command::Prot(Prot::Clear) => self.reply(C::OK, "PROT C ok."),
+            Command::Prot(_) => self.reply(PROT_NOT_SUPPORTED, "Only PROT C is supported."),
+            Command::Pbsz(_) => self.reply(C::OK, "PBSZ=0"),
+            Command::Site(_) => self.reply(C::NOT_IMPLEMENTED, "SITE command not supported."),
+            Command::List(p) => self.list(p, ListFormat::Long),
+            Command::Nlst(p) => self.list(p, ListFormat::Names),
+            Command::Mlsd(p) => self.list(p, ListFormat::Machine),
+            Command::Retr(p) => {
+                let offset = self.rest.take().unwrap_or(0);
+                self.retr(&p, offset, None);
+            }
+            Command::Eret { offset, length, path } => {
+                self.rest = None;
+                self.retr(&path, offset, Some(length));
+            }
+            Command::Stor(p) => {
+                let kind = match self.rest.take() {
+                    None | Some(0) => StoreKind::Replace,
+                    Some(n) => StoreKind::Restart(n),
+                };
+                self.stor(&p, kind);
+            }
+            Command::Appe(p) => {
+                self.rest = None;
+                self.stor(&p, StoreKind::Append);
+            }
+            Command::Esto { offset, path } => {
+                self.rest = None;
+                self.stor(&path, StoreKind::Adjusted(offset));
+            }
+            Command::Dele(p) => self.change(&p, Change::Delete),
+            Command::Mkd(p) => self.change(&p, Change::Mkdir),
+            Command::Rmd(p) => self.change(&p, Change::Rmdir),
+            Command::Rnfr(p) => {
+                if self.writable() {
+                    if let Some(path) = self.resolve(&p) {
+                        self.rename_from = Some(path.clone());
+                        self.ask(path, Query::Exists);
+                    }
+                }
+            }
+            Command::Rnto(p) => match self.rename_from.take() {
+                None => self.reply(C::BAD_SEQUENCE, "RNFR required first."),
+                Some(from) => self.change(&p, |to| Change::Rename { from, to }),
+            },
+            Command::Cksm { algorithm, offset, length, path } => {
+                let Some(alg) = ChecksumAlgorithm::from_name(&algorithm) else {
+                    self.reply(C::PARAMETER_NOT_IMPLEMENTED, "Checksum algorithm not supported.");
+                    return;
+                };
+                if let Some(path) = self.resolve(&path) {
+                    self.state = State::AwaitResult(Pending::Checksum);
+                    self.actions.push_back(Action::Checksum { algorithm: alg, path, offset, len: length });
+                }
+            }
+            Command::Unknown(_) => self.reply(C::NOT_IMPLEMENTED, "Command not implemented."),
+            // Handled before login too; listed for exhaustiveness.
+            Command::User(_)
+            | Command::Pass(_)
+            | Command::Quit
+            | Command::Feat
+            | Command::Syst
+            | Command::Noop
+            | Command::Help(_)
+            | Command::Abor
+            | Command::Opts(Opts::Utf8(_)) => self.reply(C::BAD_SEQUENCE, "Bad sequence of commands."),
+        }
+    }
+
+    /// The answer to a `Query`/`Change`/`Checksum` that succeeded.
+    pub(super) fn answer(&mut self, pending: Pending, answer: Answer) {
+        match (pending, answer) {
+            (Pending::Query { path, query: Query::ChangeDir }, Answer::Done) => {
+                self.cwd = path;
+                self.reply(C::FILE_ACTION_OK, "Directory successfully changed.");
+            }
+            (Pending::Query { query: Query::Exists, .. }, Answer::Done) => {
+                self.reply(C::PENDING, "Ready for RNTO.")
+            }
+            (Pending::Query { query: Query::Size, .. }, Answer::Size(n)) => {
+                self.reply(C::FILE_STATUS, &n.to_string())
+            }
+            (Pending::Query { query: Query::Modified, .. }, Answer::Modified(t)) => {
+                self.reply(C::FILE_STATUS, &crate::listing::mdtm(t.min(i64::MAX as u64) as i64))
+            }
+            (Pending::Query { query: Query::Facts, .. }, Answer::Facts(f)) => {
+                let lines = vec!["Listing".to_string(), f, "End".to_string()];
+                self.push(&Reply::multi(C::FILE_ACTION_OK, lines));
+            }
+            (Pending::Query { query: Query::Status, .. }, Answer::Lines(l)) => {
+                let mut lines = vec!["Status follows:".to_string()];
+                lines.extend(l);
+                lines.push("End of status".into());
+                self.push(&Reply::multi(C::FILE_STATUS, lines));
+            }
+            (Pending::Change(Change::Mkdir(p)), Answer::Done) => {
+                let text = format!("{} created", quote_257(p.as_str()));
+                self.reply(C::PATHNAME, &text);
+            }
+            (Pending::Change(Change::Rmdir(_)), Answer::Done) => {
+                self.reply(C::FILE_ACTION_OK, "Remove directory operation successful.")
+            }
+            (Pending::Change(Change::Delete(_)), Answer::Done) => {
+                self.reply(C::FILE_ACTION_OK, "Delete operation successful.")
+            }
+            (Pending::Change(Change::Rename { .. }), Answer::Done) => {
+                self.reply(C::FILE_ACTION_OK, "Rename successful.")
+            }
+            (Pending::Checksum, Answer::Checksum(hex)) => self.reply(C::FILE_STATUS, &hex),
+            // The shell answered a different question: our bug, not the
+            // peer's. Say so without detail and carry on.
+            _ => self.reply(C::LOCAL_ERROR, "Internal error."),
+        }
+    }
+
+    fn status(&mut self) {
+        let lines = vec![
+            "Sluice FTP server status:".to_string(),
+            format!("Connected from {}", self.config.peer_addr.ip()),
+            format!("TYPE: {}", if self.ascii { "ASCII" } else { "BINARY" }),
+            format!(
+                "MODE: {}",
+                if self.mode == TransferMode::Stream { "Stream" } else { "Extended block" }
+            ),
+            "End of status".to_string(),
+        ];
+        self.push(&Reply::multi(C::SYSTEM_STATUS, lines));
+    }
+
+    fn writable(&mut self) -> bool {
+        if self.login.is_some_and(|l| l.writable) {
+            true
+        } else {
+            self.reply(C::FILE_UNAVAILABLE, "Permission denied.");
+            false
+        }
+    }
+
+    /// Resolves a client path, replying on failure.
+    fn resolve(&mut self, arg: &str) -> Option<VirtualPath> {
+        match self.cwd.resolve(arg) {
+            Ok(p) => Some(p),
+            Err(PathError::TooLong) => {
+                self.reply(C::BAD_FILE_NAME, "File name too long.");
+                None
+            }
+            Err(PathError::Nul) => {
+                self.reply(C::BAD_FILE_NAME, "File name not allowed.");
+                None
+            }
+        }
+    }
+
+    fn query(&mut self, arg: &str, query: Query) {
+        if let Some(path) = self.resolve(arg) {
+            self.ask(path, query);
+        }
+    }
+
+    fn ask(&mut self, path: VirtualPath, query: Query) {
+        self.state = State::AwaitResult(Pending::Query { path: path.clone(), query });
+        self.actions.push_back(Action::Query { path, query });
+    }
+
+    fn change(&mut self, arg: &str, make: impl FnOnce(VirtualPath) -> Change) {
+        if !self.writable() {
+            return;
+        }
+        let Some(path) = self.resolve(arg) else { return };
+        if path.is_root() {
+            self.reply(C::FILE_UNAVAILABLE, "Permission denied.");
+            return;
+        }
+        let change = make(path);
+        self.state = State::AwaitResult(Pending::Change(change.clone()));
+        self.actions.push_back(Action::Change(change));
+    }
+
+    /// IP family number as RFC 2428 writes it.
+    fn family(&self) -> u8 {
+        if self.config.local_addr.is_ipv4() {
+            1
+        } else {
+            2
+        }
+    }
+
+    fn passive(&mut self, extended: bool) {
+        if self.epsv_all && !extended {
+            self.reply(C::BAD_SEQUENCE, "EPSV ALL in effect; use EPSV.");
+            return;
+        }
+        self.state = State::AwaitPassive { extended };
+        self.actions.push_back(Action::OpenPassive { extended });
+    }
+
+    fn active(&mut self, addr: SocketAddr) {
+        if self.epsv_all {
+            self.reply(C::BAD_SEQUENCE, "EPSV ALL in effect; use EPSV.");
+            return;
+        }
+        let foreign_ok = self.login.is_some_and(|l| l.allow_foreign_data_host);
+        let same_host = canonical(addr) == canonical(self.config.peer_addr);
+        // vsftpd's rule: no FTP bounce. Data goes to the control peer, to
+        // an unprivileged port, unless third-party transfers are allowed.
+        if !foreign_ok && (!same_host || addr.port() < 1024) {
+            self.reply(C::BAD_ARGUMENTS, "Data connection only to your own address, port >= 1024.");
+            return;
+        }
+        if self.data == DataSetup::Passive {
+            self.actions.push_back(Action::ClosePassive);
+        }
+        self.data = DataSetup::Active(addr);
+        self.reply(C::OK, "PORT command successful. Consider using PASV.");
+    }
+
+    fn list(&mut self, arg: Option<String>, format: ListFormat) {
+        let arg = arg.as_deref().map(strip_ls_flags).unwrap_or("");
+        let Some(path) = self.resolve(arg) else { return };
+        let Some(data) = self.data_spec() else {
+            self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
+            return;
+        };
+        self.begin_transfer();
+        self.actions.push_back(Action::List { path, format, data });
+    }
+
+    fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>) {
+        let Some(path) = self.resolve(arg) else { return };
+        let Some(data) = self.data_spec() else {
+            self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
+            return;
+        };
+        self.begin_transfer();
+        self.actions.push_back(Action::StartRetr { path, offset, len, data });
+    }
+
+    fn stor(&mut self, arg: &str, kind: StoreKind) {
+        if !self.writable() {
+            return;
+        }
+        let Some(path) = self.resolve(arg) else { return };
+        if path.is_root() {
+            self.reply(C::BAD_FILE_NAME, "File name not allowed.");
+            return;
+        }
+        let Some(data) = self.data_spec() else {
+            self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
+            return;
+        };
+        self.begin_transfer();
+        self.actions.push_back(Action::StartStor { path, kind, data });
+    }
+
+    fn begin_transfer(&mut self) {
+        self.state = State::AwaitTransfer(Transfer {
+            started: false,
+            abort_requested: false,
+            quit_after: false,
+        });
+    }
+}
+
+/// 536 (RFC 2228: "Requested PROT level not supported by mechanism").
+const PROT_NOT_SUPPORTED: C = C(536);
+
+/// IPv4-mapped IPv6 peers compare equal to their IPv4 form.
+fn canonical(a: SocketAddr) -> std::net::IpAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => std::net::IpAddr::V6(*v6.ip()),
+        },
+        SocketAddr::V4(v4) => std::net::IpAddr::V4(*v4.ip()),
+    }
+}
+
+/// `LIST -la dir` -> `dir`: many clients pass ls flags; we ignore them.
+fn strip_ls_flags(arg: &str) -> &str {
+    let mut rest = arg.trim_start();
+    while rest.starts_with('-') {
+        match rest.find(' ') {
+            Some(i) => rest = rest[i..].trim_start(),
+            None => return "",
+        }
+    }
+    rest
+}

@@ -1,0 +1,370 @@
+//! In-memory session tests: command bytes in, replies and actions out.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::command::TransferMode;
+
+fn config() -> SessionConfig {
+    SessionConfig {
+        local_addr: "127.0.0.1:2121".parse().unwrap(),
+        peer_addr: "127.0.0.1:40000".parse().unwrap(),
+        idle_timeout: Duration::from_secs(300),
+        greeting: "Sluice ready.".into(),
+    }
+}
+
+struct T {
+    s: Session,
+    now: Instant,
+}
+
+impl T {
+    fn new() -> T {
+        let mut t = T { s: Session::new(config()), now: Instant::now() };
+        assert_eq!(t.out(), "220 Sluice ready.\r\n");
+        t
+    }
+
+    fn logged_in(writable: bool) -> T {
+        let mut t = T::new();
+        t.send("USER anonymous\r\nPASS x@y\r\n");
+        assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
+        t.s.handle_login(Some(LoginGrant { writable, allow_foreign_data_host: false }));
+        assert!(t.out().starts_with("331 "));
+        t
+    }
+
+    fn send(&mut self, text: &str) -> usize {
+        self.s.handle_input(self.now, text.as_bytes()).unwrap()
+    }
+
+    fn out(&mut self) -> String {
+        let mut v = Vec::new();
+        self.s.poll_output(&mut v);
+        String::from_utf8(v).unwrap()
+    }
+
+    fn action(&mut self) -> Option<Action> {
+        self.s.poll_action()
+    }
+
+    fn passive(&mut self) {
+        self.send("EPSV\r\n");
+        assert_eq!(self.action(), Some(Action::OpenPassive { extended: true }));
+        self.s.handle_passive(Some("127.0.0.1:50000".parse().unwrap()));
+        assert_eq!(self.out(), "229 Entering Extended Passive Mode (|||50000|).\r\n");
+    }
+}
+
+#[test]
+fn login_flow_and_530_before_login() {
+    let mut t = T::new();
+    t.send("RETR x\r\nCWD /\r\nPASS nope\r\n");
+    assert_eq!(
+        t.out(),
+        "530 Please login with USER and PASS.\r\n530 Please login with USER and PASS.\r\n503 Login with USER first.\r\n"
+    );
+    t.send("USER bob\r\n");
+    assert_eq!(t.out(), "331 Please specify the password.\r\n");
+    t.send("PASS secret\r\n");
+    match t.action() {
+        Some(Action::Authenticate { user, pass }) => {
+            assert_eq!(user, "bob");
+            assert_eq!(pass.as_bytes(), b"secret");
+            // The password never shows in Debug output (and so in logs).
+            assert!(!format!("{pass:?}").contains("secret"));
+        }
+        other => panic!("{other:?}"),
+    }
+    t.s.handle_login(None);
+    assert_eq!(t.out(), "530 Login incorrect.\r\n");
+    t.send("USER anonymous\r\nPASS a\r\n");
+    assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
+    t.s.handle_login(Some(LoginGrant { writable: false, allow_foreign_data_host: false }));
+    assert_eq!(t.out(), "331 Please specify the password.\r\n230 Login successful.\r\n");
+    t.send("PWD\r\n");
+    assert_eq!(t.out(), "257 \"/\" is the current directory\r\n");
+}
+
+#[test]
+fn too_many_login_failures_close() {
+    let mut t = T::new();
+    for _ in 0..MAX_LOGIN_FAILURES {
+        t.send("USER x\r\nPASS y\r\n");
+        assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
+        t.s.handle_login(None);
+    }
+    assert!(t.out().ends_with("421 Too many login failures.\r\n"));
+    assert_eq!(t.action(), Some(Action::Close));
+    assert!(t.s.is_closed());
+}
+
+#[test]
+fn commands_wait_while_an_action_is_outstanding() {
+    let mut t = T::logged_in(false);
+    let input = "CWD sub\r\nPWD\r\n";
+    let used = t.send(input);
+    assert_eq!(used, "CWD sub\r\n".len());
+    assert_eq!(
+        t.action(),
+        Some(Action::Query { path: VirtualPath::root().resolve("/sub").unwrap(), query: Query::ChangeDir })
+    );
+    t.s.handle_result(Ok(Answer::Done));
+    assert_eq!(t.out(), "250 Directory successfully changed.\r\n");
+    t.send("PWD\r\nCDUP\r\n");
+    assert_eq!(t.out(), "257 \"/sub\" is the current directory\r\n");
+    assert!(matches!(t.action(), Some(Action::Query { query: Query::ChangeDir, .. })));
+    t.s.handle_result(Err(OpError::NotFound));
+    assert_eq!(t.out(), "550 No such file or directory.\r\n");
+}
+
+#[test]
+fn dotdot_never_leaves_root() {
+    let mut t = T::logged_in(false);
+    t.send("SIZE ../../etc/passwd\r\n");
+    assert_eq!(
+        t.action(),
+        Some(Action::Query { path: VirtualPath::root().resolve("/etc/passwd").unwrap(), query: Query::Size })
+    );
+    t.s.handle_result(Ok(Answer::Size(42)));
+    assert_eq!(t.out(), "213 42\r\n");
+}
+
+#[test]
+fn retr_needs_a_data_channel() {
+    let mut t = T::logged_in(false);
+    t.send("RETR file\r\n");
+    assert_eq!(t.out(), "425 Use PORT or PASV first.\r\n");
+    assert_eq!(t.action(), None);
+}
+
+#[test]
+fn passive_retr_with_rest_then_226() {
+    let mut t = T::logged_in(false);
+    t.passive();
+    t.send("TYPE I\r\nREST 100\r\nRETR f\r\n");
+    assert_eq!(t.out(), "200 Switching to Binary mode.\r\n350 Restarting at 100. Send STOR or RETR.\r\n");
+    match t.action() {
+        Some(Action::StartRetr { path, offset, len, data }) => {
+            assert_eq!(path.as_str(), "/f");
+            assert_eq!(offset, 100);
+            assert_eq!(len, None);
+            assert_eq!(data.channel, DataChannel::Passive);
+            assert_eq!(data.parallelism, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    t.s.handle_transfer_started(Some(900));
+    assert_eq!(t.out(), "150 Opening BINARY mode data connection (900 bytes).\r\n");
+    t.s.handle_transfer_done(t.now, Ok(900));
+    assert_eq!(t.out(), "226 Transfer complete.\r\n");
+    // The passive channel is used up; REST is consumed.
+    t.send("RETR f\r\n");
+    assert_eq!(t.out(), "425 Use PORT or PASV first.\r\n");
+}
+
+#[test]
+fn rest_beyond_eof_and_missing_file_get_replies() {
+    let mut t = T::logged_in(false);
+    t.passive();
+    t.send("REST 999999\r\nRETR f\r\n");
+    t.out();
+    assert!(matches!(t.action(), Some(Action::StartRetr { offset: 999999, .. })));
+    t.s.handle_transfer_done(t.now, Err(OpError::OffsetBeyondEof));
+    assert_eq!(t.out(), "554 Restart offset beyond end of file.\r\n");
+    t.passive();
+    t.send("RETR dir\r\n");
+    t.action();
+    t.s.handle_transfer_done(t.now, Err(OpError::NotAFile));
+    assert_eq!(t.out(), "550 Not a plain file.\r\n");
+    t.send("NOOP\r\n");
+    assert_eq!(t.out(), "200 NOOP ok.\r\n");
+}
+
+#[test]
+fn abor_during_transfer() {
+    let mut t = T::logged_in(false);
+    t.passive();
+    t.send("RETR f\r\n");
+    t.action();
+    t.s.handle_transfer_started(None);
+    t.out();
+    // PWD waits; ABOR is taken at once.
+    let used = t.send("PWD\r\n");
+    assert_eq!(used, 0);
+    t.send("ABOR\r\n");
+    assert_eq!(t.action(), Some(Action::Abort));
+    t.s.handle_transfer_done(t.now, Err(OpError::Aborted));
+    assert_eq!(t.out(), "426 Transfer aborted.\r\n226 ABOR successful.\r\n");
+    t.send("ABOR\r\n");
+    assert_eq!(t.out(), "225 No transfer to ABOR.\r\n");
+}
+
+#[test]
+fn port_bounce_is_refused() {
+    let mut t = T::logged_in(false);
+    t.send("PORT 10,0,0,1,200,10\r\n");
+    assert!(t.out().starts_with("501 "));
+    t.send("PORT 127,0,0,1,0,21\r\n");
+    assert!(t.out().starts_with("501 "));
+    t.send("EPRT |1|127.0.0.1|50000|\r\n");
+    assert!(t.out().starts_with("200 "));
+    t.send("PORT 1,2,3\r\n");
+    assert!(t.out().starts_with("501 "));
+    t.send("MODE E\r\nOPTS RETR Parallelism=4,4,4;\r\nRETR f\r\n");
+    assert_eq!(t.out(), "200 Mode set.\r\n200 OPTS Command Successful.\r\n");
+    match t.action() {
+        Some(Action::StartRetr { data, .. }) => {
+            let want: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+            assert_eq!(data.channel, DataChannel::Active(want));
+            assert_eq!(data.mode, TransferMode::ExtendedBlock);
+            assert_eq!(data.parallelism, 4);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn foreign_host_allowed_when_granted() {
+    let mut t = T::new();
+    t.send("USER u\r\nPASS p\r\n");
+    t.action();
+    t.s.handle_login(Some(LoginGrant { writable: false, allow_foreign_data_host: true }));
+    t.out();
+    t.send("PORT 10,0,0,1,0,80\r\n");
+    assert!(t.out().starts_with("200 "));
+}
+
+#[test]
+fn writes_need_a_writable_login() {
+    let mut t = T::logged_in(false);
+    t.passive();
+    t.send("STOR f\r\nDELE f\r\nMKD d\r\nRNFR a\r\nRNTO b\r\n");
+    assert_eq!(
+        t.out(),
+        "550 Permission denied.\r\n550 Permission denied.\r\n550 Permission denied.\r\n550 Permission denied.\r\n503 RNFR required first.\r\n"
+    );
+    assert_eq!(t.action(), None);
+}
+
+#[test]
+fn uploads_and_renames_when_writable() {
+    let mut t = T::logged_in(true);
+    t.passive();
+    t.send("APPE f\r\n");
+    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Append, .. })));
+    t.s.handle_transfer_done(t.now, Err(OpError::NoSpace));
+    assert_eq!(t.out(), "452 Insufficient storage space.\r\n");
+    t.send("RNFR a\r\n");
+    assert!(matches!(t.action(), Some(Action::Query { query: Query::Exists, .. })));
+    t.s.handle_result(Ok(Answer::Done));
+    t.send("RNTO b\r\n");
+    match t.action() {
+        Some(Action::Change(Change::Rename { from, to })) => {
+            assert_eq!((from.as_str(), to.as_str()), ("/a", "/b"));
+        }
+        other => panic!("{other:?}"),
+    }
+    t.s.handle_result(Ok(Answer::Done));
+    assert_eq!(t.out(), "350 Ready for RNTO.\r\n250 Rename successful.\r\n");
+    t.send("MKD /x/y\r\n");
+    t.action();
+    t.s.handle_result(Ok(Answer::Done));
+    assert_eq!(t.out(), "257 \"/x/y\" created\r\n");
+    t.passive();
+    t.send("ESTO A 10 f\r\n");
+    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Adjusted(10), .. })));
+}
+
+#[test]
+fn line_too_long_closes() {
+    let mut t = T::new();
+    let long = vec![b'A'; crate::limits::MAX_LINE + 10];
+    assert_eq!(t.s.handle_input(t.now, &long), Err(SessionError::LineTooLong));
+    assert_eq!(t.out(), "500 Input line too long.\r\n");
+    assert_eq!(t.action(), Some(Action::Close));
+    assert_eq!(t.s.handle_input(t.now, b"NOOP\r\n"), Err(SessionError::Closed));
+}
+
+#[test]
+fn unknown_and_malformed_commands_keep_the_session() {
+    let mut t = T::logged_in(false);
+    t.send("XYZZY\r\nTYPE Q\r\nCKSM CRC99 0 -1 f\r\nDCAU A\r\nDCAU N\r\nSBUF 1048576\r\nNOOP\r\n");
+    let out = t.out();
+    let codes: Vec<&str> = out.lines().map(|l| &l[..3]).collect();
+    assert_eq!(codes, vec!["502", "501", "504", "504", "200", "200", "200"]);
+}
+
+#[test]
+fn checksum_and_mdtm_and_mlst() {
+    let mut t = T::logged_in(false);
+    t.send("CKSM SHA256 0 -1 f\r\n");
+    assert!(matches!(
+        t.action(),
+        Some(Action::Checksum { algorithm: ChecksumAlgorithm::Sha256, offset: 0, len: None, .. })
+    ));
+    t.s.handle_result(Ok(Answer::Checksum("abcd".into())));
+    assert_eq!(t.out(), "213 abcd\r\n");
+    t.send("MDTM f\r\n");
+    t.action();
+    t.s.handle_result(Ok(Answer::Modified(0)));
+    assert_eq!(t.out(), "213 19700101000000\r\n");
+    t.send("MLST f\r\n");
+    t.action();
+    t.s.handle_result(Ok(Answer::Facts("type=file;size=1; f".into())));
+    assert_eq!(t.out(), "250-Listing\r\n type=file;size=1; f\r\n250 End\r\n");
+    // A mismatched answer is our bug: 451, and the session goes on.
+    t.send("SIZE f\r\n");
+    t.action();
+    t.s.handle_result(Ok(Answer::Done));
+    assert_eq!(t.out(), "451 Internal error.\r\n");
+}
+
+#[test]
+fn idle_timeout_closes_and_spurious_timeout_does_nothing() {
+    let mut t = T::logged_in(false);
+    let deadline = t.s.poll_timeout().unwrap();
+    t.s.handle_timeout(deadline - Duration::from_secs(1));
+    assert_eq!(t.out(), "");
+    t.s.handle_timeout(deadline);
+    assert_eq!(t.out(), "421 Timeout.\r\n");
+    assert_eq!(t.action(), Some(Action::Close));
+}
+
+#[test]
+fn no_idle_timeout_during_transfer_and_quit_after() {
+    let mut t = T::logged_in(false);
+    t.passive();
+    t.send("LIST -la\r\n");
+    assert!(matches!(t.action(), Some(Action::List { format: ListFormat::Long, .. })));
+    assert_eq!(t.s.poll_timeout(), None);
+    t.send("QUIT\r\n");
+    assert_eq!(t.action(), Some(Action::Abort));
+    t.s.handle_transfer_done(t.now, Ok(10));
+    assert_eq!(t.out(), "226 Transfer complete.\r\n226 ABOR successful.\r\n221 Goodbye.\r\n");
+    assert_eq!(t.action(), Some(Action::Close));
+}
+
+#[test]
+fn pasv_announces_ipv4_and_feat_lists_gridftp() {
+    let mut t = T::logged_in(false);
+    t.send("PASV\r\n");
+    assert_eq!(t.action(), Some(Action::OpenPassive { extended: false }));
+    t.s.handle_passive(Some("127.0.0.1:50001".parse().unwrap()));
+    assert_eq!(t.out(), "227 Entering Passive Mode (127,0,0,1,195,81).\r\n");
+    t.send("FEAT\r\n");
+    let feat = t.out();
+    assert!(feat.starts_with("211-"));
+    assert!(feat.contains(" PARALLEL\r\n") && feat.contains(" REST STREAM\r\n"));
+    assert!(feat.ends_with("211 End.\r\n"));
+}
+
+#[test]
+fn partial_lines_are_not_consumed() {
+    let mut t = T::new();
+    assert_eq!(t.send("NO"), 0);
+    assert_eq!(t.send("NOOP\r\nSY"), 6);
+    assert_eq!(t.out(), "200 NOOP ok.\r\n");
+}

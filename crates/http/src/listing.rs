@@ -1,0 +1,262 @@
+//! Directory listings: an HTML page for people and `?format=json` for
+//! scripts. The shell reads the directory (names, kinds, sizes, times);
+//! this module sorts, escapes and renders.
+//!
+//! Escaping rules: a link is the percent-encoded name
+//! ([`crate::path::encode_segment`], so `?`, `#`, `%` and `/` cannot
+//! change it), then HTML-escaped like the visible name, so a file called
+//! `<script>` is text. JSON strings escape `"`, `\` and every control
+//! character (RFC 8259 7).
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::limits::MAX_LISTING_ENTRIES;
+use crate::path::{encode_segment, VirtualPath};
+
+/// What a directory entry is (after the shell followed or refused
+/// symlinks, by its own policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory: listed first, linked with a trailing `/`.
+    Dir,
+    /// Anything else (device, socket, dangling link): listed, size 0.
+    Other,
+}
+
+impl EntryKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Dir => "dir",
+            EntryKind::Other => "other",
+        }
+    }
+}
+
+/// One entry as the shell found it. Names must be UTF-8: the shell skips
+/// others (the request parser refuses non-UTF-8 paths, so a link to one
+/// could not be followed anyway).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The file name (one segment, no `/`).
+    pub name: String,
+    /// File, directory or other.
+    pub kind: EntryKind,
+    /// Size in bytes (0 for directories).
+    pub size: u64,
+    /// Modification time, if known.
+    pub mtime: Option<SystemTime>,
+}
+
+/// Directories first, then by name (bytewise, so the order is stable
+/// across locales); at most [`MAX_LISTING_ENTRIES`]. Returns the sorted
+/// entries and whether some were cut off.
+fn sorted(entries: &[DirEntry]) -> (Vec<&DirEntry>, bool) {
+    let mut v: Vec<&DirEntry> = entries.iter().collect();
+    v.sort_by(|a, b| (a.kind != EntryKind::Dir, &a.name).cmp(&(b.kind != EntryKind::Dir, &b.name)));
+    let cut = v.len() > MAX_LISTING_ENTRIES;
+    v.truncate(MAX_LISTING_ENTRIES);
+    (v, cut)
+}
+
+/// The HTML listing of `dir`.
+pub fn html(dir: &VirtualPath, entries: &[DirEntry]) -> String {
+    let (list, cut) = sorted(entries);
+    let title = html_escape(&dir_display(dir));
+    let mut out = String::with_capacity(512 + list.len() * 160);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <title>Index of {title}</title>\n<style>body{{font-family:sans-serif}}\
+         td{{padding:0 1em}}td.s{{text-align:right;font-family:monospace}}</style>\
+         </head>\n<body>\n<h1>Index of {title}</h1>\n<table>\n\
+         <tr><th>Name</th><th>Size</th><th>Modified (UTC)</th></tr>\n"
+    );
+    if !dir.is_root() {
+        out.push_str("<tr><td><a href=\"../\">../</a></td><td></td><td></td></tr>\n");
+    }
+    for e in list {
+        let slash = if e.kind == EntryKind::Dir { "/" } else { "" };
+        let href = html_escape(&encode_segment(&e.name));
+        let name = html_escape(&e.name);
+        let size = if e.kind == EntryKind::Dir { "-".to_owned() } else { e.size.to_string() };
+        let date = e.mtime.map(civil_time).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "<tr><td><a href=\"./{href}{slash}\">{name}{slash}</a></td>\
+             <td class=\"s\">{size}</td><td>{date}</td></tr>"
+        );
+    }
+    out.push_str("</table>\n");
+    if cut {
+        let _ = writeln!(out, "<p>Listing cut off after {MAX_LISTING_ENTRIES} entries.</p>");
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// The JSON listing of `dir`:
+/// `{"path":"/a/","truncated":false,"entries":[{"name":..,"type":"file",
+/// "size":N,"mtime":UNIX_SECONDS_OR_NULL},..]}`.
+pub fn json(dir: &VirtualPath, entries: &[DirEntry]) -> String {
+    let (list, cut) = sorted(entries);
+    let mut out = String::with_capacity(64 + list.len() * 96);
+    out.push_str("{\"path\":");
+    json_string(&mut out, &dir_display(dir));
+    let _ = write!(out, ",\"truncated\":{cut},\"entries\":[");
+    for (i, e) in list.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"name\":");
+        json_string(&mut out, &e.name);
+        let _ = write!(out, ",\"type\":\"{}\",\"size\":{},\"mtime\":", e.kind.as_str(), e.size);
+        match e.mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
+            Some(d) => {
+                let _ = write!(out, "{}", d.as_secs());
+            }
+            None => out.push_str("null"),
+        }
+        out.push('}');
+    }
+    out.push_str("]}\n");
+    out
+}
+
+fn dir_display(dir: &VirtualPath) -> String {
+    if dir.is_root() {
+        "/".to_owned()
+    } else {
+        format!("{}/", dir.as_str())
+    }
+}
+
+/// Escape text for HTML element content and double-quoted attributes.
+pub fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Append `s` as a JSON string literal.
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            // U+2028/2029 are valid JSON but break JavaScript string literals.
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `YYYY-MM-DD HH:MM` in UTC, for people.
+fn civil_time(t: SystemTime) -> String {
+    let secs = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs(),
+        Err(_) => return String::new(),
+    };
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day): Howard Hinnant's
+/// `civil_from_days` algorithm for the proleptic Gregorian calendar.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::normalize;
+    use std::time::Duration;
+
+    fn entry(name: &str, kind: EntryKind, size: u64) -> DirEntry {
+        DirEntry { name: name.to_owned(), kind, size, mtime: Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000)) }
+    }
+
+    fn sample() -> Vec<DirEntry> {
+        vec![
+            entry("b.txt", EntryKind::File, 10),
+            entry("<script>alert(1)</script>", EntryKind::File, 1),
+            entry("sub dir", EntryKind::Dir, 0),
+            entry("a&b?c#d%e\"f", EntryKind::File, 3),
+            DirEntry { name: "q\"\\\n\u{1}".to_owned(), kind: EntryKind::Other, size: 0, mtime: None },
+        ]
+    }
+
+    #[test]
+    fn html_is_sorted_escaped_and_linked() {
+        let page = html(&normalize("/pub/").unwrap(), &sample());
+        assert!(page.contains("<title>Index of /pub/</title>"));
+        assert!(page.contains("<a href=\"../\">../</a>"));
+        assert!(page.contains("<a href=\"./sub%20dir/\">sub dir/</a>"));
+        assert!(page.contains("<a href=\"./a%26b%3Fc%23d%25e%22f\">a&amp;b?c#d%e&quot;f</a>"));
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(!page.contains("<script>"));
+        assert!(page.contains("<td class=\"s\">10</td><td>2023-11-14 22:13</td>"));
+        // Directory first, then bytewise name order.
+        let pos = |s: &str| page.find(s).unwrap();
+        assert!(pos("sub%20dir") < pos("%3Cscript") && pos("%3Cscript") < pos("a%26b") && pos("a%26b") < pos("b.txt"));
+        // The root has no parent link.
+        assert!(!html(&VirtualPath::root(), &[]).contains("../"));
+    }
+
+    #[test]
+    fn json_escapes_everything() {
+        let out = json(&normalize("/pub").unwrap(), &sample());
+        assert!(out.starts_with("{\"path\":\"/pub/\",\"truncated\":false,\"entries\":[{\"name\":\"sub dir\",\"type\":\"dir\""));
+        assert!(out.contains("{\"name\":\"q\\\"\\\\\\n\\u0001\",\"type\":\"other\",\"size\":0,\"mtime\":null}"));
+        assert!(out.contains("{\"name\":\"b.txt\",\"type\":\"file\",\"size\":10,\"mtime\":1700000000}"));
+        assert!(out.trim_end().ends_with("]}"));
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_time(UNIX_EPOCH + Duration::from_secs(951_782_400 + 3661)), "2000-02-29 01:01");
+    }
+
+    #[test]
+    fn huge_listing_is_cut() {
+        let many: Vec<DirEntry> = (0..MAX_LISTING_ENTRIES + 2).map(|i| entry(&i.to_string(), EntryKind::File, 0)).collect();
+        let out = json(&VirtualPath::root(), &many);
+        assert!(out.contains("\"truncated\":true"));
+        assert_eq!(out.matches("\"name\"").count(), MAX_LISTING_ENTRIES);
+    }
+}

@@ -1,0 +1,21 @@
+//! The Sluice lab: a user-space link emulator (`linkem`), namespace topologies,
+//! cgroup v1 server shaping, a workload generator and the experiment runner
+//! behind `sluice-lab`.
+#![forbid(unsafe_code)]
+
+pub mod cmd;
+pub mod linkem;
+pub mod units;
+pub mod cgroup;
+pub mod experiment;
+pub mod load;
+pub mod prereq;
+pub mod probe;
+pub mod report;
+pub mod run_many;
+pub mod run_transfers;
+pub mod run_validation;
+pub mod runner;
+pub mod servers;
+pub mod sockets;
+pub mod topology;

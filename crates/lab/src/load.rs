@@ -1,0 +1,455 @@
+//! The workload generator: many downloads over plain FTP (MODE S, PASV) or
+//! HTTP/1.1 GET, each with its own start time, optional application-limited
+//! read rate, optional abort (RST via `SO_LINGER` 0) and a class name for
+//! grouping. It records per-download completion time and throughput and, per
+//! class, bytes received per sampling interval. It runs as `sluice-lab _load`
+//! inside a client network namespace and prints JSON.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use socket2::SockRef;
+
+/// Longest FTP reply or HTTP header line accepted from a server.
+const MAX_LINE: usize = 8192;
+/// Size of one read from a data connection.
+const READ_CHUNK: usize = 256 * 1024;
+/// How often a blocked read wakes up to check abort and deadline.
+const POLL_TICK: Duration = Duration::from_millis(100);
+
+/// One download.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DownloadSpec {
+    /// `ftp://host:port/path` or `http://host:port/path`.
+    pub url: String,
+    /// Group name for per-class results.
+    pub class: String,
+    /// Seconds after the run starts.
+    pub start_s: f64,
+    /// Application-limited read rate in bit/s (None: read as fast as possible).
+    pub rate_bps: Option<u64>,
+    /// Abort (RST) this many seconds after the download started.
+    pub abort_after_s: Option<f64>,
+    /// `SO_RCVBUF` to set before connecting (None: kernel autotuning).
+    pub rcvbuf: Option<usize>,
+}
+
+/// The whole workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoadSpec {
+    /// The downloads.
+    pub downloads: Vec<DownloadSpec>,
+    /// Sampling interval of the per-class timeline.
+    pub sample_ms: u64,
+    /// Stop everything this many seconds after the start (None: run to completion).
+    pub deadline_s: Option<f64>,
+}
+
+/// Outcome of one download.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DownloadResult {
+    /// Class from the spec.
+    pub class: String,
+    /// Seconds after the run start when the download began.
+    pub start_s: f64,
+    /// Seconds after the run start when it ended (complete, aborted, failed or cut).
+    pub end_s: f64,
+    /// Payload bytes received.
+    pub bytes: u64,
+    /// Bytes the server announced (HTTP Content-Length or FTP SIZE), if known.
+    pub expected: Option<u64>,
+    /// The whole file arrived and the server confirmed it.
+    pub complete: bool,
+    /// Aborted on purpose.
+    pub aborted: bool,
+    /// Cut at the deadline.
+    pub cut: bool,
+    /// What went wrong, if anything.
+    pub error: Option<String>,
+}
+
+impl DownloadResult {
+    /// Payload throughput in MB/s over the download's lifetime.
+    pub fn mbytes_per_s(&self) -> f64 {
+        let t = (self.end_s - self.start_s).max(1e-9);
+        self.bytes as f64 / 1e6 / t
+    }
+}
+
+/// Everything `_load` prints.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoadReport {
+    /// Per download, in spec order.
+    pub results: Vec<DownloadResult>,
+    /// Per class: bytes received in each sampling interval.
+    pub timeline: BTreeMap<String, Vec<u64>>,
+    /// The sampling interval.
+    pub sample_ms: u64,
+    /// Wall time of the whole run.
+    pub wall_s: f64,
+}
+
+struct Ctx {
+    t0: Instant,
+    deadline: Option<Instant>,
+    counter: Arc<AtomicU64>,
+}
+
+enum Stop {
+    Done,
+    Aborted,
+    Cut,
+}
+
+/// Runs the workload and returns the report.
+pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
+    let t0 = Instant::now();
+    let deadline = spec.deadline_s.map(|s| t0 + Duration::from_secs_f64(s));
+    let mut classes: BTreeMap<String, Arc<AtomicU64>> = BTreeMap::new();
+    for d in &spec.downloads {
+        classes.entry(d.class.clone()).or_default();
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let sample = Duration::from_millis(spec.sample_ms.max(10));
+    let sampler = {
+        let classes = classes.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut last: BTreeMap<String, u64> = classes.keys().map(|k| (k.clone(), 0)).collect();
+            let mut tl: BTreeMap<String, Vec<u64>> = classes.keys().map(|k| (k.clone(), Vec::new())).collect();
+            let mut next = Instant::now() + sample;
+            loop {
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                next += sample;
+                // Read the flag before sampling so the last sample sees every byte.
+                let finished = done.load(Ordering::Relaxed);
+                for (k, c) in &classes {
+                    let v = c.load(Ordering::Relaxed);
+                    let l = last.get_mut(k).map(|l| std::mem::replace(l, v)).unwrap_or(0);
+                    tl.entry(k.clone()).or_default().push(v - l);
+                }
+                if finished {
+                    return tl;
+                }
+            }
+        })
+    };
+    let handles: Vec<_> = spec
+        .downloads
+        .iter()
+        .cloned()
+        .map(|d| {
+            let ctx = Ctx { t0, deadline, counter: classes[&d.class].clone() };
+            std::thread::Builder::new().stack_size(256 * 1024).spawn(move || one(&d, &ctx))
+        })
+        .collect::<std::io::Result<_>>()?;
+    let results: Vec<DownloadResult> =
+        handles.into_iter().map(|h| h.join().map_err(|_| anyhow!("download thread panicked"))).collect::<Result<_>>()?;
+    done.store(true, Ordering::Relaxed);
+    let timeline = sampler.join().map_err(|_| anyhow!("sampler panicked"))?;
+    Ok(LoadReport { results, timeline, sample_ms: sample.as_millis() as u64, wall_s: t0.elapsed().as_secs_f64() })
+}
+
+fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
+    let start_at = ctx.t0 + Duration::from_secs_f64(d.start_s);
+    std::thread::sleep(start_at.saturating_duration_since(Instant::now()));
+    let started = Instant::now();
+    let mut r = DownloadResult {
+        class: d.class.clone(),
+        start_s: started.duration_since(ctx.t0).as_secs_f64(),
+        end_s: 0.0,
+        bytes: 0,
+        expected: None,
+        complete: false,
+        aborted: false,
+        cut: false,
+        error: None,
+    };
+    let abort_at = d.abort_after_s.map(|s| started + Duration::from_secs_f64(s));
+    let out = if d.url.starts_with("ftp://") {
+        ftp_get(d, ctx, abort_at, &mut r)
+    } else if d.url.starts_with("http://") {
+        http_get(d, ctx, abort_at, &mut r)
+    } else {
+        Err(anyhow!("unsupported URL {}", d.url))
+    };
+    if let Err(e) = out {
+        r.error = Some(format!("{e:#}"));
+    }
+    r.end_s = ctx.t0.elapsed().as_secs_f64();
+    r
+}
+
+/// Splits `scheme://host:port/path` into (address, path).
+fn split_url(url: &str, default_port: u16) -> Result<(SocketAddr, String)> {
+    let rest = url.split_once("://").map(|x| x.1).ok_or_else(|| anyhow!("bad URL {url}"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let hp = if hostport.contains(':') { hostport.to_string() } else { format!("{hostport}:{default_port}") };
+    let addr = hp.to_socket_addrs()?.next().ok_or_else(|| anyhow!("cannot resolve {hp}"))?;
+    Ok((addr, path.to_string()))
+}
+
+fn connect(addr: SocketAddr, rcvbuf: Option<usize>) -> Result<TcpStream> {
+    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    if let Some(b) = rcvbuf {
+        sock.set_recv_buffer_size(b)?;
+    }
+    sock.connect_timeout(&addr.into(), Duration::from_secs(10)).with_context(|| format!("connecting to {addr}"))?;
+    let s: TcpStream = sock.into();
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+fn read_line(r: &mut impl BufRead) -> Result<String> {
+    let mut line = String::new();
+    let n = r.by_ref().take(MAX_LINE as u64).read_line(&mut line)?;
+    if n == 0 {
+        bail!("connection closed by server");
+    }
+    Ok(line.trim_end().to_string())
+}
+
+/// Reads one (possibly multi-line) FTP reply: returns (code, last line).
+fn ftp_reply(r: &mut impl BufRead) -> Result<(u16, String)> {
+    let first = read_line(r)?;
+    let code: u16 = first.get(..3).and_then(|c| c.parse().ok()).ok_or_else(|| anyhow!("bad FTP reply {first:?}"))?;
+    let mut last = first.clone();
+    if first.as_bytes().get(3) == Some(&b'-') {
+        let end = format!("{code} ");
+        while !last.starts_with(&end) {
+            last = read_line(r)?;
+        }
+    }
+    Ok((code, last))
+}
+
+fn ftp_cmd(w: &mut TcpStream, r: &mut impl BufRead, cmd: &str, want: &[u16]) -> Result<(u16, String)> {
+    w.write_all(format!("{cmd}\r\n").as_bytes())?;
+    let (code, line) = ftp_reply(r)?;
+    if !want.contains(&code) {
+        bail!("{} -> {line}", cmd.split(' ').next().unwrap_or(cmd));
+    }
+    Ok((code, line))
+}
+
+/// Port from a 227 reply "(h1,h2,h3,h4,p1,p2)".
+fn pasv_port(line: &str) -> Result<u16> {
+    let inner = line.split_once('(').and_then(|(_, x)| x.split_once(')')).map(|x| x.0).ok_or_else(|| anyhow!("bad PASV reply {line:?}"))?;
+    let n: Vec<u16> = inner.split(',').map(|x| x.trim().parse()).collect::<std::result::Result<_, _>>()?;
+    if n.len() != 6 {
+        bail!("bad PASV reply {line:?}");
+    }
+    Ok(n[4] * 256 + n[5])
+}
+
+fn ftp_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult) -> Result<()> {
+    let (addr, path) = split_url(&d.url, 21)?;
+    let path = percent_decode(&path);
+    let mut ctl = connect(addr, None)?;
+    ctl.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut rd = BufReader::new(ctl.try_clone()?);
+    let (c, l) = ftp_reply(&mut rd)?;
+    if c != 220 {
+        bail!("greeting: {l}");
+    }
+    let (c, _) = ftp_cmd(&mut ctl, &mut rd, "USER anonymous", &[230, 331])?;
+    if c == 331 {
+        ftp_cmd(&mut ctl, &mut rd, "PASS lab@sluice", &[230])?;
+    }
+    ftp_cmd(&mut ctl, &mut rd, "TYPE I", &[200])?;
+    if let Ok((_, l)) = ftp_cmd(&mut ctl, &mut rd, &format!("SIZE {path}"), &[213]) {
+        r.expected = l.get(4..).and_then(|s| s.trim().parse().ok());
+    }
+    let (_, l) = ftp_cmd(&mut ctl, &mut rd, "PASV", &[227])?;
+    let data_addr = SocketAddr::new(addr.ip(), pasv_port(&l)?);
+    let mut data = connect(data_addr, d.rcvbuf)?;
+    ftp_cmd(&mut ctl, &mut rd, &format!("RETR {path}"), &[125, 150])?;
+    let stop = pump(&mut data, d, ctx, abort_at, r, None)?;
+    match stop {
+        Stop::Done => {
+            drop(data);
+            let (c, l) = ftp_reply(&mut rd)?;
+            if c != 226 && c != 250 {
+                bail!("after transfer: {l}");
+            }
+            r.complete = r.expected.map_or(true, |e| e == r.bytes);
+            let _ = ctl.write_all(b"QUIT\r\n");
+        }
+        Stop::Aborted | Stop::Cut => {
+            rst(&data);
+            rst(&ctl);
+        }
+    }
+    Ok(())
+}
+
+fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult) -> Result<()> {
+    let (addr, path) = split_url(&d.url, 80)?;
+    let mut s = connect(addr, d.rcvbuf)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: sluice-lab\r\nConnection: close\r\n\r\n")?;
+    // Read the head byte by byte into a small buffer so no body bytes are lost.
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 64 * 1024 {
+            bail!("HTTP head too long");
+        }
+        if s.read(&mut b)? == 0 {
+            bail!("connection closed in HTTP head");
+        }
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("HTTP: {status}");
+    }
+    r.expected = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.trim().to_string()))
+        .and_then(|v| v.parse().ok());
+    let stop = pump(&mut s, d, ctx, abort_at, r, r.expected)?;
+    match stop {
+        Stop::Done => r.complete = r.expected.map_or(true, |e| e == r.bytes),
+        Stop::Aborted | Stop::Cut => rst(&s),
+    }
+    Ok(())
+}
+
+/// Closes with RST instead of FIN.
+fn rst(s: &TcpStream) {
+    let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
+    let _ = s.shutdown(std::net::Shutdown::Both);
+}
+
+/// Reads the body until EOF (or `limit` bytes), honouring rate, abort and deadline.
+fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult, limit: Option<u64>) -> Result<Stop> {
+    s.set_read_timeout(Some(POLL_TICK))?;
+    let chunk = match d.rate_bps {
+        // About 20 reads per second when rate-limited, so pacing is smooth.
+        Some(rate) => ((rate / 8 / 20) as usize).clamp(1024, READ_CHUNK),
+        None => READ_CHUNK,
+    };
+    let mut buf = vec![0u8; chunk];
+    let began = Instant::now();
+    let mut idle_since = Instant::now();
+    loop {
+        let now = Instant::now();
+        if abort_at.is_some_and(|a| now >= a) {
+            r.aborted = true;
+            return Ok(Stop::Aborted);
+        }
+        if ctx.deadline.is_some_and(|dl| now >= dl) {
+            r.cut = true;
+            return Ok(Stop::Cut);
+        }
+        if let Some(rate) = d.rate_bps {
+            // Token bucket: never ahead of rate * elapsed.
+            let allowed = began + Duration::from_secs_f64(r.bytes as f64 * 8.0 / rate as f64);
+            if allowed > now {
+                std::thread::sleep((allowed - now).min(POLL_TICK));
+                continue;
+            }
+        }
+        let want = match limit {
+            Some(l) if l <= r.bytes => return Ok(Stop::Done),
+            Some(l) => buf.len().min((l - r.bytes) as usize),
+            None => buf.len(),
+        };
+        match s.read(&mut buf[..want]) {
+            Ok(0) => return Ok(Stop::Done),
+            Ok(n) => {
+                r.bytes += n as u64;
+                ctx.counter.fetch_add(n as u64, Ordering::Relaxed);
+                idle_since = Instant::now();
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                if idle_since.elapsed() > Duration::from_secs(120) {
+                    bail!("no data for 120 s");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn percent_decode(p: &str) -> String {
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&p[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_pasv_and_urls() {
+        assert_eq!(pasv_port("227 Entering Passive Mode (127,0,0,1,195,80).").unwrap(), 195 * 256 + 80);
+        assert!(pasv_port("227 nonsense").is_err());
+        let (a, p) = split_url("ftp://127.0.0.1:2121/data/f.bin", 21).unwrap();
+        assert_eq!(a.port(), 2121);
+        assert_eq!(p, "/data/f.bin");
+        assert_eq!(percent_decode("/a%20b"), "/a b");
+    }
+
+    #[test]
+    fn reads_multiline_replies() {
+        let mut r = std::io::Cursor::new(b"220-hello\r\n220-more\r\n220 ready\r\n".to_vec());
+        assert_eq!(ftp_reply(&mut r).unwrap(), (220, "220 ready".to_string()));
+    }
+
+    #[test]
+    fn downloads_over_http_from_a_local_server() {
+        // A tiny HTTP server on loopback serving 100 000 bytes.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let body = vec![7u8; 100_000];
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            let _ = s.write_all(&body);
+        });
+        let spec = LoadSpec {
+            downloads: vec![DownloadSpec {
+                url: format!("http://127.0.0.1:{port}/f"),
+                class: "c".into(),
+                start_s: 0.0,
+                rate_bps: None,
+                abort_after_s: None,
+                rcvbuf: None,
+            }],
+            sample_ms: 50,
+            deadline_s: Some(30.0),
+        };
+        let rep = run(&spec).unwrap();
+        assert_eq!(rep.results[0].bytes, 100_000, "{:?}", rep.results[0].error);
+        assert!(rep.results[0].complete);
+        assert_eq!(rep.timeline["c"].iter().sum::<u64>(), 100_000);
+    }
+}

@@ -1,0 +1,126 @@
+//! `many-clients`: many application-rate-limited clients fetching the same
+//! file from a server whose disk and page cache are constrained by cgroups:
+//! aggregate throughput, disk bytes read per byte sent, download times.
+
+use anyhow::{Context, Result};
+
+use crate::experiment::pick;
+use crate::load::{DownloadSpec, LoadSpec};
+use crate::report::{self, median, Table};
+use crate::run_transfers::first_line;
+use crate::runner::{ensure_file, prepare_cache, rate, run_load, size, Ctx};
+use crate::servers;
+use crate::topology::Topology;
+use crate::units::parse_duration;
+
+const COLS: [&str; 9] = [
+    "aggregate MB/s",
+    "disk read / sent",
+    "disk MB read",
+    "per-client Mbit/s (median)",
+    "completed",
+    "download time s (median, projected if cut)",
+    "server CPU s/GiB",
+    "server ctx switches/GiB",
+    "server mem max MiB",
+];
+
+/// Runs the experiment and writes its report.
+pub fn run(ctx: &Ctx) -> Result<()> {
+    let exp = &ctx.exp;
+    let w = exp.workload.clone().context("no [workload]")?;
+    let clients = *pick(ctx.smoke, &w.clients, w.smoke_clients.as_ref());
+    let sz = size(pick(ctx.smoke, w.size.as_str(), w.smoke_size.as_deref()))?;
+    let spread = parse_duration(pick(ctx.smoke, w.arrival_spread.as_str(), w.smoke_arrival_spread.as_deref()))?.as_secs_f64();
+    let duration = parse_duration(pick(ctx.smoke, w.duration.as_str(), w.smoke_duration.as_deref()))?.as_secs_f64();
+    let bps = rate(&w.rate)?;
+    let limits = ctx.limits()?;
+    let device = limits.device.clone();
+    let path = exp.paths.first().cloned().unwrap_or_default();
+    let topo = Topology::build(&path, &ctx.sysctls(), &ctx.work)?;
+    let file = ensure_file(&exp.data.dir, sz)?;
+    let fname = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let group = format!("{clients} x {} @ {}, {} MiB file, {:.0} s", w.rate, path.name, sz >> 20, duration);
+    let mut table = Table::new(&exp.name, "workload", "server", &COLS);
+    let mut raw = Vec::new();
+    let mut timelines = Vec::new();
+    for (si, server) in exp.servers.iter().enumerate() {
+        if !servers::check(std::slice::from_ref(server)).is_empty() {
+            table.note(&group, &server.name, "not run: program missing");
+            continue;
+        }
+        for rep in 0..ctx.repeat {
+            eprintln!("[{}] {} run {}/{}", exp.name, server.name, rep + 1, ctx.repeat);
+            prepare_cache(exp, &file)?;
+            let port = 22000 + si as u16 * 10 + (rep % 10) as u16;
+            let srv = match servers::start(server, &exp.data.dir, topo.server_ns.as_deref(), &topo.server_addr, port, &limits, &ctx.work) {
+                Ok(s) => s,
+                Err(e) => {
+                    table.note(&group, &server.name, &format!("server failed to start: {}", first_line(&format!("{e:#}"))));
+                    break;
+                }
+            };
+            let url = format!("{}/{fname}", srv.base_url());
+            let n_abort = (clients as f64 * w.abort_fraction).round() as u32;
+            let spec = LoadSpec {
+                downloads: (0..clients)
+                    .map(|i| DownloadSpec {
+                        url: url.clone(),
+                        class: if i < n_abort { "aborting".into() } else { "clients".into() },
+                        start_s: spread * i as f64 / clients.max(1) as f64,
+                        rate_bps: Some(bps),
+                        abort_after_s: (i < n_abort).then_some(duration / 2.0),
+                        rcvbuf: None,
+                    })
+                    .collect(),
+                sample_ms: 1000,
+                deadline_s: Some(duration),
+            };
+            let rep_out = run_load(topo.client_ns.as_deref(), &spec, &ctx.work);
+            let usage = srv.stop(device.as_deref())?;
+            let r = match rep_out {
+                Ok(r) => r,
+                Err(e) => {
+                    table.note(&group, &server.name, &format!("failed: {}", first_line(&format!("{e:#}"))));
+                    continue;
+                }
+            };
+            let sent: u64 = r.results.iter().map(|d| d.bytes).sum();
+            let errors: Vec<&String> = r.results.iter().filter_map(|d| d.error.as_ref()).collect();
+            if let Some(e) = errors.first() {
+                table.note(&group, &server.name, &format!("{} downloads failed, e.g. {}", errors.len(), first_line(e)));
+            }
+            let survivors: Vec<_> = r.results.iter().filter(|d| !d.aborted).collect();
+            let per_client: Vec<f64> = survivors.iter().map(|d| d.mbytes_per_s() * 8.0).collect();
+            let times: Vec<f64> = survivors
+                .iter()
+                .map(|d| if d.complete { d.end_s - d.start_s } else { sz as f64 * 8.0 / 1e6 / (d.mbytes_per_s() * 8.0).max(1e-9) })
+                .collect();
+            let gib = sent as f64 / (1u64 << 30) as f64;
+            table.add(&group, &server.name, COLS[0], sent as f64 / 1e6 / r.wall_s);
+            table.add(&group, &server.name, COLS[1], usage.cgroup.disk_read_bytes as f64 / sent.max(1) as f64);
+            table.add(&group, &server.name, COLS[2], usage.cgroup.disk_read_bytes as f64 / 1e6);
+            table.add(&group, &server.name, COLS[3], median(&per_client));
+            table.add(&group, &server.name, COLS[4], survivors.iter().filter(|d| d.complete).count() as f64);
+            table.add(&group, &server.name, COLS[5], median(&times));
+            table.add(&group, &server.name, COLS[6], usage.cgroup.cpu_s / gib.max(1e-9));
+            table.add(&group, &server.name, COLS[7], usage.ctx_switches as f64 / gib.max(1e-9));
+            table.add(&group, &server.name, COLS[8], usage.cgroup.mem_max_bytes as f64 / 1048576.0);
+            if rep == 0 {
+                let total: Vec<(f64, f64)> = (0..r.timeline.values().map(|v| v.len()).max().unwrap_or(0))
+                    .map(|i| {
+                        let b: u64 = r.timeline.values().map(|v| v.get(i).copied().unwrap_or(0)).sum();
+                        ((i + 1) as f64 * r.sample_ms as f64 / 1e3, b as f64 / 1e6 / (r.sample_ms as f64 / 1e3))
+                    })
+                    .collect();
+                timelines.push((server.name.clone(), total));
+            }
+            raw.push(serde_json::json!({"server": server.name, "run": rep + 1, "usage": usage, "load": r}));
+        }
+    }
+    drop(topo);
+    report::write(&ctx.out, &exp.name, &ctx.preamble(), std::slice::from_ref(&table), &serde_json::Value::Array(raw))?;
+    report::line_chart(&ctx.out.join("throughput.png"), &format!("{}: aggregate throughput (run 1)", exp.name), "time (s)", "MB/s", &timelines)?;
+    report::bar_chart(&ctx.out.join("disk-per-sent.png"), "disk bytes read per byte sent", &table, &group, COLS[1])?;
+    Ok(())
+}

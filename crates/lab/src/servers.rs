@@ -1,0 +1,272 @@
+//! Servers under test: Sluice, globus-gridftp-server, vsftpd and nginx, each
+//! started in its own cgroup (entered before exec, so forked session processes
+//! count) under `perf stat -e context-switches` (inherited by every thread and
+//! child), optionally inside the server namespace.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::{Group, Limits, Usage};
+use crate::cmd::{have, run};
+use crate::topology::ns_command;
+
+/// One server configuration in an experiment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSpec {
+    /// Label in tables.
+    pub name: String,
+    /// "sluice", "gridftp", "vsftpd" or "nginx".
+    pub kind: String,
+    /// Extra arguments (sluice), or "sendfile=off" style switches (nginx, vsftpd).
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl ServerSpec {
+    /// URL scheme this server is driven with.
+    pub fn scheme(&self) -> &'static str {
+        if self.kind == "nginx" {
+            "http"
+        } else {
+            "ftp"
+        }
+    }
+
+    /// Programs this server needs.
+    pub fn needs(&self) -> Vec<&'static str> {
+        match self.kind.as_str() {
+            "gridftp" => vec!["globus-gridftp-server"],
+            "vsftpd" => vec!["vsftpd"],
+            "nginx" => vec!["nginx"],
+            _ => vec![],
+        }
+    }
+}
+
+/// Where to find the `sluice` binary: $SLUICE_BIN, else next to sluice-lab.
+pub fn sluice_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SLUICE_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let p = std::env::current_exe().ok()?.with_file_name("sluice");
+    p.exists().then_some(p)
+}
+
+/// A running server.
+pub struct Running {
+    child: Child,
+    group: Group,
+    perf_out: PathBuf,
+    /// Port clients connect to.
+    pub port: u16,
+    /// Address clients connect to.
+    pub addr: String,
+    /// Scheme ("ftp" or "http").
+    pub scheme: &'static str,
+    log: PathBuf,
+}
+
+/// What a server used between start and stop.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerUsage {
+    /// cgroup counters.
+    pub cgroup: Usage,
+    /// Context switches of every thread and child (perf stat).
+    pub ctx_switches: u64,
+}
+
+fn kv(args: &[String], key: &str) -> Option<String> {
+    args.iter().find_map(|a| a.strip_prefix(&format!("{key}=")).map(str::to_string))
+}
+
+/// Starts `spec` serving `root` on `addr:port` in `ns`, inside a fresh cgroup with `limits`.
+pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port: u16, limits: &Limits, workdir: &Path) -> Result<Running> {
+    let wd = workdir.join(format!("srv-{}", spec.name));
+    fs::create_dir_all(&wd)?;
+    let root_s = root.display().to_string();
+    let argv: Vec<String> = match spec.kind.as_str() {
+        "sluice" => {
+            let bin = sluice_bin().context("sluice binary not found (set SLUICE_BIN or build sluice-server into the same target dir)")?;
+            let mut v = vec![bin.display().to_string(), "serve".into(), root_s.clone(), "--ftp".into(), format!("{addr}:{port}")];
+            v.extend(spec.args.iter().cloned());
+            v
+        }
+        "gridftp" => {
+            let empty = wd.join("empty.conf");
+            fs::write(&empty, "")?;
+            vec![
+                "globus-gridftp-server".into(),
+                "-aa".into(),
+                "-anonymous-user".into(),
+                "ftp".into(),
+                "-rp".into(),
+                root_s.clone(),
+                "-home-dir".into(),
+                root_s.clone(),
+                "-c".into(),
+                empty.display().to_string(),
+                "-p".into(),
+                port.to_string(),
+                "-control-interface".into(),
+                addr.into(),
+                "-data-interface".into(),
+                addr.into(),
+                "-d".into(),
+                "error".into(),
+            ]
+        }
+        "vsftpd" => {
+            let conf = wd.join("vsftpd.conf");
+            let sendfile = kv(&spec.args, "sendfile").unwrap_or_else(|| "YES".into());
+            fs::create_dir_all("/var/run/vsftpd/empty")?;
+            fs::write(
+                &conf,
+                format!(
+                    "listen=YES\nlisten_ipv6=NO\nlisten_address={addr}\nlisten_port={port}\nbackground=NO\n\
+                     anonymous_enable=YES\nno_anon_password=YES\nanon_root={root_s}\nlocal_enable=NO\nwrite_enable=NO\n\
+                     seccomp_sandbox=NO\npasv_enable=YES\nuse_sendfile={sendfile}\nxferlog_enable=NO\nmax_clients=0\nmax_per_ip=0\n\
+                     secure_chroot_dir=/var/run/vsftpd/empty\nftp_username=ftp\nconnect_from_port_20=NO\n"
+                ),
+            )?;
+            vec!["vsftpd".into(), conf.display().to_string()]
+        }
+        "nginx" => {
+            let conf = wd.join("nginx.conf");
+            let sendfile = kv(&spec.args, "sendfile").unwrap_or_else(|| "on".into());
+            let w = wd.display();
+            fs::write(
+                &conf,
+                format!(
+                    "daemon off;\nmaster_process on;\nworker_processes auto;\nerror_log {w}/error.log error;\npid {w}/nginx.pid;\n\
+                     events {{ worker_connections 4096; }}\n\
+                     http {{\n default_type application/octet-stream;\n sendfile {sendfile};\n tcp_nopush on;\n access_log off;\n\
+                      client_body_temp_path {w}/cb; proxy_temp_path {w}/px; fastcgi_temp_path {w}/fc; uwsgi_temp_path {w}/uw; scgi_temp_path {w}/sc;\n\
+                      server {{ listen {addr}:{port}; root {root_s}; location / {{ }} }}\n}}\n"
+                ),
+            )?;
+            vec!["nginx".into(), "-p".into(), w.to_string(), "-c".into(), conf.display().to_string(), "-e".into(), format!("{w}/error.log")]
+        }
+        other => bail!("unknown server kind {other:?} (sluice, gridftp, vsftpd, nginx)"),
+    };
+    let group = Group::create(&format!("srv-{}", spec.name), limits)?;
+    let perf_out = wd.join("perf.txt");
+    let _ = fs::remove_file(&perf_out);
+    let inner = format!("{}exec {}", group.enter_prefix(), argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
+    let full: Vec<String> = vec![
+        "perf".into(),
+        "stat".into(),
+        "-e".into(),
+        "context-switches".into(),
+        "-x,".into(),
+        "-o".into(),
+        perf_out.display().to_string(),
+        "--".into(),
+        "sh".into(),
+        "-c".into(),
+        inner,
+    ];
+    let log = wd.join("server.log");
+    let lf = fs::File::create(&log)?;
+    let child = ns_command(ns, &full).stdin(Stdio::null()).stdout(lf.try_clone()?).stderr(lf).spawn().context("starting perf/server")?;
+    let mut r = Running { child, group, perf_out, port, addr: addr.to_string(), scheme: spec.scheme(), log };
+    r.wait_listening(ns)?;
+    Ok(r)
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,@".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+impl Running {
+    fn wait_listening(&mut self, ns: Option<&str>) -> Result<()> {
+        let t = Instant::now();
+        loop {
+            let argv: Vec<String> = ["ss", "-Hltn", "sport", "=", &format!(":{}", self.port)].iter().map(|s| s.to_string()).collect();
+            let out = ns_command(ns, &argv).output()?;
+            if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+                return Ok(());
+            }
+            if let Some(st) = self.child.try_wait()? {
+                bail!("server exited ({st}) before listening: {}", fs::read_to_string(&self.log).unwrap_or_default().trim());
+            }
+            if t.elapsed() > Duration::from_secs(15) {
+                bail!("server not listening on port {} after 15 s: {}", self.port, fs::read_to_string(&self.log).unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Base URL, e.g. "ftp://10.77.0.1:2121".
+    pub fn base_url(&self) -> String {
+        format!("{}://{}:{}", self.scheme, self.addr, self.port)
+    }
+
+    /// Pids in the server's group (for `ss -p` matching).
+    pub fn pids(&self) -> Vec<u32> {
+        self.group.pids()
+    }
+
+    /// The cgroup file listing the server's processes.
+    pub fn procs_file(&self) -> PathBuf {
+        self.group.procs_file()
+    }
+
+    /// Current cgroup usage.
+    pub fn usage(&self, device: Option<&str>) -> Result<Usage> {
+        self.group.usage(device)
+    }
+
+    /// Stops the server and returns what it used since start.
+    pub fn stop(mut self, device: Option<&str>) -> Result<ServerUsage> {
+        let cg = self.group.usage(device)?;
+        for pid in self.group.pids() {
+            let _ = run("kill", &["-TERM", &pid.to_string()]);
+        }
+        let t = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if t.elapsed() > Duration::from_secs(5) {
+                for pid in self.group.pids() {
+                    let _ = run("kill", &["-KILL", &pid.to_string()]);
+                }
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let perf = fs::read_to_string(&self.perf_out).unwrap_or_default();
+        let ctx = perf
+            .lines()
+            .find(|l| l.contains("context-switches"))
+            .and_then(|l| l.split(',').next())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        Ok(ServerUsage { cgroup: cg, ctx_switches: ctx })
+    }
+}
+
+/// Checks that the programs for these servers exist.
+pub fn check(specs: &[ServerSpec]) -> Vec<String> {
+    let mut missing = Vec::new();
+    for s in specs {
+        for p in s.needs() {
+            if !have(p) {
+                missing.push(format!("{p} (for server {})", s.name));
+            }
+        }
+        if s.kind == "sluice" && sluice_bin().is_none() {
+            missing.push(format!("sluice binary (for server {})", s.name));
+        }
+    }
+    missing
+}

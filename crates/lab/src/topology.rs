@@ -1,0 +1,197 @@
+//! Hosts for an experiment: loopback, or a server namespace and a client
+//! namespace joined by a veth pair (optionally rate-limited with `tbf`) or by
+//! `linkem` (delay, loss, rate). Sysctls are set inside the namespaces.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::cmd::{run, run_quiet};
+use crate::units::{parse_duration, parse_rate};
+
+/// Server namespace name.
+pub const SERVER_NS: &str = "sl-srv";
+/// Client namespace name.
+pub const CLIENT_NS: &str = "sl-cli";
+/// Server address inside the lab namespaces.
+pub const SERVER_ADDR: &str = "10.77.0.1";
+/// Client address inside the lab namespaces.
+pub const CLIENT_ADDR: &str = "10.77.0.2";
+
+/// How the client reaches the server.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PathSpec {
+    /// Label in tables.
+    pub name: String,
+    /// "loopback", "veth" or "linkem".
+    #[serde(default)]
+    pub mode: String,
+    /// Round-trip time (linkem: half in each direction).
+    #[serde(default)]
+    pub rtt: Option<String>,
+    /// Link rate (linkem: token bucket in both directions; veth: tbf on the server side).
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// Random loss per direction (linkem).
+    #[serde(default)]
+    pub loss: Option<String>,
+    /// Queue limit (linkem, packets or bytes).
+    #[serde(default)]
+    pub limit: Option<String>,
+    /// MTU of the emulated link.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+}
+
+/// A built topology; dropping it removes namespaces and stops linkem.
+pub struct Topology {
+    /// Namespace of the server (None: root namespace, loopback).
+    pub server_ns: Option<String>,
+    /// Namespace of the clients.
+    pub client_ns: Option<String>,
+    /// Address the server listens on and clients connect to.
+    pub server_addr: String,
+    linkem: Option<Child>,
+    /// Control socket of linkem, if any.
+    pub linkem_ctl: Option<PathBuf>,
+}
+
+/// Sysctls applied inside every lab namespace (per-namespace in Linux).
+pub const DEFAULT_SYSCTLS: [(&str, &str); 5] = [
+    ("net.ipv4.tcp_rmem", "4096 131072 33554432"),
+    ("net.ipv4.tcp_wmem", "4096 16384 4194304"),
+    ("net.core.rmem_max", "4194304"),
+    ("net.core.wmem_max", "4194304"),
+    ("net.ipv4.tcp_no_metrics_save", "1"),
+];
+
+/// Path of the `linkem` binary: next to the running executable.
+pub fn linkem_bin() -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let p = me.with_file_name("linkem");
+    if !p.exists() {
+        bail!("linkem binary not found at {} (build it: cargo build --release -p sluice-lab)", p.display());
+    }
+    Ok(p)
+}
+
+/// `ip netns exec NS` prefix (empty for the root namespace).
+pub fn ns_prefix(ns: Option<&str>) -> Vec<String> {
+    match ns {
+        Some(n) => vec!["ip".into(), "netns".into(), "exec".into(), n.into()],
+        None => vec![],
+    }
+}
+
+/// A Command for `argv` run inside `ns`.
+pub fn ns_command(ns: Option<&str>, argv: &[String]) -> Command {
+    let mut full = ns_prefix(ns);
+    full.extend_from_slice(argv);
+    let mut c = Command::new(&full[0]);
+    c.args(&full[1..]);
+    c
+}
+
+fn make_ns(name: &str, sysctls: &[(String, String)]) -> Result<()> {
+    run_quiet("ip", &["netns", "del", name]);
+    run("ip", &["netns", "add", name])?;
+    run("ip", &["-n", name, "link", "set", "lo", "up"])?;
+    for (k, v) in sysctls {
+        run("ip", &["netns", "exec", name, "sysctl", "-q", "-w", &format!("{k}={v}")]).with_context(|| format!("sysctl {k} in {name}"))?;
+    }
+    Ok(())
+}
+
+impl Topology {
+    /// Builds the topology for `path` with `sysctls` (DEFAULT_SYSCTLS merged with the experiment's).
+    pub fn build(path: &PathSpec, sysctls: &[(String, String)], workdir: &std::path::Path) -> Result<Topology> {
+        match path.mode.as_str() {
+            "" | "loopback" => Ok(Topology { server_ns: None, client_ns: None, server_addr: "127.0.0.1".into(), linkem: None, linkem_ctl: None }),
+            "veth" => {
+                make_ns(SERVER_NS, sysctls)?;
+                make_ns(CLIENT_NS, sysctls)?;
+                run("ip", &["link", "add", "slv-s", "netns", SERVER_NS, "type", "veth", "peer", "name", "slv-c", "netns", CLIENT_NS])?;
+                run("ip", &["-n", SERVER_NS, "addr", "add", &format!("{SERVER_ADDR}/24"), "dev", "slv-s"])?;
+                run("ip", &["-n", CLIENT_NS, "addr", "add", &format!("{CLIENT_ADDR}/24"), "dev", "slv-c"])?;
+                run("ip", &["-n", SERVER_NS, "link", "set", "slv-s", "up"])?;
+                run("ip", &["-n", CLIENT_NS, "link", "set", "slv-c", "up"])?;
+                if let Some(r) = &path.rate {
+                    let bps = parse_rate(r)?;
+                    // Burst of at least 10 ms at rate (and one 64 KiB GSO frame).
+                    let burst = ((bps / 8) / 100).max(65536 * 2);
+                    run("ip", &["netns", "exec", SERVER_NS, "tc", "qdisc", "add", "dev", "slv-s", "root", "tbf", "rate", &format!("{bps}bit"), "burst", &burst.to_string(), "latency", "50ms"])?;
+                }
+                Ok(Topology { server_ns: Some(SERVER_NS.into()), client_ns: Some(CLIENT_NS.into()), server_addr: SERVER_ADDR.into(), linkem: None, linkem_ctl: None })
+            }
+            "linkem" => {
+                make_ns(SERVER_NS, sysctls)?;
+                make_ns(CLIENT_NS, sysctls)?;
+                let ctl = workdir.join("linkem.sock");
+                let mut args: Vec<String> = vec![
+                    "run".into(),
+                    "--a-ns".into(),
+                    SERVER_NS.into(),
+                    "--a-addr".into(),
+                    format!("{SERVER_ADDR}/24"),
+                    "--b-ns".into(),
+                    CLIENT_NS.into(),
+                    "--b-addr".into(),
+                    format!("{CLIENT_ADDR}/24"),
+                    "--ctl".into(),
+                    ctl.display().to_string(),
+                    "--mtu".into(),
+                    path.mtu.unwrap_or(1500).to_string(),
+                ];
+                if let Some(rtt) = &path.rtt {
+                    let half = parse_duration(rtt)? / 2;
+                    args.push(format!("--delay={}us", half.as_micros()));
+                }
+                for (flag, v) in [("--rate", &path.rate), ("--loss", &path.loss), ("--limit", &path.limit)] {
+                    if let Some(v) = v {
+                        args.push(format!("{flag}={v}"));
+                    }
+                }
+                let log = std::fs::File::create(workdir.join("linkem.log"))?;
+                let child = Command::new(linkem_bin()?).args(&args).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
+                let mut topo = Topology { server_ns: Some(SERVER_NS.into()), client_ns: Some(CLIENT_NS.into()), server_addr: SERVER_ADDR.into(), linkem: Some(child), linkem_ctl: Some(ctl.clone()) };
+                let t = Instant::now();
+                while !ctl.exists() {
+                    if let Some(c) = topo.linkem.as_mut() {
+                        if let Some(st) = c.try_wait()? {
+                            bail!("linkem exited ({st}): see {}", workdir.join("linkem.log").display());
+                        }
+                    }
+                    if t.elapsed() > Duration::from_secs(10) {
+                        bail!("linkem did not come up");
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Ok(topo)
+            }
+            other => bail!("unknown path mode {other:?} (loopback, veth, linkem)"),
+        }
+    }
+
+    /// Changes the running linkem (`set both ...`).
+    pub fn linkem_set(&self, settings: &str) -> Result<()> {
+        let ctl = self.linkem_ctl.as_ref().context("no linkem in this topology")?;
+        crate::linkem::ctl::send(ctl, &format!("set both {settings}"))?;
+        Ok(())
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.linkem.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.server_ns, &self.client_ns].into_iter().flatten() {
+            run_quiet("ip", &["netns", "del", ns]);
+        }
+    }
+}

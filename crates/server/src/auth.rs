@@ -1,0 +1,108 @@
+//! Logins: anonymous (`anonymous`/`ftp`, any password) and the configured
+//! users (argon2 PHC hashes). Verification is CPU work of tens of
+//! milliseconds by design, so the shell runs [`Users::check`] on a blocking
+//! thread.
+
+use std::path::PathBuf;
+
+use argon2::password_hash::{PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Argon2, PasswordHash};
+
+use crate::config::ServeConfig;
+
+/// Who logged in, and what they may do.
+#[derive(Clone, Debug)]
+pub struct Login {
+    /// Root directory of this login.
+    pub root: PathBuf,
+    /// May change files.
+    pub writable: bool,
+    /// Anonymous login (never granted foreign data hosts).
+    pub anonymous: bool,
+}
+
+/// The login table.
+#[derive(Clone, Debug)]
+pub struct Users {
+    config: ServeConfig,
+}
+
+impl Users {
+    /// Builds the table from the merged configuration.
+    pub fn new(config: &ServeConfig) -> Users {
+        Users { config: config.clone() }
+    }
+
+    /// Checks a USER/PASS pair. `None` means 530.
+    pub fn check(&self, user: &str, pass: &str) -> Option<Login> {
+        if user == "anonymous" || user == "ftp" {
+            return self.config.anonymous.then(|| Login {
+                root: self.config.root.clone(),
+                writable: self.config.writable,
+                anonymous: true,
+            });
+        }
+        let u = self.config.users.iter().find(|u| u.name == user);
+        let Some(u) = u else {
+            // Spend the same time as a real check, so the reply time does
+            // not tell which user names exist.
+            let _ = verify(DUMMY_HASH, pass);
+            return None;
+        };
+        verify(&u.password_hash, pass).then(|| Login {
+            root: u.root.clone().unwrap_or_else(|| self.config.root.clone()),
+            writable: u.writable,
+            anonymous: false,
+        })
+    }
+}
+
+/// A hash of a random password, verified against when the user is unknown.
+const DUMMY_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$c2x1aWNlZHVtbXlzYWx0$0m9ayk3l2QhIsMnEVdz9fI8pX0wP1LhC+eB7g8wx1xQ";
+
+fn verify(hash: &str, pass: &str) -> bool {
+    match PasswordHash::new(hash) {
+        Ok(h) => Argon2::default().verify_password(pass.as_bytes(), &h).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Hashes a password into an argon2id PHC string for `[[user]]`.
+pub fn hash_password(pass: &str) -> anyhow::Result<String> {
+    // 16 random bytes from the kernel; no RNG crate needed for one salt.
+    let mut raw = [0u8; 16];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut raw)?;
+    let salt = SaltString::encode_b64(&raw).map_err(|e| anyhow::anyhow!("cannot encode salt: {e}"))?;
+    Argon2::default()
+        .hash_password(pass.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| anyhow::anyhow!("cannot hash password: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ServeArgs, UserConfig};
+
+    #[test]
+    fn anonymous_and_configured_users() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = ServeArgs { dir: Some(dir.path().into()), ..Default::default() };
+        let mut config = ServeConfig::load(&args).unwrap();
+        config.users.push(UserConfig {
+            name: "alice".into(),
+            password_hash: hash_password("s3cret").unwrap(),
+            root: None,
+            writable: true,
+        });
+        let users = Users::new(&config);
+        let anon = users.check("anonymous", "x@y").unwrap();
+        assert!(anon.anonymous && !anon.writable);
+        assert!(users.check("ftp", "").is_some());
+        assert!(users.check("bob", "s3cret").is_none());
+        assert!(users.check("alice", "wrong").is_none());
+        let a = users.check("alice", "s3cret").unwrap();
+        assert!(a.writable && !a.anonymous);
+    }
+}

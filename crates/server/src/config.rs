@@ -1,0 +1,293 @@
+//! Server configuration: command-line flags, the TOML file, and the merged
+//! [`ServeConfig`] the listeners run with.
+//!
+//! Every flag has a key of the same name (dashes become underscores) in the
+//! file; a flag given on the command line wins over the file. Unknown keys
+//! are an error (`deny_unknown_fields`), so a typo never silently leaves a
+//! default in force. The server starts fine with no file at all.
+//!
+//! ```toml
+//! root = "/srv/data"            # [DIR]
+//! ftp = "0.0.0.0:2121"          # --ftp
+//! writable = false              # --writable (anonymous and users without `writable`)
+//! anonymous = true              # accept USER anonymous / ftp
+//! max_sessions = 256            # --max-sessions
+//! idle_timeout = 300            # --idle-timeout, seconds
+//! pasv_ports = "50000-50100"    # --pasv-ports
+//! pasv_address = "203.0.113.7"  # --pasv-address (what PASV announces)
+//! data_path = "sendfile"        # --data-path sendfile|copy
+//! allow_foreign_data_host = false
+//!
+//! [[user]]
+//! name = "alice"
+//! password_hash = "$argon2id$v=19$..."   # from `sluice hash-password`
+//! root = "/srv/alice"                     # optional, default: the served root
+//! writable = true
+//! ```
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// Default FTP listen address.
+pub const DEFAULT_FTP: &str = "127.0.0.1:2121";
+/// Default session limit.
+pub const DEFAULT_MAX_SESSIONS: usize = 256;
+/// Default idle timeout, seconds (vsftpd uses 300).
+pub const DEFAULT_IDLE_SECS: u64 = 300;
+/// Largest config file we read: a config is a few hundred bytes; this
+/// bounds memory if someone points --config at a large file by mistake.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// `sluice serve` flags.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// Directory to serve (default: the current directory).
+    pub dir: Option<PathBuf>,
+    /// FTP listen address, e.g. 127.0.0.1:2121, [::1]:2121, 0.0.0.0:21.
+    /// Port 0 picks a free port; the bound address is printed on stdout
+    /// as `ftp listening on ADDR`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub ftp: Option<SocketAddr>,
+    /// Allow uploads and changes (STOR APPE ESTO DELE MKD RMD RNFR/RNTO)
+    /// for anonymous users. Off by default: the server is read-only.
+    #[arg(long)]
+    pub writable: bool,
+    /// TOML configuration file; every flag has a key of the same name.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Most concurrent FTP sessions; further connections get 421.
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
+    /// Seconds a control connection may sit idle (no command, no
+    /// transfer) before it is closed with 421.
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Port range for passive data listeners, e.g. 50000-50100
+    /// (default: any free port).
+    #[arg(long, value_name = "LOW-HIGH")]
+    pub pasv_ports: Option<String>,
+    /// IPv4 address PASV announces instead of the control connection's
+    /// local address (for NAT). Listeners still bind the local address.
+    #[arg(long, value_name = "ADDR")]
+    pub pasv_address: Option<IpAddr>,
+    /// How file data reaches the socket: `sendfile` (zero copy) or `copy`
+    /// (pread + write), to measure one against the other.
+    #[arg(long, value_name = "sendfile|copy")]
+    pub data_path: Option<String>,
+    /// Allow PORT/EPRT to hosts other than the control peer (GridFTP
+    /// third-party transfers). Off by default: it enables FTP bounce.
+    #[arg(long)]
+    pub allow_foreign_data_host: bool,
+}
+
+pub use sluice_engine::DataPath;
+
+/// A login other than anonymous, from `[[user]]` in the config file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// Login name.
+    pub name: String,
+    /// Argon2 PHC string (`$argon2id$...`), from `sluice hash-password`.
+    pub password_hash: String,
+    /// The user's own root; default: the served directory.
+    pub root: Option<PathBuf>,
+    /// May this user change files?
+    #[serde(default)]
+    pub writable: bool,
+}
+
+/// The config file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    root: Option<PathBuf>,
+    ftp: Option<String>,
+    writable: Option<bool>,
+    anonymous: Option<bool>,
+    max_sessions: Option<usize>,
+    idle_timeout: Option<u64>,
+    pasv_ports: Option<String>,
+    pasv_address: Option<String>,
+    data_path: Option<String>,
+    allow_foreign_data_host: Option<bool>,
+    #[serde(default, rename = "user")]
+    users: Vec<UserConfig>,
+}
+
+/// Everything the server runs with, flags and file merged and checked.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Served directory (anonymous users and users without their own root).
+    pub root: PathBuf,
+    /// FTP listen address.
+    pub ftp: SocketAddr,
+    /// Anonymous users may write.
+    pub writable: bool,
+    /// USER anonymous / ftp accepted.
+    pub anonymous: bool,
+    /// Session limit.
+    pub max_sessions: usize,
+    /// Idle timeout.
+    pub idle_timeout: Duration,
+    /// Passive port range, inclusive; `None` lets the kernel choose.
+    pub pasv_ports: Option<(u16, u16)>,
+    /// Address PASV announces.
+    pub pasv_address: Option<IpAddr>,
+    /// sendfile or copy.
+    pub data_path: DataPath,
+    /// PORT/EPRT may name other hosts.
+    pub allow_foreign_data_host: bool,
+    /// Configured users.
+    pub users: Vec<UserConfig>,
+}
+
+impl ServeConfig {
+    /// Merges `args` over the config file it names (if any).
+    pub fn load(args: &ServeArgs) -> Result<ServeConfig> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let root = match args.dir.clone().or(file.root) {
+            Some(r) => r,
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let ftp = match (args.ftp, file.ftp) {
+            (Some(a), _) => a,
+            (None, Some(s)) => s
+                .parse()
+                .with_context(|| format!("config: ftp = {s:?} is not ADDR:PORT"))?,
+            (None, None) => DEFAULT_FTP.parse().expect("constant address parses"),
+        };
+        let pasv_ports = match args.pasv_ports.clone().or(file.pasv_ports) {
+            Some(s) => Some(parse_port_range(&s)?),
+            None => None,
+        };
+        let pasv_address = match (args.pasv_address, file.pasv_address) {
+            (Some(a), _) => Some(a),
+            (None, Some(s)) => Some(
+                s.parse()
+                    .with_context(|| format!("config: pasv_address = {s:?} is not an IP address"))?,
+            ),
+            (None, None) => None,
+        };
+        let data_path = match args.data_path.clone().or(file.data_path) {
+            None => DataPath::Sendfile,
+            Some(s) => s.parse::<DataPath>().map_err(|e| anyhow::anyhow!("{e}"))?,
+        };
+        let max_sessions = args.max_sessions.or(file.max_sessions).unwrap_or(DEFAULT_MAX_SESSIONS);
+        if max_sessions == 0 {
+            bail!("max_sessions must be at least 1");
+        }
+        let idle = args.idle_timeout.or(file.idle_timeout).unwrap_or(DEFAULT_IDLE_SECS);
+        if idle == 0 {
+            bail!("idle_timeout must be at least 1 second");
+        }
+        let mut names = std::collections::HashSet::new();
+        for u in &file.users {
+            if u.name == "anonymous" || u.name == "ftp" {
+                bail!("config: user {:?} is reserved for anonymous login", u.name);
+            }
+            if !names.insert(u.name.clone()) {
+                bail!("config: user {:?} is defined twice", u.name);
+            }
+            if argon2::PasswordHash::new(&u.password_hash).is_err() {
+                bail!(
+                    "config: user {:?}: password_hash is not a PHC string (make one with `sluice hash-password`)",
+                    u.name
+                );
+            }
+        }
+        Ok(ServeConfig {
+            root,
+            ftp,
+            writable: args.writable || file.writable.unwrap_or(false),
+            anonymous: file.anonymous.unwrap_or(true),
+            max_sessions,
+            idle_timeout: Duration::from_secs(idle),
+            pasv_ports,
+            pasv_address,
+            data_path,
+            allow_foreign_data_host: args.allow_foreign_data_host
+                || file.allow_foreign_data_host.unwrap_or(false),
+            users: file.users,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig> {
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    if meta.len() > MAX_CONFIG_BYTES {
+        bail!("config file {} is larger than {} bytes", path.display(), MAX_CONFIG_BYTES);
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    parse_file(&text).with_context(|| format!("config file {}", path.display()))
+}
+
+fn parse_file(text: &str) -> Result<FileConfig> {
+    // toml's message names the unknown key, the expected ones and the line.
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Parses `LOW-HIGH` (inclusive, LOW >= 1024 is not required but LOW <= HIGH).
+pub fn parse_port_range(s: &str) -> Result<(u16, u16)> {
+    let (lo, hi) = s.split_once('-').with_context(|| format!("port range {s:?}: expected LOW-HIGH"))?;
+    let lo: u16 = lo.trim().parse().with_context(|| format!("port range {s:?}: bad low port"))?;
+    let hi: u16 = hi.trim().parse().with_context(|| format!("port range {s:?}: bad high port"))?;
+    if lo == 0 || lo > hi {
+        bail!("port range {s:?}: need 1 <= LOW <= HIGH");
+    }
+    Ok((lo, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_an_error_naming_it() {
+        let err = parse_file("writeable = true\n").unwrap_err().to_string();
+        assert!(err.contains("writeable"), "{err}");
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "ftp = \"127.0.0.1:3000\"\nmax_sessions = 3\npasv_ports = \"50000-50010\"\ndata_path = \"copy\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            max_sessions: Some(7),
+            dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let c = ServeConfig::load(&args).unwrap();
+        assert_eq!(c.ftp, "127.0.0.1:3000".parse().unwrap());
+        assert_eq!(c.max_sessions, 7);
+        assert_eq!(c.pasv_ports, Some((50000, 50010)));
+        assert_eq!(c.data_path, DataPath::Copy);
+        assert!(!c.writable);
+        assert!(c.anonymous);
+    }
+
+    #[test]
+    fn users_need_phc_hashes() {
+        let err = parse_file("[[user]]\nname = \"a\"\npassword_hash = \"x\"\nbogus = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bogus"), "{err}");
+        assert!(parse_port_range("10-5").is_err());
+        assert_eq!(parse_port_range("5-10").unwrap(), (5, 10));
+    }
+}

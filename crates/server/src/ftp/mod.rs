@@ -1,0 +1,84 @@
+//! The FTP front door: the listener, one task per control connection
+//! ([`session`]), and the data transfers those sessions start
+//! ([`transfer`]).
+//!
+//! ```text
+//!  TcpListener ──accept──▶ max-sessions gate ──▶ session task (Session + socket)
+//!                                 │ full: 421      │ actions
+//!                                                  ├─▶ ops (blocking pool): stat, list, mkdir, CKSM
+//!                                                  └─▶ transfer task: data conns + sluice_transfer
+//! ```
+
+pub mod session;
+pub mod transfer;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use sluice_engine::Engine;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::Instrument;
+
+use crate::auth::Users;
+use crate::config::ServeConfig;
+
+/// What every FTP session shares.
+#[derive(Debug)]
+pub struct FtpContext {
+    /// Merged configuration.
+    pub config: ServeConfig,
+    /// Login table.
+    pub users: Users,
+    /// The data-delivery engine.
+    pub engine: Engine,
+}
+
+/// Binds the FTP listener (so port 0 is resolved before anything prints).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Accepts control connections forever.
+pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener) {
+    let gate = Arc::new(Semaphore::new(ctx.config.max_sessions));
+    let next_id = AtomicU64::new(1);
+    loop {
+        let (conn, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: log, breathe, go on serving.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!("session", id, %peer);
+        match Arc::clone(&gate).try_acquire_owned() {
+            Ok(permit) => {
+                let ctx = Arc::clone(&ctx);
+                tokio::spawn(
+                    async move {
+                        session::serve(ctx, conn).await;
+                        drop(permit);
+                    }
+                    .instrument(span),
+                );
+            }
+            Err(_) => {
+                tokio::spawn(
+                    async move {
+                        tracing::info!("refused: max sessions reached");
+                        let mut conn = conn;
+                        let _ = conn.write_all(b"421 Too many sessions, try again later.\r\n").await;
+                        let _ = conn.shutdown().await;
+                    }
+                    .instrument(span),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The task behind one control connection: drives a sans-I/O
+//! [`Session`], performs its actions, feeds results back.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_engine::Cancel;
+use sluice_ftp::session::{Action, LoginGrant, OpError, Session, SessionConfig};
+use sluice_platform::fs::ServedRoot;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::transfer::{self, Event, Job, Work};
+use super::FtpContext;
+use crate::auth::Login;
+use crate::data::Passive;
+use crate::ops;
+
+/// Control bytes we hold while the session is busy. A client that sends
+/// more than this without waiting for replies is paused (we stop reading)
+/// until the session catches up.
+const MAX_PENDING_INPUT: usize = 4 * sluice_ftp::limits::MAX_LINE;
+
+/// Greeting sent on connect.
+const GREETING: &str = "Sluice FTP server ready.";
+
+struct Driver {
+    ctx: Arc<FtpContext>,
+    session: Session,
+    wr: OwnedWriteHalf,
+    local: SocketAddr,
+    peer: SocketAddr,
+    login: Option<(String, Login, Arc<ServedRoot>)>,
+    passive: Option<Passive>,
+    running: Option<Cancel>,
+    events_tx: mpsc::UnboundedSender<Event>,
+    out: Vec<u8>,
+}
+
+/// Serves one control connection until it closes.
+pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
+    let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else { return };
+    let _ = conn.set_nodelay(true);
+    let session = Session::new(SessionConfig {
+        local_addr: local,
+        peer_addr: peer,
+        idle_timeout: ctx.config.idle_timeout,
+        greeting: GREETING.into(),
+    });
+    let (mut rd, wr) = conn.into_split();
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let mut d = Driver {
+        ctx,
+        session,
+        wr,
+        local,
+        peer,
+        login: None,
+        passive: None,
+        running: None,
+        events_tx,
+        out: Vec::new(),
+    };
+    tracing::debug!("connected");
+    let mut inbuf: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    let mut peer_closed = false;
+    loop {
+        if !d.drive().await {
+            break;
+        }
+        let deadline = d.session.poll_timeout().map(tokio::time::Instant::from_std);
+        let can_read = !peer_closed && inbuf.len() < MAX_PENDING_INPUT;
+        tokio::select! {
+            r = rd.read(&mut buf), if can_read => match r {
+                Ok(0) | Err(_) => {
+                    peer_closed = true;
+                    if let Some(c) = &d.running {
+                        c.cancel();
+                    } else {
+                        break;
+                    }
+                }
+                Ok(n) => inbuf.extend_from_slice(&buf[..n]),
+            },
+            Some(ev) = events_rx.recv() => match ev {
+                Event::Started(size) => d.session.handle_transfer_started(size),
+                Event::Marker(r) => d.session.handle_marker(&r),
+                Event::Done(result) => {
+                    d.running = None;
+                    d.passive = None;
+                    d.session.handle_transfer_done(Instant::now(), result);
+                    if peer_closed {
+                        break;
+                    }
+                }
+            },
+            _ = sleep_until(deadline), if deadline.is_some() => {
+                d.session.handle_timeout(Instant::now());
+            }
+        }
+        if !inbuf.is_empty() && !d.session.is_closed() {
+            match d.session.handle_input(Instant::now(), &inbuf) {
+                Ok(used) => {
+                    inbuf.drain(..used.min(inbuf.len()));
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "closing session");
+                    inbuf.clear();
+                }
+            }
+        }
+    }
+    if let Some(c) = &d.running {
+        c.cancel();
+    }
+    let _ = d.wr.shutdown().await;
+    tracing::debug!("disconnected");
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Driver {
+    /// Writes replies and performs actions until the session is quiet.
+    /// Returns false when the connection should close.
+    async fn drive(&mut self) -> bool {
+        loop {
+            self.session.poll_output(&mut self.out);
+            if !self.out.is_empty() {
+                if self.wr.write_all(&self.out).await.is_err() {
+                    return false;
+                }
+                self.out.clear();
+            }
+            let Some(action) = self.session.poll_action() else { return true };
+            if !self.perform(action).await {
+                self.session.poll_output(&mut self.out);
+                let _ = self.wr.write_all(&self.out).await;
+                return false;
+            }
+        }
+    }
+
+    /// Performs one action; false for Close.
+    async fn perform(&mut self, action: Action) -> bool {
+        match action {
+            Action::Authenticate { user, pass } => {
+                let users = self.ctx.users.clone();
+                let name = user.clone();
+                // Argon2 costs tens of milliseconds: off the event loop.
+                let pass = String::from_utf8_lossy(pass.as_bytes()).into_owned();
+                let login = tokio::task::spawn_blocking(move || users.check(&name, &pass)).await.ok().flatten();
+                let login = login.and_then(|l| match ServedRoot::open(&l.root) {
+                    Ok(r) => Some((l, Arc::new(r))),
+                    Err(e) => {
+                        tracing::error!(error = %e, root = %l.root.display(), "cannot open the login's root");
+                        None
+                    }
+                });
+                match login {
+                    Some((l, root)) => {
+                        tracing::info!(user = %user, writable = l.writable, "login");
+                        let grant = LoginGrant {
+                            writable: l.writable,
+                            allow_foreign_data_host: self.ctx.config.allow_foreign_data_host && !l.anonymous,
+                        };
+                        self.login = Some((user, l, root));
+                        self.session.handle_login(Some(grant));
+                    }
+                    None => {
+                        tracing::info!(user = %user, "login refused");
+                        self.session.handle_login(None);
+                    }
+                }
+            }
+            Action::OpenPassive { extended } => {
+                self.passive = None;
+                let peer = Some(self.peer.ip()).filter(|_| !self.ctx.config.allow_foreign_data_host);
+                match Passive::open(self.local.ip(), self.ctx.config.pasv_ports, peer) {
+                    Ok(p) => {
+                        let addr = p.local_addr().ok().map(|a| match self.ctx.config.pasv_address {
+                            Some(ip) if !extended => SocketAddr::new(ip, a.port()),
+                            _ => a,
+                        });
+                        self.passive = Some(p);
+                        self.session.handle_passive(addr);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot open passive listener");
+                        self.session.handle_passive(None);
+                    }
+                }
+            }
+            Action::ClosePassive => self.passive = None,
+            Action::Query { path, query } => {
+                let r = self.blocking(move |root, w| ops::query(root, &path, query, w)).await;
+                self.session.handle_result(r);
+            }
+            Action::Change(c) => {
+                let r = if self.login.as_ref().is_some_and(|(_, l, _)| l.writable) {
+                    let desc = format!("{c:?}");
+                    let r = self.blocking(move |root, _| ops::change(root, &c)).await;
+                    if r.is_ok() {
+                        tracing::info!(change = %desc, "changed");
+                    }
+                    r
+                } else {
+                    Err(OpError::PermissionDenied)
+                };
+                self.session.handle_result(r);
+            }
+            Action::Checksum { algorithm, path, offset, len } => {
+                let r = self.blocking(move |root, _| ops::checksum(root, &path, algorithm, offset, len)).await;
+                self.session.handle_result(r);
+            }
+            Action::List { path, format, data } => self.start(Work::List { path, format, data }),
+            Action::StartRetr { path, offset, len, data } => {
+                self.start(Work::Retr { path, offset, len, data })
+            }
+            Action::StartStor { path, kind, data } => {
+                if self.login.as_ref().is_some_and(|(_, l, _)| l.writable) {
+                    self.start(Work::Stor { path, kind, data })
+                } else {
+                    let _ = self.events_tx.send(Event::Done(Err(OpError::PermissionDenied)));
+                }
+            }
+            Action::Abort => {
+                if let Some(c) = &self.running {
+                    c.cancel();
+                }
+            }
+            Action::Close => return false,
+        }
+        true
+    }
+
+    /// Runs a file-system job for the logged-in root on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&ServedRoot, bool) -> Result<T, OpError> + Send + 'static,
+    ) -> Result<T, OpError> {
+        let Some((_, login, root)) = &self.login else { return Err(OpError::PermissionDenied) };
+        let (root, writable) = (Arc::clone(root), login.writable);
+        tokio::task::spawn_blocking(move || f(&root, writable)).await.unwrap_or(Err(OpError::Local))
+    }
+
+    fn start(&mut self, work: Work) {
+        let Some((user, login, root)) = &self.login else {
+            let _ = self.events_tx.send(Event::Done(Err(OpError::PermissionDenied)));
+            return;
+        };
+        let cancel = Cancel::new();
+        let job = Job {
+            engine: self.ctx.engine.clone(),
+            root: Arc::clone(root),
+            passive: self.passive.take(),
+            local_ip: self.local.ip(),
+            peer: self.peer.ip(),
+            user: user.clone(),
+            anonymous: login.anonymous,
+            writable: login.writable,
+            cancel: cancel.clone(),
+        };
+        self.running = Some(cancel);
+        tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());
+    }
+}

@@ -1,0 +1,330 @@
+//! One data transfer (LIST/NLST/MLSD, RETR/ERET, STOR/APPE/ESTO) as a task:
+//! open the file, get the data connection(s), hand both to
+//! `sluice_transfer`, report events back to the session task.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sluice_engine::{Cancel, Engine};
+use sluice_ftp::command::TransferMode;
+use sluice_ftp::markers::{range_marker, PerfMarker, RangeSet as MarkerRanges};
+use sluice_ftp::path::VirtualPath;
+use sluice_ftp::reply::Reply;
+use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, OpError, StoreKind};
+use sluice_platform::fs::ServedRoot;
+use sluice_transfer::{receive_mode_e, receive_stream, send, ByteRange, Mode, Progress, SendSpec, TransferError};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::data::{self, Passive};
+use crate::ops::{listing_bytes, op_error};
+use crate::upload::Upload;
+use crate::xferlog::{Direction, XferRecord};
+
+/// What a transfer task tells its session.
+#[derive(Debug)]
+pub enum Event {
+    /// File opened; about to move data (150).
+    Started(Option<u64>),
+    /// A 111/112 marker.
+    Marker(Reply),
+    /// Finished: payload bytes, or why not.
+    Done(Result<u64, OpError>),
+}
+
+/// What a transfer needs from its session.
+pub struct Job {
+    /// Engine.
+    pub engine: Engine,
+    /// The login's root.
+    pub root: Arc<ServedRoot>,
+    /// The passive listener, if the session has one.
+    pub passive: Option<Passive>,
+    /// Control connection's local IP (active connects come from it).
+    pub local_ip: IpAddr,
+    /// Control peer.
+    pub peer: IpAddr,
+    /// Login name and kind (xferlog).
+    pub user: String,
+    /// Anonymous login.
+    pub anonymous: bool,
+    /// Login may write (MLSD perm facts).
+    pub writable: bool,
+    /// ABOR.
+    pub cancel: Cancel,
+}
+
+/// What to do.
+#[derive(Debug)]
+pub enum Work {
+    /// LIST/NLST/MLSD.
+    List { path: VirtualPath, format: ListFormat, data: DataSpec },
+    /// RETR/ERET.
+    Retr { path: VirtualPath, offset: u64, len: Option<u64>, data: DataSpec },
+    /// STOR/APPE/ESTO.
+    Stor { path: VirtualPath, kind: StoreKind, data: DataSpec },
+}
+
+/// Runs one transfer to its end; the last event sent is always `Done`.
+pub async fn run(job: Job, work: Work, events: mpsc::UnboundedSender<Event>) {
+    let started = Instant::now();
+    let cancel = job.cancel.clone();
+    let (result, record) = tokio::select! {
+        r = execute(&job, &work, &events) => r,
+        _ = cancel.cancelled() => (Err(OpError::Aborted), None),
+    };
+    if let Some((path, ascii, direction)) = record {
+        XferRecord {
+            elapsed: started.elapsed(),
+            peer: job.peer,
+            bytes: match &result {
+                Ok(n) => *n,
+                Err(_) => 0,
+            },
+            path: path.as_str(),
+            ascii,
+            direction,
+            anonymous: job.anonymous,
+            user: &job.user,
+            complete: result.is_ok(),
+        }
+        .log();
+    }
+    let _ = events.send(Event::Done(result));
+}
+
+type Record = Option<(VirtualPath, bool, Direction)>;
+
+async fn execute(job: &Job, work: &Work, events: &mpsc::UnboundedSender<Event>) -> (Result<u64, OpError>, Record) {
+    match work {
+        Work::List { path, format, data } => (list(job, path, *format, data, events).await, None),
+        Work::Retr { path, offset, len, data } => {
+            let r = retr(job, path, *offset, *len, data, events).await;
+            (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
+        }
+        Work::Stor { path, kind, data } => {
+            let r = stor(job, path, *kind, data, events).await;
+            (r, Some((path.clone(), data.ascii, Direction::Incoming)))
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, OpError> {
+    tokio::task::spawn_blocking(f).await.map_err(|_| OpError::Local)
+}
+
+async fn list(
+    job: &Job,
+    path: &VirtualPath,
+    format: ListFormat,
+    data: &DataSpec,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Result<u64, OpError> {
+    let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
+    let bytes = blocking(move || listing_bytes(&root, &p, format, w)).await??;
+    let _ = events.send(Event::Started(None));
+    let mut conns = open_data(job, data, 1).await?;
+    let mut conn = conns.pop().ok_or(OpError::DataConnection)?;
+    conn.write_all(&bytes).await.map_err(|_| OpError::ConnectionLost)?;
+    let _ = conn.shutdown().await;
+    Ok(bytes.len() as u64)
+}
+
+async fn retr(
+    job: &Job,
+    path: &VirtualPath,
+    offset: u64,
+    len: Option<u64>,
+    data: &DataSpec,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Result<u64, OpError> {
+    let (root, p) = (Arc::clone(&job.root), path.clone());
+    let file = blocking(move || root.open_read(p.as_str())).await?.map_err(op_error)?;
+    let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
+    if offset > size {
+        return Err(OpError::OffsetBeyondEof);
+    }
+    let len = match len {
+        // ERET past the end: send what exists (Globus servers do the same).
+        Some(l) => l.min(size - offset),
+        None => size - offset,
+    };
+    let mode = transfer_mode(data);
+    let spec = SendSpec { file: Arc::new(file), ranges: vec![ByteRange::new(offset, len)], mode };
+    let _ = events.send(Event::Started(Some(len)));
+    let n = if data.mode == TransferMode::ExtendedBlock { data.parallelism } else { 1 };
+    let conns = open_data(job, data, n).await?;
+    let progress = Progress::new();
+    let fut = send(&job.engine, spec, conns, Arc::clone(&progress), job.cancel.clone());
+    let r = with_markers(fut, data, &progress, false, events).await;
+    r.map_err(|e| transfer_error(&e, &job.cancel))
+}
+
+async fn stor(
+    job: &Job,
+    path: &VirtualPath,
+    kind: StoreKind,
+    data: &DataSpec,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Result<u64, OpError> {
+    if data.mode == TransferMode::ExtendedBlock && !matches!(kind, StoreKind::Replace | StoreKind::Adjusted(0)) {
+        // MODE E blocks carry absolute offsets; a restart in MODE E is done
+        // by the client sending only the missing ranges to a plain STOR/ESTO.
+        return Err(OpError::BadName);
+    }
+    let (root, p) = (Arc::clone(&job.root), path.clone());
+    let upload = blocking(move || Upload::prepare(&root, &p, kind)).await??;
+    let _ = events.send(Event::Started(None));
+    let file = upload.file();
+    let progress = Progress::new();
+    let result: Result<u64, OpError> = async {
+        if data.mode == TransferMode::Stream {
+            let mut conns = open_data(job, data, 1).await?;
+            let conn = conns.pop().ok_or(OpError::DataConnection)?;
+            let fut = receive_stream(&job.engine, file, upload.start, conn, Arc::clone(&progress), job.cancel.clone());
+            with_markers(fut, data, &progress, true, events).await.map_err(|e| transfer_error(&e, &job.cancel))
+        } else {
+            let (tx, rx) = mpsc::channel(8);
+            let acceptor = accept_all(job, data, tx).await?;
+            let fut = receive_mode_e(&job.engine, file, rx, Arc::clone(&progress), job.cancel.clone());
+            let r = with_markers(fut, data, &progress, true, events).await;
+            acceptor.abort();
+            r.map(|s| s.bytes).map_err(|e| transfer_error(&e, &job.cancel))
+        }
+    }
+    .await;
+    let root = Arc::clone(&job.root);
+    let ok = result.is_ok();
+    let finished = blocking(move || if ok { upload.commit(&root) } else { upload.keep_partial(); Ok(()) }).await;
+    match (result, finished) {
+        (Ok(n), Ok(Ok(()))) => Ok(n),
+        (Ok(_), Ok(Err(e))) | (Ok(_), Err(e)) => Err(e),
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// MODE E upload: the client (sender) opens the connections, so every
+/// connection to the passive listener goes to the receiver until it has
+/// seen the EOF block's EOD count. With PORT/EPRT we connect once.
+async fn accept_all(
+    job: &Job,
+    data: &DataSpec,
+    tx: mpsc::Sender<TcpStream>,
+) -> Result<tokio::task::JoinHandle<()>, OpError> {
+    match data.channel {
+        DataChannel::Active(_) => {
+            let conns = open_data(job, data, 1).await?;
+            Ok(tokio::spawn(async move {
+                for c in conns {
+                    if tx.send(c).await.is_err() {
+                        break;
+                    }
+                }
+            }))
+        }
+        DataChannel::Passive => {
+            let passive = job.passive.as_ref().ok_or(OpError::DataConnection)?;
+            // The first connection must come in time; later ones may come
+            // whenever, the receiver decides when it has all it needs.
+            let first = passive.accept_timeout().await.map_err(|_| OpError::DataConnection)?;
+            data::apply_buffer(&first, data.buffer);
+            let _ = tx.send(first).await;
+            let listener = passive.clone();
+            let buffer = data.buffer;
+            Ok(tokio::spawn(async move {
+                while let Ok(c) = listener.accept().await {
+                    data::apply_buffer(&c, buffer);
+                    if tx.send(c).await.is_err() {
+                        break;
+                    }
+                }
+            }))
+        }
+    }
+}
+
+/// Opens `n` data connections as the session arranged.
+async fn open_data(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>, OpError> {
+    let conns = match data.channel {
+        DataChannel::Active(addr) => data::connect(job.local_ip, addr, n).await,
+        DataChannel::Passive => {
+            let passive = job.passive.as_ref().ok_or(OpError::DataConnection)?;
+            // A passive download takes the connections the client opens;
+            // MODE S has one. (globus-url-copy sends MODE E data itself as
+            // the active side, see docs.)
+            passive.accept_timeout().await.map(|c| vec![c])
+        }
+    };
+    let conns = conns.map_err(|e| {
+        tracing::debug!(error = %e, "data connection failed");
+        OpError::DataConnection
+    })?;
+    for c in &conns {
+        data::apply_buffer(c, data.buffer);
+    }
+    Ok(conns)
+}
+
+fn transfer_mode(data: &DataSpec) -> Mode {
+    match data.mode {
+        TransferMode::Stream => Mode::Stream,
+        TransferMode::ExtendedBlock => Mode::extended(),
+    }
+}
+
+/// Runs `fut`, sending 112 (and for uploads 111) markers every
+/// `marker_interval_secs` while it runs in MODE E.
+async fn with_markers<T>(
+    fut: impl std::future::Future<Output = Result<T, TransferError>>,
+    data: &DataSpec,
+    progress: &Arc<Progress>,
+    upload: bool,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Result<T, TransferError> {
+    if data.mode != TransferMode::ExtendedBlock {
+        return fut.await;
+    }
+    let period = Duration::from_secs(u64::from(data.marker_interval_secs.max(1)));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tokio::pin!(fut);
+    loop {
+        tokio::select! {
+            r = &mut fut => return r,
+            _ = tick.tick() => {
+                let tenths = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64 / 100).unwrap_or(0);
+                let _ = events.send(Event::Marker(PerfMarker::single(tenths, progress.bytes()).to_reply()));
+                if upload {
+                    let mut set = MarkerRanges::new();
+                    for (s, e) in progress.ranges().iter() {
+                        set.insert(s..e);
+                    }
+                    if !set.is_empty() {
+                        let _ = events.send(Event::Marker(range_marker(&set)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn transfer_error(e: &TransferError, cancel: &Cancel) -> OpError {
+    if cancel.is_cancelled() || matches!(e, TransferError::Cancelled) {
+        return OpError::Aborted;
+    }
+    match e.reply_code() {
+        426 => match e {
+            TransferError::Framing(_) | TransferError::Limit(_) => OpError::BadData,
+            _ => {
+                tracing::debug!(error = %e, "transfer lost its data connection");
+                OpError::ConnectionLost
+            }
+        },
+        552 => OpError::NoSpace,
+        _ => {
+            tracing::warn!(error = %e, "transfer failed");
+            OpError::Local
+        }
+    }
+}

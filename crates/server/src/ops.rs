@@ -1,0 +1,259 @@
+//! The file-system side of session actions: queries, changes, listings and
+//! checksums against a [`ServedRoot`]. All functions here block; the
+//! session driver runs them with `spawn_blocking`.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sluice_ftp::listing::{self, EntryInfo, EntryKind, MlsxRole};
+use sluice_ftp::path::VirtualPath;
+use sluice_ftp::session::{Answer, Change, ChecksumAlgorithm, ListFormat, OpError, Query};
+use sluice_platform::fs::{DirEntry, FileKind, FsError, Metadata, ServedRoot};
+
+use crate::upload::{is_internal_name, partial_path};
+
+/// Most entries one listing sends; a directory larger than this is cut
+/// (with a log line), bounding memory per LIST.
+pub const MAX_LIST_ENTRIES: usize = 100_000;
+
+/// Maps a platform error to the session's error. Anything unexpected is
+/// logged here (with its `io::Error`) and becomes a plain 451.
+pub fn op_error(e: FsError) -> OpError {
+    match e {
+        FsError::NotFound => OpError::NotFound,
+        FsError::OutsideRoot | FsError::PermissionDenied => OpError::PermissionDenied,
+        FsError::NotADirectory => OpError::NotADirectory,
+        FsError::IsADirectory => OpError::NotAFile,
+        FsError::AlreadyExists => OpError::AlreadyExists,
+        FsError::NotEmpty => OpError::NotEmpty,
+        FsError::NoSpace => OpError::NoSpace,
+        FsError::InvalidPath => OpError::BadName,
+        FsError::Io(e) => {
+            tracing::warn!(error = %e, "file system error");
+            OpError::Local
+        }
+    }
+}
+
+/// Answers a [`Query`].
+pub fn query(root: &ServedRoot, path: &VirtualPath, q: Query, writable: bool) -> Result<Answer, OpError> {
+    let stat = |p: &VirtualPath| root.stat(p.as_str()).map_err(op_error);
+    match q {
+        Query::ChangeDir => match stat(path)?.kind {
+            FileKind::Dir => Ok(Answer::Done),
+            _ => Err(OpError::NotADirectory),
+        },
+        Query::Exists => stat(path).map(|_| Answer::Done),
+        Query::Size => match root.stat(path.as_str()) {
+            Ok(m) if m.kind == FileKind::File => Ok(Answer::Size(m.size)),
+            Ok(_) => Err(OpError::NotAFile),
+            // A kept partial upload answers SIZE so clients can resume
+            // (see upload.rs); it is never served by RETR or listed.
+            Err(FsError::NotFound) => match partial_path(path).map(|p| root.stat(p.as_str())) {
+                Some(Ok(m)) if m.kind == FileKind::File => Ok(Answer::Size(m.size)),
+                _ => Err(OpError::NotFound),
+            },
+            Err(e) => Err(op_error(e)),
+        },
+        Query::Modified => {
+            let m = stat(path)?;
+            if m.kind != FileKind::File {
+                return Err(OpError::NotAFile);
+            }
+            Ok(Answer::Modified(unix_secs(m.mtime).max(0) as u64))
+        }
+        Query::Facts => {
+            let m = stat(path)?;
+            let role = if m.kind == FileKind::Dir { MlsxRole::Cdir } else { MlsxRole::Entry };
+            let e = entry_info(path.file_name().unwrap_or("/").as_bytes(), &m);
+            let mut facts = listing::mlsx_facts(&e, role, writable);
+            // MLST names the full path (RFC 3659 7.2.1).
+            if let Some(i) = facts.find("; ") {
+                facts.truncate(i + 2);
+                facts.push_str(path.as_str());
+            }
+            Ok(Answer::Facts(facts))
+        }
+        Query::Status => {
+            let out = listing_bytes(root, path, ListFormat::Long, writable)?;
+            let text = String::from_utf8_lossy(&out);
+            Ok(Answer::Lines(text.lines().map(str::to_string).collect()))
+        }
+    }
+}
+
+/// Performs a [`Change`].
+pub fn change(root: &ServedRoot, c: &Change) -> Result<Answer, OpError> {
+    let r = match c {
+        Change::Mkdir(p) => root.mkdir(p.as_str()),
+        Change::Rmdir(p) => root.rmdir(p.as_str()),
+        Change::Delete(p) => root.unlink(p.as_str()),
+        Change::Rename { from, to } => root.rename(from.as_str(), to.as_str()),
+    };
+    r.map(|()| Answer::Done).map_err(op_error)
+}
+
+/// A listing of `path` (a directory, or one file) in `format`, CRLF lines.
+pub fn listing_bytes(
+    root: &ServedRoot,
+    path: &VirtualPath,
+    format: ListFormat,
+    writable: bool,
+) -> Result<Vec<u8>, OpError> {
+    let meta = root.stat(path.as_str()).map_err(op_error)?;
+    let entries: Vec<DirEntry> = if meta.kind == FileKind::Dir {
+        let mut all = root.list_dir(path.as_str()).map_err(op_error)?;
+        all.retain(|e| !is_internal_name(&e.name));
+        if all.len() > MAX_LIST_ENTRIES {
+            tracing::info!(entries = all.len(), "listing cut to {MAX_LIST_ENTRIES} entries");
+            all.truncate(MAX_LIST_ENTRIES);
+        }
+        all
+    } else {
+        let name = path.file_name().unwrap_or("").as_bytes().to_vec();
+        vec![DirEntry { name, meta: meta.clone() }]
+    };
+    let now = unix_secs(SystemTime::now());
+    let mut out = Vec::with_capacity(entries.len() * 64);
+    if format == ListFormat::Machine && meta.kind == FileKind::Dir {
+        listing::mlsd_line(&entry_info(b".", &meta), MlsxRole::Cdir, writable, &mut out);
+    }
+    for e in &entries {
+        let info = entry_info(&e.name, &e.meta);
+        match format {
+            ListFormat::Long => listing::list_line(&info, now, &mut out),
+            ListFormat::Names => listing::nlst_line(&info, &mut out),
+            ListFormat::Machine => listing::mlsd_line(&info, MlsxRole::Entry, writable, &mut out),
+        }
+    }
+    Ok(out)
+}
+
+fn entry_info(name: &[u8], m: &Metadata) -> EntryInfo {
+    EntryInfo {
+        name: String::from_utf8_lossy(name).into_owned(),
+        kind: match m.kind {
+            FileKind::File => EntryKind::File,
+            FileKind::Dir => EntryKind::Dir,
+            FileKind::Symlink => EntryKind::Symlink,
+            FileKind::Other => EntryKind::Other,
+        },
+        size: m.size,
+        mtime: unix_secs(m.mtime),
+        mode: m.mode,
+        nlink: m.nlink,
+        owner: None,
+        group: None,
+    }
+}
+
+fn unix_secs(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+/// CKSM: the digest of `len` bytes (or to the end) from `offset`, in hex.
+pub fn checksum(
+    root: &ServedRoot,
+    path: &VirtualPath,
+    alg: ChecksumAlgorithm,
+    offset: u64,
+    len: Option<u64>,
+) -> Result<Answer, OpError> {
+    use md5::Digest as _;
+    let mut file = root.open_read(path.as_str()).map_err(op_error)?;
+    let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
+    if offset > size {
+        return Err(OpError::OffsetBeyondEof);
+    }
+    file.seek(SeekFrom::Start(offset)).map_err(|e| op_error(e.into()))?;
+    let mut reader = file.take(len.unwrap_or(u64::MAX));
+    let mut buf = vec![0u8; 1 << 20];
+    enum H {
+        A(adler::Adler32),
+        M(md5::Md5),
+        S(sha2::Sha256),
+    }
+    let mut h = match alg {
+        ChecksumAlgorithm::Adler32 => H::A(adler::Adler32::new()),
+        ChecksumAlgorithm::Md5 => H::M(md5::Md5::new()),
+        ChecksumAlgorithm::Sha256 => H::S(sha2::Sha256::new()),
+    };
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(op_error(e.into())),
+        };
+        match &mut h {
+            H::A(a) => a.write_slice(&buf[..n]),
+            H::M(m) => m.update(&buf[..n]),
+            H::S(s) => s.update(&buf[..n]),
+        }
+    }
+    Ok(Answer::Checksum(match h {
+        H::A(a) => format!("{:08x}", a.checksum()),
+        H::M(m) => hex::encode(m.finalize()),
+        H::S(s) => hex::encode(s.finalize()),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, ServedRoot) {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"hello world").unwrap();
+        std::fs::write(d.path().join(".f2.sluice-partial"), b"abc").unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let r = ServedRoot::open(d.path()).unwrap();
+        (d, r)
+    }
+
+    fn vp(s: &str) -> VirtualPath {
+        VirtualPath::root().resolve(s).unwrap()
+    }
+
+    #[test]
+    fn checksums_match_known_values() {
+        let (_d, r) = setup();
+        let sha = checksum(&r, &vp("f"), ChecksumAlgorithm::Sha256, 0, None).unwrap();
+        assert_eq!(
+            sha,
+            Answer::Checksum("b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9".into())
+        );
+        let md5 = checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 0, None).unwrap();
+        assert_eq!(md5, Answer::Checksum("5eb63bbbe01eeed093cb22bb8f5acdc3".into()));
+        let adler = checksum(&r, &vp("f"), ChecksumAlgorithm::Adler32, 0, None).unwrap();
+        assert_eq!(adler, Answer::Checksum("1a0b045d".into()));
+        let part = checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 6, Some(5)).unwrap();
+        // md5("world")
+        assert_eq!(part, Answer::Checksum("7d793037a0760186574b0282f2f435e7".into()));
+        assert_eq!(checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 99, None), Err(OpError::OffsetBeyondEof));
+    }
+
+    #[test]
+    fn queries_and_listings() {
+        let (_d, r) = setup();
+        assert_eq!(query(&r, &vp("f"), Query::Size, false), Ok(Answer::Size(11)));
+        assert_eq!(query(&r, &vp("sub"), Query::Size, false), Err(OpError::NotAFile));
+        assert_eq!(query(&r, &vp("f"), Query::ChangeDir, false), Err(OpError::NotADirectory));
+        assert_eq!(query(&r, &vp("sub"), Query::ChangeDir, false), Ok(Answer::Done));
+        // The partial answers SIZE for resuming clients.
+        assert_eq!(query(&r, &vp("f2"), Query::Size, false), Ok(Answer::Size(3)));
+        assert_eq!(query(&r, &vp("nope"), Query::Size, false), Err(OpError::NotFound));
+        let names = listing_bytes(&r, &vp("/"), ListFormat::Names, false).unwrap();
+        assert_eq!(names, b"f\r\nsub\r\n");
+        let mlsd = String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap()).unwrap();
+        assert!(mlsd.starts_with("type=cdir;"), "{mlsd}");
+        assert!(mlsd.contains("type=file;size=11;"), "{mlsd}");
+        match query(&r, &vp("f"), Query::Facts, false).unwrap() {
+            Answer::Facts(f) => assert!(f.ends_with("; /f"), "{f}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! Downloads: MODE S over one connection, MODE E over 1..n connections.
+//!
+//! MODE E: blocks are handed out in file order to whichever stream is ready
+//! for its next one (a stream asks when its previous block has been taken
+//! by the kernel), so a faster stream carries more blocks. When the queue
+//! is empty each stream sends one empty header with EOD|CLOSE and closes;
+//! stream 0's header also carries EOF with the offset field = number of
+//! streams (the EOD count), as Globus does (descriptor 0x4C).
+
+use std::sync::{Arc, Mutex};
+
+use sluice_engine::{Cancel, Engine};
+use sluice_ftp::mode_e::BlockHeader;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+use crate::limits::{MAX_STREAMS, STREAM_PIECE};
+use crate::spec::BlockQueue;
+use crate::{Mode, Progress, SendSpec, TransferError};
+
+/// Sends the spec's ranges over `conns` and closes them; returns the payload
+/// bytes sent. MODE S needs exactly one connection. On cancellation or error
+/// every stream task is stopped before this returns.
+pub async fn send(
+    engine: &Engine,
+    spec: SendSpec,
+    conns: Vec<TcpStream>,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<u64, TransferError> {
+    spec.validate()?;
+    for c in &conns {
+        engine.prepare_socket(c);
+    }
+    match spec.mode {
+        Mode::Stream => {
+            let mut it = conns.into_iter();
+            let (Some(conn), None) = (it.next(), it.next()) else {
+                return Err(TransferError::Setup("MODE S needs exactly one data connection"));
+            };
+            send_stream(engine, &spec, conn, &progress, &cancel).await
+        }
+        Mode::Extended { block_size } => {
+            if conns.is_empty() || conns.len() > MAX_STREAMS {
+                return Err(TransferError::Setup("MODE E needs 1..=64 data connections"));
+            }
+            send_extended(engine, spec, block_size, conns, progress, cancel).await
+        }
+    }
+}
+
+async fn send_stream(
+    engine: &Engine,
+    spec: &SendSpec,
+    mut conn: TcpStream,
+    progress: &Progress,
+    cancel: &Cancel,
+) -> Result<u64, TransferError> {
+    let mut total = 0;
+    for r in &spec.ranges {
+        let mut pos = r.offset;
+        while pos < r.end() {
+            // Pieces keep progress current; each is still many chunks.
+            let len = (r.end() - pos).min(STREAM_PIECE);
+            let n = engine.send_file(&conn, &spec.file, pos, len, &[], progress.counters(), cancel).await?;
+            progress.add_bytes(n);
+            total += n;
+            pos += n;
+        }
+    }
+    // End of data in MODE S is the close; FIN follows the queued data.
+    conn.shutdown().await.map_err(TransferError::Connection)?;
+    Ok(total)
+}
+
+async fn send_extended(
+    engine: &Engine,
+    spec: SendSpec,
+    block_size: u64,
+    conns: Vec<TcpStream>,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<u64, TransferError> {
+    let queue = Arc::new(Mutex::new(BlockQueue::new(&spec.ranges, block_size)));
+    let n_streams = conns.len() as u64;
+    // Our own token, so one failing stream stops the others.
+    let inner = Cancel::new();
+    let mut tasks = JoinSet::new();
+    for (i, conn) in conns.into_iter().enumerate() {
+        let eof = if i == 0 { Some(n_streams) } else { None };
+        let (engine, file, queue, progress, inner) =
+            (engine.clone(), Arc::clone(&spec.file), Arc::clone(&queue), Arc::clone(&progress), inner.clone());
+        tasks.spawn(async move { stream_task(&engine, conn, &file, &queue, eof, &progress, &inner).await });
+    }
+    let mut total = 0u64;
+    let mut first_err: Option<TransferError> = None;
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(n))) => total += n,
+                Some(Ok(Err(e))) => {
+                    inner.cancel();
+                    first_err.get_or_insert(e);
+                }
+                Some(Err(_panic_or_abort)) => {
+                    inner.cancel();
+                    first_err.get_or_insert(TransferError::Setup("sender task failed"));
+                }
+            },
+            _ = cancel.cancelled(), if !inner.is_cancelled() => {
+                inner.cancel();
+                first_err.get_or_insert(TransferError::Cancelled);
+            }
+        }
+    }
+    match first_err {
+        // A stream that stopped because another failed reports Cancelled;
+        // the first error is the cause.
+        Some(e) => Err(e),
+        None => Ok(total),
+    }
+}
+
+async fn stream_task(
+    engine: &Engine,
+    mut conn: TcpStream,
+    file: &Arc<std::fs::File>,
+    queue: &Mutex<BlockQueue>,
+    eof: Option<u64>,
+    progress: &Progress,
+    cancel: &Cancel,
+) -> Result<u64, TransferError> {
+    let mut sent = 0;
+    loop {
+        let block = match queue.lock() {
+            Ok(mut q) => q.next_block(),
+            Err(_) => return Err(TransferError::Setup("block queue poisoned")),
+        };
+        let Some(b) = block else { break };
+        let header = BlockHeader::data(b.offset, b.len).encode();
+        let n = engine.send_file(&conn, file, b.offset, b.len, &header, progress.counters(), cancel).await?;
+        progress.add_bytes(n);
+        sent += n;
+    }
+    let end = BlockHeader::end(eof, true).encode();
+    engine.send_bytes(&conn, &end, progress.counters(), cancel).await?;
+    conn.shutdown().await.map_err(TransferError::Connection)?;
+    Ok(sent)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::{ByteRange, EngineConfig};
+    use sluice_engine::DataPath;
+    use sluice_ftp::mode_e::{Descriptor, HEADER_LEN};
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    pub(crate) fn pattern(len: usize) -> Vec<u8> {
+        (0..len as u64).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect()
+    }
+
+    pub(crate) fn temp_file(data: &[u8]) -> Arc<std::fs::File> {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(data).unwrap();
+        Arc::new(f)
+    }
+
+    pub(crate) async fn pairs(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            a.push(TcpStream::connect(l.local_addr().unwrap()).await.unwrap());
+            b.push(l.accept().await.unwrap().0);
+        }
+        (a, b)
+    }
+
+    pub(crate) fn engine(path: DataPath) -> Engine {
+        Engine::new(EngineConfig { data_path: path, read_buffer_size: 128 << 10, ..EngineConfig::default() })
+    }
+
+    /// What a test receiver saw on one MODE E stream.
+    #[derive(Debug, Default)]
+    struct Decoded {
+        blocks: Vec<(u64, Vec<u8>)>,
+        last_descriptor: u8,
+        eof: Option<u64>,
+        trailing: usize,
+    }
+
+    /// An independent MODE E reader: headers by hand, no engine code.
+    fn decode(bytes: &[u8]) -> Decoded {
+        let mut d = Decoded::default();
+        let mut p = 0;
+        while p + HEADER_LEN <= bytes.len() {
+            let desc = bytes[p];
+            let count = u64::from_be_bytes(bytes[p + 1..p + 9].try_into().unwrap()) as usize;
+            let offset = u64::from_be_bytes(bytes[p + 9..p + 17].try_into().unwrap());
+            p += HEADER_LEN;
+            if desc & Descriptor::EOF != 0 {
+                d.eof = Some(offset);
+            } else if count > 0 {
+                d.blocks.push((offset, bytes[p..p + count].to_vec()));
+                p += count;
+            }
+            d.last_descriptor = desc;
+            if desc & Descriptor::EOD != 0 {
+                break;
+            }
+        }
+        d.trailing = bytes.len() - p;
+        d
+    }
+
+    async fn mode_e_roundtrip(path: DataPath, data: &[u8], ranges: Vec<ByteRange>, streams: usize) -> Vec<Decoded> {
+        let e = engine(path);
+        let (tx, rx) = pairs(streams).await;
+        let readers: Vec<_> = rx
+            .into_iter()
+            .map(|mut s| {
+                tokio::spawn(async move {
+                    let mut v = Vec::new();
+                    s.read_to_end(&mut v).await.unwrap();
+                    decode(&v)
+                })
+            })
+            .collect();
+        let spec = SendSpec { file: temp_file(data), ranges: ranges.clone(), mode: Mode::Extended { block_size: 64 << 10 } };
+        let progress = Progress::new();
+        let n = send(&e, spec, tx, Arc::clone(&progress), Cancel::new()).await.unwrap();
+        let want: u64 = ranges.iter().map(|r| r.len).sum();
+        assert_eq!((n, progress.bytes()), (want, want));
+        let mut out = Vec::new();
+        for r in readers {
+            out.push(r.await.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mode_e_over_four_streams_reassembles_to_the_file() {
+        let data = pattern((5 << 20) + 4321);
+        for path in [DataPath::Copy, DataPath::Sendfile] {
+            let streams = mode_e_roundtrip(path, &data, vec![ByteRange::new(0, data.len() as u64)], 4).await;
+            let mut out = vec![0u8; data.len()];
+            let mut covered = 0;
+            let mut eofs = Vec::new();
+            for s in &streams {
+                // Every stream ends with EOD|CLOSE and nothing after it.
+                assert_eq!(s.last_descriptor & 0x0C, 0x0C, "{path}");
+                assert_eq!(s.trailing, 0);
+                eofs.extend(s.eof);
+                for (off, b) in &s.blocks {
+                    assert!(b.len() as u64 <= 64 << 10);
+                    out[*off as usize..*off as usize + b.len()].copy_from_slice(b);
+                    covered += b.len();
+                }
+            }
+            assert_eq!(eofs, vec![4], "one EOF carrying the EOD count");
+            assert_eq!(covered, data.len());
+            assert_eq!(out, data, "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn mode_e_partial_ranges_and_an_empty_file() {
+        let data = pattern(300_000);
+        let ranges = vec![ByteRange::new(1000, 150_000), ByteRange::new(200_000, 100_000)];
+        let streams = mode_e_roundtrip(DataPath::Copy, &data, ranges.clone(), 2).await;
+        let mut got: Vec<(u64, Vec<u8>)> = streams.into_iter().flat_map(|s| s.blocks).collect();
+        got.sort();
+        let joined: Vec<u8> = got.iter().flat_map(|(_, b)| b.clone()).collect();
+        let expect: Vec<u8> = ranges.iter().flat_map(|r| data[r.offset as usize..r.end() as usize].to_vec()).collect();
+        assert_eq!(joined, expect);
+        assert_eq!(got.first().map(|b| b.0), Some(1000));
+
+        let empty = mode_e_roundtrip(DataPath::Sendfile, b"", vec![ByteRange::new(0, 0)], 3).await;
+        assert!(empty.iter().all(|s| s.blocks.is_empty() && s.last_descriptor & 0x08 != 0));
+        assert_eq!(empty.iter().filter_map(|s| s.eof).collect::<Vec<_>>(), vec![3]);
+    }
+
+    #[tokio::test]
+    async fn mode_s_sends_the_range_then_closes() {
+        let data = pattern(1_000_000);
+        for len in [0u64, 999_000] {
+            let (mut tx, mut rx) = pairs(1).await;
+            let mut r = rx.pop().unwrap();
+            let reader = tokio::spawn(async move {
+                let mut v = Vec::new();
+                r.read_to_end(&mut v).await.unwrap();
+                v
+            });
+            let spec = SendSpec { file: temp_file(&data), ranges: vec![ByteRange::new(1000, len)], mode: Mode::Stream };
+            let n = send(&engine(DataPath::Sendfile), spec, vec![tx.pop().unwrap()], Progress::new(), Cancel::new())
+                .await
+                .unwrap();
+            assert_eq!(n, len);
+            assert_eq!(reader.await.unwrap(), &data[1000..1000 + len as usize]);
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_setups_are_local_errors() {
+        let e = engine(DataPath::Copy);
+        let f = temp_file(b"x");
+        let spec = SendSpec { file: Arc::clone(&f), ranges: vec![], mode: Mode::Stream };
+        let r = send(&e, spec, vec![], Progress::new(), Cancel::new()).await;
+        assert_eq!(r.unwrap_err().reply_code(), 451);
+        let spec = SendSpec { file: f, ranges: vec![], mode: Mode::Extended { block_size: 1 } };
+        let (tx, _rx) = pairs(1).await;
+        assert!(matches!(send(&e, spec, tx, Progress::new(), Cancel::new()).await, Err(TransferError::Setup(_))));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancel_mid_transfer_stops_every_stream_task() {
+        let metrics = tokio::runtime::Handle::current().metrics();
+        for path in [DataPath::Copy, DataPath::Sendfile] {
+            let e = engine(path);
+            // Nobody reads: the streams fill their socket buffers and wait.
+            let (tx, _rx) = pairs(4).await;
+            let spec = SendSpec::from_offset(temp_file(&pattern(64 << 20)), 0, Mode::extended()).unwrap();
+            let progress = Progress::new();
+            let cancel = Cancel::new();
+            let (p2, c2, e2) = (Arc::clone(&progress), cancel.clone(), e.clone());
+            let h = tokio::spawn(async move { send(&e2, spec, tx, p2, c2).await });
+            while progress.counters().snapshot().wakeups < 4 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            assert!(metrics.num_alive_tasks() >= 5, "sender and its stream tasks run");
+            cancel.cancel();
+            let r = h.await.unwrap();
+            assert_eq!(r.unwrap_err().reply_code(), 426);
+            // A finished task leaves the runtime's list just after its output is
+            // handed over; give it a moment, but a stuck task never leaves.
+            for _ in 0..1000 {
+                if metrics.num_alive_tasks() == 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            assert_eq!(metrics.num_alive_tasks(), 0, "{path}: a task outlived the cancel");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reset_stream_fails_the_transfer_and_stops_the_rest() {
+        let e = engine(DataPath::Copy);
+        let (tx, mut rx) = pairs(3).await;
+        // One receiver goes away with data unread: the kernel answers with RST.
+        let gone = rx.remove(0);
+        let spec = SendSpec::from_offset(temp_file(&pattern(32 << 20)), 0, Mode::extended()).unwrap();
+        let h = tokio::spawn({
+            let e = e.clone();
+            async move { send(&e, spec, tx, Progress::new(), Cancel::new()).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        drop(gone);
+        let err = h.await.unwrap().unwrap_err();
+        assert_eq!(err.reply_code(), 426, "{err}");
+        assert!(matches!(err, TransferError::Connection(_)), "{err:?}");
+    }
+}

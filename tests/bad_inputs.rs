@@ -1,0 +1,339 @@
+//! Hostile and malformed control-channel input, on raw TCP. Every test
+//! checks the reply code, and that the same server process then still
+//! serves a brand-new session correctly (`assert_serves_fresh_session`).
+
+use crate::harness::servers::under_test;
+use crate::harness::*;
+use std::fs;
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::os::unix::fs::symlink;
+
+/// The longest control line any server here accepts is 4096 bytes
+/// (sluice-ftp's `limits::MAX_LINE`, as vsftpd); this is well past it.
+const TOO_LONG: usize = 10_000;
+
+fn logged_in(server: &FtpServer) -> Control {
+    let mut c = server.connect();
+    c.login_anonymous();
+    c
+}
+
+/// A test file's bytes as a server must never send them: /etc/passwd.
+fn passwd() -> Vec<u8> {
+    fs::read("/etc/passwd").expect("read /etc/passwd")
+}
+
+#[test]
+fn overlong_line_before_login_gets_500_and_close() {
+    let server = under_test(false);
+    let mut c = server.connect();
+    let mut line = vec![b'A'; TOO_LONG];
+    line.extend_from_slice(b"\r\n");
+    c.send_raw(&line).expect("send long line");
+    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an overlong line: {e}\n{}", c.transcript()));
+    assert_code(&c, "overlong line", r.code, &[500]);
+    assert!(c.is_closed(), "the session stayed open after an overlong line\n{}", c.transcript());
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn overlong_line_after_login_gets_500_and_close() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let line = format!("RETR {}\r\n", "x/".repeat(TOO_LONG / 2));
+    c.send_raw(line.as_bytes()).expect("send long line");
+    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an overlong line: {e}\n{}", c.transcript()));
+    assert_code(&c, "overlong RETR line", r.code, &[500]);
+    assert!(c.is_closed(), "the session stayed open after an overlong line\n{}", c.transcript());
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn unterminated_line_past_the_limit_gets_500_and_close() {
+    let server = under_test(false);
+    let mut c = server.connect();
+    // No CRLF at all: the server must not wait for one forever.
+    c.send_raw(&vec![b'B'; TOO_LONG]).expect("send");
+    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an unterminated overlong line: {e}\n{}", c.transcript()));
+    assert_code(&c, "unterminated overlong line", r.code, &[500]);
+    assert!(c.is_closed(), "the session stayed open\n{}", c.transcript());
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn commands_before_login_get_530() {
+    let server = under_test(false);
+    let mut c = server.connect();
+    for cmd in ["PASV", "EPSV", "RETR f1.bin", "STOR x.bin", "LIST", "NLST", "CWD /", "SIZE f1.bin", "PORT 127,0,0,1,200,10"] {
+        let r = c.cmd(cmd);
+        assert_code(&c, &format!("`{cmd}` before login"), r.code, &[530]);
+    }
+    // The session itself is still usable: it can log in now.
+    c.login_anonymous();
+    c.quit();
+    assert!(!server.local("x.bin").exists());
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn non_anonymous_user_is_refused_with_530() {
+    let server = under_test(false);
+    let mut c = server.connect();
+    let r = c.login("bob", "secret");
+    assert_code(&c, "USER bob / PASS secret with no user configuration", r.code, &[530]);
+    let r = c.cmd("PASV");
+    assert_code(&c, "PASV after a refused login", r.code, &[530]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// PORT 10.0.0.1: a bounce to a host that is not the client. Only the reply
+/// is checked (no transfer is started, so nothing can leave loopback).
+#[test]
+fn port_to_foreign_host_is_refused() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let r = c.cmd("PORT 10,0,0,1,200,10");
+    assert_code(&c, "PORT to 10.0.0.1", r.code, &[500, 501, 504]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn eprt_to_foreign_host_is_refused() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let r = c.cmd("EPRT |1|10.0.0.1|51210|");
+    assert_code(&c, "EPRT to 10.0.0.1", r.code, &[500, 501, 504]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// 127.0.0.2 is another loopback address: not the control peer (127.0.0.1),
+/// so it must be refused like any foreign host, and a test listener there
+/// proves that the following RETR does not connect to it.
+#[test]
+fn port_and_eprt_to_another_loopback_address_never_connect() {
+    let server = under_test(false);
+    let listener = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let p = listener.local_addr().expect("addr").port();
+    let mut c = logged_in(&server);
+    for cmd in [format!("PORT 127,0,0,2,{},{}", p >> 8, p & 0xff), format!("EPRT |1|127.0.0.2|{p}|")] {
+        let r = c.cmd(&cmd);
+        assert_code(&c, &format!("`{cmd}`"), r.code, &[500, 501, 504]);
+        let r = c.cmd(&format!("RETR {}", server.remote_path("f4095.bin")));
+        if r.is_preliminary() {
+            let _ = c.read_reply();
+        }
+        match listener.accept() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Ok((_, from)) => panic!("the server connected from {from} to the refused address\n{}", c.transcript()),
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn port_and_eprt_to_privileged_port_are_refused() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    for cmd in ["PORT 127,0,0,1,0,22", "PORT 127,0,0,1,3,255", "EPRT |1|127.0.0.1|22|", "EPRT |1|127.0.0.1|1023|"] {
+        let r = c.cmd(cmd);
+        assert_code(&c, &format!("`{cmd}` (port below 1024)"), r.code, &[500, 501, 504]);
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn malformed_port_gets_501() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    for cmd in [
+        "PORT",
+        "PORT 1,2,3",
+        "PORT 127,0,0,1,1",
+        "PORT 127,0,0,1,1,1,1",
+        "PORT 127,0,0,1,300,1",
+        "PORT 256,0,0,1,4,1",
+        "PORT a,b,c,d,e,f",
+        "PORT -1,0,0,1,4,1",
+        "PORT 127,0,0,1,4,",
+        "PORT 127.0.0.1:5000",
+    ] {
+        let r = c.cmd(cmd);
+        assert_code(&c, &format!("`{cmd}`"), r.code, &[501]);
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn malformed_eprt_gets_501() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    for cmd in [
+        "EPRT",
+        "EPRT garbage",
+        "EPRT |1|127.0.0.1|",
+        "EPRT |1|127.0.0.1|5000",
+        "EPRT |1|not-an-ip|5000|",
+        "EPRT |1|127.0.0.1|99999|",
+        "EPRT |1|127.0.0.1|abc|",
+        "EPRT |1|::1|5000|",
+        "EPRT ||||",
+    ] {
+        let r = c.cmd(cmd);
+        assert_code(&c, &format!("`{cmd}`"), r.code, &[501]);
+    }
+    // An unknown network protocol has its own code (RFC 2428: 522).
+    let r = c.cmd("EPRT |9|127.0.0.1|5000|");
+    assert_code(&c, "EPRT with protocol 9", r.code, &[501, 522]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn rest_beyond_eof_then_retr_is_an_error() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let rest = c.cmd("REST 100000");
+    if rest.code == 350 {
+        let t = c.retr(&server.remote_path("f4095.bin"));
+        assert!(t.last().is_error(), "RETR after REST past the end (4095-byte file) ended with {}\n{}", t.last().code, c.transcript());
+        assert!(t.data.is_empty(), "{} bytes were sent from beyond the end of the file", t.data.len());
+    } else {
+        // Refusing the REST itself (knowing no file yet) is allowed too.
+        assert!(rest.is_error(), "REST 100000 got {}\n{}", rest.code, c.transcript());
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn malformed_rest_gets_501() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    for cmd in ["REST", "REST -1", "REST abc", "REST 99999999999999999999999999", "REST 1e9"] {
+        let r = c.cmd(cmd);
+        assert_code(&c, &format!("`{cmd}`"), r.code, &[501]);
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn retr_of_a_directory_gets_550() {
+    let server = under_test(false);
+    fs::create_dir(server.local("adir")).expect("mkdir");
+    let mut c = logged_in(&server);
+    let t = c.retr(&server.remote_path("adir"));
+    assert_code(&c, "RETR of a directory", t.last().code, &[550]);
+    assert!(t.data.is_empty());
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn retr_of_a_missing_file_gets_550() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let t = c.retr(&server.remote_path("no-such-file.bin"));
+    assert_code(&c, "RETR of a missing file", t.last().code, &[550]);
+    assert!(t.data.is_empty());
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// `..` never leaves the root: every attempt is refused (or finds nothing
+/// inside the root), and /etc/passwd is never sent.
+#[test]
+fn path_traversal_with_dotdot_is_refused() {
+    let server = under_test(false);
+    let secret = passwd();
+    let mut c = logged_in(&server);
+    for path in [
+        "../../etc/passwd",
+        "/../../../../etc/passwd",
+        "../../../../../../../../../../etc/passwd",
+        "f1.bin/../../../../etc/passwd",
+        "./../.././../etc/passwd",
+        "//..//..//etc/passwd",
+    ] {
+        let t = c.retr(path);
+        assert!(t.last().is_error(), "RETR {path} ended with {}\n{}", t.last().code, c.transcript());
+        assert!(t.data.is_empty() && t.data != secret, "RETR {path} sent {} bytes\n{}", t.data.len(), c.transcript());
+    }
+    // CWD upwards may succeed (staying at the root) or be refused, but the
+    // root stays the root.
+    let _ = c.cmd("CWD ../../../../..");
+    let t = c.retr("etc/passwd");
+    assert!(t.last().is_error() && t.data.is_empty(), "after CWD .., RETR etc/passwd sent {} bytes\n{}", t.data.len(), c.transcript());
+    let data = c.open_passive();
+    let t = c.transfer_in("LIST ../../../..", data);
+    let listing = String::from_utf8_lossy(&t.data);
+    let names: Vec<&str> = listing.split_whitespace().collect();
+    for outside in ["proc", "sys", "usr", "etc"] {
+        assert!(!names.contains(&outside), "LIST ../../../.. shows `{outside}` from outside the root:\n{listing}\n{}", c.transcript());
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// Symlinks inside the root that point outside it are not followed.
+#[test]
+fn symlinks_pointing_outside_the_root_are_refused() {
+    let server = under_test(false);
+    let secret = passwd();
+    symlink("/etc/passwd", server.local("pw")).expect("symlink");
+    symlink("/etc", server.local("etcdir")).expect("symlink");
+    symlink("..", server.local("parent")).expect("symlink");
+    symlink("../../../../../../../../etc/passwd", server.local("relpw")).expect("symlink");
+    let mut c = logged_in(&server);
+    for path in ["pw", "etcdir/passwd", "parent/root/f1.bin", "relpw", "etcdir/../etc/passwd"] {
+        let t = c.retr(&server.remote_path(path));
+        assert!(
+            t.last().is_error() && t.data != secret && t.data.is_empty(),
+            "RETR {path} (symlink out of the root) ended with {} and sent {} bytes\n{}",
+            t.last().code,
+            t.data.len(),
+            c.transcript()
+        );
+    }
+    let r = c.cmd(&format!("CWD {}", server.remote_path("etcdir")));
+    if !r.is_error() {
+        let t = c.retr("passwd");
+        assert!(t.data.is_empty(), "after CWD into a symlink to /etc, RETR passwd sent {} bytes\n{}", t.data.len(), c.transcript());
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn unknown_command_gets_500_or_502() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    for cmd in ["XYZZY", "XYZZY with arguments", &"Q".repeat(200), "RETR\u{7f}", "\u{1}\u{2}\u{3}"] {
+        let r = c.cmd(cmd);
+        assert_code(&c, &format!("unknown command {:?}", &cmd[..cmd.len().min(20)]), r.code, &[500, 502]);
+    }
+    // The session goes on.
+    let r = c.cmd("NOOP");
+    assert_code(&c, "NOOP after unknown commands", r.code, &[200]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn retr_before_pasv_or_port_gets_425_or_503() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let r = c.cmd(&format!("RETR {}", server.remote_path("f4095.bin")));
+    assert_code(&c, "RETR with no data connection set up", r.code, &[425, 503]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}

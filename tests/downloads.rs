@@ -1,0 +1,217 @@
+//! Downloads from the server under test (`sluice serve`, read-only) with
+//! every client people use, every test file size, sha256 compared.
+
+use crate::harness::corpus::populate_tree;
+use crate::harness::servers::under_test;
+use crate::harness::*;
+use std::path::Path;
+use std::process::Command;
+
+fn python_script() -> String {
+    format!("{}/../../tests/python/ftp_transfer.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn curl_get(server: &FtpServer, extra: &[&str]) {
+    if !require_tool("curl") {
+        return;
+    }
+    let what = format!("curl {}", extra.join(" "));
+    download_all_sizes(server, &what, |f, dest| {
+        run(Command::new("curl").args(["-sS", "--fail"]).args(extra).arg("-o").arg(dest).arg(server.url(&f.name)))
+    });
+}
+
+#[test]
+fn curl_passive_epsv() {
+    curl_get(&under_test(false), &["--ftp-pasv"]);
+}
+
+#[test]
+fn curl_passive_pasv_only() {
+    curl_get(&under_test(false), &["--ftp-pasv", "--disable-epsv"]);
+}
+
+#[test]
+fn curl_active_eprt() {
+    curl_get(&under_test(false), &["--ftp-port", "-"]);
+}
+
+#[test]
+fn curl_active_port_only() {
+    curl_get(&under_test(false), &["--ftp-port", "-", "--disable-eprt"]);
+}
+
+fn wget_get(extra: &[&str]) {
+    if !require_tool("wget") {
+        return;
+    }
+    let server = under_test(false);
+    download_all_sizes(&server, &format!("wget {}", extra.join(" ")), |f, dest| {
+        run(Command::new("wget")
+            .args(["-nv", "--tries=1", "--timeout=60"])
+            .args(extra)
+            .arg("-O")
+            .arg(dest)
+            .arg(server.url(&f.name)))
+    });
+}
+
+#[test]
+fn wget_passive() {
+    wget_get(&[]);
+}
+
+#[test]
+fn wget_active() {
+    wget_get(&["--no-passive-ftp"]);
+}
+
+/// lftp with a script; errors end the script with a non-zero status.
+fn lftp(server: &FtpServer, script: &str) -> Output {
+    let full = format!(
+        "set cmd:fail-exit yes; set net:max-retries 1; set net:timeout 60; \
+         set net:reconnect-interval-base 1; set xfer:clobber on; \
+         open ftp://127.0.0.1:{}; {script}",
+        server.port
+    );
+    run(Command::new("lftp").arg("-c").arg(full))
+}
+
+#[test]
+fn lftp_get() {
+    if !require_tool("lftp") {
+        return;
+    }
+    let server = under_test(false);
+    download_all_sizes(&server, "lftp get", |f, dest| {
+        lftp(&server, &format!("get {} -o {}", server.remote_path(&f.name), dest.display()))
+    });
+}
+
+#[test]
+fn lftp_pget_4_segments() {
+    if !require_tool("lftp") {
+        return;
+    }
+    let server = under_test(false);
+    // pget splits a file into ranges fetched with REST+RETR on separate
+    // sessions, and stops each one early (ABOR or close) at its range end.
+    download_all_sizes(&server, "lftp pget -n 4", |f, dest| {
+        lftp(&server, &format!("pget -n 4 {} -o {}", server.remote_path(&f.name), dest.display()))
+    });
+}
+
+#[test]
+fn lftp_mirror_directory_tree() {
+    if !require_tool("lftp") {
+        return;
+    }
+    let server = under_test(false);
+    let files = populate_tree(&server.root);
+    let dest = tempfile::Builder::new().prefix("sluice-mirror-").tempdir().expect("dest dir");
+    let out = lftp(&server, &format!("mirror {} {}/tree", server.remote_path("tree"), dest.path().display()));
+    server.assert_running();
+    out.assert_success();
+    let mut failures = Vec::new();
+    for (rel, f) in &files {
+        if let Err(e) = compare_file(&dest.path().join(rel), f) {
+            failures.push(e);
+        }
+    }
+    if !dest.path().join("tree/empty-dir").is_dir() {
+        failures.push("tree/empty-dir was not mirrored".into());
+    }
+    assert!(failures.is_empty(), "lftp mirror: {failures:#?}\n{}", out.describe());
+}
+
+fn ftplib_get(active: bool) {
+    if !require_tool("python3") {
+        return;
+    }
+    let server = under_test(false);
+    let what = if active { "ftplib active" } else { "ftplib passive" };
+    download_all_sizes(&server, what, |f, dest| {
+        let mut cmd = Command::new("python3");
+        cmd.arg(python_script()).args(["get", &server.port.to_string(), &server.remote_path(&f.name)]).arg(dest);
+        if active {
+            cmd.arg("--active");
+        }
+        run(&mut cmd)
+    });
+}
+
+#[test]
+fn ftplib_passive() {
+    ftplib_get(false);
+}
+
+#[test]
+fn ftplib_active() {
+    ftplib_get(true);
+}
+
+fn aria2c(url: &str, dest: &Path, extra: &[&str]) -> Output {
+    run(Command::new("aria2c")
+        .args([
+            "--allow-overwrite=true",
+            "--auto-file-renaming=false",
+            "--file-allocation=none",
+            "--console-log-level=warn",
+            "--summary-interval=0",
+            "--max-tries=1",
+            "--connect-timeout=30",
+            "--timeout=60",
+        ])
+        .args(extra)
+        .arg("-d")
+        .arg(dest.parent().expect("dest has a parent"))
+        .arg("-o")
+        .arg(dest.file_name().expect("dest has a name"))
+        .arg(url)
+        .env("NO_PROXY", "*"))
+}
+
+#[test]
+fn aria2c_single_connection() {
+    if !require_tool("aria2c") {
+        return;
+    }
+    let server = under_test(false);
+    download_all_sizes(&server, "aria2c", |f, dest| aria2c(&server.url(&f.name), dest, &[]));
+}
+
+#[test]
+fn aria2c_split_4_connections() {
+    if !require_tool("aria2c") {
+        return;
+    }
+    let server = under_test(false);
+    download_all_sizes(&server, "aria2c -x 4 -s 4", |f, dest| {
+        aria2c(&server.url(&f.name), dest, &["-x", "4", "-s", "4", "--min-split-size=1M"])
+    });
+}
+
+fn globus_url_copy(extra: &[&str]) {
+    if !require_tool("globus-url-copy") {
+        return;
+    }
+    let server = under_test(false);
+    download_all_sizes(&server, &format!("globus-url-copy {}", extra.join(" ")), |f, dest| {
+        run(Command::new("globus-url-copy").args(extra).arg(server.url(&f.name)).arg(format!("file://{}", dest.display())))
+    });
+}
+
+#[test]
+fn globus_url_copy_stream_mode() {
+    globus_url_copy(&[]);
+}
+
+#[test]
+fn globus_url_copy_p1() {
+    globus_url_copy(&["-p", "1"]);
+}
+
+#[test]
+fn globus_url_copy_p4_mode_e() {
+    globus_url_copy(&["-p", "4"]);
+}

@@ -1,0 +1,203 @@
+//! Uploads to `sluice serve --writable`, resume in both directions, and a
+//! read-only server refusing to be written to.
+
+use crate::harness::corpus::write_prefix;
+use crate::harness::servers::under_test;
+use crate::harness::*;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+fn python_script() -> String {
+    format!("{}/../../tests/python/ftp_transfer.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn curl_upload_every_size() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = under_test(true);
+    upload_all_sizes(&server, "curl -T", |f, rel| {
+        run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(server.url(rel)))
+    });
+}
+
+#[test]
+fn curl_upload_overwrites_existing_file() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = under_test(true);
+    // f1.bin already exists (1 byte); replace it with the 1 MiB + 7 file.
+    let f = corpus().file((1 << 20) + 7);
+    let out = run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(server.url("f1.bin")));
+    out.assert_success();
+    if let Err(e) = compare_file(&server.local("f1.bin"), f) {
+        panic!("after overwriting: {e}\n{}", out.describe());
+    }
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn ftplib_upload_every_size() {
+    if !require_tool("python3") {
+        return;
+    }
+    let server = under_test(true);
+    upload_all_sizes(&server, "ftplib storbinary", |f, rel| {
+        run(Command::new("python3")
+            .arg(python_script())
+            .args(["put", &server.port.to_string()])
+            .arg(&f.path)
+            .arg(server.remote_path(rel)))
+    });
+}
+
+#[test]
+fn ftplib_upload_active_mode() {
+    if !require_tool("python3") {
+        return;
+    }
+    let server = under_test(true);
+    let f = corpus().file(BIG);
+    let out = run(Command::new("python3")
+        .arg(python_script())
+        .args(["put", &server.port.to_string()])
+        .arg(&f.path)
+        .arg(server.remote_path("up-active.bin"))
+        .arg("--active"));
+    out.assert_success();
+    if let Err(e) = compare_file(&server.local("up-active.bin"), f) {
+        panic!("{e}\n{}", out.describe());
+    }
+}
+
+/// `curl -C -` on a local file holding the first part of the remote one:
+/// REST then RETR, and the result must be the whole file.
+#[test]
+fn curl_resumes_download_of_truncated_file() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = under_test(false);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut failures = Vec::new();
+    for (size, keep) in [(BIG, BIG / 2 + 12345), ((1 << 20) + 7, 1 << 20), (4095, 1)] {
+        let f = corpus().file(size);
+        let dest = dir.path().join(&f.name);
+        write_prefix(&f.path, &dest, keep);
+        let out = run(Command::new("curl").args(["-sS", "--fail", "-C", "-", "-o"]).arg(&dest).arg(server.url(&f.name)));
+        if !out.success() {
+            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
+        } else if let Err(e) = compare_file(&dest, f) {
+            failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
+        }
+    }
+    server.assert_running();
+    assert!(failures.is_empty(), "download resume:\n{}", failures.join("\n\n"));
+}
+
+/// `curl -C - -T` when the server holds the first part of the file: curl
+/// asks SIZE and sends the rest (APPE); the server must end with the whole.
+#[test]
+fn curl_resumes_upload_of_partial_file() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = under_test(true);
+    let mut failures = Vec::new();
+    for (size, keep) in [(BIG, BIG / 3 + 777), ((1 << 20) + 7, 4096), (4095, 4094)] {
+        let f = corpus().file(size);
+        let rel = format!("partial-{}", f.name);
+        write_prefix(&f.path, &server.local(&rel), keep);
+        let out = run(Command::new("curl").args(["-sS", "--fail", "-C", "-", "-T"]).arg(&f.path).arg(server.url(&rel)));
+        if !out.success() {
+            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
+        } else if let Err(e) = compare_file(&server.local(&rel), f) {
+            failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
+        }
+    }
+    server.assert_running();
+    assert!(failures.is_empty(), "upload resume:\n{}", failures.join("\n\n"));
+}
+
+fn globus_upload(extra: &[&str]) {
+    if !require_tool("globus-url-copy") {
+        return;
+    }
+    let server = under_test(true);
+    upload_all_sizes(&server, &format!("globus-url-copy {} upload", extra.join(" ")), |f, rel| {
+        run(Command::new("globus-url-copy").args(extra).arg(format!("file://{}", f.path.display())).arg(server.url(rel)))
+    });
+}
+
+#[test]
+fn globus_url_copy_upload_stream_mode() {
+    globus_upload(&[]);
+}
+
+#[test]
+fn globus_url_copy_upload_p4_mode_e() {
+    globus_upload(&["-p", "4"]);
+}
+
+/// Every name under `dir`, recursively, relative to it.
+fn tree_names(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            out.insert(p.strip_prefix(dir).expect("under dir").display().to_string());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn read_only_server_refuses_stor_and_leaves_no_file() {
+    let server = under_test(false);
+    let before = tree_names(&server.root);
+    let mut c = server.connect();
+    c.login_anonymous();
+    let replies = c.upload("STOR", &server.remote_path("new.bin"), b"must not land");
+    let last = replies.last().expect("a reply").code;
+    assert_code(&c, "STOR on a read-only server", last, &[550, 553]);
+    assert!(!server.local("new.bin").exists(), "new.bin was created\n{}", c.transcript());
+    assert_eq!(before, tree_names(&server.root), "the served tree changed\n{}", c.transcript());
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+#[test]
+fn read_only_server_refuses_other_writes() {
+    let server = under_test(false);
+    let before = tree_names(&server.root);
+    let f1 = corpus().file(1);
+    let mut c = server.connect();
+    c.login_anonymous();
+    // Overwrite and append to an existing file: refused like STOR.
+    for verb in ["STOR", "APPE"] {
+        let replies = c.upload(verb, &server.remote_path(&f1.name), b"garbage");
+        let last = replies.last().expect("a reply").code;
+        assert_code(&c, &format!("{verb} over an existing file"), last, &[550, 553]);
+    }
+    // Deleting, renaming and making directories: any permanent refusal.
+    for cmd in [
+        format!("DELE {}", server.remote_path(&f1.name)),
+        format!("MKD {}", server.remote_path("newdir")),
+        format!("RNFR {}", server.remote_path(&f1.name)),
+    ] {
+        let r = c.cmd(&cmd);
+        assert!((500..600).contains(&r.code), "`{cmd}` got {}, expected a 5xx refusal\n{}", r.code, c.transcript());
+    }
+    assert_eq!(before, tree_names(&server.root), "the served tree changed\n{}", c.transcript());
+    assert_eq!(sha256_file(&server.local(&f1.name)), f1.sha256, "f1.bin was modified");
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
