@@ -9,7 +9,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use libfuzzer_sys::fuzz_target;
 use sluice_http::limits::MAX_HEAD_BYTES;
 use sluice_http::{
-    normalize, parse_request, parse_response_head, respond, respond_error, Method, Options, Resource, Segment,
+    normalize, parse_request, parse_response_head, respond, respond_error, Method, Options,
+    Resource, Segment,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -19,12 +20,18 @@ fuzz_target!(|data: &[u8]| {
         Ok(Some((req, used))) => {
             assert!(used > 0 && used <= data.len());
             assert!(req.path.as_str().starts_with('/'));
-            assert!(req.path.segments().all(|s| s != "." && s != ".." && !s.contains(['/', '\0'])));
+            assert!(req
+                .path
+                .segments()
+                .all(|s| s != "." && s != ".." && !s.contains(['/', '\0'])));
             let again = normalize(&req.path.encoded(false)).expect("encoded path must parse");
             assert_eq!(again.as_str(), req.path.as_str());
 
             let len = 1000;
-            let resource = Resource::File { len, mtime: UNIX_EPOCH + Duration::from_secs(1_700_000_000) };
+            let resource = Resource::File {
+                len,
+                mtime: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            };
             let plan = respond(&req, resource, now, &opts);
             let (head, head_used) = parse_response_head(&plan.head).unwrap().unwrap();
             assert_eq!(head_used, plan.head.len());

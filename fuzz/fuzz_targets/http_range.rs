@@ -30,11 +30,22 @@ fuzz_target!(|data: &[u8]| {
                 assert!(r.len > 0 && r.start < len && r.last() < len);
                 total += u128::from(r.len);
                 let parsed = parse_content_range(&r.content_range(len)).unwrap();
-                assert_eq!(parsed, ContentRange::Bytes { first: r.start, last: r.last(), complete: Some(len) });
+                assert_eq!(
+                    parsed,
+                    ContentRange::Bytes {
+                        first: r.start,
+                        last: r.last(),
+                        complete: Some(len)
+                    }
+                );
             }
             assert!(total <= u128::from(len));
             let body = multipart(&ranges, len, "application/octet-stream", "b");
-            let file_bytes: u64 = body.iter().filter(|s| matches!(s, Segment::File { .. })).map(Segment::len).sum();
+            let file_bytes: u64 = body
+                .iter()
+                .filter(|s| matches!(s, Segment::File { .. }))
+                .map(Segment::len)
+                .sum();
             assert_eq!(u128::from(file_bytes), total);
         }
         RangeOutcome::Unsatisfiable => assert!(len > 0),

@@ -8,6 +8,7 @@
 //! cargo run --release -p sluice-engine --example loopback_send -- \
 //!     [--size-mib 2048] [--file /tmp/sluice-bench.dat] [--receivers 1] [--runs 3] \
 //!     [--paths copy,sendfile] [--lowat-kib 256|off] [--buf-kib 1024] [--chunk-kib 4096] [--workers 1]
+//!     [--no-inline] [--block-kib N (MODE E-like 17-byte header per block)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream as StdStream;
@@ -28,6 +29,8 @@ struct Opts {
     chunk: usize,
     workers: usize,
     inline: bool,
+    /// MODE E-like framing: blocks of this many bytes, each behind a 17-byte header.
+    block: Option<u64>,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -42,6 +45,7 @@ fn parse() -> Result<Opts, String> {
         chunk: EngineConfig::default().chunk_size,
         workers: 1,
         inline: true,
+        block: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -58,6 +62,7 @@ fn parse() -> Result<Opts, String> {
             "--buf-kib" => o.buf = (num(&v)? << 10) as usize,
             "--chunk-kib" => o.chunk = (num(&v)? << 10) as usize,
             "--workers" => o.workers = num(&v)? as usize,
+            "--block-kib" => o.block = Some(num(&v)? << 10),
             "--no-inline" => {
                 o.inline = false;
                 i += 1;
@@ -153,10 +158,26 @@ async fn one_run(o: &Opts, engine: &Engine, file: &Arc<std::fs::File>) -> (f64, 
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in conns {
-        let (e, f, k, size) = (engine.clone(), Arc::clone(file), Arc::clone(&counters), o.size);
+        let (e, f, k, size, block) = (engine.clone(), Arc::clone(file), Arc::clone(&counters), o.size, o.block);
         tasks.spawn(async move {
             e.prepare_socket(&c);
-            e.send_file(&c, &f, 0, size, &[], &k, &Cancel::new()).await.expect("send");
+            let cancel = Cancel::new();
+            match block {
+                None => {
+                    e.send_file(&c, &f, 0, size, &[], &k, &cancel).await.expect("send");
+                }
+                Some(b) => {
+                    let mut off = 0;
+                    while off < size {
+                        let len = b.min(size - off);
+                        let mut h = [0u8; 17];
+                        h[1..9].copy_from_slice(&len.to_be_bytes());
+                        h[9..17].copy_from_slice(&off.to_be_bytes());
+                        e.send_file(&c, &f, off, len, &h, &k, &cancel).await.expect("send");
+                        off += len;
+                    }
+                }
+            }
         });
     }
     while let Some(r) = tasks.join_next().await {
@@ -166,7 +187,8 @@ async fn one_run(o: &Opts, engine: &Engine, file: &Arc<std::fs::File>) -> (f64, 
     let secs = start.elapsed().as_secs_f64();
     let (cpu1, v1, i1) = rusage();
     let got: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
-    assert_eq!(got, o.size * o.receivers as u64, "receiver byte count");
+    let headers = o.block.map_or(0, |b| o.size.div_ceil(b) * 17);
+    assert_eq!(got, (o.size + headers) * o.receivers as u64, "receiver byte count");
     let gib = got as f64 / (1u64 << 30) as f64;
     (got as f64 / secs / 1e6, (cpu1 - cpu0) / gib, (v1 - v0) as f64 / gib, (i1 - i0) as f64 / gib, counters.snapshot())
 }
@@ -182,8 +204,8 @@ fn main() {
     let file = Arc::new(ensure_file(&o.file, o.size).expect("bench file"));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(o.workers.max(1)).enable_all().build().expect("runtime");
     println!(
-        "file {} MiB, {} receiver(s), lowat {:?}, buf {} KiB, chunk {} KiB, workers {}, inline {}",
-        o.size >> 20, o.receivers, o.lowat, o.buf >> 10, o.chunk >> 10, o.workers, o.inline
+        "file {} MiB, {} receiver(s), lowat {:?}, buf {} KiB, chunk {} KiB, workers {}, inline {}, block {:?}",
+        o.size >> 20, o.receivers, o.lowat, o.buf >> 10, o.chunk >> 10, o.workers, o.inline, o.block
     );
     println!(
         "{:<9} {:>4} {:>9} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// How file bytes get from the page cache into a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +77,9 @@ pub struct EngineConfig {
     /// Copy path: read cached pages inline with `RWF_NOWAIT` (never waits for
     /// the disk) and use a disk thread only on a miss; `false` always hops.
     pub inline_cached_reads: bool,
+    /// Longest wait for a data socket to become readable/writable before
+    /// the transfer fails (a stalled peer must not pin a transfer forever).
+    pub idle_timeout: Duration,
 }
 
 impl Default for EngineConfig {
@@ -101,6 +105,7 @@ impl Default for EngineConfig {
             upload_buffers_per_stream: 4,
             sendfile_prefetch: 8 << 20,
             inline_cached_reads: true,
+            idle_timeout: Duration::from_secs(300),
         }
     }
 }

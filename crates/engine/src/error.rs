@@ -17,6 +17,8 @@ pub enum EngineError {
         /// Offset where the file ended.
         at: u64,
     },
+    /// The peer neither sent nor took data for `idle_timeout`.
+    Idle,
     /// The disk thread pool has shut down.
     PoolClosed,
 }
@@ -36,6 +38,7 @@ impl fmt::Display for EngineError {
             EngineError::Connection(e) => write!(f, "data connection: {e}"),
             EngineError::Disk(e) => write!(f, "file I/O: {e}"),
             EngineError::ShortFile { at } => write!(f, "file ended at offset {at}"),
+            EngineError::Idle => f.write_str("data connection idle too long"),
             EngineError::PoolClosed => f.write_str("disk thread pool closed"),
         }
     }

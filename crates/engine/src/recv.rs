@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpStream;
 
@@ -83,7 +84,8 @@ impl FileWriter {
     pub async fn read_exact(&mut self, conn: &TcpStream, buf: &mut [u8]) -> Result<ReadStatus, EngineError> {
         let mut got = 0;
         while got < buf.len() {
-            let n = read_some(conn, &mut buf[got..], self.engine.tally(&self.counters), &self.cancel).await?;
+            let idle = self.engine.config().idle_timeout;
+            let n = read_some(conn, &mut buf[got..], self.engine.tally(&self.counters), &self.cancel, idle).await?;
             if n == 0 {
                 if got == 0 {
                     return Ok(ReadStatus::Eof);
@@ -134,7 +136,8 @@ impl FileWriter {
             let t = self.engine.tally(&self.counters);
             let start = self.cur_len;
             let Some(buf) = self.cur.as_mut() else { continue };
-            let n = read_some(conn, &mut buf[start..start + want], t, &self.cancel).await?;
+            let idle = self.engine.config().idle_timeout;
+            let n = read_some(conn, &mut buf[start..start + want], t, &self.cancel, idle).await?;
             if n == 0 {
                 return Ok(total);
             }
@@ -198,8 +201,15 @@ impl FileWriter {
     }
 }
 
-/// One `recv` into `buf`, waiting for readability as needed; 0 = peer closed.
-async fn read_some(conn: &TcpStream, buf: &mut [u8], t: Tally<'_>, cancel: &Cancel) -> Result<usize, EngineError> {
+/// One `recv` into `buf`, waiting for readability as needed (at most `idle`
+/// without data); 0 = peer closed.
+async fn read_some(
+    conn: &TcpStream,
+    buf: &mut [u8],
+    t: Tally<'_>,
+    cancel: &Cancel,
+    idle: Duration,
+) -> Result<usize, EngineError> {
     loop {
         if cancel.is_cancelled() {
             return Err(EngineError::Cancelled);
@@ -216,7 +226,10 @@ async fn read_some(conn: &TcpStream, buf: &mut [u8], t: Tally<'_>, cancel: &Canc
                 t.eagains(1);
                 t.wakeups(1);
                 tokio::select! {
-                    r = conn.readable() => r.map_err(EngineError::Connection)?,
+                    r = tokio::time::timeout(idle, conn.readable()) => match r {
+                        Ok(r) => r.map_err(EngineError::Connection)?,
+                        Err(_) => return Err(EngineError::Idle),
+                    },
                     _ = cancel.cancelled() => return Err(EngineError::Cancelled),
                 }
             }
@@ -293,6 +306,14 @@ mod tests {
         let mut back = [0u8; 10];
         file.read_exact_at(&mut back, 0).unwrap();
         assert_eq!(&back, b"helloworld");
+    }
+
+    #[tokio::test]
+    async fn a_silent_sender_times_the_receiver_out() {
+        let e = Engine::new(EngineConfig { idle_timeout: Duration::from_millis(50), ..EngineConfig::default() });
+        let (_tx, rx) = pair().await;
+        let mut w = FileWriter::new(&e, Arc::new(tempfile::tempfile().unwrap()), Arc::new(Counters::new()), Cancel::new());
+        assert!(matches!(w.copy_to_eof(&rx, 0).await, Err(EngineError::Idle)));
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_platform::{fadvise, fileio, sendfile, tcp};
 use tokio::io::Interest;
@@ -60,7 +61,7 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<(), EngineError> {
-        write_all(conn, [bytes, &[]], self.tally(counters), cancel).await
+        write_all(conn, [bytes, &[]], self.tally(counters), cancel, self.config().idle_timeout).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -87,7 +88,7 @@ impl Engine {
             if after < end {
                 next = Some(self.start_read(file, after, end - after, t, cancel).await?);
             }
-            write_all(conn, [prefix, &buf[..n]], t, cancel).await?;
+            write_all(conn, [prefix, &buf[..n]], t, cancel, self.config().idle_timeout).await?;
             prefix = &[];
             pos = after;
         }
@@ -157,6 +158,7 @@ impl Engine {
     ) -> Result<u64, EngineError> {
         let t = self.tally(counters);
         let cfg = self.config();
+        let idle = cfg.idle_timeout;
         let end = offset + len;
         let window = cfg.sendfile_prefetch.max(cfg.chunk_size).max(1) as u64;
         // The prefix goes with MSG_MORE, so the kernel holds it back and
@@ -170,7 +172,7 @@ impl Engine {
                     t.send_calls(1);
                     rest = &rest[n..];
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel).await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel, idle).await?,
                 Err(e) => return Err(EngineError::Connection(e)),
             }
         }
@@ -207,18 +209,22 @@ impl Engine {
                     t.send_calls(1);
                     pos += n as u64;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel).await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel, idle).await?,
                 Err(e) => return Err(EngineError::Connection(e)),
             }
         }
         Ok(pos - offset)
     }
 
-    /// True when `cachestat` says every page of the range is cached. Without
-    /// `cachestat` we cannot tell, so we say no and let a disk thread check.
+    /// True when `cachestat` says every page of the range is cached (a page
+    /// cache lookup that never waits for the disk). Without `cachestat`
+    /// (kernels before 6.5) we cannot tell cheaply and say no.
     fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
-        if !self.features().cachestat.is_supported() || len == 0 {
-            return len == 0;
+        if len == 0 {
+            return true;
+        }
+        if !self.features().cachestat.is_supported() {
+            return false;
         }
         let ps = fadvise::page_size() as u64;
         let pages = (off + len - 1) / ps - off / ps + 1;
@@ -226,7 +232,10 @@ impl Engine {
     }
 
     /// Off the loop: hint the kernel, then read the range through a scratch
-    /// buffer so every page is cached before `sendfile` touches it.
+    /// buffer so every page is cached before `sendfile` touches it. Without
+    /// `cachestat` only the hint is given: touching every page of every
+    /// window would cost the copy that sendfile exists to avoid, so a cold
+    /// page can still stall the loop there (README: remaining risk).
     async fn start_touch(
         &self,
         file: &Arc<File>,
@@ -236,10 +245,14 @@ impl Engine {
     ) -> Result<Ticket<io::Result<u64>>, EngineError> {
         let f = Arc::clone(file);
         let mut buf = self.buffers().take();
+        let touch = self.features().cachestat.is_supported();
         self.inner
             .disk
             .submit(cancel, move || {
                 let _ = fadvise::fadvise(f.as_fd(), off, len, fadvise::Advice::WillNeed);
+                if !touch {
+                    return Ok(0);
+                }
                 let mut done = 0u64;
                 while done < len {
                     let want = (buf.len() as u64).min(len - done) as usize;
@@ -256,8 +269,10 @@ impl Engine {
 
     async fn finish_touch(&self, ticket: Ticket<io::Result<u64>>, t: Tally<'_>) -> Result<(), EngineError> {
         let n = ticket.await?.map_err(EngineError::Disk)?;
-        t.disk_reads(1);
-        t.read_disk(n);
+        if n > 0 {
+            t.disk_reads(1);
+            t.read_disk(n);
+        }
         Ok(())
     }
 }
@@ -284,18 +299,29 @@ fn check(cancel: &Cancel) -> Result<(), EngineError> {
     }
 }
 
-/// Waits until the socket is writable or the transfer is cancelled.
-async fn wait_writable(conn: &TcpStream, t: Tally<'_>, cancel: &Cancel) -> Result<(), EngineError> {
+/// Waits until the socket is writable, the transfer is cancelled, or the
+/// peer has taken nothing for `idle` (a stalled reader must not hold a
+/// transfer, its buffers and its file forever).
+pub(crate) async fn wait_writable(conn: &TcpStream, t: Tally<'_>, cancel: &Cancel, idle: Duration) -> Result<(), EngineError> {
     t.eagains(1);
     t.wakeups(1);
     tokio::select! {
-        r = conn.writable() => r.map_err(EngineError::Connection),
+        r = tokio::time::timeout(idle, conn.writable()) => match r {
+            Ok(r) => r.map_err(EngineError::Connection),
+            Err(_) => Err(EngineError::Idle),
+        },
         _ = cancel.cancelled() => Err(EngineError::Cancelled),
     }
 }
 
 /// Writes both parts in full, in one `writev` per attempt.
-async fn write_all(conn: &TcpStream, mut parts: [&[u8]; 2], t: Tally<'_>, cancel: &Cancel) -> Result<(), EngineError> {
+async fn write_all(
+    conn: &TcpStream,
+    mut parts: [&[u8]; 2],
+    t: Tally<'_>,
+    cancel: &Cancel,
+    idle: Duration,
+) -> Result<(), EngineError> {
     loop {
         if parts[0].is_empty() {
             parts = [parts[1], &[]];
@@ -316,7 +342,7 @@ async fn write_all(conn: &TcpStream, mut parts: [&[u8]; 2], t: Tally<'_>, cancel
                 n -= first;
                 parts[1] = &parts[1][n..];
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel, idle).await?,
             Err(e) => return Err(EngineError::Connection(e)),
         }
     }
@@ -437,6 +463,15 @@ mod tests {
             let r = e.send_file(&tx, &file, 500, 1000, &[], &Counters::new(), &Cancel::new()).await;
             assert!(matches!(r, Err(EngineError::ShortFile { at: 1000 })), "{path}: {r:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_reader_times_the_sender_out() {
+        let e = Engine::new(EngineConfig { idle_timeout: Duration::from_millis(50), ..EngineConfig::default() });
+        let file = temp_file(&pattern(32 << 20));
+        let (tx, _rx) = pair().await;
+        let r = e.send_file(&tx, &file, 0, 32 << 20, &[], &Counters::new(), &Cancel::new()).await;
+        assert!(matches!(r, Err(EngineError::Idle)), "{r:?}");
     }
 
     #[tokio::test]

@@ -66,16 +66,26 @@ pub fn parse_content_range(value: &str) -> Result<ContentRange, ClientError> {
         return Err(bad);
     }
     let (range, complete) = rest.trim_start().split_once('/').ok_or(bad)?;
-    let complete = if complete == "*" { None } else { Some(digits(complete)?) };
+    let complete = if complete == "*" {
+        None
+    } else {
+        Some(digits(complete)?)
+    };
     if range == "*" {
-        return complete.map(|complete| ContentRange::Unsatisfied { complete }).ok_or(bad);
+        return complete
+            .map(|complete| ContentRange::Unsatisfied { complete })
+            .ok_or(bad);
     }
     let (first, last) = range.split_once('-').ok_or(bad)?;
     let (first, last) = (digits(first)?, digits(last)?);
     if last < first || complete.is_some_and(|c| last >= c) {
         return Err(bad);
     }
-    Ok(ContentRange::Bytes { first, last, complete })
+    Ok(ContentRange::Bytes {
+        first,
+        last,
+        complete,
+    })
 }
 
 /// A decimal number that fits in u64 (no sign, no spaces).
@@ -123,7 +133,10 @@ pub struct ResponseHead {
 impl ResponseHead {
     /// The first value of field `name` (case-insensitive).
     pub fn field(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// The ETag, for If-Range on later range requests.
@@ -133,12 +146,17 @@ impl ResponseHead {
 
     /// The server said `Accept-Ranges: bytes`.
     pub fn accepts_ranges(&self) -> bool {
-        self.field("accept-ranges").is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("bytes")))
+        self.field("accept-ranges")
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("bytes")))
     }
 
     /// How the body is delimited, for a response to `method`.
     pub fn framing(&self, method: Method) -> Framing {
-        if method == Method::Head || (100..200).contains(&self.status) || self.status == 204 || self.status == 304 {
+        if method == Method::Head
+            || (100..200).contains(&self.status)
+            || self.status == 204
+            || self.status == 304
+        {
             Framing::None
         } else if self.chunked {
             Framing::Chunked
@@ -156,14 +174,22 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, 
     let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
     let mut parsed = httparse::Response::new(&mut headers);
     let used = match parsed.parse(buf) {
-        Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD_BYTES => return Err(ClientError::HeadTooLarge),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_RESPONSE_HEAD_BYTES => {
+            return Err(ClientError::HeadTooLarge)
+        }
         Ok(httparse::Status::Partial) => return Ok(None),
-        Ok(httparse::Status::Complete(n)) if n > MAX_RESPONSE_HEAD_BYTES => return Err(ClientError::HeadTooLarge),
+        Ok(httparse::Status::Complete(n)) if n > MAX_RESPONSE_HEAD_BYTES => {
+            return Err(ClientError::HeadTooLarge)
+        }
         Ok(httparse::Status::Complete(n)) => n,
         Err(httparse::Error::TooManyHeaders) => return Err(ClientError::TooManyHeaders),
         Err(_) => return Err(ClientError::Malformed("bad response syntax")),
     };
-    let version = if parsed.version == Some(0) { Version::Http10 } else { Version::Http11 };
+    let version = if parsed.version == Some(0) {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
     let status = parsed.code.ok_or(ClientError::Malformed("no status"))?;
     let mut head = ResponseHead {
         version,
@@ -188,7 +214,10 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, 
             }
             "content-range" => head.content_range = Some(parse_content_range(&value)?),
             "transfer-encoding" => {
-                head.chunked = value.rsplit(',').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"));
+                head.chunked = value
+                    .rsplit(',')
+                    .next()
+                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"));
                 if !head.chunked {
                     // RFC 9112 6.3: a final coding other than chunked is
                     // delimited by the close.
@@ -240,14 +269,26 @@ impl ClientRequest<'_> {
     /// The request head bytes. Refuses fields with control bytes, so a
     /// URL cannot inject a header.
     pub fn encode(&self) -> Result<Vec<u8>, ClientError> {
-        let fields = [self.host, self.target, self.if_range.unwrap_or(""), self.user_agent];
-        if fields.iter().any(|f| f.bytes().any(|b| b < 0x20 || b == 0x7f))
+        let fields = [
+            self.host,
+            self.target,
+            self.if_range.unwrap_or(""),
+            self.user_agent,
+        ];
+        if fields
+            .iter()
+            .any(|f| f.bytes().any(|b| b < 0x20 || b == 0x7f))
             || self.target.contains(' ')
             || !self.target.starts_with('/')
         {
             return Err(ClientError::BadRequestField);
         }
-        let mut s = format!("{} {} HTTP/1.1\r\nHost: {}\r\n", self.method.as_str(), self.target, self.host);
+        let mut s = format!(
+            "{} {} HTTP/1.1\r\nHost: {}\r\n",
+            self.method.as_str(),
+            self.target,
+            self.host
+        );
         if !self.user_agent.is_empty() {
             s.push_str(&format!("User-Agent: {}\r\n", self.user_agent));
         }
@@ -276,12 +317,42 @@ mod tests {
 
     #[test]
     fn content_range_forms() {
-        assert_eq!(parse_content_range("bytes 0-499/1234"), Ok(ContentRange::Bytes { first: 0, last: 499, complete: Some(1234) }));
-        assert_eq!(parse_content_range("bytes 5-5/*"), Ok(ContentRange::Bytes { first: 5, last: 5, complete: None }));
-        assert_eq!(parse_content_range("bytes */1234"), Ok(ContentRange::Unsatisfied { complete: 1234 }));
-        for bad in ["bytes 5-4/10", "bytes 0-10/10", "bytes */*", "items 0-1/2", "bytes 0-1", "bytes -1-2/3",
-                    "bytes 0-99999999999999999999999/*", "", "bytes a-b/c"] {
-            assert_eq!(parse_content_range(bad), Err(ClientError::BadContentRange), "{bad}");
+        assert_eq!(
+            parse_content_range("bytes 0-499/1234"),
+            Ok(ContentRange::Bytes {
+                first: 0,
+                last: 499,
+                complete: Some(1234)
+            })
+        );
+        assert_eq!(
+            parse_content_range("bytes 5-5/*"),
+            Ok(ContentRange::Bytes {
+                first: 5,
+                last: 5,
+                complete: None
+            })
+        );
+        assert_eq!(
+            parse_content_range("bytes */1234"),
+            Ok(ContentRange::Unsatisfied { complete: 1234 })
+        );
+        for bad in [
+            "bytes 5-4/10",
+            "bytes 0-10/10",
+            "bytes */*",
+            "items 0-1/2",
+            "bytes 0-1",
+            "bytes -1-2/3",
+            "bytes 0-99999999999999999999999/*",
+            "",
+            "bytes a-b/c",
+        ] {
+            assert_eq!(
+                parse_content_range(bad),
+                Err(ClientError::BadContentRange),
+                "{bad}"
+            );
         }
     }
 
@@ -293,7 +364,14 @@ mod tests {
         assert_eq!(&raw[used..], b"BODY");
         assert_eq!(h.status, 206);
         assert_eq!(h.content_length, Some(500));
-        assert_eq!(h.content_range, Some(ContentRange::Bytes { first: 0, last: 499, complete: Some(1000) }));
+        assert_eq!(
+            h.content_range,
+            Some(ContentRange::Bytes {
+                first: 0,
+                last: 499,
+                complete: Some(1000)
+            })
+        );
         assert_eq!(h.etag(), Some("\"x\""));
         assert!(h.accepts_ranges() && h.keep_alive);
         assert_eq!(h.framing(Method::Get), Framing::Length(500));
@@ -302,21 +380,43 @@ mod tests {
 
     #[test]
     fn response_framing_and_persistence() {
-        let (h, _) = parse_response_head(b"HTTP/1.0 200 OK\r\n\r\n").unwrap().unwrap();
+        let (h, _) = parse_response_head(b"HTTP/1.0 200 OK\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing(Method::Get), Framing::UntilClose);
         assert!(!h.keep_alive);
-        let (h, _) = parse_response_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n").unwrap().unwrap();
+        let (h, _) = parse_response_head(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(h.framing(Method::Get), Framing::Chunked);
-        let (h, _) = parse_response_head(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n").unwrap().unwrap();
+        let (h, _) = parse_response_head(
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
         assert!(h.keep_alive);
-        let (h, _) = parse_response_head(b"HTTP/1.1 304 Not Modified\r\n\r\n").unwrap().unwrap();
+        let (h, _) = parse_response_head(b"HTTP/1.1 304 Not Modified\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing(Method::Get), Framing::None);
         assert!(h.keep_alive);
-        assert_eq!(parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
-                   Err(ClientError::Malformed("conflicting Content-Length")));
-        assert_eq!(parse_response_head(b"HTTP/1.1 200 OK\r\nContent-"), Ok(None));
+        assert_eq!(
+            parse_response_head(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"
+            ),
+            Err(ClientError::Malformed("conflicting Content-Length"))
+        );
+        assert_eq!(
+            parse_response_head(b"HTTP/1.1 200 OK\r\nContent-"),
+            Ok(None)
+        );
         assert!(parse_response_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
-        assert_eq!(parse_response_head(&[b'x'; 10]).map(|_| ()), Err(ClientError::Malformed("bad response syntax")));
+        assert_eq!(
+            parse_response_head(&[b'x'; 10]).map(|_| ()),
+            Err(ClientError::Malformed("bad response syntax"))
+        );
     }
 
     #[test]
@@ -335,19 +435,38 @@ mod tests {
             "GET /big%20file HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: sluice/0.1\r\n\
              Range: bytes=100-199\r\nIf-Range: \"e\"\r\n\r\n"
         );
-        let open = ClientRequest { range: Some((5, None)), if_range: None, keep_alive: false, user_agent: "", ..req.clone() };
+        let open = ClientRequest {
+            range: Some((5, None)),
+            if_range: None,
+            keep_alive: false,
+            user_agent: "",
+            ..req.clone()
+        };
         assert_eq!(String::from_utf8(open.encode().unwrap()).unwrap(),
                    "GET /big%20file HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nRange: bytes=5-\r\nConnection: close\r\n\r\n");
-        let inject = ClientRequest { target: "/x\r\nEvil: 1", ..req.clone() };
+        let inject = ClientRequest {
+            target: "/x\r\nEvil: 1",
+            ..req.clone()
+        };
         assert_eq!(inject.encode(), Err(ClientError::BadRequestField));
-        let backwards = ClientRequest { range: Some((5, Some(4))), ..req };
+        let backwards = ClientRequest {
+            range: Some((5, Some(4))),
+            ..req
+        };
         assert_eq!(backwards.encode(), Err(ClientError::BadRequestField));
     }
 
     #[test]
     fn our_request_parses_on_our_server() {
-        let req = ClientRequest { method: Method::Head, host: "h", target: "/a?b=c", range: Some((0, Some(9))),
-                                  if_range: None, keep_alive: true, user_agent: "t" };
+        let req = ClientRequest {
+            method: Method::Head,
+            host: "h",
+            target: "/a?b=c",
+            range: Some((0, Some(9))),
+            if_range: None,
+            keep_alive: true,
+            user_agent: "t",
+        };
         let bytes = req.encode().unwrap();
         let (parsed, used) = crate::request::parse_request(&bytes).unwrap().unwrap();
         assert_eq!(used, bytes.len());

@@ -26,10 +26,21 @@ impl Validators {
     /// `now`.
     pub fn new(len: u64, mtime: SystemTime, now: SystemTime) -> Validators {
         let since = mtime.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        let etag = format!("\"{:x}.{:x}-{:x}\"", since.as_secs(), since.subsec_nanos(), len);
-        let now_secs = now.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
+        let etag = format!(
+            "\"{:x}.{:x}-{:x}\"",
+            since.as_secs(),
+            since.subsec_nanos(),
+            len
+        );
+        let now_secs = now
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_secs();
         let secs = since.as_secs().min(now_secs);
-        Validators { etag, last_modified: UNIX_EPOCH + Duration::from_secs(secs) }
+        Validators {
+            etag,
+            last_modified: UNIX_EPOCH + Duration::from_secs(secs),
+        }
     }
 
     /// Last-Modified as an IMF-fixdate.
@@ -118,15 +129,25 @@ mod tests {
     }
 
     fn v() -> Validators {
-        Validators::new(1000, at(1_700_000_000) + Duration::from_nanos(5), at(1_800_000_000))
+        Validators::new(
+            1000,
+            at(1_700_000_000) + Duration::from_nanos(5),
+            at(1_800_000_000),
+        )
     }
 
     #[test]
     fn etag_changes_with_size_and_mtime() {
         let a = v();
         assert_eq!(a.etag, "\"6553f100.5-3e8\"");
-        assert_ne!(a.etag, Validators::new(1001, at(1_700_000_000), at(1_800_000_000)).etag);
-        assert_ne!(a.etag, Validators::new(1000, at(1_700_000_000), at(1_800_000_000)).etag);
+        assert_ne!(
+            a.etag,
+            Validators::new(1001, at(1_700_000_000), at(1_800_000_000)).etag
+        );
+        assert_ne!(
+            a.etag,
+            Validators::new(1000, at(1_700_000_000), at(1_800_000_000)).etag
+        );
         assert_eq!(a.last_modified, at(1_700_000_000));
         assert_eq!(a.last_modified_http(), "Tue, 14 Nov 2023 22:13:20 GMT");
     }
@@ -141,26 +162,59 @@ mod tests {
     fn if_none_match() {
         let now = at(1_800_000_000);
         let e = v().etag;
-        assert_eq!(evaluate(Some(&e), None, &v(), now), Precondition::NotModified);
-        assert_eq!(evaluate(Some(&format!("W/{e}")), None, &v(), now), Precondition::NotModified);
-        assert_eq!(evaluate(Some(&format!("\"x,y\", {e}")), None, &v(), now), Precondition::NotModified);
-        assert_eq!(evaluate(Some("*"), None, &v(), now), Precondition::NotModified);
-        assert_eq!(evaluate(Some("\"other\""), None, &v(), now), Precondition::Proceed);
+        assert_eq!(
+            evaluate(Some(&e), None, &v(), now),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            evaluate(Some(&format!("W/{e}")), None, &v(), now),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            evaluate(Some(&format!("\"x,y\", {e}")), None, &v(), now),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            evaluate(Some("*"), None, &v(), now),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            evaluate(Some("\"other\""), None, &v(), now),
+            Precondition::Proceed
+        );
         // If-None-Match wins over If-Modified-Since.
         let ims = "Wed, 01 Jan 2025 00:00:00 GMT";
-        assert_eq!(evaluate(Some("\"other\""), Some(ims), &v(), now), Precondition::Proceed);
+        assert_eq!(
+            evaluate(Some("\"other\""), Some(ims), &v(), now),
+            Precondition::Proceed
+        );
     }
 
     #[test]
     fn if_modified_since() {
         let now = at(1_800_000_000);
         let same = v().last_modified_http();
-        assert_eq!(evaluate(None, Some(&same), &v(), now), Precondition::NotModified);
-        assert_eq!(evaluate(None, Some("Wed, 01 Jan 2025 00:00:00 GMT"), &v(), now), Precondition::NotModified);
-        assert_eq!(evaluate(None, Some("Sun, 06 Nov 1994 08:49:37 GMT"), &v(), now), Precondition::Proceed);
-        assert_eq!(evaluate(None, Some("garbage"), &v(), now), Precondition::Proceed);
+        assert_eq!(
+            evaluate(None, Some(&same), &v(), now),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            evaluate(None, Some("Wed, 01 Jan 2025 00:00:00 GMT"), &v(), now),
+            Precondition::NotModified
+        );
+        assert_eq!(
+            evaluate(None, Some("Sun, 06 Nov 1994 08:49:37 GMT"), &v(), now),
+            Precondition::Proceed
+        );
+        assert_eq!(
+            evaluate(None, Some("garbage"), &v(), now),
+            Precondition::Proceed
+        );
         // A date after `now` is invalid.
-        assert_eq!(evaluate(None, Some("Fri, 01 Jan 2100 00:00:00 GMT"), &v(), now), Precondition::Proceed);
+        assert_eq!(
+            evaluate(None, Some("Fri, 01 Jan 2100 00:00:00 GMT"), &v(), now),
+            Precondition::Proceed
+        );
     }
 
     #[test]

@@ -54,12 +54,14 @@ pub mod response;
 pub mod serve;
 pub mod url;
 
-pub use client::{parse_content_range, parse_response_head, ClientRequest, ContentRange, Framing, ResponseHead};
+pub use client::{
+    parse_content_range, parse_response_head, ClientRequest, ContentRange, Framing, ResponseHead,
+};
 pub use listing::{DirEntry, EntryKind};
 pub use log::AccessEntry;
 pub use path::{normalize, VirtualPath};
 pub use range::{ByteRange, RangeOutcome};
 pub use request::{parse_request, Method, Request, RequestError, Version};
 pub use response::Status;
-pub use serve::{respond, respond_error, Options, Plan, Resource, Segment};
+pub use serve::{respond, respond_error, respond_status, Options, Plan, Resource, Segment};
 pub use url::{HttpUrl, UrlError};

@@ -83,7 +83,11 @@ pub fn html(dir: &VirtualPath, entries: &[DirEntry]) -> String {
         let slash = if e.kind == EntryKind::Dir { "/" } else { "" };
         let href = html_escape(&encode_segment(&e.name));
         let name = html_escape(&e.name);
-        let size = if e.kind == EntryKind::Dir { "-".to_owned() } else { e.size.to_string() };
+        let size = if e.kind == EntryKind::Dir {
+            "-".to_owned()
+        } else {
+            e.size.to_string()
+        };
         let date = e.mtime.map(civil_time).unwrap_or_default();
         let _ = writeln!(
             out,
@@ -93,7 +97,10 @@ pub fn html(dir: &VirtualPath, entries: &[DirEntry]) -> String {
     }
     out.push_str("</table>\n");
     if cut {
-        let _ = writeln!(out, "<p>Listing cut off after {MAX_LISTING_ENTRIES} entries.</p>");
+        let _ = writeln!(
+            out,
+            "<p>Listing cut off after {MAX_LISTING_ENTRIES} entries.</p>"
+        );
     }
     out.push_str("</body></html>\n");
     out
@@ -114,7 +121,12 @@ pub fn json(dir: &VirtualPath, entries: &[DirEntry]) -> String {
         }
         out.push_str("{\"name\":");
         json_string(&mut out, &e.name);
-        let _ = write!(out, ",\"type\":\"{}\",\"size\":{},\"mtime\":", e.kind.as_str(), e.size);
+        let _ = write!(
+            out,
+            ",\"type\":\"{}\",\"size\":{},\"mtime\":",
+            e.kind.as_str(),
+            e.size
+        );
         match e.mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
             Some(d) => {
                 let _ = write!(out, "{}", d.as_secs());
@@ -181,7 +193,11 @@ fn civil_time(t: SystemTime) -> String {
     };
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
 }
 
 /// Days since 1970-01-01 to (year, month, day): Howard Hinnant's
@@ -206,7 +222,12 @@ mod tests {
     use std::time::Duration;
 
     fn entry(name: &str, kind: EntryKind, size: u64) -> DirEntry {
-        DirEntry { name: name.to_owned(), kind, size, mtime: Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000)) }
+        DirEntry {
+            name: name.to_owned(),
+            kind,
+            size,
+            mtime: Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+        }
     }
 
     fn sample() -> Vec<DirEntry> {
@@ -215,7 +236,12 @@ mod tests {
             entry("<script>alert(1)</script>", EntryKind::File, 1),
             entry("sub dir", EntryKind::Dir, 0),
             entry("a&b?c#d%e\"f", EntryKind::File, 3),
-            DirEntry { name: "q\"\\\n\u{1}".to_owned(), kind: EntryKind::Other, size: 0, mtime: None },
+            DirEntry {
+                name: "q\"\\\n\u{1}".to_owned(),
+                kind: EntryKind::Other,
+                size: 0,
+                mtime: None,
+            },
         ]
     }
 
@@ -231,7 +257,11 @@ mod tests {
         assert!(page.contains("<td class=\"s\">10</td><td>2023-11-14 22:13</td>"));
         // Directory first, then bytewise name order.
         let pos = |s: &str| page.find(s).unwrap();
-        assert!(pos("sub%20dir") < pos("%3Cscript") && pos("%3Cscript") < pos("a%26b") && pos("a%26b") < pos("b.txt"));
+        assert!(
+            pos("sub%20dir") < pos("%3Cscript")
+                && pos("%3Cscript") < pos("a%26b")
+                && pos("a%26b") < pos("b.txt")
+        );
         // The root has no parent link.
         assert!(!html(&VirtualPath::root(), &[]).contains("../"));
     }
@@ -240,8 +270,12 @@ mod tests {
     fn json_escapes_everything() {
         let out = json(&normalize("/pub").unwrap(), &sample());
         assert!(out.starts_with("{\"path\":\"/pub/\",\"truncated\":false,\"entries\":[{\"name\":\"sub dir\",\"type\":\"dir\""));
-        assert!(out.contains("{\"name\":\"q\\\"\\\\\\n\\u0001\",\"type\":\"other\",\"size\":0,\"mtime\":null}"));
-        assert!(out.contains("{\"name\":\"b.txt\",\"type\":\"file\",\"size\":10,\"mtime\":1700000000}"));
+        assert!(out.contains(
+            "{\"name\":\"q\\\"\\\\\\n\\u0001\",\"type\":\"other\",\"size\":0,\"mtime\":null}"
+        ));
+        assert!(
+            out.contains("{\"name\":\"b.txt\",\"type\":\"file\",\"size\":10,\"mtime\":1700000000}")
+        );
         assert!(out.trim_end().ends_with("]}"));
     }
 
@@ -249,12 +283,17 @@ mod tests {
     fn dates() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_time(UNIX_EPOCH + Duration::from_secs(951_782_400 + 3661)), "2000-02-29 01:01");
+        assert_eq!(
+            civil_time(UNIX_EPOCH + Duration::from_secs(951_782_400 + 3661)),
+            "2000-02-29 01:01"
+        );
     }
 
     #[test]
     fn huge_listing_is_cut() {
-        let many: Vec<DirEntry> = (0..MAX_LISTING_ENTRIES + 2).map(|i| entry(&i.to_string(), EntryKind::File, 0)).collect();
+        let many: Vec<DirEntry> = (0..MAX_LISTING_ENTRIES + 2)
+            .map(|i| entry(&i.to_string(), EntryKind::File, 0))
+            .collect();
         let out = json(&VirtualPath::root(), &many);
         assert!(out.contains("\"truncated\":true"));
         assert_eq!(out.matches("\"name\"").count(), MAX_LISTING_ENTRIES);

@@ -41,7 +41,11 @@ impl AccessEntry<'_> {
     pub fn combined(&self) -> String {
         let mut out = String::with_capacity(160);
         let user = self.user.map_or_else(|| "-".to_owned(), escape);
-        let bytes = if self.bytes == 0 { "-".to_owned() } else { self.bytes.to_string() };
+        let bytes = if self.bytes == 0 {
+            "-".to_owned()
+        } else {
+            self.bytes.to_string()
+        };
         let _ = write!(
             out,
             "{} - {} [{}] \"{}\" {} {} \"{}\" \"{}\"",
@@ -125,7 +129,11 @@ mod tests {
             "::1 - bob [01/Jan/1970:00:00:00 +0000] \"GET /\\\"x\\\\ HTTP/1.1\" 404 - \"a\\x0Ab\" \"\\xC3\\xA9\""
         );
         let long = "a".repeat(10 * MAX_LOG_FIELD);
-        let line = AccessEntry { user_agent: Some(&long), ..e }.combined();
+        let line = AccessEntry {
+            user_agent: Some(&long),
+            ..e
+        }
+        .combined();
         assert!(line.len() < 2 * MAX_LOG_FIELD + 100);
     }
 }

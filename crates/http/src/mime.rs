@@ -10,7 +10,10 @@ pub fn content_type(name: &str) -> &'static str {
         Some((stem, ext)) if !stem.is_empty() => ext.to_ascii_lowercase(),
         _ => return DEFAULT,
     };
-    TABLE.iter().find(|(e, _)| *e == ext).map_or(DEFAULT, |(_, t)| t)
+    TABLE
+        .iter()
+        .find(|(e, _)| *e == ext)
+        .map_or(DEFAULT, |(_, t)| t)
 }
 
 /// Unknown types.

@@ -76,7 +76,10 @@ impl std::error::Error for PathError {}
 impl VirtualPath {
     /// The root, `/`.
     pub fn root() -> VirtualPath {
-        VirtualPath { path: "/".to_owned(), trailing_slash: true }
+        VirtualPath {
+            path: "/".to_owned(),
+            trailing_slash: true,
+        }
     }
 
     /// The path, `/a/b` (never with a trailing slash except for `/`).
@@ -172,7 +175,10 @@ pub fn normalize(raw: &str) -> Result<VirtualPath, PathError> {
     if path.len() > MAX_PATH_BYTES {
         return Err(PathError::TooLong);
     }
-    Ok(VirtualPath { path, trailing_slash: last_was_dir })
+    Ok(VirtualPath {
+        path,
+        trailing_slash: last_was_dir,
+    })
 }
 
 /// Percent-decode one segment, refusing what the module docs list.
@@ -301,7 +307,10 @@ mod tests {
 
     #[test]
     fn encode_segment_escapes_dangerous_bytes() {
-        assert_eq!(encode_segment("a b/c?d#e%f\"g<h>'&"), "a%20b%2Fc%3Fd%23e%25f%22g%3Ch%3E%27%26");
+        assert_eq!(
+            encode_segment("a b/c?d#e%f\"g<h>'&"),
+            "a%20b%2Fc%3Fd%23e%25f%22g%3Ch%3E%27%26"
+        );
         assert_eq!(encode_segment("é"), "%C3%A9");
         assert_eq!(encode_segment("a-b_c.d~"), "a-b_c.d~");
     }

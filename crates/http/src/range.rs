@@ -154,7 +154,10 @@ fn resolve(spec: RangeSpec, len: u64) -> Option<ByteRange> {
     if start >= len {
         return None;
     }
-    Some(ByteRange { start, len: last - start + 1 })
+    Some(ByteRange {
+        start,
+        len: last - start + 1,
+    })
 }
 
 /// Decide how to answer `Range: value` for a file of `len` bytes, by the
@@ -222,48 +225,97 @@ mod tests {
 
     #[test]
     fn several_ranges_keep_order() {
-        assert_eq!(partial("bytes=0-9, 20-29,,-5", 100), vec![br(0, 10), br(20, 10), br(95, 5)]);
+        assert_eq!(
+            partial("bytes=0-9, 20-29,,-5", 100),
+            vec![br(0, 10), br(20, 10), br(95, 5)]
+        );
         assert_eq!(partial("bytes=50-59,0-9", 100), vec![br(50, 10), br(0, 10)]);
     }
 
     #[test]
     fn unsatisfiable() {
         assert_eq!(evaluate("bytes=1000-", 1000), RangeOutcome::Unsatisfiable);
-        assert_eq!(evaluate("bytes=1000-2000,5000-", 1000), RangeOutcome::Unsatisfiable);
+        assert_eq!(
+            evaluate("bytes=1000-2000,5000-", 1000),
+            RangeOutcome::Unsatisfiable
+        );
         assert_eq!(evaluate("bytes=-0", 1000), RangeOutcome::Unsatisfiable);
-        assert_eq!(evaluate("bytes=99999999999999999999999-", 10), RangeOutcome::Unsatisfiable);
+        assert_eq!(
+            evaluate("bytes=99999999999999999999999-", 10),
+            RangeOutcome::Unsatisfiable
+        );
         // One satisfiable range is enough for 206.
         assert_eq!(partial("bytes=5000-,0-1", 1000), vec![br(0, 2)]);
     }
 
     #[test]
     fn invalid_is_ignored() {
-        for v in ["", "bytes", "bytes=", "bytes=,", "bytes=-", "bytes=a-b", "bytes=5-1",
-                  "items=0-1", "bytes=0-1-2", "bytes=+1-2", "bytes = 0-1", "bytes=0x1-"] {
-            assert_eq!(evaluate(v, 100), RangeOutcome::Ignore(IgnoreReason::Syntax), "{v}");
+        for v in [
+            "",
+            "bytes",
+            "bytes=",
+            "bytes=,",
+            "bytes=-",
+            "bytes=a-b",
+            "bytes=5-1",
+            "items=0-1",
+            "bytes=0-1-2",
+            "bytes=+1-2",
+            "bytes = 0-1",
+            "bytes=0x1-",
+        ] {
+            assert_eq!(
+                evaluate(v, 100),
+                RangeOutcome::Ignore(IgnoreReason::Syntax),
+                "{v}"
+            );
         }
     }
 
     #[test]
     fn amplification_is_ignored() {
         let many = format!("bytes={}", vec!["0-0"; MAX_RANGES + 1].join(","));
-        assert_eq!(evaluate(&many, 1 << 30), RangeOutcome::Ignore(IgnoreReason::TooMany));
-        let max = format!("bytes={}", (0..MAX_RANGES).map(|i| format!("{}-{}", i * 10, i * 10)).collect::<Vec<_>>().join(","));
+        assert_eq!(
+            evaluate(&many, 1 << 30),
+            RangeOutcome::Ignore(IgnoreReason::TooMany)
+        );
+        let max = format!(
+            "bytes={}",
+            (0..MAX_RANGES)
+                .map(|i| format!("{}-{}", i * 10, i * 10))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
         assert_eq!(partial(&max, 1 << 20).len(), MAX_RANGES);
         // Adds up to more than the file (nginx's rule).
-        assert_eq!(evaluate("bytes=0-,0-", 100), RangeOutcome::Ignore(IgnoreReason::Amplification));
+        assert_eq!(
+            evaluate("bytes=0-,0-", 100),
+            RangeOutcome::Ignore(IgnoreReason::Amplification)
+        );
         // Three overlapping small ranges.
-        assert_eq!(evaluate("bytes=0-9,1-9,2-9,3-9", 1000), RangeOutcome::Ignore(IgnoreReason::Amplification));
+        assert_eq!(
+            evaluate("bytes=0-9,1-9,2-9,3-9", 1000),
+            RangeOutcome::Ignore(IgnoreReason::Amplification)
+        );
         // Two overlaps are allowed (RFC 9110 14.2 says "more than two").
         assert_eq!(partial("bytes=0-9,5-14,10-19", 1000).len(), 3);
         let long = format!("bytes=0-1{}", " ".repeat(MAX_RANGE_HEADER));
-        assert_eq!(evaluate(&long, 10), RangeOutcome::Ignore(IgnoreReason::TooMany));
+        assert_eq!(
+            evaluate(&long, 10),
+            RangeOutcome::Ignore(IgnoreReason::TooMany)
+        );
     }
 
     #[test]
     fn empty_file_ignores_range() {
-        assert_eq!(evaluate("bytes=0-", 0), RangeOutcome::Ignore(IgnoreReason::EmptyFile));
-        assert_eq!(evaluate("bytes=-5", 0), RangeOutcome::Ignore(IgnoreReason::EmptyFile));
+        assert_eq!(
+            evaluate("bytes=0-", 0),
+            RangeOutcome::Ignore(IgnoreReason::EmptyFile)
+        );
+        assert_eq!(
+            evaluate("bytes=-5", 0),
+            RangeOutcome::Ignore(IgnoreReason::EmptyFile)
+        );
     }
 
     proptest! {

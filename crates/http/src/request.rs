@@ -154,7 +154,10 @@ impl From<PathError> for RequestError {
 pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, RequestError> {
     // httparse skips empty lines before the request line (RFC 9112 2.2);
     // measure the line the same way.
-    let start = buf.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+    let start = buf
+        .iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count();
     match buf[start..].iter().position(|&b| b == b'\n') {
         Some(p) if p + 1 > MAX_REQUEST_LINE => return Err(RequestError::LineTooLong),
         None if buf.len() - start > MAX_REQUEST_LINE => return Err(RequestError::LineTooLong),
@@ -223,7 +226,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, RequestErro
         path: normalize(path)?,
         query: query.map(str::to_owned),
         host,
-        range: if fields.range_count == 1 { fields.range } else { None },
+        range: if fields.range_count == 1 {
+            fields.range
+        } else {
+            None
+        },
         if_none_match: fields.if_none_match,
         if_modified_since: fields.if_modified_since,
         if_range: fields.if_range,
@@ -238,12 +245,18 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, RequestErro
 /// The first line of `buf` (up to CR/LF), lossy and clipped, for an
 /// access-log line about a request that could not be parsed.
 pub fn peek_request_line(buf: &[u8]) -> String {
-    let start = buf.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+    let start = buf
+        .iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count();
     request_line(&buf[start..])
 }
 
 fn request_line(buf: &[u8]) -> String {
-    let end = buf.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(buf.len());
+    let end = buf
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(buf.len());
     clip(&buf[..end])
 }
 
@@ -258,7 +271,10 @@ fn clip(bytes: &[u8]) -> String {
 /// `... HTTP/d.d` at the end of the first line: a well-formed version
 /// httparse does not support (505), not garbage (400).
 fn looks_like_http_version(buf: &[u8]) -> bool {
-    let end = buf.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(buf.len());
+    let end = buf
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(buf.len());
     let line = &buf[..end];
     let token = line.rsplit(|&b| b == b' ').next().unwrap_or(&[]);
     matches!(token, [b'H', b'T', b'T', b'P', b'/', a, b'.', b] if a.is_ascii_digit() && b.is_ascii_digit())
@@ -321,7 +337,15 @@ impl Fields {
         let lname = name.to_ascii_lowercase();
         match lname.as_str() {
             "host" => {
+                // RFC 9112 3.2: an invalid Host value is a 400. Allowed:
+                // reg-name, IP literals in brackets, and a port.
                 self.host_count += 1;
+                let ok = value
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(b));
+                if !ok {
+                    return Err(RequestError::Malformed("bad Host field"));
+                }
                 self.host = text();
             }
             "range" => {
@@ -350,10 +374,15 @@ impl Fields {
                     .map_err(|_| RequestError::Malformed("bad Content-Length"))?;
                 for part in v.split(',') {
                     let part = part.trim();
-                    if part.is_empty() || part.len() > 19 || !part.bytes().all(|b| b.is_ascii_digit()) {
+                    if part.is_empty()
+                        || part.len() > 19
+                        || !part.bytes().all(|b| b.is_ascii_digit())
+                    {
                         return Err(RequestError::Malformed("bad Content-Length"));
                     }
-                    let n: u64 = part.parse().map_err(|_| RequestError::Malformed("bad Content-Length"))?;
+                    let n: u64 = part
+                        .parse()
+                        .map_err(|_| RequestError::Malformed("bad Content-Length"))?;
                     if self.content_length.is_some_and(|old| old != n) {
                         return Err(RequestError::Malformed("conflicting Content-Length"));
                     }
@@ -411,7 +440,10 @@ mod tests {
         for cut in 0..raw.len() {
             assert_eq!(parse_request(&raw[..cut]), Ok(None), "cut {cut}");
         }
-        assert_eq!(ok("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n").0.method, Method::Head);
+        assert_eq!(
+            ok("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n").0.method,
+            Method::Head
+        );
     }
 
     #[test]
@@ -428,8 +460,23 @@ mod tests {
     #[test]
     fn http10_keep_alive_rules() {
         assert!(!ok("GET / HTTP/1.0\r\n\r\n").0.keep_alive);
-        assert!(ok("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").0.keep_alive);
-        assert!(!ok("GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n").0.keep_alive);
+        assert!(
+            ok("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+                .0
+                .keep_alive
+        );
+        assert!(
+            !ok("GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n")
+                .0
+                .keep_alive
+        );
+        assert_eq!(
+            ok("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n")
+                .0
+                .host
+                .as_deref(),
+            Some("[::1]:8080")
+        );
         // HTTP/1.0 may omit Host.
         assert_eq!(ok("GET / HTTP/1.0\r\n\r\n").0.host, None);
     }
@@ -439,7 +486,10 @@ mod tests {
         let long_line = format!("GET /{} HTTP/1.1\r\n", "a".repeat(MAX_REQUEST_LINE));
         assert_eq!(err(long_line.as_bytes()), RequestError::LineTooLong);
         // Even before the line ends.
-        assert_eq!(err(&long_line.as_bytes()[..MAX_REQUEST_LINE + 1]), RequestError::LineTooLong);
+        assert_eq!(
+            err(&long_line.as_bytes()[..MAX_REQUEST_LINE + 1]),
+            RequestError::LineTooLong
+        );
         assert_eq!(RequestError::LineTooLong.status(), 414);
 
         let mut big = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
@@ -460,7 +510,10 @@ mod tests {
         assert_eq!(RequestError::TooManyHeaders.status(), 431);
 
         // Endless blank lines are bounded too.
-        assert_eq!(err(&vec![b'\n'; MAX_HEAD_BYTES + 1]), RequestError::HeadTooLarge);
+        assert_eq!(
+            err(&vec![b'\n'; MAX_HEAD_BYTES + 1]),
+            RequestError::HeadTooLarge
+        );
     }
 
     #[test]
@@ -471,10 +524,24 @@ mod tests {
             (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
             (b"GET / HTTP/1.1\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
-            (b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
-            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n", 413),
-            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n", 400),
-            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400),
+            (
+                b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+                501,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n",
+                413,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n",
+                400,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+                400,
+            ),
             (b"GET /a%2Fb HTTP/1.1\r\nHost: x\r\n\r\n", 400),
             (b"GET /a%00 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
             (b"GET /a#frag HTTP/1.1\r\nHost: x\r\n\r\n", 400),
@@ -486,18 +553,34 @@ mod tests {
             (b"\x00\x01\x02\r\n\r\n", 400),
         ];
         for (raw, status) in cases {
-            assert_eq!(err(raw).status(), *status, "{}", String::from_utf8_lossy(raw));
+            assert_eq!(
+                err(raw).status(),
+                *status,
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
         }
-        assert!(parse_request(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").unwrap().is_some());
+        assert!(
+            parse_request(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]
     fn absolute_form_and_leading_blank_lines() {
-        let (r, _) = ok("\r\nGET HTTP://Example.com:8080/x/../y?q=1 HTTP/1.1\r\nHost: ignored\r\n\r\n");
+        let (r, _) =
+            ok("\r\nGET HTTP://Example.com:8080/x/../y?q=1 HTTP/1.1\r\nHost: ignored\r\n\r\n");
         assert_eq!(r.host.as_deref(), Some("Example.com:8080"));
         assert_eq!(r.path.as_str(), "/y");
         assert_eq!(r.query.as_deref(), Some("q=1"));
-        assert_eq!(ok("GET http://h HTTP/1.1\r\nHost: h\r\n\r\n").0.path.as_str(), "/");
+        assert_eq!(
+            ok("GET http://h HTTP/1.1\r\nHost: h\r\n\r\n")
+                .0
+                .path
+                .as_str(),
+            "/"
+        );
     }
 
     #[test]
@@ -506,15 +589,22 @@ mod tests {
                          If-None-Match: \"b\"\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\nIf-Range: \"a\"\r\n\r\n");
         assert_eq!(r.range.as_deref(), Some("bytes=0-1"));
         assert_eq!(r.if_none_match.as_deref(), Some("\"a\", \"b\""));
-        assert_eq!(r.if_modified_since.as_deref(), Some("Sun, 06 Nov 1994 08:49:37 GMT"));
+        assert_eq!(
+            r.if_modified_since.as_deref(),
+            Some("Sun, 06 Nov 1994 08:49:37 GMT")
+        );
         assert_eq!(r.if_range.as_deref(), Some("\"a\""));
-        let (r, _) = ok("GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n");
+        let (r, _) =
+            ok("GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n");
         assert_eq!(r.range, None);
     }
 
     #[test]
     fn peek_line_for_logs() {
-        assert_eq!(peek_request_line(b"\r\nPOST /x HTTP/1.1\r\nHost: x"), "POST /x HTTP/1.1");
+        assert_eq!(
+            peek_request_line(b"\r\nPOST /x HTTP/1.1\r\nHost: x"),
+            "POST /x HTTP/1.1"
+        );
         assert_eq!(peek_request_line(&vec![b'a'; 10_000]).len(), MAX_LOG_FIELD);
     }
 

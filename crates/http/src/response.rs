@@ -23,6 +23,8 @@ pub enum Status {
     NotFound,
     /// 405, sent with `Allow: GET, HEAD`.
     MethodNotAllowed,
+    /// 408: the shell's header-read deadline passed.
+    RequestTimeout,
     /// 413
     ContentTooLarge,
     /// 414
@@ -53,6 +55,7 @@ impl Status {
             Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
+            Status::RequestTimeout => 408,
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
             Status::RangeNotSatisfiable => 416,
@@ -75,6 +78,7 @@ impl Status {
             Status::Forbidden => "Forbidden",
             Status::NotFound => "Not Found",
             Status::MethodNotAllowed => "Method Not Allowed",
+            Status::RequestTimeout => "Request Timeout",
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",
             Status::RangeNotSatisfiable => "Range Not Satisfiable",
@@ -89,14 +93,28 @@ impl Status {
     /// The status for a code from [`crate::RequestError::status`]; codes
     /// we never send map to 500.
     pub fn from_code(code: u16) -> Status {
-        const ALL: [Status; 16] = [
-            Status::Ok, Status::PartialContent, Status::MovedPermanently, Status::NotModified,
-            Status::BadRequest, Status::Forbidden, Status::NotFound, Status::MethodNotAllowed,
-            Status::ContentTooLarge, Status::UriTooLong, Status::RangeNotSatisfiable,
-            Status::HeaderFieldsTooLarge, Status::InternalServerError, Status::NotImplemented,
-            Status::ServiceUnavailable, Status::VersionNotSupported,
+        const ALL: [Status; 17] = [
+            Status::Ok,
+            Status::PartialContent,
+            Status::MovedPermanently,
+            Status::NotModified,
+            Status::BadRequest,
+            Status::Forbidden,
+            Status::NotFound,
+            Status::MethodNotAllowed,
+            Status::RequestTimeout,
+            Status::ContentTooLarge,
+            Status::UriTooLong,
+            Status::RangeNotSatisfiable,
+            Status::HeaderFieldsTooLarge,
+            Status::InternalServerError,
+            Status::NotImplemented,
+            Status::ServiceUnavailable,
+            Status::VersionNotSupported,
         ];
-        ALL.into_iter().find(|s| s.code() == code).unwrap_or(Status::InternalServerError)
+        ALL.into_iter()
+            .find(|s| s.code() == code)
+            .unwrap_or(Status::InternalServerError)
     }
 }
 
@@ -110,14 +128,22 @@ impl HeadBuilder {
     /// Start a head with its status line.
     pub fn new(status: Status) -> HeadBuilder {
         let mut buf = Vec::with_capacity(256);
-        buf.extend_from_slice(format!("HTTP/1.1 {} {}\r\n", status.code(), status.reason()).as_bytes());
+        buf.extend_from_slice(
+            format!("HTTP/1.1 {} {}\r\n", status.code(), status.reason()).as_bytes(),
+        );
         HeadBuilder { buf }
     }
 
     /// Start a head with the fields every response carries: Date, Server
     /// and Connection (`close`, or `keep-alive` for a 1.0 client that
     /// asked; 1.1 persistence is the default and needs no field).
-    pub fn common(status: Status, now: SystemTime, server: &str, keep_alive: bool, http10: bool) -> HeadBuilder {
+    pub fn common(
+        status: Status,
+        now: SystemTime,
+        server: &str,
+        keep_alive: bool,
+        http10: bool,
+    ) -> HeadBuilder {
         let mut h = HeadBuilder::new(status);
         h.field("Date", &httpdate::fmt_http_date(now));
         if !server.is_empty() {
@@ -137,7 +163,13 @@ impl HeadBuilder {
     pub fn field(&mut self, name: &str, value: &str) -> &mut HeadBuilder {
         self.buf.extend_from_slice(name.as_bytes());
         self.buf.extend_from_slice(b": ");
-        self.buf.extend(value.bytes().map(|b| if b < 0x20 && b != b'\t' || b == 0x7f { b'?' } else { b }));
+        self.buf.extend(value.bytes().map(|b| {
+            if b < 0x20 && b != b'\t' || b == 0x7f {
+                b'?'
+            } else {
+                b
+            }
+        }));
         self.buf.extend_from_slice(b"\r\n");
         self
     }
@@ -156,7 +188,9 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for code in [200, 206, 301, 304, 400, 403, 404, 405, 413, 414, 416, 431, 500, 501, 503, 505] {
+        for code in [
+            200, 206, 301, 304, 400, 403, 404, 405, 408, 413, 414, 416, 431, 500, 501, 503, 505,
+        ] {
             assert_eq!(Status::from_code(code).code(), code);
         }
         assert_eq!(Status::from_code(299), Status::InternalServerError);
@@ -173,7 +207,9 @@ mod tests {
             "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: sluice\r\n\
              Connection: close\r\nX: a??Injected: 1\r\n\r\n"
         );
-        let h10 = String::from_utf8(HeadBuilder::common(Status::NotFound, now, "", true, true).finish()).unwrap();
+        let h10 =
+            String::from_utf8(HeadBuilder::common(Status::NotFound, now, "", true, true).finish())
+                .unwrap();
         assert!(h10.starts_with("HTTP/1.1 404 Not Found\r\n"));
         assert!(h10.contains("Connection: keep-alive\r\n") && !h10.contains("Server"));
     }

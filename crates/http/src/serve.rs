@@ -103,7 +103,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { server: concat!("sluice/", env!("CARGO_PKG_VERSION")).to_owned(), boundary_seed: 0 }
+        Options {
+            server: concat!("sluice/", env!("CARGO_PKG_VERSION")).to_owned(),
+            boundary_seed: 0,
+        }
     }
 }
 
@@ -126,18 +129,36 @@ pub fn respond(req: &Request, resource: Resource, now: SystemTime, opts: &Option
 /// The answer to a request head that could not be parsed. The
 /// connection is closed after it: what follows cannot be framed.
 pub fn respond_error(err: RequestError, now: SystemTime, opts: &Options) -> Plan {
-    let status = Status::from_code(err.status());
+    respond_status(Status::from_code(err.status()), now, opts)
+}
+
+/// A closing answer the shell decides on its own, without a parsed
+/// request: 408 when the header-read deadline passes, 503 when it is
+/// over its connection limit. Short text body, `Connection: close`.
+pub fn respond_status(status: Status, now: SystemTime, opts: &Options) -> Plan {
     let mut h = HeadBuilder::common(status, now, &opts.server, false, false);
     if status == Status::MethodNotAllowed {
         h.field("Allow", "GET, HEAD");
     }
     let body = error_text(status);
     text_fields(&mut h, &body);
-    Plan { status, head: h.finish(), body: vec![Segment::Bytes(body)], keep_alive: false, range_ignored: None }
+    Plan {
+        status,
+        head: h.finish(),
+        body: vec![Segment::Bytes(body)],
+        keep_alive: false,
+        range_ignored: None,
+    }
 }
 
 fn common(req: &Request, status: Status, now: SystemTime, opts: &Options) -> HeadBuilder {
-    HeadBuilder::common(status, now, &opts.server, req.keep_alive, req.version == Version::Http10)
+    HeadBuilder::common(
+        status,
+        now,
+        &opts.server,
+        req.keep_alive,
+        req.version == Version::Http10,
+    )
 }
 
 fn error_text(status: Status) -> Vec<u8> {
@@ -153,7 +174,13 @@ fn simple(req: &Request, status: Status, now: SystemTime, opts: &Options) -> Pla
     let mut h = common(req, status, now, opts);
     let body = error_text(status);
     text_fields(&mut h, &body);
-    Plan { status, head: h.finish(), body: vec![Segment::Bytes(body)], keep_alive: req.keep_alive, range_ignored: None }
+    Plan {
+        status,
+        head: h.finish(),
+        body: vec![Segment::Bytes(body)],
+        keep_alive: req.keep_alive,
+        range_ignored: None,
+    }
 }
 
 fn directory(req: &Request, entries: &[DirEntry], now: SystemTime, opts: &Options) -> Plan {
@@ -179,7 +206,10 @@ fn directory(req: &Request, entries: &[DirEntry], now: SystemTime, opts: &Option
     let (body, ctype) = if req.wants_json() {
         (listing::json(&req.path, entries), "application/json")
     } else {
-        (listing::html(&req.path, entries), "text/html; charset=utf-8")
+        (
+            listing::html(&req.path, entries),
+            "text/html; charset=utf-8",
+        )
     };
     let mut h = common(req, Status::Ok, now, opts);
     h.field("Content-Type", ctype);
@@ -208,7 +238,12 @@ fn file(req: &Request, len: u64, mtime: SystemTime, now: SystemTime, opts: &Opti
         range_ignored,
     };
 
-    let pre = conditional::evaluate(req.if_none_match.as_deref(), req.if_modified_since.as_deref(), &v, now);
+    let pre = conditional::evaluate(
+        req.if_none_match.as_deref(),
+        req.if_modified_since.as_deref(),
+        &v,
+        now,
+    );
     if pre == Precondition::NotModified {
         let mut h = common(req, Status::NotModified, now, opts);
         validators(&mut h);
@@ -217,7 +252,12 @@ fn file(req: &Request, len: u64, mtime: SystemTime, now: SystemTime, opts: &Opti
 
     let outcome = match &req.range {
         None => None,
-        Some(_) if req.if_range.as_deref().is_some_and(|ir| !conditional::if_range_matches(ir, &v)) => {
+        Some(_)
+            if req
+                .if_range
+                .as_deref()
+                .is_some_and(|ir| !conditional::if_range_matches(ir, &v)) =>
+        {
             Some(RangeOutcome::Ignore(IgnoreReason::IfRangeMismatch))
         }
         Some(r) => Some(range::evaluate(r, len)),
@@ -233,8 +273,15 @@ fn file(req: &Request, len: u64, mtime: SystemTime, now: SystemTime, opts: &Opti
             h.field("Content-Type", ctype);
             h.field("Content-Length", &len.to_string());
             h.field("Accept-Ranges", "bytes");
+            // Files are served as their name says, never as a browser
+            // guesses from the bytes (an uploaded .bin must not run as HTML).
+            h.field("X-Content-Type-Options", "nosniff");
             validators(&mut h);
-            let body = if len > 0 { vec![Segment::File { offset: 0, len }] } else { Vec::new() };
+            let body = if len > 0 {
+                vec![Segment::File { offset: 0, len }]
+            } else {
+                Vec::new()
+            };
             plan(Status::Ok, h, body, ignored)
         }
         Some(RangeOutcome::Unsatisfiable) => {
@@ -243,7 +290,12 @@ fn file(req: &Request, len: u64, mtime: SystemTime, now: SystemTime, opts: &Opti
             h.field("Accept-Ranges", "bytes");
             let body = error_text(Status::RangeNotSatisfiable);
             text_fields(&mut h, &body);
-            plan(Status::RangeNotSatisfiable, h, vec![Segment::Bytes(body)], None)
+            plan(
+                Status::RangeNotSatisfiable,
+                h,
+                vec![Segment::Bytes(body)],
+                None,
+            )
         }
         Some(RangeOutcome::Partial(ranges)) => {
             let mut h = common(req, Status::PartialContent, now, opts);
@@ -251,16 +303,23 @@ fn file(req: &Request, len: u64, mtime: SystemTime, now: SystemTime, opts: &Opti
                 h.field("Content-Type", ctype);
                 h.field("Content-Range", &r.content_range(len));
                 h.field("Content-Length", &r.len.to_string());
-                vec![Segment::File { offset: r.start, len: r.len }]
+                vec![Segment::File {
+                    offset: r.start,
+                    len: r.len,
+                }]
             } else {
                 let boundary = boundary(opts.boundary_seed, &v.etag, now);
                 let body = multipart(&ranges, len, ctype, &boundary);
                 let total: u64 = body.iter().map(Segment::len).sum();
-                h.field("Content-Type", &format!("multipart/byteranges; boundary={boundary}"));
+                h.field(
+                    "Content-Type",
+                    &format!("multipart/byteranges; boundary={boundary}"),
+                );
                 h.field("Content-Length", &total.to_string());
                 body
             };
             h.field("Accept-Ranges", "bytes");
+            h.field("X-Content-Type-Options", "nosniff");
             validators(&mut h);
             plan(Status::PartialContent, h, body, None)
         }
@@ -280,9 +339,14 @@ pub fn multipart(ranges: &[ByteRange], total: u64, ctype: &str, boundary: &str) 
             r.content_range(total)
         );
         body.push(Segment::Bytes(part.into_bytes()));
-        body.push(Segment::File { offset: r.start, len: r.len });
+        body.push(Segment::File {
+            offset: r.start,
+            len: r.len,
+        });
     }
-    body.push(Segment::Bytes(format!("\r\n--{boundary}--\r\n").into_bytes()));
+    body.push(Segment::Bytes(
+        format!("\r\n--{boundary}--\r\n").into_bytes(),
+    ));
     body
 }
 
@@ -290,9 +354,16 @@ pub fn multipart(ranges: &[ByteRange], total: u64, ctype: &str, boundary: &str) 
 /// a counter). A file containing it by chance could confuse a client's
 /// multipart parser; 64 bits of mixing makes that vanishingly rare.
 fn boundary(seed: u64, etag: &str, now: SystemTime) -> String {
-    let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let nanos = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in seed.to_le_bytes().iter().chain(nanos.to_le_bytes().iter()).chain(etag.as_bytes()) {
+    for b in seed
+        .to_le_bytes()
+        .iter()
+        .chain(nanos.to_le_bytes().iter())
+        .chain(etag.as_bytes())
+    {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }

@@ -70,14 +70,20 @@ impl HttpUrl {
                 None => (authority, None),
             }
         };
-        if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b)) {
+        if host.is_empty()
+            || !host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
+        {
             return Err(UrlError::Host);
         }
         let port = match port {
             None | Some("") => 80,
-            Some(p) if p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-                p.parse::<u16>().ok().filter(|&n| n > 0).ok_or(UrlError::Port)?
-            }
+            Some(p) if p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or(UrlError::Port)?,
             Some(_) => return Err(UrlError::Port),
         };
         let tail = tail.split('#').next().unwrap_or("");
@@ -92,13 +98,21 @@ impl HttpUrl {
                 target.push_str(&format!("%{b:02X}"));
             }
         }
-        Ok(HttpUrl { host: host.to_ascii_lowercase(), port, target })
+        Ok(HttpUrl {
+            host: host.to_ascii_lowercase(),
+            port,
+            target,
+        })
     }
 
     /// The Host field value: `host`, or `host:port` when not 80; IPv6
     /// literals in brackets (RFC 9110 7.2).
     pub fn host_field(&self) -> String {
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
         if self.port == 80 {
             host
         } else {
@@ -125,15 +139,28 @@ mod tests {
     #[test]
     fn forms() {
         let u = HttpUrl::parse("http://127.0.0.1:8080/big%20file?x=1#frag").unwrap();
-        assert_eq!(u, HttpUrl { host: "127.0.0.1".into(), port: 8080, target: "/big%20file?x=1".into() });
+        assert_eq!(
+            u,
+            HttpUrl {
+                host: "127.0.0.1".into(),
+                port: 8080,
+                target: "/big%20file?x=1".into()
+            }
+        );
         assert_eq!(u.host_field(), "127.0.0.1:8080");
         assert_eq!(u.file_name().as_deref(), Some("big file"));
         let u = HttpUrl::parse("HTTP://Example.COM").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.target.as_str()), ("example.com", 80, "/"));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.target.as_str()),
+            ("example.com", 80, "/")
+        );
         assert_eq!(u.host_field(), "example.com");
         assert_eq!(u.file_name(), None);
         let u = HttpUrl::parse("http://[::1]:81/a b").unwrap();
-        assert_eq!((u.host.as_str(), u.port, u.target.as_str()), ("::1", 81, "/a%20b"));
+        assert_eq!(
+            (u.host.as_str(), u.port, u.target.as_str()),
+            ("::1", 81, "/a%20b")
+        );
         assert_eq!(u.host_field(), "[::1]:81");
         assert_eq!(HttpUrl::parse("http://h?q").unwrap().target, "/?q");
         assert_eq!(HttpUrl::parse("http://h/d/").unwrap().file_name(), None);

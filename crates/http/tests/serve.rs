@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
 use sluice_http::{
-    parse_request, parse_response_head, respond, respond_error, DirEntry, EntryKind, Options, Plan,
-    Request, RequestError, Resource, Segment, Status,
+    parse_request, parse_response_head, respond, respond_error, respond_status, DirEntry,
+    EntryKind, Options, Plan, Request, RequestError, Resource, Segment, Status,
 };
 
 fn now() -> SystemTime {
@@ -18,7 +18,10 @@ fn mtime() -> SystemTime {
 }
 
 fn opts() -> Options {
-    Options { server: "sluice-test".into(), boundary_seed: 7 }
+    Options {
+        server: "sluice-test".into(),
+        boundary_seed: 7,
+    }
 }
 
 fn req(head: &str) -> Request {
@@ -30,7 +33,10 @@ fn get(path: &str, extra: &str) -> Request {
 }
 
 fn file(len: u64) -> Resource {
-    Resource::File { len, mtime: mtime() }
+    Resource::File {
+        len,
+        mtime: mtime(),
+    }
 }
 
 fn head_str(p: &Plan) -> String {
@@ -53,7 +59,13 @@ fn assert_length_consistent(p: &Plan) {
 fn full_get() {
     let p = respond(&get("/dir/a.txt", ""), file(1000), now(), &opts());
     assert_eq!(p.status, Status::Ok);
-    assert_eq!(p.body, vec![Segment::File { offset: 0, len: 1000 }]);
+    assert_eq!(
+        p.body,
+        vec![Segment::File {
+            offset: 0,
+            len: 1000
+        }]
+    );
     assert!(p.keep_alive);
     let h = head_str(&p);
     assert!(h.starts_with("HTTP/1.1 200 OK\r\n"));
@@ -71,11 +83,24 @@ fn full_get() {
 #[test]
 fn head_has_same_head_and_no_body() {
     let g = respond(&get("/a.bin", ""), file(1000), now(), &opts());
-    let h = respond(&req("HEAD /a.bin HTTP/1.1\r\nHost: h\r\n\r\n"), file(1000), now(), &opts());
+    let h = respond(
+        &req("HEAD /a.bin HTTP/1.1\r\nHost: h\r\n\r\n"),
+        file(1000),
+        now(),
+        &opts(),
+    );
     assert_eq!(g.head, h.head);
     assert!(h.body.is_empty());
-    assert_eq!(field(&h, "content-type").as_deref(), Some("application/octet-stream"));
-    let r = respond(&req("HEAD /a HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\n\r\n"), file(100), now(), &opts());
+    assert_eq!(
+        field(&h, "content-type").as_deref(),
+        Some("application/octet-stream")
+    );
+    let r = respond(
+        &req("HEAD /a HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\n\r\n"),
+        file(100),
+        now(),
+        &opts(),
+    );
     assert_eq!(r.status, Status::PartialContent);
     assert!(r.body.is_empty());
     assert_eq!(field(&r, "content-length").as_deref(), Some("10"));
@@ -96,7 +121,12 @@ fn single_ranges() {
         ("bytes=900-", 900, 100, "bytes 900-999/1000"),
         ("bytes=-10", 990, 10, "bytes 990-999/1000"),
     ] {
-        let p = respond(&get("/f", &format!("Range: {range}\r\n")), file(1000), now(), &opts());
+        let p = respond(
+            &get("/f", &format!("Range: {range}\r\n")),
+            file(1000),
+            now(),
+            &opts(),
+        );
         assert_eq!(p.status, Status::PartialContent, "{range}");
         assert_eq!(p.body, vec![Segment::File { offset: start, len }]);
         assert_eq!(field(&p, "content-range").as_deref(), Some(cr));
@@ -106,10 +136,18 @@ fn single_ranges() {
 
 #[test]
 fn multipart_byteranges() {
-    let p = respond(&get("/x.txt", "Range: bytes=0-9,20-29\r\n"), file(100), now(), &opts());
+    let p = respond(
+        &get("/x.txt", "Range: bytes=0-9,20-29\r\n"),
+        file(100),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::PartialContent);
     let ctype = field(&p, "content-type").unwrap();
-    let boundary = ctype.strip_prefix("multipart/byteranges; boundary=").unwrap().to_owned();
+    let boundary = ctype
+        .strip_prefix("multipart/byteranges; boundary=")
+        .unwrap()
+        .to_owned();
     assert!(field(&p, "content-range").is_none());
     assert_length_consistent(&p);
     // Render the body with a fake file whose byte i is b'a' + i % 26.
@@ -117,7 +155,9 @@ fn multipart_byteranges() {
     for s in &p.body {
         match s {
             Segment::Bytes(b) => body.extend_from_slice(b),
-            Segment::File { offset, len } => body.extend((*offset..offset + len).map(|i| b'a' + (i % 26) as u8)),
+            Segment::File { offset, len } => {
+                body.extend((*offset..offset + len).map(|i| b'a' + (i % 26) as u8))
+            }
         }
     }
     let expect = format!(
@@ -131,7 +171,12 @@ fn multipart_byteranges() {
 
 #[test]
 fn unsatisfiable_is_416_with_star() {
-    let p = respond(&get("/f", "Range: bytes=1000-\r\n"), file(1000), now(), &opts());
+    let p = respond(
+        &get("/f", "Range: bytes=1000-\r\n"),
+        file(1000),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::RangeNotSatisfiable);
     assert_eq!(field(&p, "content-range").as_deref(), Some("bytes */1000"));
     assert!(p.keep_alive);
@@ -140,40 +185,94 @@ fn unsatisfiable_is_416_with_star() {
 
 #[test]
 fn amplification_and_bad_ranges_serve_full() {
-    for range in ["bytes=0-,0-", "bytes=0-5,1-5,2-5,3-5", "bytes=9-1", "lines=1-2"] {
-        let p = respond(&get("/f", &format!("Range: {range}\r\n")), file(1000), now(), &opts());
+    for range in [
+        "bytes=0-,0-",
+        "bytes=0-5,1-5,2-5,3-5",
+        "bytes=9-1",
+        "lines=1-2",
+    ] {
+        let p = respond(
+            &get("/f", &format!("Range: {range}\r\n")),
+            file(1000),
+            now(),
+            &opts(),
+        );
         assert_eq!(p.status, Status::Ok, "{range}");
         assert!(p.range_ignored.is_some());
-        assert_eq!(p.body, vec![Segment::File { offset: 0, len: 1000 }]);
+        assert_eq!(
+            p.body,
+            vec![Segment::File {
+                offset: 0,
+                len: 1000
+            }]
+        );
     }
 }
 
 #[test]
 fn conditional_get() {
     let etag = field(&respond(&get("/f", ""), file(10), now(), &opts()), "etag").unwrap();
-    let p = respond(&get("/f", &format!("If-None-Match: {etag}\r\n")), file(10), now(), &opts());
+    let p = respond(
+        &get("/f", &format!("If-None-Match: {etag}\r\n")),
+        file(10),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::NotModified);
     assert!(p.body.is_empty());
     assert!(field(&p, "content-length").is_none());
     assert_eq!(field(&p, "etag"), Some(etag.clone()));
-    let p = respond(&get("/f", "If-Modified-Since: Tue, 14 Nov 2023 22:13:20 GMT\r\n"), file(10), now(), &opts());
+    let p = respond(
+        &get("/f", "If-Modified-Since: Tue, 14 Nov 2023 22:13:20 GMT\r\n"),
+        file(10),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::NotModified);
-    let p = respond(&get("/f", "If-Modified-Since: Tue, 14 Nov 2023 22:13:19 GMT\r\n"), file(10), now(), &opts());
+    let p = respond(
+        &get("/f", "If-Modified-Since: Tue, 14 Nov 2023 22:13:19 GMT\r\n"),
+        file(10),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::Ok);
     // A changed file (new size) no longer matches.
-    let p = respond(&get("/f", &format!("If-None-Match: {etag}\r\n")), file(11), now(), &opts());
+    let p = respond(
+        &get("/f", &format!("If-None-Match: {etag}\r\n")),
+        file(11),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::Ok);
 }
 
 #[test]
 fn if_range() {
     let etag = field(&respond(&get("/f", ""), file(100), now(), &opts()), "etag").unwrap();
-    let p = respond(&get("/f", &format!("Range: bytes=0-9\r\nIf-Range: {etag}\r\n")), file(100), now(), &opts());
+    let p = respond(
+        &get("/f", &format!("Range: bytes=0-9\r\nIf-Range: {etag}\r\n")),
+        file(100),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::PartialContent);
-    let p = respond(&get("/f", "Range: bytes=0-9\r\nIf-Range: \"stale\"\r\n"), file(100), now(), &opts());
+    let p = respond(
+        &get("/f", "Range: bytes=0-9\r\nIf-Range: \"stale\"\r\n"),
+        file(100),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::Ok);
     assert_eq!(p.body_len(), 100);
-    let p = respond(&get("/f", "Range: bytes=0-9\r\nIf-Range: Tue, 14 Nov 2023 22:13:20 GMT\r\n"), file(100), now(), &opts());
+    let p = respond(
+        &get(
+            "/f",
+            "Range: bytes=0-9\r\nIf-Range: Tue, 14 Nov 2023 22:13:20 GMT\r\n",
+        ),
+        file(100),
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::PartialContent);
 }
 
@@ -182,7 +281,12 @@ fn http10_connection_handling() {
     let p = respond(&req("GET /f HTTP/1.0\r\n\r\n"), file(1), now(), &opts());
     assert!(!p.keep_alive);
     assert!(head_str(&p).contains("Connection: close\r\n"));
-    let p = respond(&req("GET /f HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), file(1), now(), &opts());
+    let p = respond(
+        &req("GET /f HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"),
+        file(1),
+        now(),
+        &opts(),
+    );
     assert!(p.keep_alive);
     assert!(head_str(&p).contains("Connection: keep-alive\r\n"));
     let p = respond(&get("/f", "Connection: close\r\n"), file(1), now(), &opts());
@@ -191,32 +295,72 @@ fn http10_connection_handling() {
 
 fn entries() -> Vec<DirEntry> {
     vec![
-        DirEntry { name: "z.txt".into(), kind: EntryKind::File, size: 5, mtime: Some(mtime()) },
-        DirEntry { name: "a dir".into(), kind: EntryKind::Dir, size: 0, mtime: Some(mtime()) },
+        DirEntry {
+            name: "z.txt".into(),
+            kind: EntryKind::File,
+            size: 5,
+            mtime: Some(mtime()),
+        },
+        DirEntry {
+            name: "a dir".into(),
+            kind: EntryKind::Dir,
+            size: 0,
+            mtime: Some(mtime()),
+        },
     ]
 }
 
 #[test]
 fn directory_listing_html_and_json() {
-    let p = respond(&get("/pub/", ""), Resource::Directory { entries: entries() }, now(), &opts());
+    let p = respond(
+        &get("/pub/", ""),
+        Resource::Directory { entries: entries() },
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::Ok);
-    assert_eq!(field(&p, "content-type").as_deref(), Some("text/html; charset=utf-8"));
+    assert_eq!(
+        field(&p, "content-type").as_deref(),
+        Some("text/html; charset=utf-8")
+    );
     assert_length_consistent(&p);
-    let Segment::Bytes(html) = &p.body[0] else { panic!() };
+    let Segment::Bytes(html) = &p.body[0] else {
+        panic!()
+    };
     let html = String::from_utf8(html.clone()).unwrap();
     assert!(html.find("a%20dir/").unwrap() < html.find("z.txt").unwrap());
 
-    let p = respond(&get("/pub/?format=json", ""), Resource::Directory { entries: entries() }, now(), &opts());
-    assert_eq!(field(&p, "content-type").as_deref(), Some("application/json"));
-    let Segment::Bytes(json) = &p.body[0] else { panic!() };
-    assert!(String::from_utf8(json.clone()).unwrap().starts_with("{\"path\":\"/pub/\""));
+    let p = respond(
+        &get("/pub/?format=json", ""),
+        Resource::Directory { entries: entries() },
+        now(),
+        &opts(),
+    );
+    assert_eq!(
+        field(&p, "content-type").as_deref(),
+        Some("application/json")
+    );
+    let Segment::Bytes(json) = &p.body[0] else {
+        panic!()
+    };
+    assert!(String::from_utf8(json.clone())
+        .unwrap()
+        .starts_with("{\"path\":\"/pub/\""));
 }
 
 #[test]
 fn directory_without_slash_redirects() {
-    let p = respond(&get("/my%20pub?format=json", ""), Resource::Directory { entries: entries() }, now(), &opts());
+    let p = respond(
+        &get("/my%20pub?format=json", ""),
+        Resource::Directory { entries: entries() },
+        now(),
+        &opts(),
+    );
     assert_eq!(p.status, Status::MovedPermanently);
-    assert_eq!(field(&p, "location").as_deref(), Some("/my%20pub/?format=json"));
+    assert_eq!(
+        field(&p, "location").as_deref(),
+        Some("/my%20pub/?format=json")
+    );
     assert_length_consistent(&p);
 }
 
@@ -253,6 +397,10 @@ fn parse_errors_close() {
     ] {
         assert_eq!(respond_error(e, now(), &opts()).status.code(), code);
     }
+    let p = respond_status(Status::RequestTimeout, now(), &opts());
+    assert!(head_str(&p).starts_with("HTTP/1.1 408 Request Timeout\r\n"));
+    assert!(!p.keep_alive);
+    assert_length_consistent(&p);
 }
 
 #[test]
@@ -269,7 +417,10 @@ fn pipelined_exchange() {
         }
     }
     assert_eq!(at, buf.len());
-    assert_eq!(statuses, vec![(Status::Ok, true, 3), (Status::Ok, false, 0)]);
+    assert_eq!(
+        statuses,
+        vec![(Status::Ok, true, 3), (Status::Ok, false, 0)]
+    );
 }
 
 proptest! {

@@ -28,7 +28,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let echo_argv = vec![me.clone(), "_echo".into(), format!("{SERVER_ADDR}:7007")];
     let mut echo = ns_command(Some(SERVER_NS), &echo_argv).stdin(Stdio::null()).spawn()?;
     std::thread::sleep(Duration::from_millis(300));
-    let mut rtt_t = Table::new("RTT through linkem (UDP probe, 64-byte payload)", "configured RTT", "run", &["median ms", "min ms", "max ms", "error ms", "within max(1 ms, 3 %)"]);
+    let mut rtt_t = Table::new("RTT through linkem (UDP probe, 64-byte payload)", "configured RTT", "run (notes: within max(1 ms, 3 %)?)", &["median ms", "min ms", "max ms", "error ms"]);
     let count = *pick(ctx.smoke, &v.ping_count, v.smoke_ping_count.as_ref());
     let mut raw = Vec::new();
     let mut pts = Vec::new();
@@ -58,8 +58,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let mut rate_t = Table::new(
         &format!("TCP goodput through linkem (iperf3, 1 stream, RTT {}, MTU {mtu})", v.rate_rtt),
         "configured rate",
-        "run",
-        &["Mbit/s", "of configured %", "of TCP payload ceiling %", "within 5 % of configured"],
+        "run (notes: within 5 % of configured?)",
+        &["Mbit/s", "of configured %", "of TCP payload ceiling %"],
     );
     let secs = *pick(ctx.smoke, &v.iperf_seconds, v.smoke_iperf_seconds.as_ref());
     let rates = if ctx.smoke { v.smoke_rates.clone().unwrap_or(v.rates.clone()) } else { v.rates.clone() };

@@ -50,7 +50,7 @@ fn skmem(s: &str, k: &str) -> u64 {
 pub fn parse_ss(out: &str) -> Vec<Sock> {
     let mut socks = Vec::new();
     let mut cur: Option<String> = None;
-    let mut flush = |text: String, socks: &mut Vec<Sock>| {
+    let flush = |text: String, socks: &mut Vec<Sock>| {
         let words: Vec<&str> = text.split_whitespace().collect();
         // With a state filter ss omits the State column: Recv-Q Send-Q Local Peer [users]
         let addrs: Vec<&str> = words.iter().copied().filter(|w| w.contains(':') && !w.contains('(') && w.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '[' || c == '*')).take(2).collect();

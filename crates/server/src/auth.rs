@@ -59,7 +59,7 @@ impl Users {
 
 /// A hash of a random password, verified against when the user is unknown.
 const DUMMY_HASH: &str =
-    "$argon2id$v=19$m=19456,t=2,p=1$c2x1aWNlZHVtbXlzYWx0$0m9ayk3l2QhIsMnEVdz9fI8pX0wP1LhC+eB7g8wx1xQ";
+    "$argon2id$v=19$m=19456,t=2,p=1$IN7lY2vYsXUHwxQy938Ykg$2+veh4CT0HM4sDkD3+te/Dqpi5f5oHuJ7vhvP0uVjZ4";
 
 fn verify(hash: &str, pass: &str) -> bool {
     match PasswordHash::new(hash) {

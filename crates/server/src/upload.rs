@@ -2,7 +2,7 @@
 //! and an interrupted upload can be resumed but is never presented as
 //! complete.
 //!
-//! The rules (also in docs/uploads.md):
+//! The rules (the crate README repeats them for operators):
 //!
 //! * Every upload writes to a file that is not the target: a fresh temp
 //!   `.NAME.sluice-<unique>.part`, or the kept partial `.NAME.sluice-partial`

@@ -6,7 +6,7 @@
 //! checks both copies byte for byte.
 //!
 //! globus-gridftp-server -aa -anonymous-user nobody -control-interface 127.0.0.1 -p 50021 -debug &
-//! cargo run -p sluice-transfer --example globus_interop -- 127.0.0.1:50021 /tmp/gi 4
+//! cargo run -p sluice-transfer --example globus_interop -- 127.0.0.1:50021 /tmp/gi 4 [bytes] [copy|sendfile]
 
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
@@ -31,6 +31,16 @@ async fn reply(c: &mut Ctrl) -> (u16, String) {
             let code = line[..3].parse().unwrap_or(0);
             print!("<- {all}");
             return (code, all);
+        }
+    }
+}
+
+/// Skips 111/112 markers until a completion reply.
+async fn final_reply(c: &mut Ctrl) -> (u16, String) {
+    loop {
+        let r = reply(c).await;
+        if !(110..=119).contains(&r.0) {
+            return r;
         }
     }
 }
@@ -62,7 +72,9 @@ async fn main() {
     let data: Vec<u8> = (0..size as u64).map(|i| (i.wrapping_mul(2654435761) >> 9) as u8).collect();
     let src = tempfile::tempfile().expect("temp");
     src.write_all_at(&data, 0).expect("write");
-    let engine = Engine::new(EngineConfig::default());
+    let data_path = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(EngineConfig::default().data_path);
+    let engine = Engine::new(EngineConfig { data_path, ..EngineConfig::default() });
+    println!("data path {data_path}, {streams} streams, {size} bytes");
 
     let mut c = BufReader::new(TcpStream::connect(&server).await.expect("connect"));
     expect(reply(&mut c).await, 220);
@@ -74,14 +86,19 @@ async fn main() {
     // Upload: we are the sender, so we connect (GFD.20: the sender is active).
     let addr = pasv_addr(&expect(cmd(&mut c, "PASV").await, 227));
     let remote = format!("{dir}/sluice-up.dat");
-    expect(cmd(&mut c, &format!("STOR {remote}")).await, 150);
+    // Globus answers 150 only once a data connection is up: connect first.
+    println!("-> STOR {remote}");
+    c.get_mut().write_all(format!("STOR {remote}\r\n").as_bytes()).await.expect("send STOR");
     let mut conns = Vec::new();
     for _ in 0..streams {
         conns.push(TcpStream::connect(addr).await.expect("data connect"));
     }
     let spec = SendSpec::from_offset(Arc::new(src), 0, Mode::Extended { block_size: 256 << 10 }).expect("spec");
-    let sent = send(&engine, spec, conns, Progress::new(), Cancel::new()).await.expect("MODE E send");
-    expect(reply(&mut c).await, 226);
+    let e2 = engine.clone();
+    let sender = tokio::spawn(async move { send(&e2, spec, conns, Progress::new(), Cancel::new()).await });
+    expect(reply(&mut c).await, 150);
+    expect(final_reply(&mut c).await, 226);
+    let sent = sender.await.expect("join").expect("MODE E send");
     let uploaded = std::fs::read(&remote).expect("read uploaded file");
     assert_eq!(sent as usize, size);
     assert!(uploaded == data, "uploaded copy differs");
@@ -100,12 +117,16 @@ async fn main() {
             }
         }
     });
-    let r = cmd(&mut c, &format!("RETR {remote}")).await;
-    assert!(r.0 == 150 || r.0 == 125, "RETR: {}", r.1);
+    println!("-> RETR {remote}");
+    c.get_mut().write_all(format!("RETR {remote}\r\n").as_bytes()).await.expect("send RETR");
     let out = Arc::new(tempfile::tempfile().expect("temp"));
-    let summary = receive_mode_e(&engine, Arc::clone(&out), rx, Progress::new(), Cancel::new()).await.expect("MODE E receive");
+    let (e2, o2) = (engine.clone(), Arc::clone(&out));
+    let receiver = tokio::spawn(async move { receive_mode_e(&e2, o2, rx, Progress::new(), Cancel::new()).await });
+    let r = reply(&mut c).await;
+    assert!(r.0 == 150 || r.0 == 125, "RETR: {}", r.1);
+    expect(final_reply(&mut c).await, 226);
+    let summary = receiver.await.expect("join").expect("MODE E receive");
     acceptor.abort();
-    expect(reply(&mut c).await, 226);
     let mut back = vec![0u8; size];
     out.read_exact_at(&mut back, 0).expect("read back");
     assert_eq!(out.metadata().expect("meta").len() as usize, size);

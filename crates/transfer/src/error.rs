@@ -64,6 +64,7 @@ impl From<EngineError> for TransferError {
             EngineError::Connection(io) => TransferError::Connection(io),
             EngineError::Disk(io) => TransferError::Disk(io),
             EngineError::ShortFile { at } => TransferError::ShortFile { at },
+            EngineError::Idle => TransferError::Connection(io::Error::new(io::ErrorKind::TimedOut, "data connection idle")),
             EngineError::PoolClosed => TransferError::Setup("disk thread pool closed"),
         }
     }

@@ -110,6 +110,11 @@ pub async fn receive_mode_e(
                     eods += 1;
                     bytes += end.bytes;
                     if let Some(n) = end.eof_count {
+                        // More EODs than we would ever accept streams for: wait no longer.
+                        if n > MAX_STREAMS as u64 {
+                            result = Err(TransferError::Limit("MODE E EOF announces too many streams"));
+                            break;
+                        }
                         expected = Some(n);
                     }
                 }

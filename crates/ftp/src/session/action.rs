@@ -190,6 +190,10 @@ pub enum Action {
         offset: u64,
         /// Byte count, `None` for "to the end".
         len: Option<u64>,
+        /// MODE E restart (`REST 0-100,200-300`): ranges the client already
+        /// has; only the rest of `offset..offset+len` is sent. Sorted,
+        /// disjoint (from [`crate::markers::RangeSet`]).
+        skip: Vec<std::ops::Range<u64>>,
         /// Data channel, mode, parallelism.
         data: DataSpec,
     },
@@ -266,6 +270,8 @@ pub enum OpError {
     Aborted,
     /// A MODE E peer sent a malformed block.
     BadData,
+    /// The request is valid but this server cannot do it (yet).
+    NotSupported,
     /// Something failed on our side (logged by the shell).
     Local,
 }
@@ -288,6 +294,7 @@ impl OpError {
             Self::ConnectionLost => (C::TRANSFER_ABORTED, "Connection closed; transfer aborted."),
             Self::Aborted => (C::TRANSFER_ABORTED, "Transfer aborted."),
             Self::BadData => (C::TRANSFER_ABORTED, "Bad data from peer; transfer aborted."),
+            Self::NotSupported => (C::PARAMETER_NOT_IMPLEMENTED, "Not supported in this mode."),
             Self::Local => (C::LOCAL_ERROR, "Local error in processing."),
         };
         Reply::new(code, text)

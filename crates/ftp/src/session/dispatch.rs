@@ -101,6 +101,9 @@ impl Session {
             Command::Abor if self.login.is_some() => {
                 self.reply(C::DATA_OPEN_NO_TRANSFER, "No transfer to ABOR.")
             }
+            // AUTH TLS and the like: "not implemented" is the answer
+            // RFC 4217 asks of a server without TLS, logged in or not.
+            Command::Unknown(_) => self.reply(C::NOT_IMPLEMENTED, "Command not implemented."),
             _ if self.login.is_none() => {
                 self.reply(C::NOT_LOGGED_IN, "Please login with USER and PASS.")
             }
@@ -169,8 +172,16 @@ impl Session {
                     self.reply(C::PENDING, &text);
                 }
             }
-            Command::Rest(Restart::Ranges(_)) => {
-                self.reply(C::PARAMETER_NOT_IMPLEMENTED, "REST ranges not supported; use ERET.")
+            Command::Rest(Restart::Ranges(set)) => {
+                // GridFTP restart markers only make sense in MODE E, where
+                // blocks carry their offsets (GFD.20 section 4).
+                if self.mode == TransferMode::ExtendedBlock {
+                    self.rest = None;
+                    self.rest_ranges = Some(set);
+                    self.reply(C::PENDING, "Restart markers accepted.");
+                } else {
+                    self.reply(C::PARAMETER_NOT_IMPLEMENTED, "REST ranges need MODE E.");
+                }
             }
             Command::Pasv => self.passive(false),
             Command::Epsv(Epsv::All) => {
@@ -202,25 +213,32 @@ impl Session {
             Command::Mlsd(p) => self.list(p, ListFormat::Machine),
             Command::Retr(p) => {
                 let offset = self.rest.take().unwrap_or(0);
-                self.retr(&p, offset, None);
+                let skip = self.rest_ranges.take().map(|s| s.ranges().to_vec()).unwrap_or_default();
+                self.retr(&p, offset, None, skip);
             }
             Command::Eret { offset, length, path } => {
                 self.rest = None;
-                self.retr(&path, offset, Some(length));
+                self.rest_ranges = None;
+                self.retr(&path, offset, Some(length), Vec::new());
             }
             Command::Stor(p) => {
-                let kind = match self.rest.take() {
-                    None | Some(0) => StoreKind::Replace,
-                    Some(n) => StoreKind::Restart(n),
+                let kind = match (self.rest.take(), self.rest_ranges.take()) {
+                    // MODE E restart: keep what is there; blocks land at
+                    // their own offsets.
+                    (_, Some(_)) => StoreKind::Adjusted(0),
+                    (None | Some(0), None) => StoreKind::Replace,
+                    (Some(n), None) => StoreKind::Restart(n),
                 };
                 self.stor(&p, kind);
             }
             Command::Appe(p) => {
                 self.rest = None;
+                self.rest_ranges = None;
                 self.stor(&p, StoreKind::Append);
             }
             Command::Esto { offset, path } => {
                 self.rest = None;
+                self.rest_ranges = None;
                 self.stor(&path, StoreKind::Adjusted(offset));
             }
             Command::Dele(p) => self.change(&p, Change::Delete),
@@ -248,7 +266,6 @@ impl Session {
                     self.actions.push_back(Action::Checksum { algorithm: alg, path, offset, len: length });
                 }
             }
-            Command::Unknown(_) => self.reply(C::NOT_IMPLEMENTED, "Command not implemented."),
             // Handled before login too; listed for exhaustiveness.
             Command::User(_)
             | Command::Pass(_)
@@ -258,6 +275,7 @@ impl Session {
             | Command::Noop
             | Command::Help(_)
             | Command::Abor
+            | Command::Unknown(_)
             | Command::Opts(Opts::Utf8(_)) => self.reply(C::BAD_SEQUENCE, "Bad sequence of commands."),
         }
     }
@@ -420,14 +438,14 @@ impl Session {
         self.actions.push_back(Action::List { path, format, data });
     }
 
-    fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>) {
+    fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>) {
         let Some(path) = self.resolve(arg) else { return };
         let Some(data) = self.data_spec() else {
             self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
             return;
         };
         self.begin_transfer();
-        self.actions.push_back(Action::StartRetr { path, offset, len, data });
+        self.actions.push_back(Action::StartRetr { path, offset, len, skip, data });
     }
 
     fn stor(&mut self, arg: &str, kind: StoreKind) {

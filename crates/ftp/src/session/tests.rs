@@ -147,7 +147,7 @@ fn passive_retr_with_rest_then_226() {
     t.send("TYPE I\r\nREST 100\r\nRETR f\r\n");
     assert_eq!(t.out(), "200 Switching to Binary mode.\r\n350 Restarting at 100. Send STOR or RETR.\r\n");
     match t.action() {
-        Some(Action::StartRetr { path, offset, len, data }) => {
+        Some(Action::StartRetr { path, offset, len, data, .. }) => {
             assert_eq!(path.as_str(), "/f");
             assert_eq!(offset, 100);
             assert_eq!(len, None);
@@ -367,4 +367,23 @@ fn partial_lines_are_not_consumed() {
     assert_eq!(t.send("NO"), 0);
     assert_eq!(t.send("NOOP\r\nSY"), 6);
     assert_eq!(t.out(), "200 NOOP ok.\r\n");
+}
+
+#[test]
+fn mode_e_restart_ranges() {
+    let mut t = T::logged_in(true);
+    t.send("REST 0-100\r\n");
+    assert!(t.out().starts_with("504 "));
+    t.send("MODE E\r\nREST 100\r\nREST 0-100,200-300\r\nPORT 127,0,0,1,200,1\r\nRETR f\r\n");
+    let out = t.out();
+    assert!(out.contains("350 Restart markers accepted."), "{out}");
+    match t.action() {
+        Some(Action::StartRetr { offset: 0, len: None, skip, .. }) => assert_eq!(skip, vec![0..100, 200..300]),
+        other => panic!("{other:?}"),
+    }
+    t.s.handle_transfer_done(t.now, Ok(0));
+    t.out();
+    t.send("REST 0-100\r\nPORT 127,0,0,1,200,1\r\nSTOR f\r\n");
+    t.out();
+    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Adjusted(0), .. })));
 }

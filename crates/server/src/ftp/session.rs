@@ -223,8 +223,8 @@ impl Driver {
                 self.session.handle_result(r);
             }
             Action::List { path, format, data } => self.start(Work::List { path, format, data }),
-            Action::StartRetr { path, offset, len, data } => {
-                self.start(Work::Retr { path, offset, len, data })
+            Action::StartRetr { path, offset, len, skip, data } => {
+                self.start(Work::Retr { path, offset, len, skip, data })
             }
             Action::StartStor { path, kind, data } => {
                 if self.login.as_ref().is_some_and(|(_, l, _)| l.writable) {

@@ -62,7 +62,7 @@ pub enum Work {
     /// LIST/NLST/MLSD.
     List { path: VirtualPath, format: ListFormat, data: DataSpec },
     /// RETR/ERET.
-    Retr { path: VirtualPath, offset: u64, len: Option<u64>, data: DataSpec },
+    Retr { path: VirtualPath, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>, data: DataSpec },
     /// STOR/APPE/ESTO.
     Stor { path: VirtualPath, kind: StoreKind, data: DataSpec },
 }
@@ -70,11 +70,9 @@ pub enum Work {
 /// Runs one transfer to its end; the last event sent is always `Done`.
 pub async fn run(job: Job, work: Work, events: mpsc::UnboundedSender<Event>) {
     let started = Instant::now();
-    let cancel = job.cancel.clone();
-    let (result, record) = tokio::select! {
-        r = execute(&job, &work, &events) => r,
-        _ = cancel.cancelled() => (Err(OpError::Aborted), None),
-    };
+    // Not raced against ABOR here: each step watches the cancel token
+    // itself, so an aborted upload still gets to keep its partial.
+    let (result, record) = execute(&job, &work, &events).await;
     if let Some((path, ascii, direction)) = record {
         XferRecord {
             elapsed: started.elapsed(),
@@ -100,8 +98,8 @@ type Record = Option<(VirtualPath, bool, Direction)>;
 async fn execute(job: &Job, work: &Work, events: &mpsc::UnboundedSender<Event>) -> (Result<u64, OpError>, Record) {
     match work {
         Work::List { path, format, data } => (list(job, path, *format, data, events).await, None),
-        Work::Retr { path, offset, len, data } => {
-            let r = retr(job, path, *offset, *len, data, events).await;
+        Work::Retr { path, offset, len, skip, data } => {
+            let r = retr(job, path, *offset, *len, skip, data, events).await;
             (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
         }
         Work::Stor { path, kind, data } => {
@@ -127,7 +125,10 @@ async fn list(
     let _ = events.send(Event::Started(None));
     let mut conns = open_data(job, data, 1).await?;
     let mut conn = conns.pop().ok_or(OpError::DataConnection)?;
-    conn.write_all(&bytes).await.map_err(|_| OpError::ConnectionLost)?;
+    tokio::select! {
+        r = conn.write_all(&bytes) => r.map_err(|_| OpError::ConnectionLost)?,
+        _ = job.cancel.cancelled() => return Err(OpError::Aborted),
+    }
     let _ = conn.shutdown().await;
     Ok(bytes.len() as u64)
 }
@@ -137,9 +138,16 @@ async fn retr(
     path: &VirtualPath,
     offset: u64,
     len: Option<u64>,
+    skip: &[std::ops::Range<u64>],
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
+    if data.mode == TransferMode::ExtendedBlock && offset > 0 && len.is_some() {
+        // ERET P in MODE E numbers blocks from the start of the range
+        // (GFD.20); sluice_transfer sends absolute offsets, so refuse
+        // rather than let the client place data wrongly.
+        return Err(OpError::NotSupported);
+    }
     let (root, p) = (Arc::clone(&job.root), path.clone());
     let file = blocking(move || root.open_read(p.as_str())).await?.map_err(op_error)?;
     let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
@@ -152,8 +160,10 @@ async fn retr(
         None => size - offset,
     };
     let mode = transfer_mode(data);
-    let spec = SendSpec { file: Arc::new(file), ranges: vec![ByteRange::new(offset, len)], mode };
-    let _ = events.send(Event::Started(Some(len)));
+    let ranges = gaps(offset, offset + len, skip);
+    let total: u64 = ranges.iter().map(|r| r.len).sum();
+    let spec = SendSpec { file: Arc::new(file), ranges, mode };
+    let _ = events.send(Event::Started(Some(total)));
     let n = if data.mode == TransferMode::ExtendedBlock { data.parallelism } else { 1 };
     let conns = open_data(job, data, n).await?;
     let progress = Progress::new();
@@ -169,10 +179,11 @@ async fn stor(
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
-    if data.mode == TransferMode::ExtendedBlock && !matches!(kind, StoreKind::Replace | StoreKind::Adjusted(0)) {
-        // MODE E blocks carry absolute offsets; a restart in MODE E is done
-        // by the client sending only the missing ranges to a plain STOR/ESTO.
-        return Err(OpError::BadName);
+    if data.mode == TransferMode::ExtendedBlock && matches!(kind, StoreKind::Append | StoreKind::Adjusted(1..)) {
+        // MODE E blocks carry file offsets, which sluice_transfer writes
+        // as they are: APPE and ESTO A k (k > 0), which shift them, are
+        // not supported in MODE E. Restarts (REST n, REST ranges) are.
+        return Err(OpError::NotSupported);
     }
     let (root, p) = (Arc::clone(&job.root), path.clone());
     let upload = blocking(move || Upload::prepare(&root, &p, kind)).await??;
@@ -195,6 +206,9 @@ async fn stor(
         }
     }
     .await;
+    // The control connection closed (or ABOR came) while the data
+    // connection ended: do not present what arrived as complete.
+    let result = result.and_then(|n| if job.cancel.is_cancelled() { Err(OpError::Aborted) } else { Ok(n) });
     let root = Arc::clone(&job.root);
     let ok = result.is_ok();
     let finished = blocking(move || if ok { upload.commit(&root) } else { upload.keep_partial(); Ok(()) }).await;
@@ -228,7 +242,10 @@ async fn accept_all(
             let passive = job.passive.as_ref().ok_or(OpError::DataConnection)?;
             // The first connection must come in time; later ones may come
             // whenever, the receiver decides when it has all it needs.
-            let first = passive.accept_timeout().await.map_err(|_| OpError::DataConnection)?;
+            let first = tokio::select! {
+                r = passive.accept_timeout() => r.map_err(|_| OpError::DataConnection)?,
+                _ = job.cancel.cancelled() => return Err(OpError::Aborted),
+            };
             data::apply_buffer(&first, data.buffer);
             let _ = tx.send(first).await;
             let listener = passive.clone();
@@ -247,6 +264,13 @@ async fn accept_all(
 
 /// Opens `n` data connections as the session arranged.
 async fn open_data(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>, OpError> {
+    tokio::select! {
+        r = open_data_inner(job, data, n) => r,
+        _ = job.cancel.cancelled() => Err(OpError::Aborted),
+    }
+}
+
+async fn open_data_inner(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>, OpError> {
     let conns = match data.channel {
         DataChannel::Active(addr) => data::connect(job.local_ip, addr, n).await,
         DataChannel::Passive => {
@@ -265,6 +289,28 @@ async fn open_data(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>,
         data::apply_buffer(c, data.buffer);
     }
     Ok(conns)
+}
+
+/// The parts of `start..end` not covered by `skip` (sorted, disjoint).
+fn gaps(start: u64, end: u64, skip: &[std::ops::Range<u64>]) -> Vec<ByteRange> {
+    let mut out = Vec::new();
+    let mut pos = start;
+    for r in skip {
+        if r.end <= pos {
+            continue;
+        }
+        if r.start >= end {
+            break;
+        }
+        if r.start > pos {
+            out.push(ByteRange::new(pos, r.start - pos));
+        }
+        pos = pos.max(r.end);
+    }
+    if pos < end {
+        out.push(ByteRange::new(pos, end - pos));
+    }
+    out
 }
 
 fn transfer_mode(data: &DataSpec) -> Mode {
@@ -326,5 +372,21 @@ fn transfer_error(e: &TransferError, cancel: &Cancel) -> OpError {
             tracing::warn!(error = %e, "transfer failed");
             OpError::Local
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_skip_what_the_client_has() {
+        let g = |s, e, skip: &[std::ops::Range<u64>]| {
+            gaps(s, e, skip).into_iter().map(|r| (r.offset, r.len)).collect::<Vec<_>>()
+        };
+        assert_eq!(g(0, 100, &[]), vec![(0, 100)]);
+        assert_eq!(g(0, 100, &[0..10, 20..30]), vec![(10, 10), (30, 70)]);
+        assert_eq!(g(0, 100, &[0..100]), vec![]);
+        assert_eq!(g(50, 100, &[0..60, 90..200]), vec![(60, 30)]);
     }
 }
