@@ -28,7 +28,12 @@ fn decode(data: &[u8], cuts: &[usize]) -> Outcome {
                 Some(Event::Data { offset, range }) => {
                     assert!(range.start < range.end && range.end <= used);
                     let placed = &piece[at..][range];
-                    bytes.extend(placed.iter().enumerate().map(|(i, &b)| (offset + i as u64, b)));
+                    bytes.extend(
+                        placed
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &b)| (offset + i as u64, b)),
+                    );
                 }
                 Some(e) => events.push(e),
                 None if used == 0 => break,
@@ -46,7 +51,10 @@ fuzz_target!(|input: (Vec<u16>, Vec<u8>)| {
         assert_eq!(used, HEADER_LEN);
         assert_eq!(&h.encode()[..], &data[..HEADER_LEN]);
     }
-    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c as usize % (data.len() + 1)).collect();
+    let mut cuts: Vec<usize> = cuts
+        .iter()
+        .map(|&c| c as usize % (data.len() + 1))
+        .collect();
     cuts.sort_unstable();
     assert_eq!(decode(&data, &[]), decode(&data, &cuts));
 });

@@ -3,7 +3,9 @@
 //! same address (and port 0 never parses).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sluice_ftp::addr::{format_227, format_229, format_eprt, format_port, parse_227, parse_229, parse_eprt, parse_port};
+use sluice_ftp::addr::{
+    format_227, format_229, format_eprt, format_port, parse_227, parse_229, parse_eprt, parse_port,
+};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(a) = parse_port(data) {

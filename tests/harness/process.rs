@@ -62,13 +62,17 @@ pub struct Output {
     pub cmdline: String,
     pub status: Option<ExitStatus>,
     pub timed_out: bool,
+    pub elapsed: Duration,
     pub stdout: String,
     pub stderr: String,
+    /// Set by a caller that found something wrong in the client's own log
+    /// even though it exited 0 (e.g. aria2c giving up waiting for 226).
+    pub problem: Option<String>,
 }
 
 impl Output {
     pub fn success(&self) -> bool {
-        !self.timed_out && self.status.is_some_and(|s| s.success())
+        !self.timed_out && self.problem.is_none() && self.status.is_some_and(|s| s.success())
     }
 
     /// A human-readable account of the run for failure messages.
@@ -78,10 +82,12 @@ impl Output {
         } else {
             format!("{:?}", self.status)
         };
+        let problem = self.problem.as_ref().map(|p| format!("\nproblem: {p}")).unwrap_or_default();
         format!(
-            "command: {}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            "command: {}\nstatus: {} after {:.1}s{problem}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             self.cmdline,
             status,
+            self.elapsed.as_secs_f64(),
             tail(&self.stdout, QUOTE_MAX),
             tail(&self.stderr, QUOTE_MAX)
         )
@@ -135,7 +141,8 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         Ok(c) => c,
         Err(e) => panic!("cannot start `{cmdline}`: {e}"),
     };
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
     let mut timed_out = false;
     let status = loop {
         match child.try_wait() {
@@ -149,7 +156,11 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
             Err(e) => panic!("waiting for `{cmdline}`: {e}"),
         }
     };
-    Output { cmdline, status, timed_out, stdout: read_all(&mut out), stderr: read_all(&mut err) }
+    let elapsed = started.elapsed();
+    if std::env::var_os("SLUICE_ITEST_TRACE").is_some() {
+        eprintln!("[{:.2}s] {cmdline}", elapsed.as_secs_f64());
+    }
+    Output { cmdline, status, timed_out, elapsed, problem: None, stdout: read_all(&mut out), stderr: read_all(&mut err) }
 }
 
 /// `run_with_timeout` with the standard client timeout.

@@ -19,7 +19,9 @@ Exit codes:
   6  local file error (cannot create, read or write a local file)
   7  protocol error (the server broke the protocol)
   8  checksum mismatch (--verify)
-  9  --verify asked, but the server offers no checksum we know";
+  9  --verify asked, but the server offers no checksum we know
+A closed stdout pipe (DEST `-`) ends the command quietly with 0.
+Errors print one line: `sluice: <url>: <what>: <cause>`.";
 
 /// Options shared by every transfer subcommand.
 #[derive(clap::Args, Debug, Clone)]
@@ -75,6 +77,7 @@ pub struct GetArgs {
     /// sockets (needs CAP_SYS_NICE or root).
     #[arg(long)]
     pub drain_priority: bool,
+    /// Options every transfer takes.
     #[command(flatten)]
     pub opts: TransferOpts,
 }
@@ -96,6 +99,7 @@ pub struct PutArgs {
     /// file; fail on mismatch.
     #[arg(long)]
     pub verify: bool,
+    /// Options every transfer takes.
     #[command(flatten)]
     pub opts: TransferOpts,
 }

@@ -12,7 +12,7 @@
 //! memory cap between it and the writer is reached (a receive stall).
 
 use std::io::{ErrorKind, Read};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -26,9 +26,12 @@ use crate::error::{ClientError, Result};
 use crate::stats::Stats;
 use crate::writer::{Block, WriterInput};
 
-/// Largest buffer handed to the writer in one block. Big enough that one
-/// `pwrite` per MiB is cheap, small enough that the memory cap is fine-grained.
-const CHUNK: usize = 1 << 20;
+/// Largest buffer handed to the writer in one block. Small enough that the
+/// bytes are still in the CPU cache when the writer copies them into the
+/// page cache: on the lab machine (ext4, 2 GiB from vsftpd on loopback)
+/// 128 KiB ran at 820-1020 MB/s where 1 MiB ran at 230-390 MB/s, and
+/// 64 KiB was no better than 128 KiB.
+const CHUNK: usize = 128 << 10;
 
 /// Most bytes read from one stream per poll round, so one fast stream
 /// cannot starve the others (or the listener) of attention.
@@ -64,6 +67,10 @@ pub enum Source {
         listener: TcpListener,
         /// Most connections to accept.
         max: usize,
+        /// Only connections from this address are taken: anyone who can
+        /// reach the listener could otherwise inject data (the FTP
+        /// data-port theft vsftpd guards against on its side).
+        from: IpAddr,
     },
 }
 
@@ -167,7 +174,7 @@ struct Chunk {
 
 struct DrainLoop<'a> {
     cfg: DrainConfig,
-    listener: Option<(TcpListener, usize)>,
+    listener: Option<(TcpListener, usize, IpAddr)>,
     streams: Vec<Stream>,
     accepted: usize,
     out: WriterInput,
@@ -209,9 +216,9 @@ impl<'a> DrainLoop<'a> {
         };
         match source {
             Source::Connected(s) => d.add_stream(s),
-            Source::Listen { listener, max } => {
+            Source::Listen { listener, max, from } => {
                 let _ = listener.set_nonblocking(true);
-                d.listener = Some((listener, max));
+                d.listener = Some((listener, max, from.to_canonical()));
             }
         }
         d
@@ -282,8 +289,8 @@ impl<'a> DrainLoop<'a> {
         let accepting = self
             .listener
             .as_ref()
-            .filter(|(_, max)| self.accepted < *max)
-            .map(|(l, _)| l);
+            .filter(|(_, max, _)| self.accepted < *max)
+            .map(|(l, _, _)| l);
         let live: Vec<usize> = (0..self.streams.len()).filter(|&i| !self.streams[i].ended).collect();
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(live.len() + 1);
         if let Some(l) = accepting {
@@ -306,11 +313,15 @@ impl<'a> DrainLoop<'a> {
 
     fn accept_all(&mut self) -> Result<bool> {
         let mut any = false;
-        while let Some((l, max)) = &self.listener {
+        while let Some((l, max, from)) = &self.listener {
             if self.accepted >= *max {
                 break;
             }
             match l.accept() {
+                Ok((_, peer)) if peer.ip().to_canonical() != *from => {
+                    tracing::warn!("refused a data connection from {peer} (not the server)");
+                    Stats::add(&self.stats.foreign_connections, 1);
+                }
                 Ok((s, _)) => {
                     let _ = s.set_nodelay(true);
                     self.add_stream(s);

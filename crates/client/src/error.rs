@@ -10,17 +10,42 @@ pub enum ClientError {
     /// Bad arguments or URL (exit 2).
     Usage(String),
     /// Connect, read or write on a socket failed, or timed out (exit 3).
-    Network { what: String, cause: io::Error },
+    Network {
+        /// What we were doing.
+        what: String,
+        /// The socket error.
+        cause: io::Error,
+    },
     /// USER/PASS refused (exit 4).
-    Login { reply: String },
+    Login {
+        /// The server's reply, one line.
+        reply: String,
+    },
     /// The server answered a request with a 4xx/5xx reply (exit 5).
-    Refused { what: String, reply: String },
+    Refused {
+        /// The request.
+        what: String,
+        /// The server's reply, one line.
+        reply: String,
+    },
     /// A local file could not be opened, read or written (exit 6).
-    Local { what: String, cause: io::Error },
+    Local {
+        /// What we were doing.
+        what: String,
+        /// The file-system error.
+        cause: io::Error,
+    },
     /// The server sent something the protocol does not allow (exit 7).
     Protocol(String),
     /// `--verify`: server and local checksums differ (exit 8).
-    ChecksumMismatch { algo: String, server: String, local: String },
+    ChecksumMismatch {
+        /// Algorithm name as in CKSM.
+        algo: String,
+        /// The server's checksum.
+        server: String,
+        /// Ours.
+        local: String,
+    },
     /// `--verify`: no checksum algorithm both sides know (exit 9).
     NoChecksum(String),
     /// Writing to stdout hit a closed pipe: exit quietly with 0, as `rg` does.

@@ -19,6 +19,7 @@
 //! it only waits when the memory cap is reached, and each wait is counted
 //! as a receive stall in `--stats`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod checksum;
 pub mod cli;

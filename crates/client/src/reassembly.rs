@@ -18,11 +18,26 @@ use sluice_ftp::markers::RangeSet;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReassemblyError {
     /// `offset + len` overflows a file offset.
-    OffsetOverflow { offset: u64, len: u64 },
+    OffsetOverflow {
+        /// Block offset.
+        offset: u64,
+        /// Block length.
+        len: u64,
+    },
     /// The block ends past the size the server announced.
-    PastEnd { end: u64, size: u64 },
+    PastEnd {
+        /// One past the block's last byte.
+        end: u64,
+        /// The announced size.
+        size: u64,
+    },
     /// In-order mode: more than the allowed bytes are waiting for a gap to fill.
-    WindowFull { held: u64, limit: u64 },
+    WindowFull {
+        /// Bytes held.
+        held: u64,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for ReassemblyError {

@@ -33,6 +33,8 @@ pub struct Stats {
     pub perf_markers: AtomicU64,
     /// 111 restart markers received.
     pub restart_markers: AtomicU64,
+    /// Data connections refused because they did not come from the server.
+    pub foreign_connections: AtomicU64,
     /// Bytes the server reported in its last 112 marker.
     pub server_reported_bytes: AtomicU64,
 }
@@ -73,6 +75,7 @@ impl Stats {
             ("perf_markers", &self.perf_markers),
             ("restart_markers", &self.restart_markers),
             ("server_reported_bytes", &self.server_reported_bytes),
+            ("foreign_connections", &self.foreign_connections),
         ] {
             let _ = writeln!(s, "stats: {name} {}", g(c));
         }

@@ -7,6 +7,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ enum Script {
 struct Fake {
     port: u16,
     join: JoinHandle<()>,
+    /// Every command line the server received.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 const BLOCK: usize = 1000;
@@ -32,6 +35,8 @@ const BLOCK: usize = 1000;
 fn start(data: Vec<u8>, script: Script, cksm: String) -> Fake {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let log2 = log.clone();
     let join = std::thread::spawn(move || {
         let (ctl, _) = l.accept().unwrap();
         ctl.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -47,6 +52,7 @@ fn start(data: Vec<u8>, script: Script, cksm: String) -> Fake {
                 return;
             }
             let cmd = line.trim_end().to_string();
+            log2.lock().unwrap().push(cmd.clone());
             let verb = cmd.split(' ').next().unwrap_or("").to_ascii_uppercase();
             match verb.as_str() {
                 "USER" => say(&mut w, "331 password\r\n"),
@@ -54,7 +60,7 @@ fn start(data: Vec<u8>, script: Script, cksm: String) -> Fake {
                 "FEAT" => say(&mut w, "211-Features\r\n CKSM SHA256\r\n PARALLEL\r\n211 End\r\n"),
                 "SIZE" => say(&mut w, &format!("213 {}\r\n", data.len())),
                 "PORT" => {
-                    let a = sluice_ftp::addr::parse_port(cmd[5..].as_bytes()).unwrap();
+                    let a = sluice_ftp::addr::parse_port(&cmd.as_bytes()[5..]).unwrap();
                     port_addr = Some(SocketAddr::V4(a));
                     say(&mut w, "200 PORT ok\r\n");
                 }
@@ -74,7 +80,7 @@ fn start(data: Vec<u8>, script: Script, cksm: String) -> Fake {
             }
         }
     });
-    Fake { port, join }
+    Fake { port, join, log }
 }
 
 /// Two data connections; blocks in reverse order, alternating; block 1
@@ -170,4 +176,34 @@ fn missing_block_despite_226_is_exit_7() {
     assert!(err.contains("2000..3000"), "{err}");
     assert!(!dest.exists());
     drop(fake);
+}
+
+#[test]
+fn credentials_are_decoded_and_sent_in_user_pass() {
+    let data = pattern(100, 46);
+    let fake = start(data.clone(), Script::Scrambled, sha(&data));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("out");
+    let url = format!("ftp://us%40er:p%3Aw%20x@127.0.0.1:{}/dir%20a/f", fake.port);
+    let o = run(&["get", "-p", "2", &url, &dest.display().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("p:w x"), "password leaked: {err}");
+    fake.join.join().unwrap();
+    let log = fake.log.lock().unwrap().clone();
+    assert_eq!(log[0], "USER us@er");
+    assert_eq!(log[1], "PASS p:w x");
+    assert!(log.contains(&"RETR /dir a/f".to_string()), "{log:?}");
+    assert!(log.contains(&"OPTS RETR Parallelism=2,2,2;".to_string()), "{log:?}");
+}
+
+#[test]
+fn anonymous_when_url_has_no_user() {
+    let data = pattern(10, 47);
+    let fake = start(data.clone(), Script::Scrambled, sha(&data));
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["get", "-p", "2", &format!("ftp://127.0.0.1:{}/f", fake.port), &dir.path().join("o").display().to_string()]);
+    assert!(o.status.success());
+    fake.join.join().unwrap();
+    assert_eq!(fake.log.lock().unwrap()[0], "USER anonymous");
 }

@@ -126,6 +126,7 @@ fn vsftpd_missing_file_is_exit_5() {
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert!(stderr(&o).contains("sluice: "), "{}", stderr(&o));
     assert!(!dest.exists());
+    assert!(!p.scratch().join("nothing.part").exists(), "empty .part left behind");
 }
 
 #[test]

@@ -57,8 +57,19 @@ fn parse() -> Result<Opts, String> {
             "--file" => o.file = v,
             "--receivers" => o.receivers = num(&v)? as usize,
             "--runs" => o.runs = num(&v)? as usize,
-            "--paths" => o.paths = v.split(',').map(|p| p.parse().map_err(|e| format!("{e}"))).collect::<Result<_, _>>()?,
-            "--lowat-kib" => o.lowat = if v == "off" { None } else { Some((num(&v)? << 10) as u32) },
+            "--paths" => {
+                o.paths = v
+                    .split(',')
+                    .map(|p| p.parse().map_err(|e| format!("{e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--lowat-kib" => {
+                o.lowat = if v == "off" {
+                    None
+                } else {
+                    Some((num(&v)? << 10) as u32)
+                }
+            }
             "--buf-kib" => o.buf = (num(&v)? << 10) as usize,
             "--chunk-kib" => o.chunk = (num(&v)? << 10) as usize,
             "--workers" => o.workers = num(&v)? as usize,
@@ -69,7 +80,10 @@ fn parse() -> Result<Opts, String> {
                 continue;
             }
             "--receive" => {
-                receiver(&v, num(args.get(i + 2).map(String::as_str).unwrap_or("1"))? as usize);
+                receiver(
+                    &v,
+                    num(args.get(i + 2).map(String::as_str).unwrap_or("1"))? as usize,
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown option {other}")),
@@ -81,7 +95,9 @@ fn parse() -> Result<Opts, String> {
 
 /// Child process: opens `n` connections and drains them to EOF.
 fn receiver(addr: &str, n: usize) {
-    let conns: Vec<StdStream> = (0..n).map(|_| StdStream::connect(addr).expect("connect")).collect();
+    let conns: Vec<StdStream> = (0..n)
+        .map(|_| StdStream::connect(addr).expect("connect"))
+        .collect();
     let handles: Vec<_> = conns
         .into_iter()
         .map(|mut c| {
@@ -102,7 +118,9 @@ fn receiver(addr: &str, n: usize) {
 }
 
 fn ensure_file(path: &str, size: u64) -> std::io::Result<std::fs::File> {
-    let ok = std::fs::metadata(path).map(|m| m.len() == size).unwrap_or(false);
+    let ok = std::fs::metadata(path)
+        .map(|m| m.len() == size)
+        .unwrap_or(false);
     if !ok {
         let mut f = std::fs::File::create(path)?;
         let mut block = vec![0u8; 1 << 20];
@@ -140,8 +158,14 @@ fn rusage() -> (f64, u64, u64) {
 
 /// One send of the file to every receiver: MB/s, CPU s/GiB, voluntary and
 /// involuntary context switches per GiB, and the engine counters.
-async fn one_run(o: &Opts, engine: &Engine, file: &Arc<std::fs::File>) -> (f64, f64, f64, f64, sluice_engine::CountersSnapshot) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+async fn one_run(
+    o: &Opts,
+    engine: &Engine,
+    file: &Arc<std::fs::File>,
+) -> (f64, f64, f64, f64, sluice_engine::CountersSnapshot) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let exe = std::env::current_exe().expect("exe");
     let child = std::process::Command::new(exe)
@@ -158,13 +182,21 @@ async fn one_run(o: &Opts, engine: &Engine, file: &Arc<std::fs::File>) -> (f64, 
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in conns {
-        let (e, f, k, size, block) = (engine.clone(), Arc::clone(file), Arc::clone(&counters), o.size, o.block);
+        let (e, f, k, size, block) = (
+            engine.clone(),
+            Arc::clone(file),
+            Arc::clone(&counters),
+            o.size,
+            o.block,
+        );
         tasks.spawn(async move {
             e.prepare_socket(&c);
             let cancel = Cancel::new();
             match block {
                 None => {
-                    e.send_file(&c, &f, 0, size, &[], &k, &cancel).await.expect("send");
+                    e.send_file(&c, &f, 0, size, &[], &k, &cancel)
+                        .await
+                        .expect("send");
                 }
                 Some(b) => {
                     let mut off = 0;
@@ -173,7 +205,9 @@ async fn one_run(o: &Opts, engine: &Engine, file: &Arc<std::fs::File>) -> (f64, 
                         let mut h = [0u8; 17];
                         h[1..9].copy_from_slice(&len.to_be_bytes());
                         h[9..17].copy_from_slice(&off.to_be_bytes());
-                        e.send_file(&c, &f, off, len, &h, &k, &cancel).await.expect("send");
+                        e.send_file(&c, &f, off, len, &h, &k, &cancel)
+                            .await
+                            .expect("send");
                         off += len;
                     }
                 }
@@ -183,14 +217,30 @@ async fn one_run(o: &Opts, engine: &Engine, file: &Arc<std::fs::File>) -> (f64, 
     while let Some(r) = tasks.join_next().await {
         r.expect("task");
     }
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.expect("join").expect("wait");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
     let secs = start.elapsed().as_secs_f64();
     let (cpu1, v1, i1) = rusage();
-    let got: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+    let got: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
     let headers = o.block.map_or(0, |b| o.size.div_ceil(b) * 17);
-    assert_eq!(got, (o.size + headers) * o.receivers as u64, "receiver byte count");
+    assert_eq!(
+        got,
+        (o.size + headers) * o.receivers as u64,
+        "receiver byte count"
+    );
     let gib = got as f64 / (1u64 << 30) as f64;
-    (got as f64 / secs / 1e6, (cpu1 - cpu0) / gib, (v1 - v0) as f64 / gib, (i1 - i0) as f64 / gib, counters.snapshot())
+    (
+        got as f64 / secs / 1e6,
+        (cpu1 - cpu0) / gib,
+        (v1 - v0) as f64 / gib,
+        (i1 - i0) as f64 / gib,
+        counters.snapshot(),
+    )
 }
 
 fn main() {
@@ -202,14 +252,26 @@ fn main() {
         }
     };
     let file = Arc::new(ensure_file(&o.file, o.size).expect("bench file"));
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(o.workers.max(1)).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(o.workers.max(1))
+        .enable_all()
+        .build()
+        .expect("runtime");
     println!(
         "file {} MiB, {} receiver(s), lowat {:?}, buf {} KiB, chunk {} KiB, workers {}, inline {}, block {:?}",
         o.size >> 20, o.receivers, o.lowat, o.buf >> 10, o.chunk >> 10, o.workers, o.inline, o.block
     );
     println!(
         "{:<9} {:>4} {:>9} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",
-        "path", "run", "MB/s", "CPU s/GiB", "vcsw/GiB", "ivcsw/GiB", "wakeups/GiB", "sends/GiB", "diskjobs"
+        "path",
+        "run",
+        "MB/s",
+        "CPU s/GiB",
+        "vcsw/GiB",
+        "ivcsw/GiB",
+        "wakeups/GiB",
+        "sends/GiB",
+        "diskjobs"
     );
     let engines: Vec<(DataPath, Engine)> = o
         .paths
@@ -235,7 +297,15 @@ fn main() {
             let gib = c.bytes_sent as f64 / (1u64 << 30) as f64;
             println!(
                 "{:<9} {:>4} {:>9.0} {:>10.3} {:>10.0} {:>10.0} {:>12.0} {:>10.0} {:>9}",
-                path.to_string(), run, r.0, r.1, r.2, r.3, c.wakeups as f64 / gib, c.send_calls as f64 / gib, c.disk_reads
+                path.to_string(),
+                run,
+                r.0,
+                r.1,
+                r.2,
+                r.3,
+                c.wakeups as f64 / gib,
+                c.send_calls as f64 / gib,
+                c.disk_reads
             );
             results[i].push((r.0, r.1, r.2, r.3));
         }
@@ -250,7 +320,13 @@ fn main() {
         let (mbs, lo, hi) = med(|r| r.0);
         println!(
             "{:<9} MB/s {:.0} ({:.0}..{:.0})  CPU s/GiB {:.3}  ctxsw/GiB {:.0} (voluntary {:.0})",
-            path.to_string(), mbs, lo, hi, med(|r| r.1).0, med(|r| r.2 + r.3).0, med(|r| r.2).0
+            path.to_string(),
+            mbs,
+            lo,
+            hi,
+            med(|r| r.1).0,
+            med(|r| r.2 + r.3).0,
+            med(|r| r.2).0
         );
     }
 }

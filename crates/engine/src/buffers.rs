@@ -15,7 +15,11 @@ pub struct BufferPool {
 impl BufferPool {
     /// A pool of `size`-byte buffers keeping at most `max_idle` for reuse.
     pub fn new(size: usize, max_idle: usize) -> Arc<Self> {
-        Arc::new(BufferPool { size: size.max(1), max_idle, idle: Mutex::new(Vec::new()) })
+        Arc::new(BufferPool {
+            size: size.max(1),
+            max_idle,
+            idle: Mutex::new(Vec::new()),
+        })
     }
 
     /// Size in bytes of every buffer from this pool.
@@ -32,7 +36,10 @@ impl BufferPool {
     pub fn take(self: &Arc<Self>) -> PoolBuf {
         let reused = self.idle.lock().ok().and_then(|mut v| v.pop());
         let buf = reused.unwrap_or_else(|| vec![0u8; self.size]);
-        PoolBuf { buf, pool: Arc::clone(self) }
+        PoolBuf {
+            buf,
+            pool: Arc::clone(self),
+        }
     }
 }
 

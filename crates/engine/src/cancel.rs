@@ -28,7 +28,12 @@ impl Cancel {
     /// A token not yet cancelled.
     pub fn new() -> Self {
         let (tx, _rx) = watch::channel(false);
-        Cancel { inner: Arc::new(Inner { flag: AtomicBool::new(false), tx }) }
+        Cancel {
+            inner: Arc::new(Inner {
+                flag: AtomicBool::new(false),
+                tx,
+            }),
+        }
     }
 
     /// Cancels; every waiter in [`Cancel::cancelled`] wakes.

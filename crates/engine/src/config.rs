@@ -39,7 +39,11 @@ pub struct ParseDataPathError(pub String);
 
 impl fmt::Display for ParseDataPathError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown data path {:?} (expected \"sendfile\" or \"copy\")", self.0)
+        write!(
+            f,
+            "unknown data path {:?} (expected \"sendfile\" or \"copy\")",
+            self.0
+        )
     }
 }
 
@@ -77,6 +81,10 @@ pub struct EngineConfig {
     /// Copy path: read cached pages inline with `RWF_NOWAIT` (never waits for
     /// the disk) and use a disk thread only on a miss; `false` always hops.
     pub inline_cached_reads: bool,
+    /// Bytes one sender may push before it yields the event loop to other
+    /// connections, even if its socket still accepts data (a quantum per
+    /// turn, for fairness between transfers on one thread).
+    pub send_quantum: usize,
     /// Longest wait for a data socket to become readable/writable before
     /// the transfer fails (a stalled peer must not pin a transfer forever).
     pub idle_timeout: Duration,
@@ -105,6 +113,9 @@ impl Default for EngineConfig {
             upload_buffers_per_stream: 4,
             sendfile_prefetch: 8 << 20,
             inline_cached_reads: true,
+            // 4 MiB: about 1 ms of a loopback stream; large enough that the
+            // extra turn costs nothing measurable, small enough to keep turns short.
+            send_quantum: 4 << 20,
             idle_timeout: Duration::from_secs(300),
         }
     }
@@ -119,6 +130,9 @@ mod tests {
         assert_eq!("sendfile".parse::<DataPath>().unwrap(), DataPath::Sendfile);
         assert_eq!(" Copy ".parse::<DataPath>().unwrap(), DataPath::Copy);
         assert!("mmap".parse::<DataPath>().is_err());
-        assert_eq!(DataPath::Sendfile.to_string().parse::<DataPath>().unwrap(), DataPath::Sendfile);
+        assert_eq!(
+            DataPath::Sendfile.to_string().parse::<DataPath>().unwrap(),
+            DataPath::Sendfile
+        );
     }
 }

@@ -13,6 +13,7 @@ pub struct Counters {
     send_calls: AtomicU64,
     recv_calls: AtomicU64,
     wakeups: AtomicU64,
+    yields: AtomicU64,
     eagains: AtomicU64,
     disk_reads: AtomicU64,
     disk_writes: AtomicU64,
@@ -35,6 +36,8 @@ pub struct CountersSnapshot {
     pub recv_calls: u64,
     /// Times a sender or receiver had to wait for socket readiness.
     pub wakeups: u64,
+    /// Times a sender yielded after its quantum though its socket had room.
+    pub yields: u64,
     /// Calls that returned `EAGAIN`.
     pub eagains: u64,
     /// Disk read jobs completed.
@@ -59,6 +62,7 @@ impl Counters {
             send_calls: self.send_calls.load(Relaxed),
             recv_calls: self.recv_calls.load(Relaxed),
             wakeups: self.wakeups.load(Relaxed),
+            yields: self.yields.load(Relaxed),
             eagains: self.eagains.load(Relaxed),
             disk_reads: self.disk_reads.load(Relaxed),
             disk_writes: self.disk_writes.load(Relaxed),
@@ -95,6 +99,7 @@ tally_add! {
     send_calls => send_calls,
     recv_calls => recv_calls,
     wakeups => wakeups,
+    yields => yields,
     eagains => eagains,
     disk_reads => disk_reads,
     disk_writes => disk_writes,
@@ -108,12 +113,19 @@ mod tests {
     fn tally_updates_both_sets() {
         let g = Counters::new();
         let l = Counters::new();
-        let t = Tally { global: &g, local: &l };
+        let t = Tally {
+            global: &g,
+            local: &l,
+        };
         t.sent(10);
         t.sent(5);
         t.eagains(1);
         let other = Counters::new();
-        Tally { global: &g, local: &other }.sent(1);
+        Tally {
+            global: &g,
+            local: &other,
+        }
+        .sent(1);
         assert_eq!(g.snapshot().bytes_sent, 16);
         assert_eq!(l.snapshot().bytes_sent, 15);
         assert_eq!(l.snapshot().eagains, 1);

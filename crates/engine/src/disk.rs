@@ -31,17 +31,19 @@ impl DiskPool {
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..threads.max(1) {
             let rx = Arc::clone(&rx);
-            std::thread::Builder::new().name(format!("sluice-disk-{i}")).spawn(move || loop {
-                // Holding the lock while blocked is fine: the other threads are idle too.
-                let job = match rx.lock() {
-                    Ok(mut r) => r.blocking_recv(),
-                    Err(_) => None,
-                };
-                match job {
-                    Some(job) => job(),
-                    None => return, // engine dropped: queue closed
-                }
-            })?;
+            std::thread::Builder::new()
+                .name(format!("sluice-disk-{i}"))
+                .spawn(move || loop {
+                    // Holding the lock while blocked is fine: the other threads are idle too.
+                    let job = match rx.lock() {
+                        Ok(mut r) => r.blocking_recv(),
+                        Err(_) => None,
+                    };
+                    match job {
+                        Some(job) => job(),
+                        None => return, // engine dropped: queue closed
+                    }
+                })?;
         }
         Ok(DiskPool { tx })
     }
@@ -66,7 +68,10 @@ impl DiskPool {
             r = self.tx.send(job) => r.map_err(|_| EngineError::PoolClosed)?,
             _ = cancel.cancelled() => return Err(EngineError::Cancelled),
         }
-        Ok(Ticket { rx: rrx, cancel: cancel.clone() })
+        Ok(Ticket {
+            rx: rrx,
+            cancel: cancel.clone(),
+        })
     }
 
     /// Queues `f` and waits for its result.
@@ -92,7 +97,9 @@ impl<T> Future for Ticket<T> {
         match Pin::new(&mut self.rx).poll(cx) {
             Poll::Ready(Ok(v)) => Poll::Ready(Ok(v)),
             // The job was skipped (cancelled) or its thread died.
-            Poll::Ready(Err(_)) if self.cancel.is_cancelled() => Poll::Ready(Err(EngineError::Cancelled)),
+            Poll::Ready(Err(_)) if self.cancel.is_cancelled() => {
+                Poll::Ready(Err(EngineError::Cancelled))
+            }
             Poll::Ready(Err(_)) => Poll::Ready(Err(EngineError::PoolClosed)),
             Poll::Pending => Poll::Pending,
         }
@@ -107,15 +114,26 @@ mod tests {
     async fn jobs_run_off_the_loop_and_cancelled_jobs_are_skipped() {
         let pool = DiskPool::new(1, 4).unwrap();
         let c = Cancel::new();
-        let name = pool.run(&c, || std::thread::current().name().map(str::to_string)).await.unwrap();
+        let name = pool
+            .run(&c, || std::thread::current().name().map(str::to_string))
+            .await
+            .unwrap();
         assert_eq!(name.as_deref(), Some("sluice-disk-0"));
         // Block the only thread, queue a job, cancel: the queued job must not run.
         let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
-        let first = pool.submit(&c, move || gate_rx.recv().is_ok()).await.unwrap();
+        let first = pool
+            .submit(&c, move || gate_rx.recv().is_ok())
+            .await
+            .unwrap();
         let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let ran2 = Arc::clone(&ran);
         let c2 = Cancel::new();
-        let second = pool.submit(&c2, move || ran2.store(true, std::sync::atomic::Ordering::SeqCst)).await.unwrap();
+        let second = pool
+            .submit(&c2, move || {
+                ran2.store(true, std::sync::atomic::Ordering::SeqCst)
+            })
+            .await
+            .unwrap();
         c2.cancel();
         gate_tx.send(()).unwrap();
         assert!(first.await.unwrap());

@@ -30,7 +30,7 @@ pub use cancel::Cancel;
 pub use config::{DataPath, EngineConfig, ParseDataPathError};
 pub use counters::{Counters, CountersSnapshot};
 pub use error::EngineError;
-pub use recv::{FileWriter, ReadStatus, WrittenFn};
+pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
 
@@ -72,7 +72,15 @@ impl Engine {
         }
         let disk = DiskPool::new(config.disk_threads, config.disk_queue_depth)?;
         let buffers = BufferPool::new(config.read_buffer_size, config.buffer_pool_max);
-        Ok(Engine { inner: Arc::new(Inner { config, features, counters: Counters::new(), buffers, disk }) })
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                config,
+                features,
+                counters: Counters::new(),
+                buffers,
+                disk,
+            }),
+        })
     }
 
     /// The configuration in force (after feature fallbacks).
@@ -107,16 +115,27 @@ impl Engine {
     /// `fdatasync` the file off the event loop (before an upload's rename).
     pub async fn sync_data(&self, file: &Arc<File>) -> Result<(), EngineError> {
         let f = Arc::clone(file);
-        self.inner.disk.run(&Cancel::new(), move || f.sync_data()).await?.map_err(EngineError::Disk)
+        self.inner
+            .disk
+            .run(&Cancel::new(), move || f.sync_data())
+            .await?
+            .map_err(EngineError::Disk)
     }
 
     /// `fsync` the file (data and metadata) off the event loop.
     pub async fn sync_all(&self, file: &Arc<File>) -> Result<(), EngineError> {
         let f = Arc::clone(file);
-        self.inner.disk.run(&Cancel::new(), move || f.sync_all()).await?.map_err(EngineError::Disk)
+        self.inner
+            .disk
+            .run(&Cancel::new(), move || f.sync_all())
+            .await?
+            .map_err(EngineError::Disk)
     }
 
     fn tally<'a>(&'a self, local: &'a Counters) -> Tally<'a> {
-        Tally { global: &self.inner.counters, local }
+        Tally {
+            global: &self.inner.counters,
+            local,
+        }
     }
 }

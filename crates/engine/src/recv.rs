@@ -24,9 +24,11 @@ pub enum ReadStatus {
     Eof,
 }
 
-/// Writes what arrives on data connections into one file. Data for adjacent
-/// offsets is coalesced into one pooled buffer before it goes to a disk
-/// thread; at most `upload_buffers_per_stream` writes are in flight.
+/// Writes what arrives on data connections into one file. What arrives is
+/// gathered into one pooled buffer as segments (adjacent data extends the
+/// last one; MODE E blocks from other offsets add one, up to
+/// [`MAX_SEGMENTS`]) and the full buffer goes to a disk thread as one job of
+/// `pwrite`s; at most `upload_buffers_per_stream` jobs are in flight.
 #[derive(Debug)]
 pub struct FileWriter {
     engine: Engine,
@@ -34,12 +36,17 @@ pub struct FileWriter {
     counters: Arc<Counters>,
     cancel: Cancel,
     cur: Option<PoolBuf>,
-    cur_off: u64,
     cur_len: usize,
-    inflight: VecDeque<Ticket<io::Result<(u64, usize)>>>,
+    /// Segments of `cur`: (file offset, start in buffer, length).
+    segs: Vec<(u64, usize, usize)>,
+    inflight: VecDeque<Ticket<io::Result<Vec<(u64, usize)>>>>,
     written: u64,
     hook: Option<WrittenHook>,
 }
+
+/// Most separate file ranges gathered in one buffer before it is written
+/// (tiny MODE E blocks must not grow the segment list without bound).
+pub const MAX_SEGMENTS: usize = 64;
 
 /// Called with `(offset, len)` after each write reached the file.
 pub type WrittenFn = dyn Fn(u64, u64) + Send + Sync;
@@ -61,8 +68,8 @@ impl FileWriter {
             counters,
             cancel,
             cur: None,
-            cur_off: 0,
             cur_len: 0,
+            segs: Vec::new(),
             inflight: VecDeque::new(),
             written: 0,
             hook: None,
@@ -76,16 +83,23 @@ impl FileWriter {
         self
     }
 
-    fn tally(&self) -> Tally<'_> {
-        self.engine.tally(&self.counters)
-    }
-
     /// Reads exactly `buf.len()` bytes (a frame header) from `conn`.
-    pub async fn read_exact(&mut self, conn: &TcpStream, buf: &mut [u8]) -> Result<ReadStatus, EngineError> {
+    pub async fn read_exact(
+        &mut self,
+        conn: &TcpStream,
+        buf: &mut [u8],
+    ) -> Result<ReadStatus, EngineError> {
         let mut got = 0;
         while got < buf.len() {
             let idle = self.engine.config().idle_timeout;
-            let n = read_some(conn, &mut buf[got..], self.engine.tally(&self.counters), &self.cancel, idle).await?;
+            let n = read_some(
+                conn,
+                &mut buf[got..],
+                self.engine.tally(&self.counters),
+                &self.cancel,
+                idle,
+            )
+            .await?;
             if n == 0 {
                 if got == 0 {
                     return Ok(ReadStatus::Eof);
@@ -98,7 +112,12 @@ impl FileWriter {
     }
 
     /// Copies exactly `len` bytes from `conn` into the file at `offset`.
-    pub async fn copy_exact(&mut self, conn: &TcpStream, offset: u64, len: u64) -> Result<(), EngineError> {
+    pub async fn copy_exact(
+        &mut self,
+        conn: &TcpStream,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), EngineError> {
         let got = self.copy(conn, offset, Some(len)).await?;
         if got < len {
             return Err(EngineError::Connection(io::ErrorKind::UnexpectedEof.into()));
@@ -112,21 +131,32 @@ impl FileWriter {
         self.copy(conn, offset, None).await
     }
 
-    async fn copy(&mut self, conn: &TcpStream, offset: u64, limit: Option<u64>) -> Result<u64, EngineError> {
+    async fn copy(
+        &mut self,
+        conn: &TcpStream,
+        offset: u64,
+        limit: Option<u64>,
+    ) -> Result<u64, EngineError> {
         let mut pos = offset;
         let mut total = 0u64;
         loop {
             if limit.is_some_and(|l| total >= l) {
                 return Ok(total);
             }
-            // Continue the current buffer only if this data is adjacent to it.
-            if self.cur.is_some() && (self.cur_off + self.cur_len as u64 != pos || self.cur_full()) {
+            let adjacent = matches!(self.segs.last(), Some(&(o, st, l)) if o + l as u64 == pos && st + l == self.cur_len);
+            if self.cur.is_some()
+                && (self.cur_full() || (!adjacent && self.segs.len() >= MAX_SEGMENTS))
+            {
                 self.flush().await?;
             }
             if self.cur.is_none() {
                 self.cur = Some(self.engine.buffers().take());
-                self.cur_off = pos;
                 self.cur_len = 0;
+                self.segs.clear();
+            }
+            if !matches!(self.segs.last(), Some(&(o, st, l)) if o + l as u64 == pos && st + l == self.cur_len)
+            {
+                self.segs.push((pos, self.cur_len, 0));
             }
             let room = self.cur.as_ref().map_or(0, |b| b.len()) - self.cur_len;
             let want = match limit {
@@ -135,13 +165,18 @@ impl FileWriter {
             };
             let t = self.engine.tally(&self.counters);
             let start = self.cur_len;
-            let Some(buf) = self.cur.as_mut() else { continue };
+            let Some(buf) = self.cur.as_mut() else {
+                continue;
+            };
             let idle = self.engine.config().idle_timeout;
             let n = read_some(conn, &mut buf[start..start + want], t, &self.cancel, idle).await?;
             if n == 0 {
                 return Ok(total);
             }
             self.cur_len += n;
+            if let Some(seg) = self.segs.last_mut() {
+                seg.2 += n;
+            }
             pos += n as u64;
             total += n as u64;
         }
@@ -154,37 +189,47 @@ impl FileWriter {
     /// Hands the current buffer to a disk thread, first waiting for the
     /// oldest write if too many are in flight.
     async fn flush(&mut self) -> Result<(), EngineError> {
-        let Some(buf) = self.cur.take() else { return Ok(()) };
-        if self.cur_len == 0 {
+        let Some(buf) = self.cur.take() else {
+            return Ok(());
+        };
+        let segs: Vec<(u64, usize, usize)> = self.segs.drain(..).filter(|s| s.2 > 0).collect();
+        self.cur_len = 0;
+        if segs.is_empty() {
             return Ok(());
         }
         while self.inflight.len() >= self.engine.config().upload_buffers_per_stream.max(1) {
             self.reap_one().await?;
         }
-        let (f, off, len) = (Arc::clone(&self.file), self.cur_off, self.cur_len);
+        let f = Arc::clone(&self.file);
         let ticket = self
             .engine
             .inner
             .disk
             .submit(&self.cancel, move || {
                 let buf: PoolBuf = buf;
-                f.write_all_at(&buf[..len], off).map(|()| (off, len))
+                let mut done = Vec::with_capacity(segs.len());
+                for (off, start, len) in segs {
+                    f.write_all_at(&buf[start..start + len], off)?;
+                    done.push((off, len));
+                }
+                Ok(done)
             })
             .await?;
         self.inflight.push_back(ticket);
-        self.cur_len = 0;
         Ok(())
     }
 
     async fn reap_one(&mut self) -> Result<(), EngineError> {
         if let Some(t) = self.inflight.pop_front() {
-            let (off, n) = t.await?.map_err(EngineError::Disk)?;
-            let tally = self.tally();
+            let done = t.await?.map_err(EngineError::Disk)?;
+            let tally = self.engine.tally(&self.counters);
             tally.disk_writes(1);
-            tally.written_disk(n as u64);
-            self.written += n as u64;
-            if let Some(h) = &self.hook {
-                (h.0)(off, n as u64);
+            for (off, n) in done {
+                tally.written_disk(n as u64);
+                self.written += n as u64;
+                if let Some(h) = &self.hook {
+                    (h.0)(off, n as u64);
+                }
             }
         }
         Ok(())
@@ -255,7 +300,11 @@ mod tests {
     }
 
     fn engine() -> Engine {
-        Engine::new(EngineConfig { read_buffer_size: 64 << 10, upload_buffers_per_stream: 2, ..EngineConfig::default() })
+        Engine::new(EngineConfig {
+            read_buffer_size: 64 << 10,
+            upload_buffers_per_stream: 2,
+            ..EngineConfig::default()
+        })
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,7 +331,10 @@ mod tests {
         let total: u64 = seen.lock().unwrap().iter().map(|&(_, l)| l).sum();
         assert_eq!(total, 1_000_000);
         let s = counters.snapshot();
-        assert_eq!((s.bytes_received, s.bytes_written_disk), (1_000_000, 1_000_000));
+        assert_eq!(
+            (s.bytes_received, s.bytes_written_disk),
+            (1_000_000, 1_000_000)
+        );
         // Reads are coalesced into full buffers: never more writes than reads.
         assert!(s.disk_writes <= s.recv_calls);
     }
@@ -294,7 +346,8 @@ mod tests {
         let (mut tx, rx) = pair().await;
         tx.write_all(b"HDR1worldHDR2hello").await.unwrap();
         drop(tx);
-        let mut w = FileWriter::new(&e, Arc::clone(&file), Arc::new(Counters::new()), Cancel::new());
+        let counters = Arc::new(Counters::new());
+        let mut w = FileWriter::new(&e, Arc::clone(&file), Arc::clone(&counters), Cancel::new());
         let mut h = [0u8; 4];
         assert_eq!(w.read_exact(&rx, &mut h).await.unwrap(), ReadStatus::Filled);
         w.copy_exact(&rx, 5, 5).await.unwrap();
@@ -303,6 +356,8 @@ mod tests {
         assert_eq!(w.read_exact(&rx, &mut h).await.unwrap(), ReadStatus::Eof);
         assert!(w.copy_exact(&rx, 10, 1).await.is_err());
         assert_eq!(w.finish().await.unwrap(), 10);
+        // Both blocks were gathered into one buffer: one disk job, two pwrites.
+        assert_eq!(counters.snapshot().disk_writes, 1);
         let mut back = [0u8; 10];
         file.read_exact_at(&mut back, 0).unwrap();
         assert_eq!(&back, b"helloworld");
@@ -310,10 +365,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_silent_sender_times_the_receiver_out() {
-        let e = Engine::new(EngineConfig { idle_timeout: Duration::from_millis(50), ..EngineConfig::default() });
+        let e = Engine::new(EngineConfig {
+            idle_timeout: Duration::from_millis(50),
+            ..EngineConfig::default()
+        });
         let (_tx, rx) = pair().await;
-        let mut w = FileWriter::new(&e, Arc::new(tempfile::tempfile().unwrap()), Arc::new(Counters::new()), Cancel::new());
-        assert!(matches!(w.copy_to_eof(&rx, 0).await, Err(EngineError::Idle)));
+        let mut w = FileWriter::new(
+            &e,
+            Arc::new(tempfile::tempfile().unwrap()),
+            Arc::new(Counters::new()),
+            Cancel::new(),
+        );
+        assert!(matches!(
+            w.copy_to_eof(&rx, 0).await,
+            Err(EngineError::Idle)
+        ));
     }
 
     #[tokio::test]

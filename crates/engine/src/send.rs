@@ -4,6 +4,25 @@
 //! Both paths try the socket first and wait for writability only after
 //! `EAGAIN`; with `TCP_NOTSENT_LOWAT` set, writability means "the kernel's
 //! unsent queue has drained below the mark", so one wake-up refills a lot.
+//! After `send_quantum` bytes without a wait a sender yields the loop.
+//!
+//! Copy path: a chunk is read with `RWF_NOWAIT` on the loop when its pages
+//! are cached (no thread hop, no wait), else on a disk thread; the next
+//! chunk's read starts before the current chunk is written (double
+//! buffering), and a prefix goes out with the first chunk in one `writev`.
+//!
+//! Sendfile path: a prefix goes first with `MSG_MORE` (the kernel holds it
+//! to coalesce with the payload), then `sendfile` in `chunk_size` calls.
+//! Before `sendfile` touches a window of `sendfile_prefetch` bytes, the loop
+//! asks `cachestat` whether it is all cached; if not, a disk thread reads it
+//! through a scratch buffer (after a WILLNEED hint) and the sender waits for
+//! that, and the next window is prepared the same way while this one is sent.
+//! Remaining risk, where `sendfile` can still block the loop on the disk:
+//! pages evicted between that check and `sendfile` (memory pressure); pages
+//! that are present but still being read (`cachestat` counts them) so
+//! `sendfile` waits for that I/O; file-system metadata (extent) reads; and
+//! kernels without `cachestat` (before 6.5), where only the WILLNEED hint is
+//! given. The copy path has none of these, one reason it is the default.
 
 use std::fs::File;
 use std::io::{self, IoSlice};
@@ -48,8 +67,14 @@ impl Engine {
             return Ok(0);
         }
         match self.config().data_path {
-            DataPath::Copy => self.send_copy(conn, file, offset, len, prefix, counters, cancel).await,
-            DataPath::Sendfile => self.send_sendfile(conn, file, offset, len, prefix, counters, cancel).await,
+            DataPath::Copy => {
+                self.send_copy(conn, file, offset, len, prefix, counters, cancel)
+                    .await
+            }
+            DataPath::Sendfile => {
+                self.send_sendfile(conn, file, offset, len, prefix, counters, cancel)
+                    .await
+            }
         }
     }
 
@@ -61,7 +86,15 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<(), EngineError> {
-        write_all(conn, [bytes, &[]], self.tally(counters), cancel, self.config().idle_timeout).await
+        write_all(
+            conn,
+            [bytes, &[]],
+            self.tally(counters),
+            cancel,
+            self.config().idle_timeout,
+        )
+        .await
+        .map(|_| ())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -76,6 +109,7 @@ impl Engine {
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
         let t = self.tally(counters);
+        let mut turn = Turn::new(self.config().send_quantum);
         let end = offset + len;
         let mut prefix = prefix;
         let mut pos = offset;
@@ -88,7 +122,18 @@ impl Engine {
             if after < end {
                 next = Some(self.start_read(file, after, end - after, t, cancel).await?);
             }
-            write_all(conn, [prefix, &buf[..n]], t, cancel, self.config().idle_timeout).await?;
+            let waited = write_all(
+                conn,
+                [prefix, &buf[..n]],
+                t,
+                cancel,
+                self.config().idle_timeout,
+            )
+            .await?;
+            if waited {
+                turn.waited();
+            }
+            turn.pushed((prefix.len() + n) as u64, t).await;
             prefix = &[];
             pos = after;
         }
@@ -129,7 +174,12 @@ impl Engine {
         Ok(PendingRead::Disk(ticket))
     }
 
-    async fn finish_read(&self, p: PendingRead, pos: u64, t: Tally<'_>) -> Result<(PoolBuf, usize), EngineError> {
+    async fn finish_read(
+        &self,
+        p: PendingRead,
+        pos: u64,
+        t: Tally<'_>,
+    ) -> Result<(PoolBuf, usize), EngineError> {
         match p {
             PendingRead::Ready(buf, n) => Ok((buf, n)),
             PendingRead::Disk(ticket) => {
@@ -172,10 +222,13 @@ impl Engine {
                     t.send_calls(1);
                     rest = &rest[n..];
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel, idle).await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    wait_writable(conn, t, cancel, idle).await?
+                }
                 Err(e) => return Err(EngineError::Connection(e)),
             }
         }
+        let mut turn = Turn::new(cfg.send_quantum);
         let mut pos = offset;
         let mut resident_until = offset;
         let mut ahead: Option<(u64, Ticket<io::Result<u64>>)> = None;
@@ -197,19 +250,28 @@ impl Engine {
                 // window is already cached (the common warm case: no thread hop).
                 let nend = (wend + window).min(end);
                 if wend < end && !self.is_resident(file, wend, nend - wend) {
-                    ahead = Some((nend, self.start_touch(file, wend, nend - wend, cancel).await?));
+                    ahead = Some((
+                        nend,
+                        self.start_touch(file, wend, nend - wend, cancel).await?,
+                    ));
                 }
             }
             let want = (resident_until - pos).min(cfg.chunk_size as u64) as usize;
             let mut off = pos;
-            match conn.try_io(Interest::WRITABLE, || sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want)) {
+            match conn.try_io(Interest::WRITABLE, || {
+                sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want)
+            }) {
                 Ok(0) => return Err(EngineError::ShortFile { at: pos }),
                 Ok(n) => {
                     t.sent(n as u64);
                     t.send_calls(1);
                     pos += n as u64;
+                    turn.pushed(n as u64, t).await;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel, idle).await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    wait_writable(conn, t, cancel, idle).await?;
+                    turn.waited();
+                }
                 Err(e) => return Err(EngineError::Connection(e)),
             }
         }
@@ -267,7 +329,11 @@ impl Engine {
             .await
     }
 
-    async fn finish_touch(&self, ticket: Ticket<io::Result<u64>>, t: Tally<'_>) -> Result<(), EngineError> {
+    async fn finish_touch(
+        &self,
+        ticket: Ticket<io::Result<u64>>,
+        t: Tally<'_>,
+    ) -> Result<(), EngineError> {
         let n = ticket.await?.map_err(EngineError::Disk)?;
         if n > 0 {
             t.disk_reads(1);
@@ -291,6 +357,36 @@ pub(crate) fn read_full_at(f: &File, buf: &mut [u8], pos: u64) -> io::Result<usi
     Ok(got)
 }
 
+/// Counts bytes pushed since this sender last gave up the event loop and
+/// yields once a quantum is used, so one fast connection cannot starve others.
+struct Turn {
+    used: u64,
+    quantum: u64,
+}
+
+impl Turn {
+    fn new(quantum: usize) -> Self {
+        Turn {
+            used: 0,
+            quantum: quantum.max(1) as u64,
+        }
+    }
+
+    /// A wait for writability also ends the turn.
+    fn waited(&mut self) {
+        self.used = 0;
+    }
+
+    async fn pushed(&mut self, n: u64, t: Tally<'_>) {
+        self.used += n;
+        if self.used >= self.quantum {
+            self.used = 0;
+            t.yields(1);
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 fn check(cancel: &Cancel) -> Result<(), EngineError> {
     if cancel.is_cancelled() {
         Err(EngineError::Cancelled)
@@ -302,7 +398,12 @@ fn check(cancel: &Cancel) -> Result<(), EngineError> {
 /// Waits until the socket is writable, the transfer is cancelled, or the
 /// peer has taken nothing for `idle` (a stalled reader must not hold a
 /// transfer, its buffers and its file forever).
-pub(crate) async fn wait_writable(conn: &TcpStream, t: Tally<'_>, cancel: &Cancel, idle: Duration) -> Result<(), EngineError> {
+pub(crate) async fn wait_writable(
+    conn: &TcpStream,
+    t: Tally<'_>,
+    cancel: &Cancel,
+    idle: Duration,
+) -> Result<(), EngineError> {
     t.eagains(1);
     t.wakeups(1);
     tokio::select! {
@@ -321,13 +422,14 @@ async fn write_all(
     t: Tally<'_>,
     cancel: &Cancel,
     idle: Duration,
-) -> Result<(), EngineError> {
+) -> Result<bool, EngineError> {
+    let mut waited = false;
     loop {
         if parts[0].is_empty() {
             parts = [parts[1], &[]];
         }
         if parts[0].is_empty() {
-            return Ok(());
+            return Ok(waited);
         }
         check(cancel)?;
         let iov = [IoSlice::new(parts[0]), IoSlice::new(parts[1])];
@@ -342,7 +444,10 @@ async fn write_all(
                 n -= first;
                 parts[1] = &parts[1][n..];
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(conn, t, cancel, idle).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_writable(conn, t, cancel, idle).await?;
+                waited = true;
+            }
             Err(e) => return Err(EngineError::Connection(e)),
         }
     }
@@ -357,7 +462,9 @@ mod tests {
     use tokio::net::TcpListener;
 
     pub(crate) fn pattern(len: usize) -> Vec<u8> {
-        (0..len as u64).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()
+        (0..len as u64)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect()
     }
 
     fn temp_file(data: &[u8]) -> Arc<File> {
@@ -381,11 +488,19 @@ mod tests {
             read_buffer_size: 128 << 10,
             sendfile_prefetch: 512 << 10,
             inline_cached_reads: inline,
+            // Below one chunk: every chunk ends a turn, so yields are certain.
+            send_quantum: 64 << 10,
             ..EngineConfig::default()
         })
     }
 
-    async fn send_and_collect(e: &Engine, data: &[u8], off: u64, len: u64, prefix: &[u8]) -> (Vec<u8>, Counters) {
+    async fn send_and_collect(
+        e: &Engine,
+        data: &[u8],
+        off: u64,
+        len: u64,
+        prefix: &[u8],
+    ) -> (Vec<u8>, Counters) {
         let file = temp_file(data);
         let (tx, mut rx) = pair().await;
         e.prepare_socket(&tx);
@@ -395,7 +510,10 @@ mod tests {
             got
         });
         let c = Counters::new();
-        let n = e.send_file(&tx, &file, off, len, prefix, &c, &Cancel::new()).await.unwrap();
+        let n = e
+            .send_file(&tx, &file, off, len, prefix, &c, &Cancel::new())
+            .await
+            .unwrap();
         assert_eq!(n, len);
         drop(tx);
         (reader.await.unwrap(), c)
@@ -404,14 +522,23 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_data_path_sends_the_exact_range() {
         let data = pattern(3 << 20);
-        for (path, inline) in [(DataPath::Copy, true), (DataPath::Copy, false), (DataPath::Sendfile, true)] {
+        for (path, inline) in [
+            (DataPath::Copy, true),
+            (DataPath::Copy, false),
+            (DataPath::Sendfile, true),
+        ] {
             let e = engine(path, inline);
             let (got, c) = send_and_collect(&e, &data, 12_345, 2_000_000, b"HDR").await;
             assert_eq!(&got[..3], b"HDR", "{path} inline={inline}");
-            assert_eq!(&got[3..], &data[12_345..2_012_345], "{path} inline={inline}");
+            assert_eq!(
+                &got[3..],
+                &data[12_345..2_012_345],
+                "{path} inline={inline}"
+            );
             let s = c.snapshot();
             assert_eq!(s.bytes_sent, 2_000_003);
             assert!(s.send_calls >= 1);
+            assert!(s.yields >= 1, "{path}: a sender yields after its quantum");
             assert_eq!(e.counters().bytes_sent, 2_000_003);
             if path == DataPath::Copy {
                 assert_eq!(s.bytes_read_disk, 2_000_000);
@@ -437,7 +564,9 @@ mod tests {
             got
         });
         let c = Counters::new();
-        e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new()).await.unwrap();
+        e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
+            .await
+            .unwrap();
         drop(tx);
         assert_eq!(reader.await.unwrap(), data);
         if cold {
@@ -460,17 +589,35 @@ mod tests {
             let e = engine(path, true);
             let file = temp_file(&pattern(1000));
             let (tx, _rx) = pair().await;
-            let r = e.send_file(&tx, &file, 500, 1000, &[], &Counters::new(), &Cancel::new()).await;
-            assert!(matches!(r, Err(EngineError::ShortFile { at: 1000 })), "{path}: {r:?}");
+            let r = e
+                .send_file(&tx, &file, 500, 1000, &[], &Counters::new(), &Cancel::new())
+                .await;
+            assert!(
+                matches!(r, Err(EngineError::ShortFile { at: 1000 })),
+                "{path}: {r:?}"
+            );
         }
     }
 
     #[tokio::test]
     async fn a_stalled_reader_times_the_sender_out() {
-        let e = Engine::new(EngineConfig { idle_timeout: Duration::from_millis(50), ..EngineConfig::default() });
+        let e = Engine::new(EngineConfig {
+            idle_timeout: Duration::from_millis(50),
+            ..EngineConfig::default()
+        });
         let file = temp_file(&pattern(32 << 20));
         let (tx, _rx) = pair().await;
-        let r = e.send_file(&tx, &file, 0, 32 << 20, &[], &Counters::new(), &Cancel::new()).await;
+        let r = e
+            .send_file(
+                &tx,
+                &file,
+                0,
+                32 << 20,
+                &[],
+                &Counters::new(),
+                &Cancel::new(),
+            )
+            .await;
         assert!(matches!(r, Err(EngineError::Idle)), "{r:?}");
     }
 
@@ -486,12 +633,18 @@ mod tests {
             let counters = Arc::new(Counters::new());
             let k = Arc::clone(&counters);
             let e2 = e.clone();
-            let h = tokio::spawn(async move { e2.send_file(&tx, &file, 0, 32 << 20, &[], &k, &c2).await });
+            let h =
+                tokio::spawn(
+                    async move { e2.send_file(&tx, &file, 0, 32 << 20, &[], &k, &c2).await },
+                );
             while counters.snapshot().wakeups == 0 {
                 tokio::task::yield_now().await;
             }
             cancel.cancel();
-            assert!(matches!(h.await.unwrap(), Err(EngineError::Cancelled)), "{path}");
+            assert!(
+                matches!(h.await.unwrap(), Err(EngineError::Cancelled)),
+                "{path}"
+            );
         }
     }
 }

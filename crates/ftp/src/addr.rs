@@ -70,7 +70,10 @@ fn six_numbers(arg: &[u8]) -> Result<SocketAddrV4, AddrError> {
     if port == 0 {
         return Err(AddrError::OutOfRange);
     }
-    Ok(SocketAddrV4::new(Ipv4Addr::new(n[0], n[1], n[2], n[3]), port))
+    Ok(SocketAddrV4::new(
+        Ipv4Addr::new(n[0], n[1], n[2], n[3]),
+        port,
+    ))
 }
 
 /// Parse a PORT argument `h1,h2,h3,h4,p1,p2`. Surrounding spaces are
@@ -162,7 +165,11 @@ pub fn format_229(port: u16) -> String {
 pub fn parse_229(text: &str) -> Result<u16, AddrError> {
     let b = text.as_bytes();
     let open = b.iter().position(|&c| c == b'(').ok_or(AddrError::Syntax)?;
-    let close = b[open..].iter().position(|&c| c == b')').ok_or(AddrError::Syntax)? + open;
+    let close = b[open..]
+        .iter()
+        .position(|&c| c == b')')
+        .ok_or(AddrError::Syntax)?
+        + open;
     let inner = &b[open + 1..close];
     if inner.len() < 5 {
         return Err(AddrError::Syntax);
@@ -187,7 +194,10 @@ mod tests {
         let a = parse_port(b"127,0,0,1,4,1").unwrap();
         assert_eq!(a, "127.0.0.1:1025".parse().unwrap());
         assert_eq!(format_port(a), "127,0,0,1,4,1");
-        assert_eq!(parse_port(b" 10,0,0,1,255,255 ").unwrap(), "10.0.0.1:65535".parse().unwrap());
+        assert_eq!(
+            parse_port(b" 10,0,0,1,255,255 ").unwrap(),
+            "10.0.0.1:65535".parse().unwrap()
+        );
     }
 
     #[test]
@@ -205,24 +215,37 @@ mod tests {
             b"127, 0,0,1,4,1",
             b"",
         ] {
-            assert!(parse_port(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                parse_port(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         assert_eq!(parse_port(b"1,2,3,4,5,300"), Err(AddrError::OutOfRange));
     }
 
     #[test]
     fn eprt() {
-        assert_eq!(parse_eprt(b"|1|132.235.1.2|6275|").unwrap(), "132.235.1.2:6275".parse().unwrap());
+        assert_eq!(
+            parse_eprt(b"|1|132.235.1.2|6275|").unwrap(),
+            "132.235.1.2:6275".parse().unwrap()
+        );
         assert_eq!(
             parse_eprt(b"|2|1080::8:800:200C:417A|5282|").unwrap(),
             "[1080::8:800:200C:417A]:5282".parse().unwrap()
         );
-        assert_eq!(parse_eprt(b"!1!10.0.0.1!21!").unwrap(), "10.0.0.1:21".parse().unwrap());
+        assert_eq!(
+            parse_eprt(b"!1!10.0.0.1!21!").unwrap(),
+            "10.0.0.1:21".parse().unwrap()
+        );
         assert_eq!(parse_eprt(b"|3|x|1|"), Err(AddrError::UnsupportedProtocol));
         assert_eq!(parse_eprt(b"|1|::1|21|"), Err(AddrError::Syntax));
         assert_eq!(parse_eprt(b"|2|10.0.0.1|21|"), Err(AddrError::Syntax));
         assert_eq!(parse_eprt(b"|1|10.0.0.1|0|"), Err(AddrError::OutOfRange));
-        assert_eq!(parse_eprt(b"|1|10.0.0.1|65536|"), Err(AddrError::OutOfRange));
+        assert_eq!(
+            parse_eprt(b"|1|10.0.0.1|65536|"),
+            Err(AddrError::OutOfRange)
+        );
         assert_eq!(parse_eprt(b"|1|10.0.0.1|21"), Err(AddrError::Syntax));
         assert_eq!(parse_eprt(b"|1|10.0.0.1|21|x|"), Err(AddrError::Syntax));
         assert_eq!(parse_eprt(b" 1 10.0.0.1 21 "), Err(AddrError::Syntax));
@@ -239,11 +262,17 @@ mod tests {
         assert_eq!(t, "Entering Passive Mode (192,168,1,2,195,80).");
         assert_eq!(parse_227(&t).unwrap(), a);
         assert_eq!(parse_227("=192,168,1,2,195,80").unwrap(), a);
-        assert_eq!(parse_227("Entering Passive Mode 192,168,1,2,195,80").unwrap(), a);
+        assert_eq!(
+            parse_227("Entering Passive Mode 192,168,1,2,195,80").unwrap(),
+            a
+        );
         assert_eq!(parse_227("Mode 2 (192,168,1,2,195,80)").unwrap(), a);
         assert!(parse_227("Entering Passive Mode (192,168,1,2,195)").is_err());
         assert!(parse_227("nothing").is_err());
-        assert_eq!(format_229(6446), "Entering Extended Passive Mode (|||6446|)");
+        assert_eq!(
+            format_229(6446),
+            "Entering Extended Passive Mode (|||6446|)"
+        );
         assert_eq!(parse_229(&format_229(6446)).unwrap(), 6446);
         assert_eq!(parse_229("ok (!!!21!)").unwrap(), 21);
         assert!(parse_229("(|||0|)").is_err());

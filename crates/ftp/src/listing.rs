@@ -59,7 +59,9 @@ pub enum MlsxRole {
     Pdir,
 }
 
-const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
 
 /// Six months, the `ls` threshold between "time" and "year" forms.
 const SIX_MONTHS: i64 = 182 * 24 * 3600;
@@ -76,18 +78,39 @@ pub fn list_line(e: &EntryInfo, now: i64, out: &mut Vec<u8>) {
         EntryKind::Symlink => 'l',
         EntryKind::Other => '-',
     });
-    for shift in [6u32, 3, 0] {
+    // setuid, setgid and sticky show in the x column as ls does: s/S, s/S, t/T.
+    for (shift, special, set, unset) in [
+        (6u32, 0o4000, 's', 'S'),
+        (3, 0o2000, 's', 'S'),
+        (0, 0o1000, 't', 'T'),
+    ] {
         let bits = (e.mode >> shift) & 7;
         s.push(if bits & 4 != 0 { 'r' } else { '-' });
         s.push(if bits & 2 != 0 { 'w' } else { '-' });
-        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+        s.push(match (bits & 1 != 0, e.mode & special != 0) {
+            (true, false) => 'x',
+            (false, false) => '-',
+            (true, true) => set,
+            (false, true) => unset,
+        });
     }
     let c = Civil::from_unix(e.mtime);
     let recent = e.mtime > now.saturating_sub(SIX_MONTHS) && e.mtime < now.saturating_add(3600);
     let when = if recent {
-        format!("{} {:>2} {:02}:{:02}", MONTHS[c.month as usize - 1], c.day, c.hour, c.minute)
+        format!(
+            "{} {:>2} {:02}:{:02}",
+            MONTHS[c.month as usize - 1],
+            c.day,
+            c.hour,
+            c.minute
+        )
     } else {
-        format!("{} {:>2} {:>5}", MONTHS[c.month as usize - 1], c.day, c.year)
+        format!(
+            "{} {:>2} {:>5}",
+            MONTHS[c.month as usize - 1],
+            c.day,
+            c.year
+        )
     };
     let _ = write!(
         s,
@@ -129,8 +152,17 @@ pub fn mlsx_facts(e: &EntryInfo, role: MlsxRole, writable: bool) -> String {
     if !is_dir {
         let _ = write!(s, "size={};", e.size);
     }
-    let _ = write!(s, "modify={};perm={perm};UNIX.mode={:04o}; ", mdtm(e.mtime), e.mode & 0o7777);
-    s.extend(e.name.chars().map(|c| if c == '\r' || c == '\n' { '?' } else { c }));
+    let _ = write!(
+        s,
+        "modify={};perm={perm};UNIX.mode={:04o}; ",
+        mdtm(e.mtime),
+        e.mode & 0o7777
+    );
+    s.extend(
+        e.name
+            .chars()
+            .map(|c| if c == '\r' || c == '\n' { '?' } else { c }),
+    );
     s
 }
 
@@ -147,13 +179,19 @@ pub fn nlst_line(e: &EntryInfo, out: &mut Vec<u8>) {
 }
 
 fn push_name(out: &mut Vec<u8>, name: &str) {
-    out.extend(name.bytes().map(|b| if b == b'\r' || b == b'\n' { b'?' } else { b }));
+    out.extend(
+        name.bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b'?' } else { b }),
+    );
 }
 
 /// `YYYYMMDDHHMMSS` in UTC (RFC 3659 2.3), for MDTM and `modify=`.
 pub fn mdtm(secs: i64) -> String {
     let c = Civil::from_unix(secs);
-    format!("{:04}{:02}{:02}{:02}{:02}{:02}", c.year, c.month, c.day, c.hour, c.minute, c.second)
+    format!(
+        "{:04}{:02}{:02}{:02}{:02}{:02}",
+        c.year, c.month, c.day, c.hour, c.minute, c.second
+    )
 }
 
 /// Parse `YYYYMMDDHHMMSS[.sss]` (fraction ignored) into Unix seconds.
@@ -164,7 +202,14 @@ pub fn parse_mdtm(s: &str) -> Option<i64> {
         return None;
     }
     let n = |r: std::ops::Range<usize>| main[r].parse::<i64>().ok();
-    let (y, mo, d, h, mi, se) = (n(0..4)?, n(4..6)?, n(6..8)?, n(8..10)?, n(10..12)?, n(12..14)?);
+    let (y, mo, d, h, mi, se) = (
+        n(0..4)?,
+        n(4..6)?,
+        n(6..8)?,
+        n(8..10)?,
+        n(10..12)?,
+        n(12..14)?,
+    );
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
         return None;
     }
@@ -260,7 +305,10 @@ mod tests {
 
     #[test]
     fn ls_recent_and_old() {
-        assert_eq!(line(&file()), "-rw-r--r--    1 ftp      ftp              1234 Nov 22 05:36 name with space\r\n");
+        assert_eq!(
+            line(&file()),
+            "-rw-r--r--    1 ftp      ftp              1234 Nov 22 05:36 name with space\r\n"
+        );
         let old = EntryInfo {
             kind: EntryKind::Dir,
             mode: 0o755,
@@ -271,8 +319,25 @@ mod tests {
             group: Some("wheel".into()),
             name: "d".into(),
         };
-        assert_eq!(line(&old), "drwxr-xr-x    2 root     wheel            4096 Jan  1  2020 d\r\n");
-        let future = EntryInfo { mtime: NOW + 7200, ..file() };
+        assert_eq!(
+            line(&old),
+            "drwxr-xr-x    2 root     wheel            4096 Jan  1  2020 d\r\n"
+        );
+        let special = EntryInfo {
+            kind: EntryKind::Dir,
+            mode: 0o1777,
+            ..file()
+        };
+        assert!(line(&special).starts_with("drwxrwxrwt "));
+        let suid = EntryInfo {
+            mode: 0o4644,
+            ..file()
+        };
+        assert!(line(&suid).starts_with("-rwSr--r-- "));
+        let future = EntryInfo {
+            mtime: NOW + 7200,
+            ..file()
+        };
         assert!(line(&future).contains("Nov 22  2026"));
     }
 
@@ -282,7 +347,12 @@ mod tests {
             mlsx_facts(&file(), MlsxRole::Entry, false),
             "type=file;size=1234;modify=20261122053600;perm=r;UNIX.mode=0644; name with space"
         );
-        let dir = EntryInfo { kind: EntryKind::Dir, mode: 0o755, name: ".".into(), ..file() };
+        let dir = EntryInfo {
+            kind: EntryKind::Dir,
+            mode: 0o755,
+            name: ".".into(),
+            ..file()
+        };
         assert_eq!(
             mlsx_facts(&dir, MlsxRole::Cdir, false),
             "type=cdir;modify=20261122053600;perm=el;UNIX.mode=0755; ."
@@ -296,7 +366,10 @@ mod tests {
 
     #[test]
     fn names_cannot_break_lines() {
-        let e = EntryInfo { name: "a\r\nb".into(), ..file() };
+        let e = EntryInfo {
+            name: "a\r\nb".into(),
+            ..file()
+        };
         let mut out = Vec::new();
         nlst_line(&e, &mut out);
         assert_eq!(out, b"a??b\r\n");

@@ -59,12 +59,16 @@ impl RangeSet {
             return true;
         }
         let i = self.ranges.partition_point(|r| r.end <= range.start);
-        self.ranges.get(i).is_some_and(|r| r.start <= range.start && range.end <= r.end)
+        self.ranges
+            .get(i)
+            .is_some_and(|r| r.start <= range.start && range.end <= r.end)
     }
 
     /// Total number of bytes in the set (saturating).
     pub fn total(&self) -> u64 {
-        self.ranges.iter().fold(0u64, |t, r| t.saturating_add(r.end - r.start))
+        self.ranges
+            .iter()
+            .fold(0u64, |t, r| t.saturating_add(r.end - r.start))
     }
 
     /// The ranges of `[0, len)` not in the set, in order.
@@ -122,7 +126,10 @@ impl RangeSet {
             if n >= MAX_MARKER_RANGES {
                 return Err(MarkerError::TooManyRanges);
             }
-            let dash = item.iter().position(|&b| b == b'-').ok_or(MarkerError::Syntax)?;
+            let dash = item
+                .iter()
+                .position(|&b| b == b'-')
+                .ok_or(MarkerError::Syntax)?;
             let start = decimal(&item[..dash])?;
             let end = decimal(&item[dash + 1..])?;
             if end < start {
@@ -201,7 +208,9 @@ pub fn parse_range_marker(reply: &Reply) -> Result<RangeSet, MarkerError> {
         return Err(MarkerError::WrongCode);
     }
     let text = reply.text().trim_start();
-    let rest = text.strip_prefix("Range Marker").ok_or(MarkerError::Syntax)?;
+    let rest = text
+        .strip_prefix("Range Marker")
+        .ok_or(MarkerError::Syntax)?;
     RangeSet::parse(rest.as_bytes())
 }
 
@@ -222,7 +231,12 @@ pub struct PerfMarker {
 impl PerfMarker {
     /// A single-stripe marker, as a non-striped server sends it.
     pub fn single(timestamp_tenths: u64, bytes: u64) -> Self {
-        Self { timestamp_tenths, stripe_index: 0, stripe_bytes: bytes, total_stripes: 1 }
+        Self {
+            timestamp_tenths,
+            stripe_index: 0,
+            stripe_bytes: bytes,
+            total_stripes: 1,
+        }
     }
 
     /// The multi-line 112 reply.
@@ -231,7 +245,11 @@ impl PerfMarker {
             ReplyCode::PERF_MARKER,
             vec![
                 "Perf Marker".into(),
-                format!("Timestamp:  {}.{}", self.timestamp_tenths / 10, self.timestamp_tenths % 10),
+                format!(
+                    "Timestamp:  {}.{}",
+                    self.timestamp_tenths / 10,
+                    self.timestamp_tenths % 10
+                ),
                 format!("Stripe Index: {}", self.stripe_index),
                 format!("Stripe Bytes Transferred: {}", self.stripe_bytes),
                 format!("Total Stripe Count: {}", self.total_stripes),
@@ -248,7 +266,9 @@ impl PerfMarker {
         }
         let (mut ts, mut idx, mut bytes, mut total) = (None, None, None, None);
         for line in &reply.lines {
-            let Some((key, value)) = line.split_once(':') else { continue };
+            let Some((key, value)) = line.split_once(':') else {
+                continue;
+            };
             let value = value.trim().as_bytes();
             match key.trim() {
                 "Timestamp" => ts = Some(tenths(value)?),
@@ -259,9 +279,17 @@ impl PerfMarker {
             }
         }
         match (ts, idx, bytes, total) {
-            (Some(timestamp_tenths), Some(stripe_index), Some(stripe_bytes), Some(total_stripes)) => {
-                Ok(Self { timestamp_tenths, stripe_index, stripe_bytes, total_stripes })
-            }
+            (
+                Some(timestamp_tenths),
+                Some(stripe_index),
+                Some(stripe_bytes),
+                Some(total_stripes),
+            ) => Ok(Self {
+                timestamp_tenths,
+                stripe_index,
+                stripe_bytes,
+                total_stripes,
+            }),
             _ => Err(MarkerError::Syntax),
         }
     }
@@ -329,11 +357,28 @@ mod tests {
         let s = RangeSet::parse(b"2000-3000, 0-1000, ").unwrap();
         assert_eq!(s.to_string(), "0-1000,2000-3000");
         assert_eq!(RangeSet::parse(b"0-0").unwrap(), RangeSet::new());
-        for bad in [&b""[..], b"-2", b"5-3", b"1-2,,3-4", b"1-2e", b"1", b"1-99999999999999999999"] {
-            assert!(RangeSet::parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b""[..],
+            b"-2",
+            b"5-3",
+            b"1-2,,3-4",
+            b"1-2e",
+            b"1",
+            b"1-99999999999999999999",
+        ] {
+            assert!(
+                RangeSet::parse(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
-        let many: Vec<String> = (0..=MAX_MARKER_RANGES as u64).map(|i| format!("{}-{}", 3 * i, 3 * i + 1)).collect();
-        assert_eq!(RangeSet::parse(many.join(",").as_bytes()), Err(MarkerError::TooManyRanges));
+        let many: Vec<String> = (0..=MAX_MARKER_RANGES as u64)
+            .map(|i| format!("{}-{}", 3 * i, 3 * i + 1))
+            .collect();
+        assert_eq!(
+            RangeSet::parse(many.join(",").as_bytes()),
+            Err(MarkerError::TooManyRanges)
+        );
     }
 
     #[test]
@@ -343,7 +388,10 @@ mod tests {
         let r = range_marker(&s);
         assert_eq!(r.to_bytes(), b"111 Range Marker 0-1000\r\n");
         assert_eq!(parse_range_marker(&r).unwrap(), s);
-        assert_eq!(parse_range_marker(&Reply::new(ReplyCode::OK, "x")), Err(MarkerError::WrongCode));
+        assert_eq!(
+            parse_range_marker(&Reply::new(ReplyCode::OK, "x")),
+            Err(MarkerError::WrongCode)
+        );
     }
 
     #[test]
@@ -366,9 +414,16 @@ mod tests {
         .unwrap();
         assert_eq!(
             PerfMarker::parse(&r).unwrap(),
-            PerfMarker { timestamp_tenths: 50, stripe_index: 1, stripe_bytes: 7, total_stripes: 2 }
+            PerfMarker {
+                timestamp_tenths: 50,
+                stripe_index: 1,
+                stripe_bytes: 7,
+                total_stripes: 2
+            }
         );
-        let (r, _) = parse_reply(b"112-Perf Marker\r\n Timestamp: 5.x\r\n112 End\r\n").unwrap().unwrap();
+        let (r, _) = parse_reply(b"112-Perf Marker\r\n Timestamp: 5.x\r\n112 End\r\n")
+            .unwrap()
+            .unwrap();
         assert!(PerfMarker::parse(&r).is_err());
     }
 }

@@ -51,7 +51,8 @@ impl Descriptor {
     /// connection may be cached for the next transfer).
     pub const CLOSE: u8 = 0x04;
     /// Every bit we know.
-    pub const KNOWN: u8 = Self::EOR | Self::EOF | Self::SUSPECT | Self::RESTART | Self::EOD | Self::CLOSE;
+    pub const KNOWN: u8 =
+        Self::EOR | Self::EOF | Self::SUSPECT | Self::RESTART | Self::EOD | Self::CLOSE;
 
     /// Whether every bit of `flag` is set.
     pub fn has(self, flag: u8) -> bool {
@@ -98,23 +99,39 @@ impl std::error::Error for ModeEError {}
 impl BlockHeader {
     /// Header of a data block of `len` bytes at file `offset`.
     pub fn data(offset: u64, len: u64) -> Self {
-        Self { descriptor: Descriptor(0), count: len, offset }
+        Self {
+            descriptor: Descriptor(0),
+            count: len,
+            offset,
+        }
     }
 
     /// End of data on this stream (sent on every stream but the EOF one).
     pub fn eod() -> Self {
-        Self { descriptor: Descriptor(Descriptor::EOD), count: 0, offset: 0 }
+        Self {
+            descriptor: Descriptor(Descriptor::EOD),
+            count: 0,
+            offset: 0,
+        }
     }
 
     /// End of file: the receiver should expect `eod_count` EODs in total.
     pub fn eof(eod_count: u64) -> Self {
-        Self { descriptor: Descriptor(Descriptor::EOF), count: 0, offset: eod_count }
+        Self {
+            descriptor: Descriptor(Descriptor::EOF),
+            count: 0,
+            offset: eod_count,
+        }
     }
 
     /// EOF and this stream's EOD in one header (descriptor 0x48), as
     /// Globus ends the last stream of a transfer.
     pub fn eod_eof(eod_count: u64) -> Self {
-        Self { descriptor: Descriptor(Descriptor::EOF | Descriptor::EOD), count: 0, offset: eod_count }
+        Self {
+            descriptor: Descriptor(Descriptor::EOF | Descriptor::EOD),
+            count: 0,
+            offset: eod_count,
+        }
     }
 
     /// The header that ends a stream: EOD, plus EOF carrying `eof_count`
@@ -132,7 +149,11 @@ impl BlockHeader {
             }
             None => 0,
         };
-        Self { descriptor: Descriptor(d), count: 0, offset }
+        Self {
+            descriptor: Descriptor(d),
+            count: 0,
+            offset,
+        }
     }
 
     /// The 17 wire bytes.
@@ -147,12 +168,18 @@ impl BlockHeader {
     /// Decode a header from the front of `buf`: `Ok(None)` if fewer than
     /// 17 bytes, else the header and 17 (bytes used). Validates it.
     pub fn decode(buf: &[u8]) -> Result<Option<(Self, usize)>, ModeEError> {
-        let Some(b) = buf.get(..HEADER_LEN) else { return Ok(None) };
+        let Some(b) = buf.get(..HEADER_LEN) else {
+            return Ok(None);
+        };
         let mut count = [0u8; 8];
         let mut offset = [0u8; 8];
         count.copy_from_slice(&b[1..9]);
         offset.copy_from_slice(&b[9..17]);
-        let h = Self { descriptor: Descriptor(b[0]), count: u64::from_be_bytes(count), offset: u64::from_be_bytes(offset) };
+        let h = Self {
+            descriptor: Descriptor(b[0]),
+            count: u64::from_be_bytes(count),
+            offset: u64::from_be_bytes(offset),
+        };
         h.validate()?;
         Ok(Some((h, HEADER_LEN)))
     }
@@ -172,7 +199,9 @@ impl BlockHeader {
         if self.count > MAX_MODE_E_BLOCK {
             return Err(ModeEError::BlockTooLarge(self.count));
         }
-        self.offset.checked_add(self.count).ok_or(ModeEError::OffsetOverflow)?;
+        self.offset
+            .checked_add(self.count)
+            .ok_or(ModeEError::OffsetOverflow)?;
         Ok(())
     }
 
@@ -248,7 +277,14 @@ impl Default for StreamDecoder {
 impl StreamDecoder {
     /// A decoder at the start of a stream.
     pub fn new() -> Self {
-        Self { state: State::Header { buf: [0; HEADER_LEN], have: 0 }, queued: Vec::new(), bytes: 0 }
+        Self {
+            state: State::Header {
+                buf: [0; HEADER_LEN],
+                have: 0,
+            },
+            queued: Vec::new(),
+            bytes: 0,
+        }
     }
 
     /// Consume a prefix of `input`; returns `(used, event)`. `used <=
@@ -274,7 +310,11 @@ impl StreamDecoder {
                 };
                 if header.count == 0 {
                     self.finish_block(header);
-                    let ev = if self.queued.is_empty() { None } else { Some(self.queued.remove(0)) };
+                    let ev = if self.queued.is_empty() {
+                        None
+                    } else {
+                        Some(self.queued.remove(0))
+                    };
                     return Ok((take, ev));
                 }
                 self.state = State::Payload { header, done: 0 };
@@ -293,7 +333,13 @@ impl StreamDecoder {
                     let h = *header;
                     self.finish_block(h);
                 }
-                Ok((n, Some(Event::Data { offset, range: 0..n })))
+                Ok((
+                    n,
+                    Some(Event::Data {
+                        offset,
+                        range: 0..n,
+                    }),
+                ))
             }
         }
     }
@@ -302,9 +348,10 @@ impl StreamDecoder {
     /// payload.
     pub fn pending_payload(&self) -> Option<PendingPayload> {
         match &self.state {
-            State::Payload { header, done } if self.queued.is_empty() => {
-                Some(PendingPayload { offset: header.offset + done, remaining: header.count - done })
-            }
+            State::Payload { header, done } if self.queued.is_empty() => Some(PendingPayload {
+                offset: header.offset + done,
+                remaining: header.count - done,
+            }),
             _ => None,
         }
     }
@@ -341,7 +388,9 @@ impl StreamDecoder {
 
     fn finish_block(&mut self, h: BlockHeader) {
         if h.descriptor.has(Descriptor::EOF) {
-            self.queued.push(Event::Eof { eod_count: h.offset });
+            self.queued.push(Event::Eof {
+                eod_count: h.offset,
+            });
         }
         if h.descriptor.has(Descriptor::EOD) {
             self.queued.push(Event::Eod);
@@ -352,7 +401,10 @@ impl StreamDecoder {
         if h.descriptor.0 & (Descriptor::EOD | Descriptor::CLOSE) != 0 {
             self.state = State::Ended;
         } else {
-            self.state = State::Header { buf: [0; HEADER_LEN], have: 0 };
+            self.state = State::Header {
+                buf: [0; HEADER_LEN],
+                have: 0,
+            };
         }
     }
 }
@@ -385,9 +437,15 @@ mod tests {
     #[test]
     fn validation() {
         let big = BlockHeader::data(0, MAX_MODE_E_BLOCK + 1);
-        assert_eq!(BlockHeader::decode(&big.encode()), Err(ModeEError::BlockTooLarge(MAX_MODE_E_BLOCK + 1)));
+        assert_eq!(
+            BlockHeader::decode(&big.encode()),
+            Err(ModeEError::BlockTooLarge(MAX_MODE_E_BLOCK + 1))
+        );
         let over = BlockHeader::data(u64::MAX, 1);
-        assert_eq!(BlockHeader::decode(&over.encode()), Err(ModeEError::OffsetOverflow));
+        assert_eq!(
+            BlockHeader::decode(&over.encode()),
+            Err(ModeEError::OffsetOverflow)
+        );
         let mut b = BlockHeader::data(0, 1).encode();
         b[0] = 0x01;
         assert_eq!(BlockHeader::decode(&b), Err(ModeEError::BadDescriptor(1)));
@@ -396,7 +454,11 @@ mod tests {
         b[0] = Descriptor::EOF; // EOF with a payload
         assert!(BlockHeader::decode(&b).is_err());
         // EOF's offset is a count, not checked against the block bound.
-        assert!(BlockHeader::decode(&BlockHeader::eod_eof(u64::MAX).encode()).unwrap().is_some());
+        assert!(
+            BlockHeader::decode(&BlockHeader::eod_eof(u64::MAX).encode())
+                .unwrap()
+                .is_some()
+        );
         b[0] = Descriptor::SUSPECT | Descriptor::EOR;
         assert!(BlockHeader::decode(&b).unwrap().is_some());
     }
@@ -453,10 +515,18 @@ mod tests {
             for (off, bytes) in data {
                 flat.extend(bytes.iter().enumerate().map(|(i, &b)| (off + i as u64, b)));
             }
-            let expect: Vec<(u64, u8)> =
-                b"hello".iter().enumerate().map(|(i, &b)| (100 + i as u64, b)).chain(b"abc".iter().enumerate().map(|(i, &b)| (i as u64, b))).collect();
+            let expect: Vec<(u64, u8)> = b"hello"
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| (100 + i as u64, b))
+                .chain(b"abc".iter().enumerate().map(|(i, &b)| (i as u64, b)))
+                .collect();
             assert_eq!(flat, expect, "chunk {chunk}");
-            assert_eq!(other, vec![Event::Eof { eod_count: 2 }, Event::Eod, Event::Close], "chunk {chunk}");
+            assert_eq!(
+                other,
+                vec![Event::Eof { eod_count: 2 }, Event::Eod, Event::Close],
+                "chunk {chunk}"
+            );
             assert_eq!(consumed, s.len());
         }
     }
@@ -473,7 +543,11 @@ mod tests {
 
     #[test]
     fn eod_on_a_data_block_takes_effect_after_payload() {
-        let h = BlockHeader { descriptor: Descriptor(Descriptor::EOD), count: 2, offset: 7 };
+        let h = BlockHeader {
+            descriptor: Descriptor(Descriptor::EOD),
+            count: 2,
+            offset: 7,
+        };
         let mut s = h.encode().to_vec();
         s.extend_from_slice(b"xy");
         let (data, other, _) = run(&s, 1000);
@@ -485,15 +559,34 @@ mod tests {
     fn caller_reads_payload_itself() {
         let mut d = StreamDecoder::new();
         assert_eq!(d.pending_payload(), None);
-        assert_eq!(d.handle_input(&BlockHeader::data(4096, 10).encode()).unwrap(), (17, None));
-        assert_eq!(d.pending_payload(), Some(PendingPayload { offset: 4096, remaining: 10 }));
+        assert_eq!(
+            d.handle_input(&BlockHeader::data(4096, 10).encode())
+                .unwrap(),
+            (17, None)
+        );
+        assert_eq!(
+            d.pending_payload(),
+            Some(PendingPayload {
+                offset: 4096,
+                remaining: 10
+            })
+        );
         assert_eq!(d.consume_payload(11), None);
         assert_eq!(d.consume_payload(4), Some(4096));
-        assert_eq!(d.pending_payload(), Some(PendingPayload { offset: 4100, remaining: 6 }));
+        assert_eq!(
+            d.pending_payload(),
+            Some(PendingPayload {
+                offset: 4100,
+                remaining: 6
+            })
+        );
         assert_eq!(d.consume_payload(6), Some(4100));
         assert_eq!(d.pending_payload(), None);
         assert_eq!(d.payload_bytes(), 10);
-        assert_eq!(d.handle_input(&BlockHeader::eod().encode()).unwrap(), (17, Some(Event::Eod)));
+        assert_eq!(
+            d.handle_input(&BlockHeader::eod().encode()).unwrap(),
+            (17, Some(Event::Eod))
+        );
     }
 
     #[test]

@@ -157,12 +157,19 @@ pub struct Reply {
 impl Reply {
     /// A single-line reply.
     pub fn new(code: ReplyCode, text: impl Into<String>) -> Self {
-        Self { code, lines: vec![text.into()] }
+        Self {
+            code,
+            lines: vec![text.into()],
+        }
     }
 
     /// A multi-line reply; an empty `lines` becomes one empty line.
     pub fn multi(code: ReplyCode, lines: Vec<String>) -> Self {
-        let lines = if lines.is_empty() { vec![String::new()] } else { lines };
+        let lines = if lines.is_empty() {
+            vec![String::new()]
+        } else {
+            lines
+        };
         Self { code, lines }
     }
 
@@ -207,7 +214,10 @@ fn push_line(out: &mut Vec<u8>, code: u16, sep: u8, text: &str) {
 }
 
 fn push_text(out: &mut Vec<u8>, text: &str) {
-    out.extend(text.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+    out.extend(
+        text.bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
 }
 
 /// Quote a path for a 257 reply (RFC 959 appendix II): surround with `"` and
@@ -311,7 +321,10 @@ impl Partial {
                 self.code = Some(code);
                 return Ok(None);
             }
-            return Ok(Some(Reply { code, lines: std::mem::take(&mut self.lines) }));
+            return Ok(Some(Reply {
+                code,
+                lines: std::mem::take(&mut self.lines),
+            }));
         };
         if self.lines.len() >= MAX_REPLY_LINES {
             return Err(ReplyError::TooManyLines);
@@ -320,7 +333,10 @@ impl Partial {
             Some((c, sep)) if c == code && sep != Some(b'-') => {
                 self.lines.push(text_after(line));
                 self.code = None;
-                return Ok(Some(Reply { code, lines: std::mem::take(&mut self.lines) }));
+                return Ok(Some(Reply {
+                    code,
+                    lines: std::mem::take(&mut self.lines),
+                }));
             }
             // Some servers repeat "211-" on every middle line.
             Some((c, Some(b'-'))) if c == code => self.lines.push(text_after(line)),
@@ -339,7 +355,9 @@ fn split_code(line: &[u8]) -> Option<(ReplyCode, Option<u8>)> {
     if line.len() < 3 || !line[..3].iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let code = line[..3].iter().fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
+    let code = line[..3]
+        .iter()
+        .fold(0u16, |n, d| n * 10 + u16::from(d - b'0'));
     match line.get(3) {
         None => Some((ReplyCode(code), None)),
         Some(&b' ') => Some((ReplyCode(code), Some(b' '))),
@@ -409,14 +427,22 @@ mod tests {
     fn single_line() {
         let r = Reply::new(ReplyCode::OK, "Command okay.");
         assert_eq!(r.to_bytes(), b"200 Command okay.\r\n");
-        assert_eq!(parse_reply(b"200 Command okay.\r\n").unwrap(), Some((r, 19)));
+        assert_eq!(
+            parse_reply(b"200 Command okay.\r\n").unwrap(),
+            Some((r, 19))
+        );
     }
 
     #[test]
     fn multi_line_feat_style() {
         let r = Reply::multi(
             ReplyCode::SYSTEM_STATUS,
-            vec!["Features:".into(), "EPSV".into(), "MDTM".into(), "End".into()],
+            vec![
+                "Features:".into(),
+                "EPSV".into(),
+                "MDTM".into(),
+                "End".into(),
+            ],
         );
         let wire = b"211-Features:\r\n EPSV\r\n MDTM\r\n211 End\r\n";
         assert_eq!(r.to_bytes(), wire);
@@ -425,7 +451,10 @@ mod tests {
 
     #[test]
     fn middle_line_that_looks_like_the_end_is_escaped() {
-        let r = Reply::multi(ReplyCode::HELP, vec!["a".into(), "214 not the end".into(), "b".into()]);
+        let r = Reply::multi(
+            ReplyCode::HELP,
+            vec!["a".into(), "214 not the end".into(), "b".into()],
+        );
         let wire = r.to_bytes();
         assert_eq!(parse_reply(&wire).unwrap(), Some((r, wire.len())));
     }
@@ -439,14 +468,19 @@ mod tests {
     #[test]
     fn parse_variants() {
         // Bare LF, no text, other servers' middle-line styles.
-        assert_eq!(parse_reply(b"200\n").unwrap(), Some((Reply::new(ReplyCode::OK, ""), 4)));
+        assert_eq!(
+            parse_reply(b"200\n").unwrap(),
+            Some((Reply::new(ReplyCode::OK, ""), 4))
+        );
         let wire = b"150-first\r\n150-second\r\nplain third\r\n150 last\r\n226 done\r\n";
         let (r, used) = parse_reply(wire).unwrap().unwrap();
         assert_eq!(r.code, ReplyCode::OPENING_DATA);
         assert_eq!(r.lines, vec!["first", "second", "plain third", "last"]);
         assert_eq!(&wire[used..], b"226 done\r\n");
         // A different code inside a multi-line reply is a middle line.
-        let (r, _) = parse_reply(b"211-a\r\n200 b\r\n211 c\r\n").unwrap().unwrap();
+        let (r, _) = parse_reply(b"211-a\r\n200 b\r\n211 c\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(r.lines, vec!["a", "200 b", "c"]);
     }
 
@@ -462,7 +496,10 @@ mod tests {
         assert_eq!(parse_reply(b"20 x\r\n"), Err(ReplyError::BadCode));
         assert_eq!(parse_reply(b"abc x\r\n"), Err(ReplyError::BadCode));
         assert_eq!(parse_reply(b"200x\r\n"), Err(ReplyError::BadCode));
-        assert_eq!(parse_reply(&vec![b'2'; MAX_LINE]), Err(ReplyError::LineTooLong));
+        assert_eq!(
+            parse_reply(&vec![b'2'; MAX_LINE]),
+            Err(ReplyError::LineTooLong)
+        );
         let mut many = b"211-start\r\n".to_vec();
         for _ in 0..MAX_REPLY_LINES {
             many.extend_from_slice(b" x\r\n");
@@ -474,12 +511,23 @@ mod tests {
     #[test]
     fn parser_preliminary_then_final() {
         let mut p = ReplyParser::new();
-        p.handle_input(b"150 Opening\r\n112-Perf Marker\r\n Timestamp:  1.0\r\n").unwrap();
-        assert_eq!(p.poll_reply().unwrap().unwrap().code, ReplyCode::OPENING_DATA);
+        p.handle_input(b"150 Opening\r\n112-Perf Marker\r\n Timestamp:  1.0\r\n")
+            .unwrap();
+        assert_eq!(
+            p.poll_reply().unwrap().unwrap().code,
+            ReplyCode::OPENING_DATA
+        );
         assert_eq!(p.poll_reply().unwrap(), None);
-        p.handle_input(b"112 End.\r\n226 Transfer complete\r\n").unwrap();
-        assert_eq!(p.poll_reply().unwrap().unwrap().code, ReplyCode::PERF_MARKER);
-        assert_eq!(p.poll_reply().unwrap().unwrap().code, ReplyCode::TRANSFER_COMPLETE);
+        p.handle_input(b"112 End.\r\n226 Transfer complete\r\n")
+            .unwrap();
+        assert_eq!(
+            p.poll_reply().unwrap().unwrap().code,
+            ReplyCode::PERF_MARKER
+        );
+        assert_eq!(
+            p.poll_reply().unwrap().unwrap().code,
+            ReplyCode::TRANSFER_COMPLETE
+        );
         assert_eq!(p.poll_reply().unwrap(), None);
         assert_eq!(p.buffered(), 0);
     }

@@ -3,7 +3,9 @@
 //! The fuzz targets in fuzz/ check the same properties on longer runs.
 
 use proptest::prelude::*;
-use sluice_ftp::addr::{format_227, format_229, format_eprt, format_port, parse_227, parse_229, parse_eprt, parse_port};
+use sluice_ftp::addr::{
+    format_227, format_229, format_eprt, format_port, parse_227, parse_229, parse_eprt, parse_port,
+};
 use sluice_ftp::command::{next_line, parse_command, Command, CommandError};
 use sluice_ftp::limits::{MAX_LINE, MAX_MODE_E_BLOCK};
 use sluice_ftp::listing::{mdtm, parse_mdtm};
@@ -259,7 +261,12 @@ fn decode_all(wire: &[u8], points: &[usize]) -> (Vec<(u64, u8)>, Vec<Event>) {
             match ev {
                 Some(Event::Data { offset, range }) => {
                     let bytes = &piece[at..][range];
-                    data.extend(bytes.iter().enumerate().map(|(i, &b)| (offset + i as u64, b)));
+                    data.extend(
+                        bytes
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &b)| (offset + i as u64, b)),
+                    );
                 }
                 Some(e) => other.push(e),
                 None if used == 0 => break,

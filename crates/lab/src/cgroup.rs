@@ -80,7 +80,7 @@ impl Group {
     /// Shell prefix that moves the shell into every group and then `exec`s the
     /// command, so the server and all its children are accounted from the start.
     pub fn enter_prefix(&self) -> String {
-        CONTROLLERS.iter().map(|c| format!("echo $$ > {}/cgroup.procs; ", self.dir(c).display())).collect()
+        CONTROLLERS.iter().map(|c| format!("echo $$ > {}/cgroup.procs && ", self.dir(c).display())).collect()
     }
 
     /// Current usage counters.

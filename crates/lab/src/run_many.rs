@@ -60,7 +60,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     break;
                 }
             };
-            let url = format!("{}/{fname}", srv.base_url());
+            let url = srv.url_for(&fname);
             let n_abort = (clients as f64 * w.abort_fraction).round() as u32;
             let spec = LoadSpec {
                 downloads: (0..clients)

@@ -51,7 +51,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                             break;
                         }
                     };
-                    let url = format!("{}/{fname}", srv.base_url());
+                    let url = srv.url_for(&fname);
                     let mut nss = vec![topo.server_ns.clone()];
                     if topo.client_ns != topo.server_ns {
                         nss.push(topo.client_ns.clone());

@@ -70,6 +70,8 @@ pub struct Running {
     /// Scheme ("ftp" or "http").
     pub scheme: &'static str,
     log: PathBuf,
+    /// Path prefix of files in URLs: gridftp serves real paths (restricted by -rp).
+    prefix: String,
 }
 
 /// What a server used between start and stop.
@@ -157,6 +159,14 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
     let group = Group::create(&format!("srv-{}", spec.name), limits)?;
     let perf_out = wd.join("perf.txt");
     let _ = fs::remove_file(&perf_out);
+    // The cgroup is entered in the root mount namespace: `ip netns exec` remounts
+    // /sys, so the cgroup files are not reachable from inside the namespace.
+    let mut argv = argv;
+    if let Some(n) = ns {
+        let mut v: Vec<String> = vec!["ip".into(), "netns".into(), "exec".into(), n.into()];
+        v.extend(argv);
+        argv = v;
+    }
     let inner = format!("{}exec {}", group.enter_prefix(), argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
     let full: Vec<String> = vec![
         "perf".into(),
@@ -173,8 +183,9 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
     ];
     let log = wd.join("server.log");
     let lf = fs::File::create(&log)?;
-    let child = ns_command(ns, &full).stdin(Stdio::null()).stdout(lf.try_clone()?).stderr(lf).spawn().context("starting perf/server")?;
-    let mut r = Running { child, group, perf_out, port, addr: addr.to_string(), scheme: spec.scheme(), log };
+    let child = ns_command(None, &full).stdin(Stdio::null()).stdout(lf.try_clone()?).stderr(lf).spawn().context("starting perf/server")?;
+    let prefix = if spec.kind == "gridftp" { root_s.trim_end_matches('/').to_string() } else { String::new() };
+    let mut r = Running { child, group, perf_out, port, addr: addr.to_string(), scheme: spec.scheme(), log, prefix };
     r.wait_listening(ns)?;
     Ok(r)
 }
@@ -209,6 +220,11 @@ impl Running {
     /// Base URL, e.g. "ftp://10.77.0.1:2121".
     pub fn base_url(&self) -> String {
         format!("{}://{}:{}", self.scheme, self.addr, self.port)
+    }
+
+    /// URL of a file in the served directory.
+    pub fn url_for(&self, fname: &str) -> String {
+        format!("{}{}/{fname}", self.base_url(), self.prefix)
     }
 
     /// Pids in the server's group (for `ss -p` matching).

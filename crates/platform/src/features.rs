@@ -55,15 +55,28 @@ impl Features {
             io_uring: Self::probe_io_uring(),
         };
         let file = std::env::temp_dir().join(format!(".sluice-probe-{}", std::process::id()));
-        let tmp = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&file);
+        let tmp = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&file);
         let _ = std::fs::remove_file(&file);
         let Ok(mut tmp) = tmp else { return f };
         let _ = std::io::Write::write_all(&mut tmp, b"probe");
         f.cachestat = Support::from_ok(crate::fadvise::cachestat(tmp.as_fd(), 0, 0));
-        let Ok(listener) = TcpListener::bind("127.0.0.1:0") else { return f };
-        let Ok(addr) = listener.local_addr() else { return f };
-        let Ok(client) = TcpStream::connect(addr) else { return f };
-        let Ok((_server, _)) = listener.accept() else { return f };
+        let Ok(listener) = TcpListener::bind("127.0.0.1:0") else {
+            return f;
+        };
+        let Ok(addr) = listener.local_addr() else {
+            return f;
+        };
+        let Ok(client) = TcpStream::connect(addr) else {
+            return f;
+        };
+        let Ok((_server, _)) = listener.accept() else {
+            return f;
+        };
         f.notsent_lowat = Support::from_ok(crate::tcp::set_notsent_lowat(client.as_fd(), 1 << 20));
         f.tcp_info = Support::from_ok(crate::tcp::tcp_info(client.as_fd()));
         let mut off = 0u64;

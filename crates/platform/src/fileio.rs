@@ -11,10 +11,14 @@ use crate::sys::cvt_retry;
 /// Safe to call on an event loop: it never waits for disk I/O.
 pub fn pread_nowait(file: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     let off = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     // SAFETY: `iov` describes `buf`, a live writable slice; the kernel writes
     // at most `buf.len()` bytes into it.
-    let n = cvt_retry(|| unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) })?;
+    let n =
+        cvt_retry(|| unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) })?;
     Ok(n as usize)
 }
 
@@ -33,7 +37,13 @@ mod tests {
         match pread_nowait(f.as_fd(), &mut buf, 2) {
             Ok(n) => assert_eq!(&buf[..n], b"cdefgh"),
             // Some file systems (tmpfs on old kernels) refuse RWF_NOWAIT.
-            Err(e) => assert!(matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EAGAIN)), "{e}"),
+            Err(e) => assert!(
+                matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EAGAIN)
+                ),
+                "{e}"
+            ),
         }
         assert_eq!(pread_nowait(f.as_fd(), &mut buf, 100).unwrap_or(0), 0);
     }

@@ -482,6 +482,8 @@ fn metadata(st: &libc::stat) -> Metadata {
         size: st.st_size.max(0) as u64,
         mtime,
         mode: st.st_mode & 0o7777,
+        // st_nlink is u64 on x86_64, u32 on some other targets.
+        #[allow(clippy::unnecessary_cast)]
         nlink: st.st_nlink as u64,
     }
 }

@@ -9,7 +9,12 @@ use crate::sys::cvt_retry;
 /// advances `*offset` by the bytes sent. The file position is not used or
 /// changed. On a non-blocking socket, a full send buffer is `WouldBlock`;
 /// `Ok(0)` means `*offset` is at or past the end of the file.
-pub fn sendfile(out: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: &mut u64, count: usize) -> io::Result<usize> {
+pub fn sendfile(
+    out: BorrowedFd<'_>,
+    file: BorrowedFd<'_>,
+    offset: &mut u64,
+    count: usize,
+) -> io::Result<usize> {
     let mut off: libc::off_t = i64::try_from(*offset)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off_t"))?;
     // The kernel caps one call at 0x7ffff000 bytes anyway; passing more is harmless
@@ -17,7 +22,9 @@ pub fn sendfile(out: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: &mut u64, cou
     let count = count.min(0x7fff_f000);
     // SAFETY: both fds are borrowed and open for the call's duration; `off`
     // is a live off_t that the kernel reads and updates.
-    let n = cvt_retry(|| unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut off, count) })?;
+    let n = cvt_retry(|| unsafe {
+        libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut off, count)
+    })?;
     *offset = off as u64;
     Ok(n as usize)
 }
@@ -56,19 +63,24 @@ pub fn splice(
     }
     let to_loff = |o: &Option<&mut u64>| -> io::Result<Option<libc::loff_t>> {
         match o {
-            Some(v) => Ok(Some(
-                i64::try_from(**v).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond loff_t"))?,
-            )),
+            Some(v) => Ok(Some(i64::try_from(**v).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, "offset beyond loff_t")
+            })?)),
             None => Ok(None),
         }
     };
     let mut a = to_loff(&off_from)?;
     let mut b = to_loff(&off_to)?;
-    let pa = a.as_mut().map_or(std::ptr::null_mut(), |v| v as *mut libc::loff_t);
-    let pb = b.as_mut().map_or(std::ptr::null_mut(), |v| v as *mut libc::loff_t);
+    let pa = a
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |v| v as *mut libc::loff_t);
+    let pb = b
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |v| v as *mut libc::loff_t);
     // SAFETY: both fds are open for the call; `pa`/`pb` are null or point to
     // live locals the kernel reads and updates.
-    let n = cvt_retry(|| unsafe { libc::splice(from.as_raw_fd(), pa, to.as_raw_fd(), pb, len, bits) })?;
+    let n =
+        cvt_retry(|| unsafe { libc::splice(from.as_raw_fd(), pa, to.as_raw_fd(), pb, len, bits) })?;
     if let (Some(o), Some(v)) = (off_from, a) {
         *o = v as u64;
     }
@@ -104,7 +116,11 @@ mod tests {
             let n = sendfile(c.as_fd(), f.as_fd(), &mut off, 1 << 20).unwrap();
             assert!(n > 0);
         }
-        assert_eq!(sendfile(c.as_fd(), f.as_fd(), &mut off, 10).unwrap(), 0, "EOF");
+        assert_eq!(
+            sendfile(c.as_fd(), f.as_fd(), &mut off, 10).unwrap(),
+            0,
+            "EOF"
+        );
         drop(c);
         let got = reader.join().unwrap();
         assert_eq!(got, &data[1000..]);
@@ -116,7 +132,15 @@ mod tests {
         f.write_all(b"0123456789").unwrap();
         let (r, w) = nix::unistd::pipe().unwrap();
         let mut off = 3u64;
-        let n = splice(f.as_fd(), Some(&mut off), w.as_fd(), None, 4, SpliceFlags::default()).unwrap();
+        let n = splice(
+            f.as_fd(),
+            Some(&mut off),
+            w.as_fd(),
+            None,
+            4,
+            SpliceFlags::default(),
+        )
+        .unwrap();
         assert_eq!((n, off), (4, 7));
         drop(w);
         let mut got = String::new();

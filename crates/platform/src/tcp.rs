@@ -127,7 +127,12 @@ pub fn outq_nsd(fd: BorrowedFd<'_>) -> io::Result<u32> {
     ioctl_int(fd, SIOCOUTQNSD)
 }
 
-fn setsockopt_raw<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+fn setsockopt_raw<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: `value` points to a live `T` of exactly `size_of::<T>()` bytes,
     // which the kernel only reads.
     cvt(unsafe {
@@ -142,12 +147,22 @@ fn setsockopt_raw<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, 
     Ok(())
 }
 
-fn getsockopt_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+fn getsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `value` is a writable c_int and `len` holds its size.
     cvt(unsafe {
-        libc::getsockopt(fd.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len)
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
     })?;
     Ok(value)
 }
@@ -199,7 +214,10 @@ pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result
 /// Selects the congestion-control algorithm (`TCP_CONGESTION`), e.g. "cubic".
 pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     if name.is_empty() || name.len() >= TCP_CA_NAME_MAX || name.as_bytes().contains(&0) {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad congestion control name"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "bad congestion control name",
+        ));
     }
     // SAFETY: `name` is a live byte slice of `name.len()` bytes, which the
     // kernel copies; it does not need a NUL terminator since the length is passed.
@@ -221,9 +239,18 @@ pub fn congestion(fd: BorrowedFd<'_>) -> io::Result<String> {
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: `buf` is writable for `len` bytes; the kernel updates `len`.
     cvt(unsafe {
-        libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len)
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
     })?;
-    let end = buf[..(len as usize).min(buf.len())].iter().position(|&b| b == 0).unwrap_or(len as usize);
+    let end = buf[..(len as usize).min(buf.len())]
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(len as usize);
     Ok(String::from_utf8_lossy(&buf[..end.min(buf.len())]).into_owned())
 }
 

@@ -47,7 +47,7 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 pub struct ServeArgs {
     /// Directory to serve (default: the current directory).
     pub dir: Option<PathBuf>,
-    /// FTP listen address, e.g. 127.0.0.1:2121, [::1]:2121, 0.0.0.0:21.
+    /// FTP listen address [default: 127.0.0.1:2121], e.g. [::1]:2121, 0.0.0.0:21.
     /// Port 0 picks a free port; the bound address is printed on stdout
     /// as `ftp listening on ADDR`.
     #[arg(long, value_name = "ADDR:PORT")]
@@ -59,11 +59,12 @@ pub struct ServeArgs {
     /// TOML configuration file; every flag has a key of the same name.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Most concurrent FTP sessions; further connections get 421.
+    /// Most concurrent FTP sessions; further connections get 421
+    /// [default: 256].
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
     /// Seconds a control connection may sit idle (no command, no
-    /// transfer) before it is closed with 421.
+    /// transfer) before it is closed with 421 [default: 300].
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
     /// Port range for passive data listeners, e.g. 50000-50100
@@ -75,7 +76,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub pasv_address: Option<IpAddr>,
     /// How file data reaches the socket: `sendfile` (zero copy) or `copy`
-    /// (pread + write), to measure one against the other.
+    /// (pread + write), to measure one against the other [default: sendfile].
     #[arg(long, value_name = "sendfile|copy")]
     pub data_path: Option<String>,
     /// Allow PORT/EPRT to hosts other than the control peer (GridFTP

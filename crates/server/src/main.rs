@@ -30,7 +30,12 @@ use sluice_engine::{Engine, EngineConfig};
 
 /// Sluice: bulk data transfer over FTP/GridFTP (and HTTP).
 #[derive(Parser, Debug)]
-#[command(name = "sluice", version, about, long_about = None)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice: bulk data transfer over FTP with the GridFTP extensions",
+    long_about = None
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -12,7 +12,9 @@ use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use sluice_transfer::{receive_mode_e, send, Cancel, Engine, EngineConfig, Mode, Progress, SendSpec};
+use sluice_transfer::{
+    receive_mode_e, send, Cancel, Engine, EngineConfig, Mode, Progress, SendSpec,
+};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -47,7 +49,10 @@ async fn final_reply(c: &mut Ctrl) -> (u16, String) {
 
 async fn cmd(c: &mut Ctrl, line: &str) -> (u16, String) {
     println!("-> {line}");
-    c.get_mut().write_all(format!("{line}\r\n").as_bytes()).await.expect("send command");
+    c.get_mut()
+        .write_all(format!("{line}\r\n").as_bytes())
+        .await
+        .expect("send command");
     reply(c).await
 }
 
@@ -58,22 +63,41 @@ fn expect(r: (u16, String), code: u16) -> String {
 
 fn pasv_addr(text: &str) -> SocketAddr {
     let inner = &text[text.find('(').expect("(") + 1..text.find(')').expect(")")];
-    let n: Vec<u16> = inner.split(',').map(|s| s.trim().parse().expect("number")).collect();
-    format!("{}.{}.{}.{}:{}", n[0], n[1], n[2], n[3], n[4] * 256 + n[5]).parse().expect("addr")
+    let n: Vec<u16> = inner
+        .split(',')
+        .map(|s| s.trim().parse().expect("number"))
+        .collect();
+    format!("{}.{}.{}.{}:{}", n[0], n[1], n[2], n[3], n[4] * 256 + n[5])
+        .parse()
+        .expect("addr")
 }
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let server = args.get(1).cloned().unwrap_or_else(|| "127.0.0.1:50021".into());
+    let server = args
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1:50021".into());
     let dir = args.get(2).cloned().unwrap_or_else(|| "/tmp/gi".into());
     let streams: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(4);
-    let size: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(50_000_123);
-    let data: Vec<u8> = (0..size as u64).map(|i| (i.wrapping_mul(2654435761) >> 9) as u8).collect();
+    let size: usize = args
+        .get(4)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50_000_123);
+    let data: Vec<u8> = (0..size as u64)
+        .map(|i| (i.wrapping_mul(2654435761) >> 9) as u8)
+        .collect();
     let src = tempfile::tempfile().expect("temp");
     src.write_all_at(&data, 0).expect("write");
-    let data_path = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(EngineConfig::default().data_path);
-    let engine = Engine::new(EngineConfig { data_path, ..EngineConfig::default() });
+    let data_path = args
+        .get(5)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(EngineConfig::default().data_path);
+    let engine = Engine::new(EngineConfig {
+        data_path,
+        ..EngineConfig::default()
+    });
     println!("data path {data_path}, {streams} streams, {size} bytes");
 
     let mut c = BufReader::new(TcpStream::connect(&server).await.expect("connect"));
@@ -88,14 +112,25 @@ async fn main() {
     let remote = format!("{dir}/sluice-up.dat");
     // Globus answers 150 only once a data connection is up: connect first.
     println!("-> STOR {remote}");
-    c.get_mut().write_all(format!("STOR {remote}\r\n").as_bytes()).await.expect("send STOR");
+    c.get_mut()
+        .write_all(format!("STOR {remote}\r\n").as_bytes())
+        .await
+        .expect("send STOR");
     let mut conns = Vec::new();
     for _ in 0..streams {
         conns.push(TcpStream::connect(addr).await.expect("data connect"));
     }
-    let spec = SendSpec::from_offset(Arc::new(src), 0, Mode::Extended { block_size: 256 << 10 }).expect("spec");
+    let spec = SendSpec::from_offset(
+        Arc::new(src),
+        0,
+        Mode::Extended {
+            block_size: 256 << 10,
+        },
+    )
+    .expect("spec");
     let e2 = engine.clone();
-    let sender = tokio::spawn(async move { send(&e2, spec, conns, Progress::new(), Cancel::new()).await });
+    let sender =
+        tokio::spawn(async move { send(&e2, spec, conns, Progress::new(), Cancel::new()).await });
     expect(reply(&mut c).await, 150);
     expect(final_reply(&mut c).await, 226);
     let sent = sender.await.expect("join").expect("MODE E send");
@@ -107,8 +142,22 @@ async fn main() {
     // Download: Globus is the sender and connects to us.
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("listen");
     let port = listener.local_addr().expect("addr").port();
-    expect(cmd(&mut c, &format!("OPTS RETR Parallelism={streams},{streams},{streams};")).await, 200);
-    expect(cmd(&mut c, &format!("PORT 127,0,0,1,{},{}", port >> 8, port & 255)).await, 200);
+    expect(
+        cmd(
+            &mut c,
+            &format!("OPTS RETR Parallelism={streams},{streams},{streams};"),
+        )
+        .await,
+        200,
+    );
+    expect(
+        cmd(
+            &mut c,
+            &format!("PORT 127,0,0,1,{},{}", port >> 8, port & 255),
+        )
+        .await,
+        200,
+    );
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = tokio::spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
@@ -118,10 +167,16 @@ async fn main() {
         }
     });
     println!("-> RETR {remote}");
-    c.get_mut().write_all(format!("RETR {remote}\r\n").as_bytes()).await.expect("send RETR");
+    c.get_mut()
+        .write_all(format!("RETR {remote}\r\n").as_bytes())
+        .await
+        .expect("send RETR");
     let out = Arc::new(tempfile::tempfile().expect("temp"));
     let (e2, o2) = (engine.clone(), Arc::clone(&out));
-    let receiver = tokio::spawn(async move { receive_mode_e(&e2, o2, rx, Progress::new(), Cancel::new()).await });
+    let receiver =
+        tokio::spawn(
+            async move { receive_mode_e(&e2, o2, rx, Progress::new(), Cancel::new()).await },
+        );
     let r = reply(&mut c).await;
     assert!(r.0 == 150 || r.0 == 125, "RETR: {}", r.1);
     expect(final_reply(&mut c).await, 226);

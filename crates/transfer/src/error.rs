@@ -47,7 +47,9 @@ impl TransferError {
             | TransferError::Incomplete { .. }
             | TransferError::Limit(_) => 426,
             TransferError::DiskFull(_) => 552,
-            TransferError::Disk(_) | TransferError::ShortFile { .. } | TransferError::Setup(_) => 451,
+            TransferError::Disk(_) | TransferError::ShortFile { .. } | TransferError::Setup(_) => {
+                451
+            }
         }
     }
 }
@@ -64,7 +66,10 @@ impl From<EngineError> for TransferError {
             EngineError::Connection(io) => TransferError::Connection(io),
             EngineError::Disk(io) => TransferError::Disk(io),
             EngineError::ShortFile { at } => TransferError::ShortFile { at },
-            EngineError::Idle => TransferError::Connection(io::Error::new(io::ErrorKind::TimedOut, "data connection idle")),
+            EngineError::Idle => TransferError::Connection(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "data connection idle",
+            )),
             EngineError::PoolClosed => TransferError::Setup("disk thread pool closed"),
         }
     }
@@ -97,7 +102,9 @@ impl fmt::Display for TransferError {
 impl std::error::Error for TransferError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            TransferError::Connection(e) | TransferError::Disk(e) | TransferError::DiskFull(e) => Some(e),
+            TransferError::Connection(e) | TransferError::Disk(e) | TransferError::DiskFull(e) => {
+                Some(e)
+            }
             TransferError::Framing(e) => Some(e),
             _ => None,
         }
@@ -111,12 +118,27 @@ mod tests {
     #[test]
     fn engine_errors_map_to_ftp_replies() {
         let full = io::Error::from_raw_os_error(28);
-        assert_eq!(TransferError::from(EngineError::Disk(full)).reply_code(), 552);
+        assert_eq!(
+            TransferError::from(EngineError::Disk(full)).reply_code(),
+            552
+        );
         let eio = io::Error::from_raw_os_error(5);
-        assert_eq!(TransferError::from(EngineError::Disk(eio)).reply_code(), 451);
-        assert_eq!(TransferError::from(EngineError::Cancelled).reply_code(), 426);
+        assert_eq!(
+            TransferError::from(EngineError::Disk(eio)).reply_code(),
+            451
+        );
+        assert_eq!(
+            TransferError::from(EngineError::Cancelled).reply_code(),
+            426
+        );
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
-        assert_eq!(TransferError::from(EngineError::Connection(reset)).reply_code(), 426);
-        assert_eq!(TransferError::from(ModeEError::OffsetOverflow).reply_code(), 426);
+        assert_eq!(
+            TransferError::from(EngineError::Connection(reset)).reply_code(),
+            426
+        );
+        assert_eq!(
+            TransferError::from(ModeEError::OffsetOverflow).reply_code(),
+            426
+        );
     }
 }

@@ -20,6 +20,6 @@ mod spec;
 pub use error::TransferError;
 pub use progress::{Progress, RangeSet};
 pub use receive::{receive_mode_e, receive_stream, ReceiveSummary};
-pub use send::send;
+pub use send::{send, send_relative};
 pub use sluice_engine::{Cancel, Engine, EngineConfig};
 pub use spec::{ByteRange, Mode, SendSpec};

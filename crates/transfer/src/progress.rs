@@ -29,8 +29,13 @@ impl RangeSet {
         }
         let (mut s, mut e) = (start, end);
         // A range starting at or before `e` and ending at or after `s` touches us.
-        let touching: Vec<(u64, u64)> =
-            self.map.range(..=e).rev().take_while(|&(_, &re)| re >= s).map(|(&a, &b)| (a, b)).collect();
+        let touching: Vec<(u64, u64)> = self
+            .map
+            .range(..=e)
+            .rev()
+            .take_while(|&(_, &re)| re >= s)
+            .map(|(&a, &b)| (a, b))
+            .collect();
         for (a, b) in touching {
             self.map.remove(&a);
             s = s.min(a);
@@ -105,7 +110,9 @@ impl Progress {
     /// exceed [`MAX_RANGES`] (the caller fails the transfer).
     pub(crate) fn add_range(&self, offset: u64, len: u64) -> bool {
         self.add_bytes(len);
-        let Ok(mut r) = self.ranges.lock() else { return false };
+        let Ok(mut r) = self.ranges.lock() else {
+            return false;
+        };
         r.insert(offset, offset.saturating_add(len));
         r.len() <= MAX_RANGES
     }
@@ -143,7 +150,9 @@ mod tests {
         let mut bits = vec![false; 500];
         let mut x = 12345u64;
         for _ in 0..300 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let s = (x >> 33) % 490;
             let l = (x >> 20) % 10;
             r.insert(s, s + l);

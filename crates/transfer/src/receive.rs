@@ -86,7 +86,10 @@ pub async fn receive_mode_e(
             break;
         }
         if !channel_open && tasks.is_empty() {
-            result = Err(TransferError::Incomplete { eods, expected: expected.unwrap_or(0) });
+            result = Err(TransferError::Incomplete {
+                eods,
+                expected: expected.unwrap_or(0),
+            });
             break;
         }
         tokio::select! {
@@ -136,18 +139,28 @@ pub async fn receive_mode_e(
     inner.cancel();
     tasks.shutdown().await;
     result?;
-    Ok(ReceiveSummary { bytes, streams, ranges: progress.ranges() })
+    Ok(ReceiveSummary {
+        bytes,
+        streams,
+        ranges: progress.ranges(),
+    })
 }
 
 /// Reads one MODE E stream to its EOD (or CLOSE), writing every block.
-async fn read_stream(conn: TcpStream, mut w: FileWriter, overflow: &AtomicBool) -> Result<StreamEnd, TransferError> {
+async fn read_stream(
+    conn: TcpStream,
+    mut w: FileWriter,
+    overflow: &AtomicBool,
+) -> Result<StreamEnd, TransferError> {
     let mut eof_count = None;
     let mut bytes = 0u64;
     loop {
         let mut hdr = [0u8; HEADER_LEN];
         if w.read_exact(&conn, &mut hdr).await? == ReadStatus::Eof {
             // The connection closed without EOD: data may be missing.
-            return Err(TransferError::Connection(std::io::ErrorKind::UnexpectedEof.into()));
+            return Err(TransferError::Connection(
+                std::io::ErrorKind::UnexpectedEof.into(),
+            ));
         }
         let Some((h, _)) = BlockHeader::decode(&hdr)? else {
             return Err(TransferError::Setup("short MODE E header"));
@@ -199,7 +212,11 @@ mod tests {
     async fn run_receive(
         streams: Vec<Vec<u8>>,
         close_channel: bool,
-    ) -> (Result<ReceiveSummary, TransferError>, Arc<File>, Arc<Progress>) {
+    ) -> (
+        Result<ReceiveSummary, TransferError>,
+        Arc<File>,
+        Arc<Progress>,
+    ) {
         let e = engine(DataPath::Copy);
         let file = Arc::new(tempfile::tempfile().unwrap());
         let (ch_tx, ch_rx) = mpsc::channel(8);
@@ -224,15 +241,24 @@ mod tests {
             });
         }
         let progress = Progress::new();
-        let r = receive_mode_e(&e, Arc::clone(&file), ch_rx, Arc::clone(&progress), Cancel::new()).await;
+        let r = receive_mode_e(
+            &e,
+            Arc::clone(&file),
+            ch_rx,
+            Arc::clone(&progress),
+            Cancel::new(),
+        )
+        .await;
         (r, file, progress)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn mode_e_blocks_in_shuffled_order_rebuild_the_file() {
         let data = pattern(3_000_001);
-        let mut blocks: Vec<(u64, u64)> =
-            (0..data.len() as u64).step_by(50_000).map(|o| (o, 50_000.min(data.len() as u64 - o))).collect();
+        let mut blocks: Vec<(u64, u64)> = (0..data.len() as u64)
+            .step_by(50_000)
+            .map(|o| (o, 50_000.min(data.len() as u64 - o)))
+            .collect();
         // Deterministic shuffle.
         let mut x = 7u64;
         for i in (1..blocks.len()).rev() {
@@ -243,13 +269,20 @@ mod tests {
         let streams = vec![
             frame(&data, &blocks[..third], BlockHeader::end(None, true)),
             // EOF may come on any stream, before the others are done.
-            frame(&data, &blocks[third..2 * third], BlockHeader::end(Some(3), true)),
+            frame(
+                &data,
+                &blocks[third..2 * third],
+                BlockHeader::end(Some(3), true),
+            ),
             frame(&data, &blocks[2 * third..], BlockHeader::eod()),
         ];
         let (r, file, progress) = run_receive(streams, false).await;
         let s = r.unwrap();
         assert_eq!((s.bytes, s.streams), (data.len() as u64, 3));
-        assert_eq!(s.ranges.iter().collect::<Vec<_>>(), vec![(0, data.len() as u64)]);
+        assert_eq!(
+            s.ranges.iter().collect::<Vec<_>>(),
+            vec![(0, data.len() as u64)]
+        );
         assert_eq!(progress.bytes(), data.len() as u64);
         assert_eq!(read_all(&file), data);
     }
@@ -263,7 +296,16 @@ mod tests {
             frame(&data, &[(500, 500)], BlockHeader::eod()),
         ];
         let (r, _, _) = run_receive(streams, true).await;
-        assert!(matches!(r, Err(TransferError::Incomplete { eods: 2, expected: 3 })), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                Err(TransferError::Incomplete {
+                    eods: 2,
+                    expected: 3
+                })
+            ),
+            "{r:?}"
+        );
         // A connection that closes without EOD.
         let mut cut = frame(&data, &[(0, 1000)], BlockHeader::eod());
         cut.truncate(cut.len() - HEADER_LEN);
@@ -278,7 +320,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_empty_mode_e_upload_completes() {
-        let (r, file, _) = run_receive(vec![BlockHeader::end(Some(1), true).encode().to_vec()], false).await;
+        let (r, file, _) = run_receive(
+            vec![BlockHeader::end(Some(1), true).encode().to_vec()],
+            false,
+        )
+        .await;
         assert_eq!(r.unwrap().bytes, 0);
         assert_eq!(file.metadata().unwrap().len(), 0);
     }
@@ -292,11 +338,18 @@ mod tests {
         for c in rx {
             ch_tx.send(c).await.unwrap();
         }
-        let spec = SendSpec { file: temp_file(&data), ranges: vec![ByteRange::new(0, data.len() as u64)], mode: Mode::extended() };
+        let spec = SendSpec {
+            file: temp_file(&data),
+            ranges: vec![ByteRange::new(0, data.len() as u64)],
+            mode: Mode::extended(),
+        };
         let e2 = e.clone();
-        let sender = tokio::spawn(async move { send(&e2, spec, tx, Progress::new(), Cancel::new()).await });
+        let sender =
+            tokio::spawn(async move { send(&e2, spec, tx, Progress::new(), Cancel::new()).await });
         let out = Arc::new(tempfile::tempfile().unwrap());
-        let s = receive_mode_e(&e, Arc::clone(&out), ch_rx, Progress::new(), Cancel::new()).await.unwrap();
+        let s = receive_mode_e(&e, Arc::clone(&out), ch_rx, Progress::new(), Cancel::new())
+            .await
+            .unwrap();
         assert_eq!(sender.await.unwrap().unwrap(), data.len() as u64);
         assert_eq!(s.bytes, data.len() as u64);
         e.sync_data(&out).await.unwrap();
@@ -314,12 +367,24 @@ mod tests {
         let file = Arc::new(tempfile::tempfile().unwrap());
         file.write_all_at(b"kept", 0).unwrap();
         let p = Progress::new();
-        let n = receive_stream(&e, Arc::clone(&file), 4, rx.pop().unwrap(), Arc::clone(&p), Cancel::new()).await.unwrap();
+        let n = receive_stream(
+            &e,
+            Arc::clone(&file),
+            4,
+            rx.pop().unwrap(),
+            Arc::clone(&p),
+            Cancel::new(),
+        )
+        .await
+        .unwrap();
         assert_eq!(n, data.len() as u64);
         let back = read_all(&file);
         assert_eq!(&back[..4], b"kept");
         assert_eq!(&back[4..], &data[..]);
-        assert_eq!(p.ranges().iter().collect::<Vec<_>>(), vec![(4, 4 + data.len() as u64)]);
+        assert_eq!(
+            p.ranges().iter().collect::<Vec<_>>(),
+            vec![(4, 4 + data.len() as u64)]
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,7 +399,9 @@ mod tests {
         let cancel = Cancel::new();
         let (c2, e2) = (cancel.clone(), e.clone());
         let file = Arc::new(tempfile::tempfile().unwrap());
-        let h = tokio::spawn(async move { receive_mode_e(&e2, file, ch_rx, Progress::new(), c2).await });
+        let h = tokio::spawn(
+            async move { receive_mode_e(&e2, file, ch_rx, Progress::new(), c2).await },
+        );
         while metrics.num_alive_tasks() < 3 {
             tokio::task::yield_now().await;
         }

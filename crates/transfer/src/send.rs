@@ -29,7 +29,26 @@ pub async fn send(
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
+    send_relative(engine, spec, 0, conns, progress, cancel).await
+}
+
+/// Like [`send`], but MODE E block headers carry `file offset - base`
+/// (ERET P in MODE E numbers the partial region from 0, GFD.20). `base`
+/// must not exceed any range's offset; MODE S ignores it.
+pub async fn send_relative(
+    engine: &Engine,
+    spec: SendSpec,
+    base: u64,
+    conns: Vec<TcpStream>,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<u64, TransferError> {
     spec.validate()?;
+    if spec.ranges.iter().any(|r| r.len > 0 && r.offset < base) {
+        return Err(TransferError::Setup(
+            "MODE E header base beyond a range's offset",
+        ));
+    }
     for c in &conns {
         engine.prepare_socket(c);
     }
@@ -37,7 +56,9 @@ pub async fn send(
         Mode::Stream => {
             let mut it = conns.into_iter();
             let (Some(conn), None) = (it.next(), it.next()) else {
-                return Err(TransferError::Setup("MODE S needs exactly one data connection"));
+                return Err(TransferError::Setup(
+                    "MODE S needs exactly one data connection",
+                ));
             };
             send_stream(engine, &spec, conn, &progress, &cancel).await
         }
@@ -45,7 +66,7 @@ pub async fn send(
             if conns.is_empty() || conns.len() > MAX_STREAMS {
                 return Err(TransferError::Setup("MODE E needs 1..=64 data connections"));
             }
-            send_extended(engine, spec, block_size, conns, progress, cancel).await
+            send_extended(engine, spec, block_size, base, conns, progress, cancel).await
         }
     }
 }
@@ -63,7 +84,17 @@ async fn send_stream(
         while pos < r.end() {
             // Pieces keep progress current; each is still many chunks.
             let len = (r.end() - pos).min(STREAM_PIECE);
-            let n = engine.send_file(&conn, &spec.file, pos, len, &[], progress.counters(), cancel).await?;
+            let n = engine
+                .send_file(
+                    &conn,
+                    &spec.file,
+                    pos,
+                    len,
+                    &[],
+                    progress.counters(),
+                    cancel,
+                )
+                .await?;
             progress.add_bytes(n);
             total += n;
             pos += n;
@@ -78,20 +109,28 @@ async fn send_extended(
     engine: &Engine,
     spec: SendSpec,
     block_size: u64,
+    base: u64,
     conns: Vec<TcpStream>,
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
-    let queue = Arc::new(Mutex::new(BlockQueue::new(&spec.ranges, block_size)));
+    let queue = Arc::new(Mutex::new(BlockQueue::new(&spec.ranges, block_size, base)));
     let n_streams = conns.len() as u64;
     // Our own token, so one failing stream stops the others.
     let inner = Cancel::new();
     let mut tasks = JoinSet::new();
     for (i, conn) in conns.into_iter().enumerate() {
         let eof = if i == 0 { Some(n_streams) } else { None };
-        let (engine, file, queue, progress, inner) =
-            (engine.clone(), Arc::clone(&spec.file), Arc::clone(&queue), Arc::clone(&progress), inner.clone());
-        tasks.spawn(async move { stream_task(&engine, conn, &file, &queue, eof, &progress, &inner).await });
+        let (engine, file, queue, progress, inner) = (
+            engine.clone(),
+            Arc::clone(&spec.file),
+            Arc::clone(&queue),
+            Arc::clone(&progress),
+            inner.clone(),
+        );
+        tasks.spawn(async move {
+            stream_task(&engine, conn, &file, &queue, eof, &progress, &inner).await
+        });
     }
     let mut total = 0u64;
     let mut first_err: Option<TransferError> = None;
@@ -138,14 +177,26 @@ async fn stream_task(
             Ok(mut q) => q.next_block(),
             Err(_) => return Err(TransferError::Setup("block queue poisoned")),
         };
-        let Some(b) = block else { break };
-        let header = BlockHeader::data(b.offset, b.len).encode();
-        let n = engine.send_file(&conn, file, b.offset, b.len, &header, progress.counters(), cancel).await?;
+        let Some((b, wire_offset)) = block else { break };
+        let header = BlockHeader::data(wire_offset, b.len).encode();
+        let n = engine
+            .send_file(
+                &conn,
+                file,
+                b.offset,
+                b.len,
+                &header,
+                progress.counters(),
+                cancel,
+            )
+            .await?;
         progress.add_bytes(n);
         sent += n;
     }
     let end = BlockHeader::end(eof, true).encode();
-    engine.send_bytes(&conn, &end, progress.counters(), cancel).await?;
+    engine
+        .send_bytes(&conn, &end, progress.counters(), cancel)
+        .await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
     Ok(sent)
 }
@@ -161,7 +212,9 @@ pub(crate) mod tests {
     use tokio::net::TcpListener;
 
     pub(crate) fn pattern(len: usize) -> Vec<u8> {
-        (0..len as u64).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect()
+        (0..len as u64)
+            .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect()
     }
 
     pub(crate) fn temp_file(data: &[u8]) -> Arc<std::fs::File> {
@@ -181,7 +234,11 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn engine(path: DataPath) -> Engine {
-        Engine::new(EngineConfig { data_path: path, read_buffer_size: 128 << 10, ..EngineConfig::default() })
+        Engine::new(EngineConfig {
+            data_path: path,
+            read_buffer_size: 128 << 10,
+            ..EngineConfig::default()
+        })
     }
 
     /// What a test receiver saw on one MODE E stream.
@@ -217,7 +274,12 @@ pub(crate) mod tests {
         d
     }
 
-    async fn mode_e_roundtrip(path: DataPath, data: &[u8], ranges: Vec<ByteRange>, streams: usize) -> Vec<Decoded> {
+    async fn mode_e_roundtrip(
+        path: DataPath,
+        data: &[u8],
+        ranges: Vec<ByteRange>,
+        streams: usize,
+    ) -> Vec<Decoded> {
         let e = engine(path);
         let (tx, rx) = pairs(streams).await;
         let readers: Vec<_> = rx
@@ -230,9 +292,17 @@ pub(crate) mod tests {
                 })
             })
             .collect();
-        let spec = SendSpec { file: temp_file(data), ranges: ranges.clone(), mode: Mode::Extended { block_size: 64 << 10 } };
+        let spec = SendSpec {
+            file: temp_file(data),
+            ranges: ranges.clone(),
+            mode: Mode::Extended {
+                block_size: 64 << 10,
+            },
+        };
         let progress = Progress::new();
-        let n = send(&e, spec, tx, Arc::clone(&progress), Cancel::new()).await.unwrap();
+        let n = send(&e, spec, tx, Arc::clone(&progress), Cancel::new())
+            .await
+            .unwrap();
         let want: u64 = ranges.iter().map(|r| r.len).sum();
         assert_eq!((n, progress.bytes()), (want, want));
         let mut out = Vec::new();
@@ -246,7 +316,8 @@ pub(crate) mod tests {
     async fn mode_e_over_four_streams_reassembles_to_the_file() {
         let data = pattern((5 << 20) + 4321);
         for path in [DataPath::Copy, DataPath::Sendfile] {
-            let streams = mode_e_roundtrip(path, &data, vec![ByteRange::new(0, data.len() as u64)], 4).await;
+            let streams =
+                mode_e_roundtrip(path, &data, vec![ByteRange::new(0, data.len() as u64)], 4).await;
             let mut out = vec![0u8; data.len()];
             let mut covered = 0;
             let mut eofs = Vec::new();
@@ -267,21 +338,108 @@ pub(crate) mod tests {
         }
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_faster_stream_carries_more_blocks() {
+        let data = pattern(32 << 20);
+        let e = engine(DataPath::Copy);
+        let (tx, mut rx) = pairs(2).await;
+        let (mut slow, mut fast) = (rx.remove(1), rx.remove(0));
+        // The fast reader drains at once; the slow one reads nothing until the
+        // fast stream has ended, so it can only hold what fits in its socket buffers.
+        let fast_reader = tokio::spawn(async move {
+            let mut v = Vec::new();
+            fast.read_to_end(&mut v).await.unwrap();
+            decode(&v)
+        });
+        let spec = SendSpec {
+            file: temp_file(&data),
+            ranges: vec![ByteRange::new(0, data.len() as u64)],
+            mode: Mode::Extended {
+                block_size: 64 << 10,
+            },
+        };
+        let sender = tokio::spawn({
+            let e = e.clone();
+            async move { send(&e, spec, tx, Progress::new(), Cancel::new()).await }
+        });
+        let fast = fast_reader.await.unwrap();
+        let mut v = Vec::new();
+        slow.read_to_end(&mut v).await.unwrap();
+        let slow = decode(&v);
+        assert_eq!(sender.await.unwrap().unwrap(), data.len() as u64);
+        let bytes = |d: &Decoded| d.blocks.iter().map(|b| b.1.len()).sum::<usize>();
+        assert_eq!(bytes(&fast) + bytes(&slow), data.len());
+        assert!(
+            bytes(&fast) > data.len() / 2,
+            "fast stream carried {} of {}",
+            bytes(&fast),
+            data.len()
+        );
+    }
+
     #[tokio::test]
     async fn mode_e_partial_ranges_and_an_empty_file() {
         let data = pattern(300_000);
-        let ranges = vec![ByteRange::new(1000, 150_000), ByteRange::new(200_000, 100_000)];
+        let ranges = vec![
+            ByteRange::new(1000, 150_000),
+            ByteRange::new(200_000, 100_000),
+        ];
         let streams = mode_e_roundtrip(DataPath::Copy, &data, ranges.clone(), 2).await;
         let mut got: Vec<(u64, Vec<u8>)> = streams.into_iter().flat_map(|s| s.blocks).collect();
         got.sort();
         let joined: Vec<u8> = got.iter().flat_map(|(_, b)| b.clone()).collect();
-        let expect: Vec<u8> = ranges.iter().flat_map(|r| data[r.offset as usize..r.end() as usize].to_vec()).collect();
+        let expect: Vec<u8> = ranges
+            .iter()
+            .flat_map(|r| data[r.offset as usize..r.end() as usize].to_vec())
+            .collect();
         assert_eq!(joined, expect);
         assert_eq!(got.first().map(|b| b.0), Some(1000));
 
         let empty = mode_e_roundtrip(DataPath::Sendfile, b"", vec![ByteRange::new(0, 0)], 3).await;
-        assert!(empty.iter().all(|s| s.blocks.is_empty() && s.last_descriptor & 0x08 != 0));
-        assert_eq!(empty.iter().filter_map(|s| s.eof).collect::<Vec<_>>(), vec![3]);
+        assert!(empty
+            .iter()
+            .all(|s| s.blocks.is_empty() && s.last_descriptor & 0x08 != 0));
+        assert_eq!(
+            empty.iter().filter_map(|s| s.eof).collect::<Vec<_>>(),
+            vec![3]
+        );
+    }
+
+    #[tokio::test]
+    async fn relative_headers_number_the_region_from_zero() {
+        let data = pattern(400_000);
+        let e = engine(DataPath::Copy);
+        let (tx, mut rx) = pairs(1).await;
+        let mut r = rx.pop().unwrap();
+        let reader = tokio::spawn(async move {
+            let mut v = Vec::new();
+            r.read_to_end(&mut v).await.unwrap();
+            decode(&v)
+        });
+        let spec = SendSpec {
+            file: temp_file(&data),
+            ranges: vec![ByteRange::new(100_000, 150_000)],
+            mode: Mode::Extended {
+                block_size: 64 << 10,
+            },
+        };
+        send_relative(
+            &e,
+            spec.clone(),
+            100_000,
+            tx,
+            Progress::new(),
+            Cancel::new(),
+        )
+        .await
+        .unwrap();
+        let d = reader.await.unwrap();
+        assert_eq!(d.blocks.first().map(|b| b.0), Some(0));
+        let joined: Vec<u8> = d.blocks.iter().flat_map(|b| b.1.clone()).collect();
+        assert_eq!(joined, &data[100_000..250_000]);
+        let (tx, _rx) = pairs(1).await;
+        let r = send_relative(&e, spec, 100_001, tx, Progress::new(), Cancel::new()).await;
+        assert!(matches!(r, Err(TransferError::Setup(_))));
     }
 
     #[tokio::test]
@@ -295,10 +453,20 @@ pub(crate) mod tests {
                 r.read_to_end(&mut v).await.unwrap();
                 v
             });
-            let spec = SendSpec { file: temp_file(&data), ranges: vec![ByteRange::new(1000, len)], mode: Mode::Stream };
-            let n = send(&engine(DataPath::Sendfile), spec, vec![tx.pop().unwrap()], Progress::new(), Cancel::new())
-                .await
-                .unwrap();
+            let spec = SendSpec {
+                file: temp_file(&data),
+                ranges: vec![ByteRange::new(1000, len)],
+                mode: Mode::Stream,
+            };
+            let n = send(
+                &engine(DataPath::Sendfile),
+                spec,
+                vec![tx.pop().unwrap()],
+                Progress::new(),
+                Cancel::new(),
+            )
+            .await
+            .unwrap();
             assert_eq!(n, len);
             assert_eq!(reader.await.unwrap(), &data[1000..1000 + len as usize]);
         }
@@ -308,12 +476,23 @@ pub(crate) mod tests {
     async fn bad_setups_are_local_errors() {
         let e = engine(DataPath::Copy);
         let f = temp_file(b"x");
-        let spec = SendSpec { file: Arc::clone(&f), ranges: vec![], mode: Mode::Stream };
+        let spec = SendSpec {
+            file: Arc::clone(&f),
+            ranges: vec![],
+            mode: Mode::Stream,
+        };
         let r = send(&e, spec, vec![], Progress::new(), Cancel::new()).await;
         assert_eq!(r.unwrap_err().reply_code(), 451);
-        let spec = SendSpec { file: f, ranges: vec![], mode: Mode::Extended { block_size: 1 } };
+        let spec = SendSpec {
+            file: f,
+            ranges: vec![],
+            mode: Mode::Extended { block_size: 1 },
+        };
         let (tx, _rx) = pairs(1).await;
-        assert!(matches!(send(&e, spec, tx, Progress::new(), Cancel::new()).await, Err(TransferError::Setup(_))));
+        assert!(matches!(
+            send(&e, spec, tx, Progress::new(), Cancel::new()).await,
+            Err(TransferError::Setup(_))
+        ));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,7 +502,8 @@ pub(crate) mod tests {
             let e = engine(path);
             // Nobody reads: the streams fill their socket buffers and wait.
             let (tx, _rx) = pairs(4).await;
-            let spec = SendSpec::from_offset(temp_file(&pattern(64 << 20)), 0, Mode::extended()).unwrap();
+            let spec =
+                SendSpec::from_offset(temp_file(&pattern(64 << 20)), 0, Mode::extended()).unwrap();
             let progress = Progress::new();
             let cancel = Cancel::new();
             let (p2, c2, e2) = (Arc::clone(&progress), cancel.clone(), e.clone());
@@ -331,7 +511,10 @@ pub(crate) mod tests {
             while progress.counters().snapshot().wakeups < 4 {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
-            assert!(metrics.num_alive_tasks() >= 5, "sender and its stream tasks run");
+            assert!(
+                metrics.num_alive_tasks() >= 5,
+                "sender and its stream tasks run"
+            );
             cancel.cancel();
             let r = h.await.unwrap();
             assert_eq!(r.unwrap_err().reply_code(), 426);
@@ -343,7 +526,11 @@ pub(crate) mod tests {
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
-            assert_eq!(metrics.num_alive_tasks(), 0, "{path}: a task outlived the cancel");
+            assert_eq!(
+                metrics.num_alive_tasks(),
+                0,
+                "{path}: a task outlived the cancel"
+            );
         }
     }
 
@@ -353,7 +540,8 @@ pub(crate) mod tests {
         let (tx, mut rx) = pairs(3).await;
         // One receiver goes away with data unread: the kernel answers with RST.
         let gone = rx.remove(0);
-        let spec = SendSpec::from_offset(temp_file(&pattern(32 << 20)), 0, Mode::extended()).unwrap();
+        let spec =
+            SendSpec::from_offset(temp_file(&pattern(32 << 20)), 0, Mode::extended()).unwrap();
         let h = tokio::spawn({
             let e = e.clone();
             async move { send(&e, spec, tx, Progress::new(), Cancel::new()).await }

@@ -48,7 +48,9 @@ pub enum Mode {
 impl Mode {
     /// MODE E with the default block size.
     pub fn extended() -> Self {
-        Mode::Extended { block_size: DEFAULT_BLOCK_SIZE }
+        Mode::Extended {
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
     }
 }
 
@@ -68,7 +70,11 @@ impl SendSpec {
     pub fn from_offset(file: Arc<File>, offset: u64, mode: Mode) -> std::io::Result<SendSpec> {
         let size = file.metadata()?.len();
         let len = size.saturating_sub(offset);
-        Ok(SendSpec { file, ranges: vec![ByteRange::new(offset.min(size), len)], mode })
+        Ok(SendSpec {
+            file,
+            ranges: vec![ByteRange::new(offset.min(size), len)],
+            mode,
+        })
     }
 
     /// Total payload bytes of all ranges.
@@ -83,8 +89,14 @@ impl SendSpec {
                 return Err(TransferError::Setup("MODE E block size out of range"));
             }
         }
-        if self.ranges.iter().any(|r| r.offset.checked_add(r.len).is_none_or(|e| e > i64::MAX as u64)) {
-            return Err(TransferError::Setup("byte range beyond the largest file offset"));
+        if self.ranges.iter().any(|r| {
+            r.offset
+                .checked_add(r.len)
+                .is_none_or(|e| e > i64::MAX as u64)
+        }) {
+            return Err(TransferError::Setup(
+                "byte range beyond the largest file offset",
+            ));
         }
         Ok(())
     }
@@ -97,17 +109,26 @@ pub(crate) struct BlockQueue {
     idx: usize,
     pos: u64,
     block: u64,
+    base: u64,
 }
 
 impl BlockQueue {
-    pub(crate) fn new(ranges: &[ByteRange], block: u64) -> Self {
+    /// Blocks of at most `block` bytes; header offsets are `offset - base`.
+    pub(crate) fn new(ranges: &[ByteRange], block: u64, base: u64) -> Self {
         let ranges: Vec<ByteRange> = ranges.iter().copied().filter(|r| r.len > 0).collect();
         let pos = ranges.first().map_or(0, |r| r.offset);
-        BlockQueue { ranges, idx: 0, pos, block: block.max(1) }
+        BlockQueue {
+            ranges,
+            idx: 0,
+            pos,
+            block: block.max(1),
+            base,
+        }
     }
 
-    /// The next `(offset, len)` block, or `None` when all are handed out.
-    pub(crate) fn next_block(&mut self) -> Option<ByteRange> {
+    /// The next block and the offset its header carries, or `None` when
+    /// all are handed out.
+    pub(crate) fn next_block(&mut self) -> Option<(ByteRange, u64)> {
         loop {
             let r = *self.ranges.get(self.idx)?;
             if self.pos >= r.end() {
@@ -118,7 +139,7 @@ impl BlockQueue {
             let len = (r.end() - self.pos).min(self.block);
             let b = ByteRange::new(self.pos, len);
             self.pos += len;
-            return Some(b);
+            return Some((b, b.offset.saturating_sub(self.base)));
         }
     }
 }
@@ -129,11 +150,24 @@ mod tests {
 
     #[test]
     fn blocks_cover_every_range_exactly() {
-        let mut q = BlockQueue::new(&[ByteRange::new(10, 25), ByteRange::new(0, 0), ByteRange::new(100, 10)], 10);
-        let got: Vec<_> = std::iter::from_fn(|| q.next_block()).map(|b| (b.offset, b.len)).collect();
-        assert_eq!(got, vec![(10, 10), (20, 10), (30, 5), (100, 10)]);
+        let mut q = BlockQueue::new(
+            &[
+                ByteRange::new(10, 25),
+                ByteRange::new(0, 0),
+                ByteRange::new(100, 10),
+            ],
+            10,
+            10,
+        );
+        let got: Vec<_> = std::iter::from_fn(|| q.next_block())
+            .map(|(b, wire)| (b.offset, b.len, wire))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(10, 10, 0), (20, 10, 10), (30, 5, 20), (100, 10, 90)]
+        );
         assert!(q.next_block().is_none());
-        let mut empty = BlockQueue::new(&[], 10);
+        let mut empty = BlockQueue::new(&[], 10, 0);
         assert!(empty.next_block().is_none());
     }
 }

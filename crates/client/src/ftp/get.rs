@@ -110,7 +110,19 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // Only a resumed download that already has every byte skips RETR; a
     // 0-byte file still goes through the protocol (and proves readable).
     if !(already > 0 && remaining == Some(0)) {
-        report = transfer(&mut ctl, u, a, extended, size, already, sink, &dest, &stats)?;
+        let r = transfer(&mut ctl, u, a, extended, size, already, sink, &dest, &stats);
+        match (r, &dest) {
+            (Ok(r), _) => report = r,
+            (Err(e), Dest::File { part, resume, .. }) => {
+                // Nothing to resume from: leave no empty `.part` behind.
+                if already == 0 && stats.bytes_written.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                    let _ = std::fs::remove_file(part);
+                    let _ = std::fs::remove_file(resume);
+                }
+                return Err(e);
+            }
+            (Err(e), Dest::Stdout) => return Err(e),
+        }
     }
     let elapsed = t0.elapsed();
 
@@ -186,7 +198,7 @@ fn transfer(
         let listener = data::active(ctl)?;
         // ERET P numbers its blocks from the start of the range.
         let base = if already > 0 && size.is_some() { already } else { 0 };
-        (Source::Listen { listener, max: n as usize }, Framing::Extended { base })
+        (Source::Listen { listener, max: n as usize, from: ctl.peer.ip() }, Framing::Extended { base })
     } else {
         let to = data::passive(ctl)?;
         (Source::Connected(data::connect(to, timeout)?), Framing::Stream { base: already })
