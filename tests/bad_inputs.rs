@@ -3,6 +3,7 @@
 //! serves a brand-new session correctly (`assert_serves_fresh_session`).
 
 use crate::harness::servers::under_test;
+use crate::harness::corpus;
 use crate::harness::*;
 use std::fs;
 use std::io::ErrorKind;
@@ -336,4 +337,115 @@ fn retr_before_pasv_or_port_gets_425_or_503() {
     assert_code(&c, "RETR with no data connection set up", r.code, &[425, 503]);
     c.quit();
     assert_serves_fresh_session(&server);
+}
+
+/// ABOR in the middle of a download: the transfer stops, the replies end
+/// with 226 (or 225), and the same session carries on.
+#[test]
+fn abor_during_retr_then_session_continues() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let mut data = c.open_passive();
+    let first = c.cmd(&format!("RETR {}", server.remote_path("f67108864.bin")));
+    assert!(first.is_preliminary(), "RETR of the 64 MiB file did not start\n{}", c.transcript());
+    let mut buf = vec![0u8; 256 * 1024];
+    std::io::Read::read_exact(&mut data, &mut buf).expect("read the first 256 KiB");
+    c.send_raw(b"ABOR\r\n").expect("send ABOR");
+    drop(data);
+    let mut codes = Vec::new();
+    while codes.len() < 4 {
+        let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to ABOR: {e}\n{}", c.transcript()));
+        codes.push(r.code);
+        if r.code == 225 || r.code == 226 {
+            break;
+        }
+    }
+    assert!(
+        matches!(codes.last(), Some(225 | 226)) && codes.iter().all(|c| [225, 226, 426, 451].contains(c)),
+        "replies to ABOR mid-transfer: {codes:?} (want optional 426/451, then 225/226)\n{}",
+        c.transcript()
+    );
+    let r = c.cmd("NOOP");
+    assert_code(&c, "NOOP after ABOR", r.code, &[200]);
+    // And a new transfer on the same session works.
+    let f = corpus().file(4095);
+    let t = c.retr(&server.remote_path(&f.name));
+    assert!(t.last().code == 226 && corpus::sha256_bytes(&t.data) == f.sha256, "RETR after ABOR failed\n{}", c.transcript());
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// Clients that vanish mid-download (control and data closed at once)
+/// must not disturb the server.
+#[test]
+fn clients_vanishing_mid_transfer_do_not_hurt_the_server() {
+    let server = under_test(false);
+    for _ in 0..3 {
+        let mut c = logged_in(&server);
+        let mut data = c.open_passive();
+        let first = c.cmd(&format!("RETR {}", server.remote_path("f67108864.bin")));
+        assert!(first.is_preliminary(), "RETR did not start\n{}", c.transcript());
+        let mut buf = vec![0u8; 64 * 1024];
+        std::io::Read::read_exact(&mut data, &mut buf).expect("read the first 64 KiB");
+        drop(data);
+        drop(c);
+    }
+    assert_serves_fresh_session(&server);
+}
+
+/// A MODE E upload whose block header claims 1 TiB: refused (the header is
+/// past any sane bound, or the stream ends early), never a file under the
+/// target name.
+#[test]
+fn mode_e_upload_with_absurd_block_length_is_refused() {
+    use crate::harness::control::mode_e;
+    let server = under_test(true);
+    let mut c = logged_in(&server);
+    let r = c.cmd("MODE E");
+    assert_code(&c, "MODE E", r.code, &[200]);
+    let mut payload = mode_e::header(0, 1 << 40, 0).to_vec();
+    payload.extend_from_slice(&[0x55; 1000]);
+    let replies = c.upload("STOR", &server.remote_path("bogus.bin"), &payload);
+    let last = replies.last().expect("a reply");
+    assert!(last.is_error(), "STOR with a 1 TiB MODE E block ended with {}\n{}", last.code, c.transcript());
+    assert!(!server.local("bogus.bin").exists(), "a failed upload was left under its final name\n{}", c.transcript());
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// A MODE E upload cut off in the middle of a block (no EOD, no EOF) is an
+/// error, and is never presented as a complete file.
+#[test]
+fn mode_e_upload_cut_short_is_not_presented_as_complete() {
+    use crate::harness::control::mode_e;
+    let server = under_test(true);
+    let mut c = logged_in(&server);
+    let r = c.cmd("MODE E");
+    assert_code(&c, "MODE E", r.code, &[200]);
+    let mut payload = mode_e::header(0, 4096, 0).to_vec();
+    payload.extend_from_slice(&[0x55; 1000]);
+    let replies = c.upload("STOR", &server.remote_path("cut.bin"), &payload);
+    let last = replies.last().expect("a reply");
+    assert!(last.is_error(), "STOR of a truncated MODE E block ended with {}\n{}", last.code, c.transcript());
+    assert!(!server.local("cut.bin").exists(), "a truncated upload was left under its final name\n{}", c.transcript());
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// The raw MODE E encoder above is right: the same session layout with a
+/// complete block and EOF/EOD uploads the file intact (checked against
+/// globus-gridftp-server in peers.rs too).
+#[test]
+fn mode_e_raw_upload_control() {
+    use crate::harness::control::mode_e;
+    let server = under_test(true);
+    let f = corpus().file(4095);
+    let data = fs::read(&f.path).expect("read");
+    let mut c = logged_in(&server);
+    let r = c.cmd("MODE E");
+    assert_code(&c, "MODE E", r.code, &[200]);
+    let replies = c.upload("STOR", &server.remote_path("raw.bin"), &mode_e::single_stream(&data));
+    assert_code(&c, "STOR of one MODE E block + EOF/EOD", replies.last().expect("reply").code, &[226, 250]);
+    compare_file(&server.local("raw.bin"), f).unwrap_or_else(|e| panic!("{e}\n{}", c.transcript()));
+    c.quit();
 }

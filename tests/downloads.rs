@@ -226,3 +226,73 @@ fn globus_url_copy_p1() {
 fn globus_url_copy_p4_mode_e() {
     globus_url_copy(&["-p", "4"]);
 }
+
+/// Several clients fetch the same 64 MiB file at the same time (the case
+/// the engine's shared reads are built for): every copy must be exact.
+#[test]
+fn concurrent_clients_of_the_same_big_file() {
+    if !require_tool("curl") || !require_tool("globus-url-copy") {
+        return;
+    }
+    let server = under_test(false);
+    let f = corpus().file(BIG);
+    let dir = tempfile::Builder::new().prefix("sluice-conc-").tempdir().expect("dest dir");
+    let mut jobs: Vec<(std::path::PathBuf, Command)> = Vec::new();
+    for i in 0..4 {
+        let dest = dir.path().join(format!("curl-{i}.bin"));
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--fail", "-o"]).arg(&dest).arg(server.url(&f.name));
+        jobs.push((dest, cmd));
+    }
+    for i in 0..2 {
+        let dest = dir.path().join(format!("guc-{i}.bin"));
+        let mut cmd = Command::new("globus-url-copy");
+        // -p 4 where the server has MODE E; vsftpd (harness check) has not.
+        if server.kind != Kind::Vsftpd {
+            cmd.args(["-p", "4"]);
+        }
+        cmd.arg(server.url(&f.name)).arg(format!("file://{}", dest.display()));
+        jobs.push((dest, cmd));
+    }
+    let results: Vec<(std::path::PathBuf, Output)> = std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .map(|(dest, mut cmd)| s.spawn(move || (dest, run(&mut cmd))))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+    });
+    server.assert_running();
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(dest, out)| {
+            if !out.success() {
+                Some(format!("client failed\n{}", out.describe()))
+            } else {
+                compare_file(dest, f).err().map(|e| format!("{e}\n{}", out.describe()))
+            }
+        })
+        .collect();
+    assert!(failures.is_empty(), "{} of {} concurrent downloads failed:\n{}", failures.len(), results.len(), failures.join("\n\n"));
+}
+
+/// IPv6 loopback: the data connection can only be set up with EPSV/EPRT.
+#[test]
+fn curl_over_ipv6_loopback_epsv_and_eprt() {
+    if !require_tool("curl") {
+        return;
+    }
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIP: no IPv6 loopback on this machine");
+        return;
+    }
+    let server = crate::harness::servers::sluice(crate::harness::servers::ServeOptions {
+        listen: Some("[::1]:0".parse().expect("addr")),
+        ..Default::default()
+    });
+    for extra in [&["--ftp-pasv"][..], &["--ftp-port", "-"][..]] {
+        download_all_sizes(&server, &format!("curl {} over ::1", extra.join(" ")), |f, dest| {
+            run(Command::new("curl").args(["-sS", "--fail", "-g"]).args(extra).arg("-o").arg(dest).arg(server.url(&f.name)))
+        });
+    }
+    assert_serves_fresh_session(&server);
+}

@@ -20,11 +20,13 @@ mod peers;
 
 /// Downloads from `sluice serve`, every file size, sha256 compared: curl
 /// (passive, active), wget, lftp (get, pget, mirror), Python ftplib, aria2c,
-/// globus-url-copy (stream, -p 1, -p 4 / MODE E).
+/// globus-url-copy (stream, -p 1, -p 4 / MODE E); six clients of one big
+/// file at once; curl over IPv6 loopback (EPSV/EPRT).
 mod downloads;
 
 /// Uploads to `sluice serve --writable` (curl, ftplib, globus-url-copy),
-/// download and upload resume with `curl -C -`, and a read-only server
+/// download and upload resume with `curl -C -`, concurrent uploads (never
+/// a mixed file), a download during an overwrite, and a read-only server
 /// refusing writes.
 mod uploads;
 
@@ -33,6 +35,8 @@ mod uploads;
 /// with `--verify` and `--continue`.
 mod client;
 
-/// Hostile and malformed input on the control channel, raw TCP: each test
-/// checks the reply code and that the server still serves a fresh session.
+/// Hostile and malformed input on raw TCP (overlong lines, bounce, bad
+/// PORT/EPRT/REST, traversal, symlinks, bad MODE E uploads, ABOR, vanishing
+/// clients): each test checks the replies and that the server still serves
+/// a fresh session.
 mod bad_inputs;

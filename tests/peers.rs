@@ -60,3 +60,22 @@ fn gridftp_accepts_uploads_from_globus_url_copy() {
             .arg(server.url(rel)))
     });
 }
+
+/// The raw MODE E encoder the bad-input tests use, checked against the
+/// reference server: one block plus EOF/EOD uploads a file intact.
+#[test]
+fn gridftp_accepts_a_raw_mode_e_upload() {
+    if !require_tool("globus-gridftp-server") {
+        return;
+    }
+    let server = gridftp(true);
+    let f = corpus().file(4095);
+    let data = std::fs::read(&f.path).expect("read");
+    let mut c = server.connect();
+    c.login_anonymous();
+    let r = c.cmd("MODE E");
+    assert_eq!(r.code, 200, "{}", c.transcript());
+    let replies = c.upload("STOR", &server.remote_path("raw-mode-e.bin"), &crate::harness::control::mode_e::single_stream(&data));
+    assert_eq!(replies.last().map(|r| r.code), Some(226), "{}", c.transcript());
+    compare_file(&server.local("raw-mode-e.bin"), f).unwrap_or_else(|e| panic!("{e}\n{}", c.transcript()));
+}

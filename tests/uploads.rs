@@ -201,3 +201,97 @@ fn read_only_server_refuses_other_writes() {
     c.quit();
     assert_serves_fresh_session(&server);
 }
+
+/// Four uploads at once, to different names.
+#[test]
+fn concurrent_uploads_of_distinct_files() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = under_test(true);
+    let results: Vec<(&TestFile, String, Output)> = std::thread::scope(|s| {
+        let handles: Vec<_> = [BIG, (1 << 20) + 7, 4095, 1]
+            .into_iter()
+            .map(|size| {
+                let f = corpus().file(size);
+                let rel = format!("conc-{}", f.name);
+                let url = server.url(&rel);
+                s.spawn(move || {
+                    let out = run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(url));
+                    (f, rel, out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+    });
+    server.assert_running();
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(f, rel, out)| {
+            if !out.success() {
+                Some(format!("client failed\n{}", out.describe()))
+            } else {
+                compare_file(&server.local(rel), f).err().map(|e| format!("{e}\n{}", out.describe()))
+            }
+        })
+        .collect();
+    assert!(failures.is_empty(), "concurrent uploads:\n{}", failures.join("\n\n"));
+}
+
+/// Two uploads to the same name at once: whatever the interleaving, the
+/// file ends up as one of the two complete uploads, never a mix (uploads
+/// go to a temporary name and are renamed into place).
+#[test]
+fn concurrent_uploads_to_one_name_never_mix() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = under_test(true);
+    let (a, b) = (corpus().file(BIG), corpus().file((1 << 20) + 7));
+    let url = server.url("contended.bin");
+    let outs: Vec<Output> = std::thread::scope(|s| {
+        let handles: Vec<_> = [a, b]
+            .into_iter()
+            .map(|f| {
+                let url = url.clone();
+                s.spawn(move || run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(url)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+    });
+    server.assert_running();
+    let landed = server.local("contended.bin");
+    let got = sha256_file(&landed);
+    assert!(
+        (got == a.sha256 && outs[0].success()) || (got == b.sha256 && outs[1].success()),
+        "contended.bin ({} bytes) is neither complete upload\nfirst:\n{}\nsecond:\n{}",
+        std::fs::metadata(&landed).map(|m| m.len()).unwrap_or(0),
+        outs[0].describe(),
+        outs[1].describe()
+    );
+}
+
+/// A download running while the same file is replaced by an upload gets
+/// either the old or the new content, complete.
+#[test]
+fn download_during_overwrite_gets_old_or_new() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = under_test(true);
+    let (old, new) = (corpus().file(BIG), corpus().file((1 << 20) + 7));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join("read.bin");
+    let (get, put) = std::thread::scope(|s| {
+        let get = s.spawn(|| run(Command::new("curl").args(["-sS", "--fail", "-o"]).arg(&dest).arg(server.url(&old.name))));
+        let put = s.spawn(|| run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&new.path).arg(server.url(&old.name))));
+        (get.join().expect("get thread"), put.join().expect("put thread"))
+    });
+    server.assert_running();
+    put.assert_success();
+    compare_file(&server.local(&old.name), new).unwrap_or_else(|e| panic!("after the overwrite: {e}\n{}", put.describe()));
+    if get.success() {
+        let got = sha256_file(&dest);
+        assert!(got == old.sha256 || got == new.sha256, "the download got a mix of old and new content\n{}", get.describe());
+    }
+}

@@ -56,7 +56,11 @@ pub struct Control {
 impl Control {
     /// Connects to 127.0.0.1:port and reads the greeting, which must be 220.
     pub fn try_connect(port: u16) -> io::Result<Control> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        Control::try_connect_to(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+    }
+
+    /// Connects to `addr` and reads the greeting, which must be 220.
+    pub fn try_connect_to(addr: SocketAddr) -> io::Result<Control> {
         let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
         stream.set_read_timeout(Some(IO_TIMEOUT))?;
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
@@ -78,6 +82,11 @@ impl Control {
     #[track_caller]
     pub fn connect(port: u16) -> Control {
         Control::try_connect(port).unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"))
+    }
+
+    #[track_caller]
+    pub fn connect_to(addr: SocketAddr) -> Control {
+        Control::try_connect_to(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
     }
 
     /// The conversation so far, for failure messages.
@@ -170,12 +179,27 @@ impl Control {
         parse_227(&r.lines[0]).ok_or(r)
     }
 
-    /// Opens a passive data connection (PASV + connect); panics on failure.
+    /// EPSV; the data address (the control peer's, with the given port),
+    /// or the refusing reply.
+    pub fn epsv(&mut self) -> Result<SocketAddr, Reply> {
+        let r = self.cmd("EPSV");
+        if r.code != 229 {
+            return Err(r);
+        }
+        let port = parse_229(&r.lines[0]).ok_or_else(|| r.clone())?;
+        let mut addr = self.stream.peer_addr().map_err(|_| r.clone())?;
+        addr.set_port(port);
+        Ok(addr)
+    }
+
+    /// Opens a passive data connection (PASV, or EPSV over IPv6, then
+    /// connect); panics on failure.
     #[track_caller]
     pub fn open_passive(&mut self) -> TcpStream {
-        let addr = match self.pasv() {
+        let v6 = self.stream.peer_addr().is_ok_and(|a| a.is_ipv6());
+        let addr = match if v6 { self.epsv() } else { self.pasv() } {
             Ok(a) => a,
-            Err(r) => panic!("PASV refused: {}\n{}", r.text(), self.transcript()),
+            Err(r) => panic!("passive mode refused: {}\n{}", r.text(), self.transcript()),
         };
         let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
             .unwrap_or_else(|e| panic!("connect to PASV address {addr}: {e}\n{}", self.transcript()));
@@ -203,10 +227,7 @@ impl Control {
                 self.transcript.push(format!("(data read error after {} bytes: {e})", bytes.len()));
             }
             drop(data);
-            match self.read_reply() {
-                Ok(r) => replies.push(r),
-                Err(e) => panic!("no reply after `{command}` data: {e}\n{}", self.transcript()),
-            }
+            self.read_final(&mut replies, command);
         }
         Transfer { replies, data: bytes }
     }
@@ -222,12 +243,27 @@ impl Control {
             let _ = data.write_all(payload);
             let _ = data.shutdown(Shutdown::Write);
             drop(data);
-            match self.read_reply() {
-                Ok(r) => replies.push(r),
-                Err(e) => panic!("no reply after `{verb}` data: {e}\n{}", self.transcript()),
-            }
+            self.read_final(&mut replies, verb);
         }
         replies
+    }
+
+    /// Reads replies until one that is not preliminary (GridFTP servers
+    /// send 111/112 markers between the 150 and the end), appending each.
+    #[track_caller]
+    pub fn read_final(&mut self, replies: &mut Vec<Reply>, what: &str) {
+        loop {
+            match self.read_reply() {
+                Ok(r) => {
+                    let done = !r.is_preliminary();
+                    replies.push(r);
+                    if done {
+                        return;
+                    }
+                }
+                Err(e) => panic!("no final reply after `{what}`: {e}\n{}", self.transcript()),
+            }
+        }
     }
 
     /// Whether the server has closed the control connection: reads until
@@ -284,6 +320,17 @@ pub fn parse_227(line: &str) -> Option<SocketAddr> {
     Some(SocketAddr::V4(SocketAddrV4::new(ip, port)))
 }
 
+/// The port in `229 Entering Extended Passive Mode (|||port|)`.
+pub fn parse_229(line: &str) -> Option<u16> {
+    let inner = &line[line.find('(')? + 1..line.rfind(')')?];
+    let d = inner.chars().next()?;
+    let fields: Vec<&str> = inner.split(d).collect();
+    if fields.len() != 5 {
+        return None;
+    }
+    fields[3].parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,11 +345,44 @@ mod tests {
     }
 
     #[test]
+    fn parses_229() {
+        assert_eq!(parse_229("229 Entering Extended Passive Mode (|||50000|)"), Some(50000));
+        assert_eq!(parse_229("229 ok (!!!21!)"), Some(21));
+        assert_eq!(parse_229("229 (|||x|)"), None);
+        assert_eq!(parse_229("229 no parens"), None);
+    }
+
+    #[test]
     fn parses_codes() {
         assert_eq!(parse_code("220 hi"), Some(220));
         assert_eq!(parse_code("211-Features"), Some(211));
         assert_eq!(parse_code("230"), Some(230));
         assert_eq!(parse_code("2300 x"), None);
         assert_eq!(parse_code("ab"), None);
+    }
+}
+
+/// MODE E block descriptor bits (GFD.20 / RFC 959 block mode).
+pub mod mode_e {
+    /// End of data: no more blocks on this stream.
+    pub const EOD: u8 = 0x08;
+    /// End of file: the offset field holds how many EODs to expect.
+    pub const EOF: u8 = 0x40;
+
+    /// A 17-byte MODE E header: descriptor, byte count, offset (big-endian).
+    pub fn header(descriptor: u8, count: u64, offset: u64) -> [u8; 17] {
+        let mut h = [0u8; 17];
+        h[0] = descriptor;
+        h[1..9].copy_from_slice(&count.to_be_bytes());
+        h[9..17].copy_from_slice(&offset.to_be_bytes());
+        h
+    }
+
+    /// One stream carrying `data` at offset 0 as one block, then EOF+EOD.
+    pub fn single_stream(data: &[u8]) -> Vec<u8> {
+        let mut out = header(0, data.len() as u64, 0).to_vec();
+        out.extend_from_slice(data);
+        out.extend_from_slice(&header(EOF | EOD, 0, 1));
+        out
     }
 }

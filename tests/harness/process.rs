@@ -17,9 +17,11 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Most bytes of a child's output quoted in a failure message.
 const QUOTE_MAX: usize = 6000;
 
-/// The `sluice` binary built by cargo for this test run.
-pub fn sluice_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sluice")
+/// The `sluice` binary under test: the one cargo built for this test run,
+/// or `$SLUICE_BIN` if set (to run the suite against a release build or
+/// an installed binary).
+pub fn sluice_bin() -> String {
+    std::env::var("SLUICE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").to_string())
 }
 
 /// True when env SLUICE_REQUIRE_PEERS=1: a missing peer tool is then a

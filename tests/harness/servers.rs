@@ -6,8 +6,8 @@ use super::control::Control;
 use super::corpus::populate;
 use super::process::{find_tool, tail, ProcessGuard};
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,6 +30,8 @@ pub enum Kind {
 /// A running FTP server with its own root directory.
 pub struct FtpServer {
     pub kind: Kind,
+    /// The address the control listener is on (loopback, v4 or v6).
+    pub host: IpAddr,
     pub port: u16,
     /// The directory served (real path).
     pub root: PathBuf,
@@ -47,7 +49,12 @@ pub struct FtpServer {
 impl FtpServer {
     /// `ftp://127.0.0.1:PORT/...` for a path relative to the root.
     pub fn url(&self, rel: &str) -> String {
-        format!("ftp://127.0.0.1:{}{}/{}", self.port, self.prefix, rel)
+        format!("ftp://{}{}/{}", self.addr(), self.prefix, rel)
+    }
+
+    /// The control address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host, self.port)
     }
 
     /// The path to send in a command (RETR, STOR...) for a root-relative path.
@@ -92,7 +99,7 @@ impl FtpServer {
 
     /// A fresh control connection, greeting read.
     pub fn connect(&self) -> Control {
-        Control::connect(self.port)
+        Control::connect_to(self.addr())
     }
 }
 
@@ -121,6 +128,8 @@ fn make_root(writable: bool) -> (TempDir, PathBuf) {
 #[derive(Debug, Default, Clone)]
 pub struct ServeOptions {
     pub writable: bool,
+    /// Listen address; default 127.0.0.1:0.
+    pub listen: Option<SocketAddr>,
     pub extra_args: Vec<String>,
 }
 
@@ -130,7 +139,8 @@ pub fn sluice(opts: ServeOptions) -> FtpServer {
     let (top, root) = make_root(opts.writable);
     let stderr_path = top.path().join("sluice.stderr");
     let mut cmd = Command::new(super::process::sluice_bin());
-    cmd.arg("serve").arg(&root).args(["--ftp", "127.0.0.1:0"]);
+    let listen = opts.listen.unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+    cmd.arg("serve").arg(&root).arg("--ftp").arg(listen.to_string());
     if opts.writable {
         cmd.arg("--writable");
     }
@@ -140,7 +150,7 @@ pub fn sluice(opts: ServeOptions) -> FtpServer {
         let addr = rest.split_whitespace().next()?;
         addr.rsplit(':').next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
     });
-    FtpServer { kind: Kind::Sluice, port, root, prefix: String::new(), log, stderr_path, proc, _dirs: vec![top] }
+    FtpServer { kind: Kind::Sluice, host: listen.ip(), port, root, prefix: String::new(), log, stderr_path, proc, _dirs: vec![top] }
 }
 
 /// Starts a read-only `sluice serve`.
@@ -176,10 +186,7 @@ fn spawn_and_find_port(
     let stderr = fs::File::create(stderr_path).expect("server stderr file");
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr);
     let proc = ProcessGuard::spawn(&mut cmd).unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
-    let stdout = {
-        // The guard owns the child; take its stdout through a fresh lock.
-        proc_stdout(&proc)
-    };
+    let stdout = proc.take_stdout().expect("server stdout is piped");
     let log = Arc::new(Mutex::new(String::new()));
     let (tx, rx) = mpsc::channel();
     let log2 = Arc::clone(&log);
@@ -233,10 +240,6 @@ fn spawn_and_find_port(
     }
 }
 
-fn proc_stdout(proc: &ProcessGuard) -> impl Read + Send + 'static {
-    proc.take_stdout().expect("server stdout is piped")
-}
-
 /// A port that was free a moment ago, for peers that cannot bind port 0
 /// and report it. The caller retries if another process takes it first.
 fn free_port() -> u16 {
@@ -274,6 +277,11 @@ pub fn vsftpd(writable: bool) -> FtpServer {
     } else {
         (root.clone(), String::new())
     };
+    // vsftpd needs an empty directory it can chroot to before login; the
+    // Debian default lives on /run and may be missing on a fresh boot.
+    let empty = top.path().join("empty");
+    fs::create_dir(&empty).expect("mkdir empty");
+    fs::set_permissions(&empty, fs::Permissions::from_mode(0o755)).expect("chmod");
     let yn = |b: bool| if b { "YES" } else { "NO" };
     let mut last_err = String::new();
     for _attempt in 0..5 {
@@ -285,8 +293,9 @@ pub fn vsftpd(writable: bool) -> FtpServer {
              no_anon_password=YES\nwrite_enable={w}\nanon_upload_enable={w}\nanon_mkdir_write_enable={w}\n\
              anon_other_write_enable={w}\nanon_umask=022\n\
              pasv_enable=YES\nport_enable=YES\nconnect_from_port_20=NO\nxferlog_enable=NO\n\
-             dirmessage_enable=NO\nhide_ids=YES\ndelay_failed_login=0\n",
+             dirmessage_enable=NO\nhide_ids=YES\ndelay_failed_login=0\nsecure_chroot_dir={empty}\n",
             chroot = chroot.display(),
+            empty = empty.display(),
             w = yn(writable)
         );
         fs::write(&conf, text).expect("write vsftpd.conf");
@@ -298,6 +307,7 @@ pub fn vsftpd(writable: bool) -> FtpServer {
             Ok(()) => {
                 return FtpServer {
                     kind: Kind::Vsftpd,
+                    host: Ipv4Addr::LOCALHOST.into(),
                     port,
                     root,
                     prefix,
@@ -338,5 +348,5 @@ pub fn gridftp(writable: bool) -> FtpServer {
         line.strip_prefix("Server listening at ")?.rsplit(':').next()?.trim().parse().ok()
     });
     let prefix = root.to_string_lossy().into_owned();
-    FtpServer { kind: Kind::GridFtp, port, root, prefix, log, stderr_path, proc, _dirs: vec![top] }
+    FtpServer { kind: Kind::GridFtp, host: Ipv4Addr::LOCALHOST.into(), port, root, prefix, log, stderr_path, proc, _dirs: vec![top] }
 }

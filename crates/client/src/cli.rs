@@ -167,8 +167,15 @@ mod tests {
     #[test]
     fn get_with_everything() {
         let Cmd::Get(g) = parse(&[
-            "get", "-p", "4", "--continue", "--verify", "--stats", "--drain-priority",
-            "ftp://h/f", "out",
+            "get",
+            "-p",
+            "4",
+            "--continue",
+            "--verify",
+            "--stats",
+            "--drain-priority",
+            "ftp://h/f",
+            "out",
         ])
         .unwrap() else {
             panic!("not get")
@@ -180,7 +187,9 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let Cmd::Get(g) = parse(&["get", "ftp://h/f"]).unwrap() else { panic!("not get") };
+        let Cmd::Get(g) = parse(&["get", "ftp://h/f"]).unwrap() else {
+            panic!("not get")
+        };
         assert_eq!(g.opts.parallel, 1);
         assert!(!g.resume && !g.verify);
         assert!(g.dest.is_none());
@@ -198,7 +207,9 @@ mod tests {
     fn put_needs_file_and_url_ls_needs_url() {
         assert!(parse(&["put", "f"]).is_err());
         assert!(parse(&["ls"]).is_err());
-        let Cmd::Ls(l) = parse(&["ls", "-1", "ftp://h/"]).unwrap() else { panic!("not ls") };
+        let Cmd::Ls(l) = parse(&["ls", "-1", "ftp://h/"]).unwrap() else {
+            panic!("not ls")
+        };
         assert!(l.names);
     }
 

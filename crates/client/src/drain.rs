@@ -124,7 +124,10 @@ impl Drain {
                 d.run()
             })
             .map_err(|e| ClientError::local("start drain thread", e))?;
-        Ok(Drain { join: Some(join), cancel })
+        Ok(Drain {
+            join: Some(join),
+            cancel,
+        })
     }
 
     /// Whether the thread has stopped (finished or failed).
@@ -216,7 +219,11 @@ impl<'a> DrainLoop<'a> {
         };
         match source {
             Source::Connected(s) => d.add_stream(s),
-            Source::Listen { listener, max, from } => {
+            Source::Listen {
+                listener,
+                max,
+                from,
+            } => {
                 let _ = listener.set_nonblocking(true);
                 d.listener = Some((listener, max, from.to_canonical()));
             }
@@ -230,7 +237,12 @@ impl<'a> DrainLoop<'a> {
             Framing::Stream { base } => Framer::S { next: base },
             Framing::Extended { base } => Framer::E(Box::default(), base),
         };
-        self.streams.push(Stream { sock, framer, chunk: None, ended: false });
+        self.streams.push(Stream {
+            sock,
+            framer,
+            chunk: None,
+            ended: false,
+        });
         self.accepted += 1;
         self.report.streams += 1;
         Stats::add(&self.stats.streams, 1);
@@ -291,7 +303,9 @@ impl<'a> DrainLoop<'a> {
             .as_ref()
             .filter(|(_, max, _)| self.accepted < *max)
             .map(|(l, _, _)| l);
-        let live: Vec<usize> = (0..self.streams.len()).filter(|&i| !self.streams[i].ended).collect();
+        let live: Vec<usize> = (0..self.streams.len())
+            .filter(|&i| !self.streams[i].ended)
+            .collect();
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(live.len() + 1);
         if let Some(l) = accepting {
             fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
@@ -307,7 +321,12 @@ impl<'a> DrainLoop<'a> {
         let hit = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
         let mut it = fds.iter();
         let listen_ready = accepting.is_some() && it.next().is_some_and(hit);
-        let ready = live.into_iter().zip(it).filter(|(_, fd)| hit(fd)).map(|(i, _)| i).collect();
+        let ready = live
+            .into_iter()
+            .zip(it)
+            .filter(|(_, fd)| hit(fd))
+            .map(|(i, _)| i)
+            .collect();
         Ok((listen_ready, ready))
     }
 
@@ -341,7 +360,15 @@ impl<'a> DrainLoop<'a> {
         while round < ROUND_BYTES {
             let target = match &self.streams[i].framer {
                 Framer::S { next } => Some((*next, CHUNK as u64)),
-                Framer::E(dec, base) => dec.pending_payload().map(|p| (p.offset + *base, p.remaining)),
+                Framer::E(dec, base) => match dec.pending_payload() {
+                    None => None,
+                    Some(p) => Some((
+                        p.offset.checked_add(*base).ok_or_else(|| {
+                            ClientError::Protocol("MODE E offset overflows".into())
+                        })?,
+                        p.remaining,
+                    )),
+                },
             };
             let n = match target {
                 Some((offset, max)) => match self.read_payload(i, offset, max)? {
@@ -391,7 +418,7 @@ impl<'a> DrainLoop<'a> {
         match &mut st.framer {
             Framer::S { next } => *next += n as u64,
             Framer::E(dec, base) => {
-                if dec.consume_payload(n as u64).map(|o| o + *base) != Some(offset) {
+                if dec.consume_payload(n as u64).and_then(|o| o.checked_add(*base)) != Some(offset) {
                     return Err(ClientError::Bug("MODE E payload accounting".into()));
                 }
             }
@@ -440,8 +467,11 @@ impl<'a> DrainLoop<'a> {
                     self.put(i, offset, bytes)?;
                 }
                 Some(Event::Eof { eod_count }) => {
-                    if eod_count == 0 || eod_count > u64::from(sluice_ftp::limits::MAX_PARALLELISM) {
-                        return Err(ClientError::Protocol(format!("MODE E EOF expects {eod_count} EODs")));
+                    if eod_count == 0 || eod_count > u64::from(sluice_ftp::limits::MAX_PARALLELISM)
+                    {
+                        return Err(ClientError::Protocol(format!(
+                            "MODE E EOF expects {eod_count} EODs"
+                        )));
                     }
                     self.eof_count = Some(eod_count);
                 }
@@ -496,7 +526,11 @@ impl<'a> DrainLoop<'a> {
         self.flush(i)?;
         let len = usize::try_from(want).unwrap_or(CHUNK).clamp(1, CHUNK);
         let buf = self.take_buf(len);
-        self.streams[i].chunk = Some(Chunk { start: offset, buf, filled: 0 });
+        self.streams[i].chunk = Some(Chunk {
+            start: offset,
+            buf,
+            filled: 0,
+        });
         Ok(())
     }
 
@@ -521,7 +555,13 @@ impl<'a> DrainLoop<'a> {
             return Ok(());
         }
         c.buf.truncate(c.filled);
-        if !self.out.send(Block { offset: c.start, data: c.buf }, self.stats) {
+        if !self.out.send(
+            Block {
+                offset: c.start,
+                data: c.buf,
+            },
+            self.stats,
+        ) {
             return Err(ClientError::Bug("writer stopped".into()));
         }
         Ok(())

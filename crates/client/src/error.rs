@@ -73,7 +73,10 @@ impl ClientError {
 
     /// A network error with context.
     pub fn net(what: impl Into<String>, cause: io::Error) -> Self {
-        ClientError::Network { what: what.into(), cause }
+        ClientError::Network {
+            what: what.into(),
+            cause,
+        }
     }
 
     /// A local file error with context.
@@ -81,7 +84,10 @@ impl ClientError {
         if cause.kind() == io::ErrorKind::BrokenPipe {
             return ClientError::BrokenPipe;
         }
-        ClientError::Local { what: what.into(), cause }
+        ClientError::Local {
+            what: what.into(),
+            cause,
+        }
     }
 }
 
@@ -94,7 +100,11 @@ impl fmt::Display for ClientError {
             ClientError::Refused { what, reply } => write!(f, "{what}: {reply}"),
             ClientError::Local { what, cause } => write!(f, "{what}: {cause}"),
             ClientError::Protocol(m) => write!(f, "protocol error: {m}"),
-            ClientError::ChecksumMismatch { algo, server, local } => write!(
+            ClientError::ChecksumMismatch {
+                algo,
+                server,
+                local,
+            } => write!(
                 f,
                 "checksum mismatch: {algo} server {server} != local {local}"
             ),

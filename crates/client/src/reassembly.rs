@@ -92,7 +92,13 @@ impl Reassembly {
     pub fn seekable(already: Range<u64>, size: Option<u64>) -> Self {
         let mut received = RangeSet::new();
         received.insert(already);
-        Reassembly { received, size, duplicate_bytes: 0, ready: VecDeque::new(), in_order: None }
+        Reassembly {
+            received,
+            size,
+            duplicate_bytes: 0,
+            ready: VecDeque::new(),
+            in_order: None,
+        }
     }
 
     /// Writes must come in order (a pipe). At most `limit` bytes may wait
@@ -103,7 +109,12 @@ impl Reassembly {
             size,
             duplicate_bytes: 0,
             ready: VecDeque::new(),
-            in_order: Some(InOrder { next: 0, held: BTreeMap::new(), held_bytes: 0, limit }),
+            in_order: Some(InOrder {
+                next: 0,
+                held: BTreeMap::new(),
+                held_bytes: 0,
+                limit,
+            }),
         }
     }
 
@@ -203,11 +214,17 @@ impl InOrder {
                 continue;
             }
             d.drain(..(self.next - start) as usize);
-            ready.push_back(Write { offset: self.next, data: d });
+            ready.push_back(Write {
+                offset: self.next,
+                data: d,
+            });
             self.next = end;
         }
         if self.held_bytes > self.limit {
-            return Err(ReassemblyError::WindowFull { held: self.held_bytes, limit: self.limit });
+            return Err(ReassemblyError::WindowFull {
+                held: self.held_bytes,
+                limit: self.limit,
+            });
         }
         Ok(())
     }
@@ -230,7 +247,9 @@ mod tests {
     use super::*;
 
     fn drain(r: &mut Reassembly) -> Vec<(u64, Vec<u8>)> {
-        std::iter::from_fn(|| r.poll_write()).map(|w| (w.offset, w.data)).collect()
+        std::iter::from_fn(|| r.poll_write())
+            .map(|w| (w.offset, w.data))
+            .collect()
     }
 
     #[test]
@@ -243,7 +262,11 @@ mod tests {
         r.handle_block(3, b"def".to_vec()).unwrap();
         assert_eq!(
             drain(&mut r),
-            vec![(6, b"ghi".to_vec()), (0, b"abc".to_vec()), (3, b"def".to_vec())]
+            vec![
+                (6, b"ghi".to_vec()),
+                (0, b"abc".to_vec()),
+                (3, b"def".to_vec())
+            ]
         );
         assert!(r.gaps(9).is_empty());
         assert_eq!(r.prefix(), 9);

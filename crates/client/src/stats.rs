@@ -33,6 +33,8 @@ pub struct Stats {
     pub perf_markers: AtomicU64,
     /// 111 restart markers received.
     pub restart_markers: AtomicU64,
+    /// Uploads: segments our data sockets retransmitted (TCP_INFO).
+    pub tcp_retransmits: AtomicU64,
     /// Data connections refused because they did not come from the server.
     pub foreign_connections: AtomicU64,
     /// Bytes the server reported in its last 112 marker.
@@ -76,6 +78,7 @@ impl Stats {
             ("restart_markers", &self.restart_markers),
             ("server_reported_bytes", &self.server_reported_bytes),
             ("foreign_connections", &self.foreign_connections),
+            ("tcp_retransmits", &self.tcp_retransmits),
         ] {
             let _ = writeln!(s, "stats: {name} {}", g(c));
         }
@@ -86,7 +89,11 @@ impl Stats {
 /// The summary line printed after every transfer.
 pub fn summary(verb: &str, bytes: u64, elapsed: Duration, detail: &str) -> String {
     let secs = elapsed.as_secs_f64();
-    let rate = if secs > 0.0 { bytes as f64 / secs / 1e6 } else { 0.0 };
+    let rate = if secs > 0.0 {
+        bytes as f64 / secs / 1e6
+    } else {
+        0.0
+    };
     format!("sluice: {verb} {bytes} bytes in {secs:.3} s, {rate:.1} MB/s ({detail})")
 }
 
@@ -108,7 +115,10 @@ mod tests {
     #[test]
     fn summary_has_bytes_seconds_rate() {
         let line = summary("received", 2_000_000, Duration::from_secs(2), "1 stream");
-        assert_eq!(line, "sluice: received 2000000 bytes in 2.000 s, 1.0 MB/s (1 stream)");
+        assert_eq!(
+            line,
+            "sluice: received 2000000 bytes in 2.000 s, 1.0 MB/s (1 stream)"
+        );
         // A zero-length transfer must not divide by zero.
         assert!(summary("received", 0, Duration::ZERO, "x").contains("0.0 MB/s"));
     }

@@ -54,7 +54,9 @@ impl FtpUrl {
 /// Parses a URL given on the command line.
 pub fn parse(s: &str) -> Result<Target> {
     if s.len() > MAX_URL {
-        return Err(ClientError::Usage(format!("URL longer than {MAX_URL} bytes")));
+        return Err(ClientError::Usage(format!(
+            "URL longer than {MAX_URL} bytes"
+        )));
     }
     let u = url::Url::parse(s).map_err(|e| ClientError::Usage(format!("bad URL: {e}")))?;
     match u.scheme() {
@@ -76,7 +78,14 @@ fn parse_ftp(u: &url::Url) -> Result<FtpUrl> {
     let user = decode(u.username(), "user name")?;
     let password = decode(u.password().unwrap_or(""), "password")?;
     let (user, password) = if user.is_empty() {
-        ("anonymous".to_string(), if password.is_empty() { "sluice@".into() } else { password })
+        (
+            "anonymous".to_string(),
+            if password.is_empty() {
+                "sluice@".into()
+            } else {
+                password
+            },
+        )
     } else {
         (user, password)
     };
@@ -89,8 +98,18 @@ fn parse_ftp(u: &url::Url) -> Result<FtpUrl> {
     if path.len() > sluice_ftp::limits::MAX_PATH {
         return Err(ClientError::Usage("path too long".into()));
     }
-    let path = if path.is_empty() { "/".to_string() } else { path };
-    Ok(FtpUrl { host, port, user, password, path })
+    let path = if path.is_empty() {
+        "/".to_string()
+    } else {
+        path
+    };
+    Ok(FtpUrl {
+        host,
+        port,
+        user,
+        password,
+        path,
+    })
 }
 
 fn decode(s: &str, what: &str) -> Result<String> {
@@ -165,8 +184,14 @@ mod tests {
 
     #[test]
     fn rejects_crlf_injection() {
-        assert!(matches!(parse("ftp://h/a%0d%0aDELE%20x"), Err(ClientError::Usage(_))));
-        assert!(matches!(parse("ftp://u%0a:p@h/x"), Err(ClientError::Usage(_))));
+        assert!(matches!(
+            parse("ftp://h/a%0d%0aDELE%20x"),
+            Err(ClientError::Usage(_))
+        ));
+        assert!(matches!(
+            parse("ftp://u%0a:p@h/x"),
+            Err(ClientError::Usage(_))
+        ));
     }
 
     #[test]

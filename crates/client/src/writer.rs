@@ -52,7 +52,11 @@ struct BudgetState {
 impl Budget {
     /// A budget of `cap` bytes.
     pub fn new(cap: u64) -> Self {
-        Budget { cap, state: Mutex::new(BudgetState::default()), freed: Condvar::new() }
+        Budget {
+            cap,
+            state: Mutex::new(BudgetState::default()),
+            freed: Condvar::new(),
+        }
     }
 
     /// Takes `n` bytes, waiting while the cap would be passed. A block
@@ -156,7 +160,11 @@ impl Writer {
                 r
             })
             .map_err(|e| ClientError::local("start writer thread", e))?;
-        Ok(Writer { tx: Some(tx), join: Some(join), budget })
+        Ok(Writer {
+            tx: Some(tx),
+            join: Some(join),
+            budget,
+        })
     }
 
     /// A sender for the drain thread, with the budget it must take from.
@@ -246,13 +254,19 @@ fn write_loop(
         }
     }
     if matches!(cfg.sink, Sink::Stdout) {
-        stdout.flush().map_err(|e| ClientError::local("write to stdout", e))?;
+        stdout
+            .flush()
+            .map_err(|e| ClientError::local("write to stdout", e))?;
     }
     if let Some(p) = &cfg.prefix_file {
         save_prefix(p, re.prefix())?;
     }
     let gaps = cfg.size.map(|s| re.gaps(s)).unwrap_or_default();
-    Ok(WriterReport { gaps, prefix: re.prefix(), end: re.end() })
+    Ok(WriterReport {
+        gaps,
+        prefix: re.prefix(),
+        end: re.end(),
+    })
 }
 
 /// Records the resume point of a MODE E download (whose `.part` file may
@@ -316,13 +330,32 @@ mod tests {
         let f = File::create(&path).unwrap();
         let stats = Arc::new(Stats::default());
         let w = Writer::start(
-            WriterConfig { sink: Sink::File(f), already: 0, size: Some(6), mem_cap: 1 << 20, prefix_file: None, recycle: None },
+            WriterConfig {
+                sink: Sink::File(f),
+                already: 0,
+                size: Some(6),
+                mem_cap: 1 << 20,
+                prefix_file: None,
+                recycle: None,
+            },
             stats.clone(),
         )
         .unwrap();
         let input = w.input();
-        assert!(input.send(Block { offset: 3, data: b"def".to_vec() }, &stats));
-        assert!(input.send(Block { offset: 0, data: b"abc".to_vec() }, &stats));
+        assert!(input.send(
+            Block {
+                offset: 3,
+                data: b"def".to_vec()
+            },
+            &stats
+        ));
+        assert!(input.send(
+            Block {
+                offset: 0,
+                data: b"abc".to_vec()
+            },
+            &stats
+        ));
         drop(input);
         let rep = w.finish().unwrap();
         assert!(rep.gaps.is_empty());
@@ -336,11 +369,24 @@ mod tests {
         let f = File::create(dir.path().join("f")).unwrap();
         let stats = Arc::new(Stats::default());
         let w = Writer::start(
-            WriterConfig { sink: Sink::File(f), already: 0, size: Some(10), mem_cap: 1 << 20, prefix_file: None, recycle: None },
+            WriterConfig {
+                sink: Sink::File(f),
+                already: 0,
+                size: Some(10),
+                mem_cap: 1 << 20,
+                prefix_file: None,
+                recycle: None,
+            },
             stats.clone(),
         )
         .unwrap();
-        assert!(w.input().send(Block { offset: 0, data: vec![1; 4] }, &stats));
+        assert!(w.input().send(
+            Block {
+                offset: 0,
+                data: vec![1; 4]
+            },
+            &stats
+        ));
         let rep = w.finish().unwrap();
         assert_eq!(rep.gaps, vec![4..10]);
         assert_eq!(rep.prefix, 4);

@@ -57,7 +57,10 @@ fn start(data: Vec<u8>, script: Script, cksm: String) -> Fake {
             match verb.as_str() {
                 "USER" => say(&mut w, "331 password\r\n"),
                 "PASS" => say(&mut w, "230 in\r\n"),
-                "FEAT" => say(&mut w, "211-Features\r\n CKSM SHA256\r\n PARALLEL\r\n211 End\r\n"),
+                "FEAT" => say(
+                    &mut w,
+                    "211-Features\r\n CKSM SHA256\r\n PARALLEL\r\n211 End\r\n",
+                ),
                 "SIZE" => say(&mut w, &format!("213 {}\r\n", data.len())),
                 "PORT" => {
                     let a = sluice_ftp::addr::parse_port(&cmd.as_bytes()[5..]).unwrap();
@@ -86,7 +89,10 @@ fn start(data: Vec<u8>, script: Script, cksm: String) -> Fake {
 /// Two data connections; blocks in reverse order, alternating; block 1
 /// sent twice; every header written in two pieces with a pause between.
 fn send_scrambled(data: &[u8], to: SocketAddr, script: Script) {
-    let mut conns = [TcpStream::connect(to).unwrap(), TcpStream::connect(to).unwrap()];
+    let mut conns = [
+        TcpStream::connect(to).unwrap(),
+        TcpStream::connect(to).unwrap(),
+    ];
     for c in &conns {
         c.set_nodelay(true).unwrap();
     }
@@ -110,8 +116,12 @@ fn send_scrambled(data: &[u8], to: SocketAddr, script: Script) {
         c.write_all(&h[5..]).unwrap();
         c.write_all(&data[off..end]).unwrap();
     }
-    conns[1].write_all(&BlockHeader::end(None, true).encode()).unwrap();
-    conns[0].write_all(&BlockHeader::end(Some(2), true).encode()).unwrap();
+    conns[1]
+        .write_all(&BlockHeader::end(None, true).encode())
+        .unwrap();
+    conns[0]
+        .write_all(&BlockHeader::end(Some(2), true).encode())
+        .unwrap();
 }
 
 fn sha(data: &[u8]) -> String {
@@ -125,7 +135,11 @@ fn scrambled_mode_e_blocks_reassemble_and_verify() {
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("out");
     let o = run(&[
-        "get", "-p", "2", "--verify", "--stats",
+        "get",
+        "-p",
+        "2",
+        "--verify",
+        "--stats",
         &format!("ftp://127.0.0.1:{}/f", fake.port),
         &dest.display().to_string(),
     ]);
@@ -142,7 +156,13 @@ fn scrambled_mode_e_blocks_reassemble_and_verify() {
 fn scrambled_blocks_to_stdout_come_out_in_order() {
     let data = pattern(7_777, 43);
     let fake = start(data.clone(), Script::Scrambled, sha(&data));
-    let o = run(&["get", "-p", "2", &format!("ftp://127.0.0.1:{}/f", fake.port), "-"]);
+    let o = run(&[
+        "get",
+        "-p",
+        "2",
+        &format!("ftp://127.0.0.1:{}/f", fake.port),
+        "-",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.stdout, data);
     fake.join.join().unwrap();
@@ -155,11 +175,24 @@ fn checksum_mismatch_is_exit_8_and_keeps_only_the_part() {
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("out");
     let url = format!("ftp://127.0.0.1:{}/f", fake.port);
-    let o = run(&["get", "-p", "2", "--verify", &url, &dest.display().to_string()]);
+    let o = run(&[
+        "get",
+        "-p",
+        "2",
+        "--verify",
+        &url,
+        &dest.display().to_string(),
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(8), "{err}");
-    assert!(err.starts_with(&format!("sluice: {url}: checksum mismatch")), "{err}");
-    assert!(!dest.exists(), "an unverified file must not get the final name");
+    assert!(
+        err.starts_with(&format!("sluice: {url}: checksum mismatch")),
+        "{err}"
+    );
+    assert!(
+        !dest.exists(),
+        "an unverified file must not get the final name"
+    );
     assert!(dir.path().join("out.part").exists());
     fake.join.join().unwrap();
 }
@@ -170,7 +203,13 @@ fn missing_block_despite_226_is_exit_7() {
     let fake = start(data.clone(), Script::MissingBlock, sha(&data));
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("out");
-    let o = run(&["get", "-p", "2", &format!("ftp://127.0.0.1:{}/f", fake.port), &dest.display().to_string()]);
+    let o = run(&[
+        "get",
+        "-p",
+        "2",
+        &format!("ftp://127.0.0.1:{}/f", fake.port),
+        &dest.display().to_string(),
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(7), "{err}");
     assert!(err.contains("2000..3000"), "{err}");
@@ -194,7 +233,10 @@ fn credentials_are_decoded_and_sent_in_user_pass() {
     assert_eq!(log[0], "USER us@er");
     assert_eq!(log[1], "PASS p:w x");
     assert!(log.contains(&"RETR /dir a/f".to_string()), "{log:?}");
-    assert!(log.contains(&"OPTS RETR Parallelism=2,2,2;".to_string()), "{log:?}");
+    assert!(
+        log.contains(&"OPTS RETR Parallelism=2,2,2;".to_string()),
+        "{log:?}"
+    );
 }
 
 #[test]
@@ -202,7 +244,13 @@ fn anonymous_when_url_has_no_user() {
     let data = pattern(10, 47);
     let fake = start(data.clone(), Script::Scrambled, sha(&data));
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&["get", "-p", "2", &format!("ftp://127.0.0.1:{}/f", fake.port), &dir.path().join("o").display().to_string()]);
+    let o = run(&[
+        "get",
+        "-p",
+        "2",
+        &format!("ftp://127.0.0.1:{}/f", fake.port),
+        &dir.path().join("o").display().to_string(),
+    ]);
     assert!(o.status.success());
     fake.join.join().unwrap();
     assert_eq!(fake.log.lock().unwrap()[0], "USER anonymous");

@@ -10,7 +10,13 @@ use common::{ok, pattern, run, sha256_file, Peer, SIZES};
 use std::path::Path;
 
 fn same(a: &Path, b: &Path) {
-    assert_eq!(sha256_file(a), sha256_file(b), "{} != {}", a.display(), b.display());
+    assert_eq!(
+        sha256_file(a),
+        sha256_file(b),
+        "{} != {}",
+        a.display(),
+        b.display()
+    );
 }
 
 fn stderr(o: &std::process::Output) -> String {
@@ -33,9 +39,15 @@ fn get_all_sizes(peer: &Peer, flags: &[&str], mode: &str) {
         args.push(&d);
         let o = ok(&args);
         same(&src, &dest);
-        assert!(!Path::new(&format!("{d}.part")).exists(), ".part left behind");
+        assert!(
+            !Path::new(&format!("{d}.part")).exists(),
+            ".part left behind"
+        );
         let e = stderr(&o);
-        assert!(e.contains(&format!("received {} bytes", len)) || e.contains("received"), "{e}");
+        assert!(
+            e.contains(&format!("received {} bytes", len)) || e.contains("received"),
+            "{e}"
+        );
         assert!(e.contains(mode), "expected {mode} in: {e}");
     }
 }
@@ -87,10 +99,19 @@ fn vsftpd_resume_download_from_part() {
     let dest = p.scratch().join("r");
     let data = std::fs::read(&src).unwrap();
     std::fs::write(p.scratch().join("r.part"), &data[..300_000]).unwrap();
-    let o = ok(&["get", "--continue", &p.url("r"), &dest.display().to_string()]);
+    let o = ok(&[
+        "get",
+        "--continue",
+        &p.url("r"),
+        &dest.display().to_string(),
+    ]);
     same(&src, &dest);
     assert!(stderr(&o).contains("resumed at 300000"), "{}", stderr(&o));
-    assert!(stderr(&o).contains("received 748583 bytes"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("received 748583 bytes"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -101,8 +122,16 @@ fn vsftpd_resume_upload() {
     std::fs::write(&local, &data).unwrap();
     // A first, interrupted upload left 12345 bytes on the server.
     ok(&["put", &trunc_copy(&local, 12345), &p.url("up/big")]);
-    assert_eq!(std::fs::metadata(p.upload.join("big")).unwrap().len(), 12345);
-    let o = ok(&["put", "--continue", &local.display().to_string(), &p.url("up/big")]);
+    assert_eq!(
+        std::fs::metadata(p.upload.join("big")).unwrap().len(),
+        12345
+    );
+    let o = ok(&[
+        "put",
+        "--continue",
+        &local.display().to_string(),
+        &p.url("up/big"),
+    ]);
     same(&local, &p.upload.join("big"));
     assert!(stderr(&o).contains("resumed at 12345"), "{}", stderr(&o));
 }
@@ -114,7 +143,11 @@ fn vsftpd_verify_unavailable_is_exit_9() {
     let dest = p.scratch().join("v");
     let o = run(&["get", "--verify", &p.url("v"), &dest.display().to_string()]);
     assert_eq!(o.status.code(), Some(9));
-    assert!(stderr(&o).starts_with(&format!("sluice: {}: ", p.url("v"))), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with(&format!("sluice: {}: ", p.url("v"))),
+        "{}",
+        stderr(&o)
+    );
     assert!(!dest.exists());
 }
 
@@ -126,7 +159,10 @@ fn vsftpd_missing_file_is_exit_5() {
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert!(stderr(&o).contains("sluice: "), "{}", stderr(&o));
     assert!(!dest.exists());
-    assert!(!p.scratch().join("nothing.part").exists(), "empty .part left behind");
+    assert!(
+        !p.scratch().join("nothing.part").exists(),
+        "empty .part left behind"
+    );
 }
 
 #[test]
@@ -147,13 +183,23 @@ fn vsftpd_ls_lists_names() {
     let o = ok(&["ls", &p.url("")]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("listed-file"));
     let o = ok(&["ls", "-1", &p.url("")]);
-    assert!(String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim().ends_with("listed-file")));
+    assert!(String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .any(|l| l.trim().ends_with("listed-file")));
 }
 
 #[test]
 fn connection_refused_is_exit_3() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let o = run(&["get", &format!("ftp://127.0.0.1:{port}/x"), "/tmp/sluice-never-written"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = run(&[
+        "get",
+        &format!("ftp://127.0.0.1:{port}/x"),
+        "/tmp/sluice-never-written",
+    ]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
 }
 
@@ -196,7 +242,15 @@ fn globus_resume_download_mode_e_uses_recorded_prefix() {
     part.extend(std::iter::repeat_n(0xAAu8, 500_000));
     std::fs::write(p.scratch().join("r.part"), &part).unwrap();
     std::fs::write(p.scratch().join("r.part.resume"), "300000\n").unwrap();
-    let o = ok(&["get", "-p", "4", "--continue", "--verify", &p.url("r"), &dest.display().to_string()]);
+    let o = ok(&[
+        "get",
+        "-p",
+        "4",
+        "--continue",
+        "--verify",
+        &p.url("r"),
+        &dest.display().to_string(),
+    ]);
     same(&src, &dest);
     assert!(stderr(&o).contains("resumed at 300000"), "{}", stderr(&o));
     assert!(!p.scratch().join("r.part.resume").exists());
@@ -209,9 +263,18 @@ fn globus_resume_download_mode_s() {
     let data = std::fs::read(&src).unwrap();
     let dest = p.scratch().join("r");
     std::fs::write(p.scratch().join("r.part"), &data[..(10 << 20) + 3]).unwrap();
-    let o = ok(&["get", "--continue", &p.url("r"), &dest.display().to_string()]);
+    let o = ok(&[
+        "get",
+        "--continue",
+        &p.url("r"),
+        &dest.display().to_string(),
+    ]);
     same(&src, &dest);
-    assert!(stderr(&o).contains(&format!("resumed at {}", (10 << 20) + 3)), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("resumed at {}", (10 << 20) + 3)),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -221,7 +284,15 @@ fn globus_resume_upload_mode_e() {
     let data = pattern((1 << 20) + 7, 11);
     std::fs::write(&local, &data).unwrap();
     ok(&["put", &trunc_copy(&local, 400_001), &p.url("up/big")]);
-    let o = ok(&["put", "-p", "4", "--continue", "--verify", &local.display().to_string(), &p.url("up/big")]);
+    let o = ok(&[
+        "put",
+        "-p",
+        "4",
+        "--continue",
+        "--verify",
+        &local.display().to_string(),
+        &p.url("up/big"),
+    ]);
     same(&local, &p.upload.join("big"));
     assert!(stderr(&o).contains("resumed at 400001"), "{}", stderr(&o));
 }
@@ -235,9 +306,21 @@ fn globus_ipv6_mode_e_both_ways() {
     }
     let src = p.put_file("six", (1 << 20) + 7, 6);
     let dest = p.scratch().join("six");
-    ok(&["get", "-p", "4", &p.url6("six"), &dest.display().to_string()]);
+    ok(&[
+        "get",
+        "-p",
+        "4",
+        &p.url6("six"),
+        &dest.display().to_string(),
+    ]);
     same(&src, &dest);
-    ok(&["put", "-p", "2", &dest.display().to_string(), &p.url6("up/six")]);
+    ok(&[
+        "put",
+        "-p",
+        "2",
+        &dest.display().to_string(),
+        &p.url6("up/six"),
+    ]);
     same(&src, &p.upload.join("six"));
     ok(&["get", &p.url6("six"), &format!("{}.s", dest.display())]);
 }
@@ -247,7 +330,14 @@ fn globus_stats_counts_streams_and_stalls() {
     let Some(p) = common::globus() else { return };
     p.put_file("st", 64 << 20, 8);
     let dest = p.scratch().join("st");
-    let o = ok(&["get", "-p", "4", "--stats", &p.url("st"), &dest.display().to_string()]);
+    let o = ok(&[
+        "get",
+        "-p",
+        "4",
+        "--stats",
+        &p.url("st"),
+        &dest.display().to_string(),
+    ]);
     let e = stderr(&o);
     assert!(e.contains(&format!("stats: bytes {}", 64u64 << 20)), "{e}");
     assert!(e.contains("stats: receive_stalls "), "{e}");
@@ -263,7 +353,13 @@ fn globus_stats_counts_streams_and_stalls() {
 fn globus_missing_file_is_exit_5() {
     let Some(p) = common::globus() else { return };
     let dest = p.scratch().join("nothing");
-    let o = run(&["get", "-p", "4", &p.url("nothing"), &dest.display().to_string()]);
+    let o = run(&[
+        "get",
+        "-p",
+        "4",
+        &p.url("nothing"),
+        &dest.display().to_string(),
+    ]);
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert!(!dest.exists());
 }
@@ -275,4 +371,49 @@ fn trunc_copy(src: &Path, n: usize) -> String {
     // Same file name on the server: upload `head` under the URL's name.
     std::fs::write(&p, &data[..n]).unwrap();
     p.display().to_string()
+}
+
+#[test]
+fn globus_smallest_memory_cap_applies_backpressure_without_loss() {
+    let Some(p) = common::globus() else { return };
+    let src = p.put_file("cap", 64 << 20, 12);
+    let dest = p.scratch().join("cap");
+    let o = ok(&[
+        "get",
+        "-p",
+        "4",
+        "--mem-cap",
+        "1048576",
+        "--stats",
+        &p.url("cap"),
+        &dest.display().to_string(),
+    ]);
+    same(&src, &dest);
+    // The cap bounds what sits between drain and writer: one block may
+    // pass an empty budget, so the peak is at most cap + one chunk.
+    let peak: u64 = stderr(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("stats: mem_peak "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("mem_peak line");
+    assert!(peak <= (1 << 20) + (128 << 10), "mem_peak {peak}");
+}
+
+#[test]
+fn vsftpd_refused_login_is_exit_4_and_password_is_hidden() {
+    let Some(p) = common::vsftpd() else { return };
+    let url = format!("ftp://bob:s3cret@127.0.0.1:{}/x", p.port);
+    let o = run(&["get", &url, &p.scratch().join("x").display().to_string()]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("s3cret"), "{}", stderr(&o));
+}
+
+#[test]
+fn vsftpd_refused_upload_is_exit_5() {
+    let Some(p) = common::vsftpd() else { return };
+    let local = p.scratch().join("l");
+    std::fs::write(&local, b"x").unwrap();
+    // The anonymous root itself is not writable, only `up/` is.
+    let o = run(&["put", &local.display().to_string(), &p.url("l")]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
 }

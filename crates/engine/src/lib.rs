@@ -20,6 +20,7 @@ mod disk;
 mod error;
 mod recv;
 mod send;
+mod send_sendfile;
 mod socket;
 
 use std::fs::File;

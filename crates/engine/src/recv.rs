@@ -39,10 +39,13 @@ pub struct FileWriter {
     cur_len: usize,
     /// Segments of `cur`: (file offset, start in buffer, length).
     segs: Vec<(u64, usize, usize)>,
-    inflight: VecDeque<Ticket<io::Result<Vec<(u64, usize)>>>>,
+    inflight: VecDeque<Ticket<io::Result<Written>>>,
     written: u64,
     hook: Option<WrittenHook>,
 }
+
+/// The `(offset, len)` ranges one disk job wrote.
+type Written = Vec<(u64, usize)>;
 
 /// Most separate file ranges gathered in one buffer before it is written
 /// (tiny MODE E blocks must not grow the segment list without bound).

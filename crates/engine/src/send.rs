@@ -10,19 +10,6 @@
 //! are cached (no thread hop, no wait), else on a disk thread; the next
 //! chunk's read starts before the current chunk is written (double
 //! buffering), and a prefix goes out with the first chunk in one `writev`.
-//!
-//! Sendfile path: a prefix goes first with `MSG_MORE` (the kernel holds it
-//! to coalesce with the payload), then `sendfile` in `chunk_size` calls.
-//! Before `sendfile` touches a window of `sendfile_prefetch` bytes, the loop
-//! asks `cachestat` whether it is all cached; if not, a disk thread reads it
-//! through a scratch buffer (after a WILLNEED hint) and the sender waits for
-//! that, and the next window is prepared the same way while this one is sent.
-//! Remaining risk, where `sendfile` can still block the loop on the disk:
-//! pages evicted between that check and `sendfile` (memory pressure); pages
-//! that are present but still being read (`cachestat` counts them) so
-//! `sendfile` waits for that I/O; file-system metadata (extent) reads; and
-//! kernels without `cachestat` (before 6.5), where only the WILLNEED hint is
-//! given. The copy path has none of these, one reason it is the default.
 
 use std::fs::File;
 use std::io::{self, IoSlice};
@@ -31,8 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_platform::{fadvise, fileio, sendfile, tcp};
-use tokio::io::Interest;
+use sluice_platform::fileio;
 use tokio::net::TcpStream;
 
 use crate::buffers::PoolBuf;
@@ -98,7 +84,7 @@ impl Engine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn send_copy(
+    pub(crate) async fn send_copy(
         &self,
         conn: &TcpStream,
         file: &Arc<File>,
@@ -194,153 +180,6 @@ impl Engine {
             }
         }
     }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn send_sendfile(
-        &self,
-        conn: &TcpStream,
-        file: &Arc<File>,
-        offset: u64,
-        len: u64,
-        prefix: &[u8],
-        counters: &Counters,
-        cancel: &Cancel,
-    ) -> Result<u64, EngineError> {
-        let t = self.tally(counters);
-        let cfg = self.config();
-        let idle = cfg.idle_timeout;
-        let end = offset + len;
-        let window = cfg.sendfile_prefetch.max(cfg.chunk_size).max(1) as u64;
-        // The prefix goes with MSG_MORE, so the kernel holds it back and
-        // coalesces it with the first sendfile bytes into full segments.
-        let mut rest = prefix;
-        while !rest.is_empty() {
-            check(cancel)?;
-            match conn.try_io(Interest::WRITABLE, || tcp::send_more(conn.as_fd(), rest)) {
-                Ok(n) => {
-                    t.sent(n as u64);
-                    t.send_calls(1);
-                    rest = &rest[n..];
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    wait_writable(conn, t, cancel, idle).await?
-                }
-                Err(e) => return Err(EngineError::Connection(e)),
-            }
-        }
-        let mut turn = Turn::new(cfg.send_quantum);
-        let mut pos = offset;
-        let mut resident_until = offset;
-        let mut ahead: Option<(u64, Ticket<io::Result<u64>>)> = None;
-        while pos < end {
-            check(cancel)?;
-            if pos >= resident_until {
-                let wend = (pos + window).min(end);
-                match ahead.take() {
-                    Some((until, ticket)) if until == wend => self.finish_touch(ticket, t).await?,
-                    _ => {
-                        if !self.is_resident(file, pos, wend - pos) {
-                            let ticket = self.start_touch(file, pos, wend - pos, cancel).await?;
-                            self.finish_touch(ticket, t).await?;
-                        }
-                    }
-                }
-                resident_until = wend;
-                // Look one window ahead while this one is sent, unless the next
-                // window is already cached (the common warm case: no thread hop).
-                let nend = (wend + window).min(end);
-                if wend < end && !self.is_resident(file, wend, nend - wend) {
-                    ahead = Some((
-                        nend,
-                        self.start_touch(file, wend, nend - wend, cancel).await?,
-                    ));
-                }
-            }
-            let want = (resident_until - pos).min(cfg.chunk_size as u64) as usize;
-            let mut off = pos;
-            match conn.try_io(Interest::WRITABLE, || {
-                sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want)
-            }) {
-                Ok(0) => return Err(EngineError::ShortFile { at: pos }),
-                Ok(n) => {
-                    t.sent(n as u64);
-                    t.send_calls(1);
-                    pos += n as u64;
-                    turn.pushed(n as u64, t).await;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    wait_writable(conn, t, cancel, idle).await?;
-                    turn.waited();
-                }
-                Err(e) => return Err(EngineError::Connection(e)),
-            }
-        }
-        Ok(pos - offset)
-    }
-
-    /// True when `cachestat` says every page of the range is cached (a page
-    /// cache lookup that never waits for the disk). Without `cachestat`
-    /// (kernels before 6.5) we cannot tell cheaply and say no.
-    fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
-        if len == 0 {
-            return true;
-        }
-        if !self.features().cachestat.is_supported() {
-            return false;
-        }
-        let ps = fadvise::page_size() as u64;
-        let pages = (off + len - 1) / ps - off / ps + 1;
-        matches!(fadvise::cachestat(file.as_fd(), off, len), Ok(st) if st.cached_pages >= pages)
-    }
-
-    /// Off the loop: hint the kernel, then read the range through a scratch
-    /// buffer so every page is cached before `sendfile` touches it. Without
-    /// `cachestat` only the hint is given: touching every page of every
-    /// window would cost the copy that sendfile exists to avoid, so a cold
-    /// page can still stall the loop there (README: remaining risk).
-    async fn start_touch(
-        &self,
-        file: &Arc<File>,
-        off: u64,
-        len: u64,
-        cancel: &Cancel,
-    ) -> Result<Ticket<io::Result<u64>>, EngineError> {
-        let f = Arc::clone(file);
-        let mut buf = self.buffers().take();
-        let touch = self.features().cachestat.is_supported();
-        self.inner
-            .disk
-            .submit(cancel, move || {
-                let _ = fadvise::fadvise(f.as_fd(), off, len, fadvise::Advice::WillNeed);
-                if !touch {
-                    return Ok(0);
-                }
-                let mut done = 0u64;
-                while done < len {
-                    let want = (buf.len() as u64).min(len - done) as usize;
-                    let n = read_full_at(&f, &mut buf[..want], off + done)?;
-                    if n == 0 {
-                        break;
-                    }
-                    done += n as u64;
-                }
-                Ok(done)
-            })
-            .await
-    }
-
-    async fn finish_touch(
-        &self,
-        ticket: Ticket<io::Result<u64>>,
-        t: Tally<'_>,
-    ) -> Result<(), EngineError> {
-        let n = ticket.await?.map_err(EngineError::Disk)?;
-        if n > 0 {
-            t.disk_reads(1);
-            t.read_disk(n);
-        }
-        Ok(())
-    }
 }
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
@@ -359,13 +198,13 @@ pub(crate) fn read_full_at(f: &File, buf: &mut [u8], pos: u64) -> io::Result<usi
 
 /// Counts bytes pushed since this sender last gave up the event loop and
 /// yields once a quantum is used, so one fast connection cannot starve others.
-struct Turn {
+pub(crate) struct Turn {
     used: u64,
     quantum: u64,
 }
 
 impl Turn {
-    fn new(quantum: usize) -> Self {
+    pub(crate) fn new(quantum: usize) -> Self {
         Turn {
             used: 0,
             quantum: quantum.max(1) as u64,
@@ -373,11 +212,11 @@ impl Turn {
     }
 
     /// A wait for writability also ends the turn.
-    fn waited(&mut self) {
+    pub(crate) fn waited(&mut self) {
         self.used = 0;
     }
 
-    async fn pushed(&mut self, n: u64, t: Tally<'_>) {
+    pub(crate) async fn pushed(&mut self, n: u64, t: Tally<'_>) {
         self.used += n;
         if self.used >= self.quantum {
             self.used = 0;
@@ -387,7 +226,7 @@ impl Turn {
     }
 }
 
-fn check(cancel: &Cancel) -> Result<(), EngineError> {
+pub(crate) fn check(cancel: &Cancel) -> Result<(), EngineError> {
     if cancel.is_cancelled() {
         Err(EngineError::Cancelled)
     } else {
@@ -454,7 +293,7 @@ async fn write_all(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::EngineConfig;
     use std::io::Write;
@@ -467,20 +306,20 @@ mod tests {
             .collect()
     }
 
-    fn temp_file(data: &[u8]) -> Arc<File> {
+    pub(crate) fn temp_file(data: &[u8]) -> Arc<File> {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(data).unwrap();
         Arc::new(f)
     }
 
-    async fn pair() -> (TcpStream, TcpStream) {
+    pub(crate) async fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
         (c, s)
     }
 
-    fn engine(path: DataPath, inline: bool) -> Engine {
+    pub(crate) fn engine(path: DataPath, inline: bool) -> Engine {
         Engine::new(EngineConfig {
             data_path: path,
             // Small sizes so a few MiB exercise many chunks and windows.
@@ -546,33 +385,6 @@ mod tests {
             if !inline {
                 assert!(s.disk_reads >= 2_000_000 / (128 << 10));
             }
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sendfile_brings_cold_pages_in_off_the_loop() {
-        let data = pattern(2 << 20);
-        let file = temp_file(&data);
-        file.sync_all().unwrap();
-        fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
-        let e = engine(DataPath::Sendfile, true);
-        let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 2 << 20);
-        let (tx, mut rx) = pair().await;
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            rx.read_to_end(&mut got).await.unwrap();
-            got
-        });
-        let c = Counters::new();
-        e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
-            .await
-            .unwrap();
-        drop(tx);
-        assert_eq!(reader.await.unwrap(), data);
-        if cold {
-            // Every window was read through a disk thread before sendfile ran.
-            assert!(c.snapshot().disk_reads >= 1);
-            assert_eq!(c.snapshot().bytes_read_disk, 2 << 20);
         }
     }
 

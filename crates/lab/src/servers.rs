@@ -245,7 +245,13 @@ impl Running {
     /// Stops the server and returns what it used since start.
     pub fn stop(mut self, device: Option<&str>) -> Result<ServerUsage> {
         let cg = self.group.usage(device)?;
-        for pid in self.group.pids() {
+        // The group's processes, plus perf's child in case it never entered the group.
+        let mut pids = self.group.pids();
+        let perf = self.child.id();
+        if let Ok(ch) = fs::read_to_string(format!("/proc/{perf}/task/{perf}/children")) {
+            pids.extend(ch.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+        for pid in pids {
             let _ = run("kill", &["-TERM", &pid.to_string()]);
         }
         let t = Instant::now();

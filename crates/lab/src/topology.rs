@@ -2,7 +2,7 @@
 //! namespace joined by a veth pair (optionally rate-limited with `tbf`) or by
 //! `linkem` (delay, loss, rate). Sysctls are set inside the namespaces.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,16 @@ pub fn ns_command(ns: Option<&str>, argv: &[String]) -> Command {
 
 fn make_ns(name: &str, sysctls: &[(String, String)]) -> Result<()> {
     run_quiet("ip", &["netns", "del", name]);
+    // `ip netns exec` bind-mounts /etc/netns/NAME/* over /etc: a hosts file that
+    // names the lab addresses lets servers that reverse-resolve their own address
+    // (globus-gridftp-server) start without DNS.
+    let etc = Path::new("/etc/netns").join(name);
+    std::fs::create_dir_all(&etc)?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    std::fs::write(
+        etc.join("hosts"),
+        format!("127.0.0.1 localhost {}\n::1 localhost ip6-localhost\n{SERVER_ADDR} {SERVER_NS}\n{CLIENT_ADDR} {CLIENT_NS}\n", host.trim()),
+    )?;
     run("ip", &["netns", "add", name])?;
     run("ip", &["-n", name, "link", "set", "lo", "up"])?;
     for (k, v) in sysctls {
@@ -131,6 +141,8 @@ impl Topology {
                 make_ns(SERVER_NS, sysctls)?;
                 make_ns(CLIENT_NS, sysctls)?;
                 let ctl = workdir.join("linkem.sock");
+                // A socket left by an earlier (killed) linkem would look like readiness.
+                let _ = std::fs::remove_file(&ctl);
                 let mut args: Vec<String> = vec![
                     "run".into(),
                     "--a-ns".into(),
@@ -192,6 +204,7 @@ impl Drop for Topology {
         }
         for ns in [&self.server_ns, &self.client_ns].into_iter().flatten() {
             run_quiet("ip", &["netns", "del", ns]);
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns));
         }
     }
 }

@@ -54,15 +54,7 @@ impl Features {
             cachestat: Support::Unsupported,
             io_uring: Self::probe_io_uring(),
         };
-        let file = std::env::temp_dir().join(format!(".sluice-probe-{}", std::process::id()));
-        let tmp = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&file);
-        let _ = std::fs::remove_file(&file);
-        let Ok(mut tmp) = tmp else { return f };
+        let Ok(mut tmp) = probe_file() else { return f };
         let _ = std::io::Write::write_all(&mut tmp, b"probe");
         f.cachestat = Support::from_ok(crate::fadvise::cachestat(tmp.as_fd(), 0, 0));
         let Ok(listener) = TcpListener::bind("127.0.0.1:0") else {
@@ -94,6 +86,32 @@ impl Features {
             _ => Support::Unsupported,
         }
     }
+}
+
+/// An unnamed temporary file (`O_TMPFILE`): no name in /tmp that another
+/// user could pre-create as a symlink. Falls back to `O_EXCL` creation.
+fn probe_file() -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir();
+    let unnamed = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o600)
+        .open(&dir);
+    if let Ok(f) = unnamed {
+        return Ok(f);
+    }
+    let path = dir.join(format!(".sluice-probe-{}", std::process::id()));
+    // create_new = O_EXCL: never follows or reuses an existing name.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path);
+    let _ = std::fs::remove_file(&path);
+    f
 }
 
 #[cfg(test)]

@@ -29,6 +29,16 @@ pub fn sendfile(
     Ok(n as usize)
 }
 
+/// True when a [`sendfile`] error means "this file (system) cannot be sent
+/// this way" (EINVAL, ENOSYS, EOPNOTSUPP), so the caller should fall back to
+/// read+send rather than fail the transfer.
+pub fn is_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+    )
+}
+
 /// Flags for [`splice`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SpliceFlags {

@@ -9,6 +9,7 @@
 //! ```toml
 //! root = "/srv/data"            # [DIR]
 //! ftp = "0.0.0.0:2121"          # --ftp
+//! http = "0.0.0.0:8080"         # --http; no_http, no_ftp and http_* keys: see http::settings
 //! writable = false              # --writable (anonymous and users without `writable`)
 //! anonymous = true              # accept USER anonymous / ftp
 //! max_sessions = 256            # --max-sessions
@@ -83,6 +84,9 @@ pub struct ServeArgs {
     /// third-party transfers). Off by default: it enables FTP bounce.
     #[arg(long)]
     pub allow_foreign_data_host: bool,
+    /// HTTP front door flags (crate::http::settings).
+    #[command(flatten)]
+    pub http: crate::http::settings::HttpArgs,
 }
 
 pub use sluice_engine::DataPath;
@@ -116,6 +120,14 @@ struct FileConfig {
     pasv_address: Option<String>,
     data_path: Option<String>,
     allow_foreign_data_host: Option<bool>,
+    // HTTP front door keys (see crate::http::settings).
+    http: Option<String>,
+    no_http: Option<bool>,
+    no_ftp: Option<bool>,
+    http_header_timeout: Option<u64>,
+    http_keepalive_timeout: Option<u64>,
+    http_send_timeout: Option<u64>,
+    http_max_connections: Option<usize>,
     #[serde(default, rename = "user")]
     users: Vec<UserConfig>,
 }
@@ -145,6 +157,10 @@ pub struct ServeConfig {
     pub allow_foreign_data_host: bool,
     /// Configured users.
     pub users: Vec<UserConfig>,
+    /// HTTP front door; `None` with --no-http.
+    pub http: Option<crate::http::HttpSettings>,
+    /// Serve FTP (false with --no-ftp).
+    pub ftp_enabled: bool,
 }
 
 impl ServeConfig {
@@ -216,6 +232,18 @@ impl ServeConfig {
             data_path,
             allow_foreign_data_host: args.allow_foreign_data_host
                 || file.allow_foreign_data_host.unwrap_or(false),
+            http: crate::http::settings::merge(
+                &args.http,
+                &crate::http::settings::HttpFileKeys {
+                    http: file.http,
+                    no_http: file.no_http,
+                    http_header_timeout: file.http_header_timeout,
+                    http_keepalive_timeout: file.http_keepalive_timeout,
+                    http_send_timeout: file.http_send_timeout,
+                    http_max_connections: file.http_max_connections,
+                },
+            )?,
+            ftp_enabled: !(args.http.no_ftp || file.no_ftp.unwrap_or(false)),
             users: file.users,
         })
     }

@@ -16,6 +16,7 @@ mod auth;
 mod config;
 mod data;
 mod ftp;
+mod http;
 mod ops;
 mod upload;
 mod xferlog;
@@ -104,6 +105,11 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     rt.block_on(async move {
         let engine = Engine::try_new(EngineConfig { data_path: cfg.data_path, ..EngineConfig::default() })
             .context("cannot start the engine")?;
+        // HTTP front door (crate::http) on the same engine; --no-ftp serves it alone.
+        let http_task = http::start(&cfg, &engine).await?;
+        if !cfg.ftp_enabled {
+            return http::serve_alone(http_task).await;
+        }
         let listener = ftp::bind(cfg.ftp).await.with_context(|| format!("cannot listen on {}", cfg.ftp))?;
         let addr = listener.local_addr()?;
         tracing::info!(
@@ -123,6 +129,7 @@ fn serve(args: config::ServeArgs) -> Result<()> {
         let ftp_task = tokio::spawn(ftp::run(ctx, listener));
         tokio::select! {
             _ = ftp_task => {}
+            _ = http::finished(http_task) => {}
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
         }
         Ok(())

@@ -44,14 +44,23 @@ impl Control {
         let stream = match stream {
             Some(s) => s,
             None => {
-                let e = last.unwrap_or_else(|| std::io::Error::new(ErrorKind::NotFound, "no address"));
+                let e =
+                    last.unwrap_or_else(|| std::io::Error::new(ErrorKind::NotFound, "no address"));
                 return Err(ClientError::net(what, e));
             }
         };
         let _ = stream.set_nodelay(true);
-        let local = stream.local_addr().map_err(|e| ClientError::net(&what, e))?;
+        let local = stream
+            .local_addr()
+            .map_err(|e| ClientError::net(&what, e))?;
         let peer = stream.peer_addr().map_err(|e| ClientError::net(&what, e))?;
-        let mut c = Control { stream, parser: ReplyParser::new(), timeout, local, peer };
+        let mut c = Control {
+            stream,
+            parser: ReplyParser::new(),
+            timeout,
+            local,
+            peer,
+        };
         loop {
             let r = c.read_reply()?;
             match r.code.0 {
@@ -69,11 +78,17 @@ impl Control {
         let r = match r.code.0 {
             230 => return Ok(()),
             331 | 332 => self.cmd_secret(&format!("PASS {password}"))?,
-            _ => return Err(ClientError::Login { reply: one_line(&r) }),
+            _ => {
+                return Err(ClientError::Login {
+                    reply: one_line(&r),
+                })
+            }
         };
         match r.code.0 {
             230 | 202 => Ok(()),
-            _ => Err(ClientError::Login { reply: one_line(&r) }),
+            _ => Err(ClientError::Login {
+                reply: one_line(&r),
+            }),
         }
     }
 
@@ -138,7 +153,9 @@ impl Control {
             if left.is_zero() {
                 return Ok(None);
             }
-            let _ = self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+            let _ = self
+                .stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))));
             let mut buf = [0u8; 4096];
             match self.stream.read(&mut buf) {
                 Ok(0) => {
@@ -174,12 +191,20 @@ impl Control {
 
 /// A refusal error from a reply.
 pub fn refused(what: &str, r: &Reply) -> ClientError {
-    ClientError::Refused { what: what.to_string(), reply: one_line(r) }
+    ClientError::Refused {
+        what: what.to_string(),
+        reply: one_line(r),
+    }
 }
 
 /// `code text` of a reply's first line, clipped, for error messages.
 pub fn one_line(r: &Reply) -> String {
-    let mut t: String = r.text().chars().filter(|c| !c.is_control()).take(200).collect();
+    let mut t: String = r
+        .text()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
     if t.is_empty() {
         t = "(no text)".into();
     }

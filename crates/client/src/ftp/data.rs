@@ -28,7 +28,8 @@ pub fn passive(ctl: &mut Control) -> Result<SocketAddr> {
     if r.code.0 != 227 {
         return Err(refused("PASV", &r));
     }
-    let a = addr::parse_227(r.text()).map_err(|e| ClientError::Protocol(format!("PASV reply: {e}")))?;
+    let a =
+        addr::parse_227(r.text()).map_err(|e| ClientError::Protocol(format!("PASV reply: {e}")))?;
     Ok(SocketAddr::new(peer_ip, a.port()))
 }
 
@@ -46,7 +47,9 @@ pub fn active(ctl: &mut Control) -> Result<TcpListener> {
     let ip: IpAddr = ctl.local.ip();
     let l = TcpListener::bind(SocketAddr::new(ip, 0))
         .map_err(|e| ClientError::net("listen for data connections", e))?;
-    let me = l.local_addr().map_err(|e| ClientError::net("listen for data connections", e))?;
+    let me = l
+        .local_addr()
+        .map_err(|e| ClientError::net("listen for data connections", e))?;
     if let SocketAddr::V4(v4) = me {
         let r = ctl.cmd(&format!("PORT {}", addr::format_port(v4)))?;
         if r.code.is_completion() {

@@ -68,7 +68,11 @@ impl Dest {
             s.push(ext);
             PathBuf::from(s)
         };
-        Ok(Dest::File { part: with(".part"), resume: with(".part.resume"), path })
+        Ok(Dest::File {
+            part: with(".part"),
+            resume: with(".part.resume"),
+            path,
+        })
     }
 }
 
@@ -76,7 +80,9 @@ impl Dest {
 pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let dest = Dest::resolve(a.dest.as_deref(), u.file_name())?;
     if dest == Dest::Stdout && (a.resume || a.verify) {
-        return Err(ClientError::Usage("--continue and --verify need a file DEST, not `-`".into()));
+        return Err(ClientError::Usage(
+            "--continue and --verify need a file DEST, not `-`".into(),
+        ));
     }
     let timeout = Duration::from_secs(a.opts.timeout);
     let mut ctl = session::open(u, timeout)?;
@@ -91,7 +97,11 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let (sink, already) = match &dest {
         Dest::Stdout => (Sink::Stdout, 0),
         Dest::File { part, resume, .. } => {
-            let mut already = if a.resume { resume_point(part, resume) } else { 0 };
+            let mut already = if a.resume {
+                resume_point(part, resume)
+            } else {
+                0
+            };
             if size.is_some_and(|s| already > s) {
                 // The local part is longer than the file: it is not a prefix
                 // of this file. Start again.
@@ -115,7 +125,12 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
             (Ok(r), _) => report = r,
             (Err(e), Dest::File { part, resume, .. }) => {
                 // Nothing to resume from: leave no empty `.part` behind.
-                if already == 0 && stats.bytes_written.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                if already == 0
+                    && stats
+                        .bytes_written
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                        == 0
+                {
                     let _ = std::fs::remove_file(part);
                     let _ = std::fs::remove_file(resume);
                 }
@@ -138,14 +153,21 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     ctl.quit();
 
     let mode = if extended { "MODE E" } else { "MODE S" };
-    let mut detail = format!("{mode}, {} stream{}", report.streams, if report.streams == 1 { "" } else { "s" });
+    let mut detail = format!(
+        "{mode}, {} stream{}",
+        report.streams,
+        if report.streams == 1 { "" } else { "s" }
+    );
     if already > 0 {
         detail.push_str(&format!(", resumed at {already}"));
     }
     if !verified.is_empty() {
         detail.push_str(&format!(", verified {verified}"));
     }
-    eprintln!("{}", stats::summary("received", report.bytes, elapsed, &detail));
+    eprintln!(
+        "{}",
+        stats::summary("received", report.bytes, elapsed, &detail)
+    );
     if a.opts.stats {
         eprint!("{}", stats.render(mode, elapsed));
     }
@@ -155,10 +177,12 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
 /// Where to resume: the recorded prefix if we wrote this `.part`, else the
 /// length of a `.part` left by a stream-mode client.
 fn resume_point(part: &Path, resume: &Path) -> u64 {
-    if let Some(p) = writer::load_prefix(resume) {
-        return p;
+    let len = std::fs::metadata(part).map(|m| m.len()).unwrap_or(0);
+    match writer::load_prefix(resume) {
+        // Never more than the file holds (a deleted or truncated .part).
+        Some(p) => p.min(len),
+        None => len,
     }
-    std::fs::metadata(part).map(|m| m.len()).unwrap_or(0)
 }
 
 /// Opens `.part` for writing, keeping exactly the first `keep` bytes (a
@@ -197,11 +221,25 @@ fn transfer(
         }
         let listener = data::active(ctl)?;
         // ERET P numbers its blocks from the start of the range.
-        let base = if already > 0 && size.is_some() { already } else { 0 };
-        (Source::Listen { listener, max: n as usize, from: ctl.peer.ip() }, Framing::Extended { base })
+        let base = if already > 0 && size.is_some() {
+            already
+        } else {
+            0
+        };
+        (
+            Source::Listen {
+                listener,
+                max: n as usize,
+                from: ctl.peer.ip(),
+            },
+            Framing::Extended { base },
+        )
     } else {
         let to = data::passive(ctl)?;
-        (Source::Connected(data::connect(to, timeout)?), Framing::Stream { base: already })
+        (
+            Source::Connected(data::connect(to, timeout)?),
+            Framing::Stream { base: already },
+        )
     };
     let retr = if already == 0 {
         format!("RETR {}", u.path)
@@ -231,11 +269,22 @@ fn transfer(
         Dest::Stdout => None,
     };
     let w = Writer::start(
-        WriterConfig { sink, already, size, mem_cap: a.opts.mem_cap, prefix_file, recycle: Some(recycle_tx) },
+        WriterConfig {
+            sink,
+            already,
+            size,
+            mem_cap: a.opts.mem_cap,
+            prefix_file,
+            recycle: Some(recycle_tx),
+        },
         stats.clone(),
     )?;
     let drain = Drain::start(
-        DrainConfig { framing, idle_timeout: timeout, raise_priority: a.drain_priority },
+        DrainConfig {
+            framing,
+            idle_timeout: timeout,
+            raise_priority: a.drain_priority,
+        },
         source,
         w.input(),
         recycle_rx,
@@ -307,7 +356,9 @@ fn follow(
                     112 => {
                         Stats::add(&stats.perf_markers, 1);
                         if let Ok(m) = PerfMarker::parse(&r) {
-                            stats.server_reported_bytes.store(m.stripe_bytes, std::sync::atomic::Ordering::Relaxed);
+                            stats
+                                .server_reported_bytes
+                                .store(m.stripe_bytes, std::sync::atomic::Ordering::Relaxed);
                         }
                     }
                     c if c < 200 => {}
@@ -354,8 +405,14 @@ mod tests {
 
     #[test]
     fn dest_dash_is_stdout_and_no_name_is_usage_error() {
-        assert_eq!(Dest::resolve(Some(Path::new("-")), None).unwrap(), Dest::Stdout);
-        assert!(matches!(Dest::resolve(None, None), Err(ClientError::Usage(_))));
+        assert_eq!(
+            Dest::resolve(Some(Path::new("-")), None).unwrap(),
+            Dest::Stdout
+        );
+        assert!(matches!(
+            Dest::resolve(None, None),
+            Err(ClientError::Usage(_))
+        ));
     }
 
     #[test]
@@ -378,5 +435,9 @@ mod tests {
         assert_eq!(resume_point(&part, &side), 100);
         writer::save_prefix(&side, 40).unwrap();
         assert_eq!(resume_point(&part, &side), 40);
+        writer::save_prefix(&side, 500).unwrap();
+        assert_eq!(resume_point(&part, &side), 100);
+        std::fs::remove_file(&part).unwrap();
+        assert_eq!(resume_point(&part, &side), 0);
     }
 }

@@ -30,7 +30,8 @@ pub fn run(u: &FtpUrl, a: &LsArgs) -> Result<()> {
             ClientError::net("read listing", e)
         }
     })?;
-    out.flush().map_err(|e| ClientError::local("write to stdout", e))?;
+    out.flush()
+        .map_err(|e| ClientError::local("write to stdout", e))?;
     drop(sock);
     let last = ctl.read_reply()?;
     if !last.code.is_completion() {

@@ -14,6 +14,7 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -39,9 +40,14 @@ const STREAM_ROUND: u64 = 8 << 20;
 pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let file = File::open(&a.file)
         .map_err(|e| ClientError::local(format!("open {}", a.file.display()), e))?;
-    let meta = file.metadata().map_err(|e| ClientError::local(format!("stat {}", a.file.display()), e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| ClientError::local(format!("stat {}", a.file.display()), e))?;
     if !meta.is_file() {
-        return Err(ClientError::Usage(format!("{} is not a regular file", a.file.display())));
+        return Err(ClientError::Usage(format!(
+            "{} is not a regular file",
+            a.file.display()
+        )));
     }
     let len = meta.len();
     let remote = remote_path(&u.path, &a.file)?;
@@ -90,9 +96,15 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         detail.push_str(&format!(", verified {v}"));
     }
     ctl.quit();
-    eprintln!("{}", stats::summary("sent", stats.bytes.load(Relaxed), elapsed, &detail));
+    eprintln!(
+        "{}",
+        stats::summary("sent", stats.bytes.load(Relaxed), elapsed, &detail)
+    );
     if a.opts.stats {
-        eprint!("{}", stats.render(if extended { "MODE E" } else { "MODE S" }, elapsed));
+        eprint!(
+            "{}",
+            stats.render(if extended { "MODE E" } else { "MODE S" }, elapsed)
+        );
     }
     Ok(())
 }
@@ -138,7 +150,8 @@ fn send_stream(
     Stats::add(&stats.streams, 1);
     let _ = sock.set_write_timeout(Some(ctl.timeout()));
     let mut f = file;
-    f.seek(SeekFrom::Start(offset)).map_err(|e| ClientError::local("seek", e))?;
+    f.seek(SeekFrom::Start(offset))
+        .map_err(|e| ClientError::local("seek", e))?;
     let mut left = len - offset;
     while left > 0 {
         // std::io::copy from a File to a TcpStream uses sendfile on Linux.
@@ -147,7 +160,10 @@ fn send_stream(
         if n == 0 {
             return Err(ClientError::local(
                 "read",
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while sending"),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "file shrank while sending",
+                ),
             ));
         }
         left -= n;
@@ -155,6 +171,7 @@ fn send_stream(
         Stats::add(&stats.socket_calls, 1);
     }
     let _ = sock.flush();
+    count_retransmits(&sock, stats);
     drop(sock);
     let last = final_reply(ctl, || true, stats)?;
     if !last.code.is_completion() {
@@ -195,7 +212,9 @@ fn send_extended(
     let failed = Arc::new(AtomicBool::new(false));
     let mut threads: Vec<JoinHandle<Result<TcpStream>>> = Vec::with_capacity(n);
     for (i, mut sock) in socks.into_iter().enumerate() {
-        let file = file.try_clone().map_err(|e| ClientError::local("dup file", e))?;
+        let file = file
+            .try_clone()
+            .map_err(|e| ClientError::local("dup file", e))?;
         let (next, failed, stats) = (next.clone(), failed.clone(), stats.clone());
         let bs = a.opts.block_size;
         let timeout = ctl.timeout();
@@ -211,6 +230,7 @@ fn send_extended(
                             sock.write_all(&BlockHeader::end(eof, false).encode())
                                 .map_err(|e| ClientError::net("send EOD", e))
                         });
+                    count_retransmits(&sock, &stats);
                     if r.is_err() {
                         failed.store(true, Relaxed);
                     }
@@ -227,7 +247,9 @@ fn send_extended(
         match t.join() {
             Ok(Ok(s)) => socks.push(s),
             Ok(Err(e)) => send_err = send_err.or(Some(e)),
-            Err(_) => send_err = send_err.or(Some(ClientError::Bug("sender thread panicked".into()))),
+            Err(_) => {
+                send_err = send_err.or(Some(ClientError::Bug("sender thread panicked".into())))
+            }
         }
     }
     let last = last?;
@@ -265,13 +287,24 @@ fn send_blocks(
             return Ok(());
         }
         let n = (len - off).min(bs) as usize;
-        file.read_exact_at(&mut buf[..n], off).map_err(|e| ClientError::local("read", e))?;
+        file.read_exact_at(&mut buf[..n], off)
+            .map_err(|e| ClientError::local("read", e))?;
         let hdr = BlockHeader::data(off - base, n as u64).encode();
-        sock.write_all(&hdr).map_err(|e| ClientError::net("send data", e))?;
-        sock.write_all(&buf[..n]).map_err(|e| ClientError::net("send data", e))?;
+        sock.write_all(&hdr)
+            .map_err(|e| ClientError::net("send data", e))?;
+        sock.write_all(&buf[..n])
+            .map_err(|e| ClientError::net("send data", e))?;
         Stats::add(&stats.bytes, n as u64);
         Stats::add(&stats.blocks, 1);
         Stats::add(&stats.socket_calls, 2);
+    }
+}
+
+/// Adds what the kernel retransmitted on `sock` to the stats (counted when
+/// the last byte is queued, so a few late retransmissions may be missed).
+fn count_retransmits(sock: &TcpStream, stats: &Stats) {
+    if let Ok(info) = sluice_platform::tcp::tcp_info(sock.as_fd()) {
+        Stats::add(&stats.tcp_retransmits, u64::from(info.total_retrans));
     }
 }
 
@@ -306,7 +339,13 @@ mod tests {
 
     #[test]
     fn directory_url_gets_local_name() {
-        assert_eq!(remote_path("/up/", Path::new("/tmp/a.bin")).unwrap(), "/up/a.bin");
-        assert_eq!(remote_path("/up/b", Path::new("/tmp/a.bin")).unwrap(), "/up/b");
+        assert_eq!(
+            remote_path("/up/", Path::new("/tmp/a.bin")).unwrap(),
+            "/up/a.bin"
+        );
+        assert_eq!(
+            remote_path("/up/b", Path::new("/tmp/a.bin")).unwrap(),
+            "/up/b"
+        );
     }
 }

@@ -79,7 +79,11 @@ pub fn verify(ctl: &mut Control, remote: &str, local: &std::path::Path) -> Resul
     if checksum::same(&server, &mine) {
         Ok(format!("{} {mine}", algo.name()))
     } else {
-        Err(ClientError::ChecksumMismatch { algo: algo.name().into(), server, local: mine })
+        Err(ClientError::ChecksumMismatch {
+            algo: algo.name().into(),
+            server,
+            local: mine,
+        })
     }
 }
 

@@ -54,7 +54,14 @@ pub fn skip<T>(why: &str) -> Option<T> {
 }
 
 fn find_binary(name: &str) -> Option<PathBuf> {
-    for dir in ["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"] {
+    for dir in [
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+    ] {
         let p = Path::new(dir).join(name);
         if p.exists() {
             return Some(p);
@@ -64,7 +71,11 @@ fn find_binary(name: &str) -> Option<PathBuf> {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn wait_listening(port: u16, child: &mut Child) -> bool {
@@ -130,7 +141,10 @@ impl Peer {
     /// Writes a test file of `len` bytes under the root.
     pub fn put_file(&self, rel: &str, len: u64, seed: u64) -> PathBuf {
         let p = self.root.join(rel);
-        std::fs::File::create(&p).unwrap().write_all(&pattern(len, seed)).unwrap();
+        std::fs::File::create(&p)
+            .unwrap()
+            .write_all(&pattern(len, seed))
+            .unwrap();
         p
     }
 
@@ -164,7 +178,10 @@ fn make_dirs() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
     let Some((uid, gid)) = ftp_user_ids() else {
         return skip("no `ftp` user in /etc/passwd (anonymous peers need it)");
     };
-    let tmp = tempfile::Builder::new().prefix("sluice-client-peer").tempdir().unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("sluice-client-peer")
+        .tempdir()
+        .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let root = tmp.path().join("root");
@@ -218,7 +235,14 @@ pub fn vsftpd() -> Option<Peer> {
         let _ = child.kill();
         return skip("vsftpd did not start listening");
     }
-    Some(Peer { child, root, upload, port, url_prefix: String::new(), _tmp: tmp })
+    Some(Peer {
+        child,
+        root,
+        upload,
+        port,
+        url_prefix: String::new(),
+        _tmp: tmp,
+    })
 }
 
 /// globus-gridftp-server, anonymous, paths restricted to the root.
@@ -248,5 +272,12 @@ pub fn globus() -> Option<Peer> {
         return skip("globus-gridftp-server did not start listening");
     }
     let url_prefix = root.display().to_string();
-    Some(Peer { child, root, upload, port, url_prefix, _tmp: tmp })
+    Some(Peer {
+        child,
+        root,
+        upload,
+        port,
+        url_prefix,
+        _tmp: tmp,
+    })
 }

@@ -45,6 +45,10 @@ struct Driver {
 pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else { return };
     let _ = conn.set_nodelay(true);
+    // ABOR is often sent with its last byte as TCP urgent data (Python's
+    // ftplib sends "ABOR\r\n" with MSG_OOB); keep it in the byte stream,
+    // as vsftpd does, or the line never ends.
+    let _ = socket2::SockRef::from(&conn).set_out_of_band_inline(true);
     let session = Session::new(SessionConfig {
         local_addr: local,
         peer_addr: peer,

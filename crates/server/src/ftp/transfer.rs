@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::command::TransferMode;
+use sluice_ftp::mode_e::{BlockHeader, HEADER_LEN};
 use sluice_ftp::markers::{range_marker, PerfMarker, RangeSet as MarkerRanges};
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::reply::Reply;
@@ -122,6 +123,20 @@ async fn list(
 ) -> Result<u64, OpError> {
     let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
     let bytes = blocking(move || listing_bytes(&root, &p, format, w)).await??;
+    let bytes = if data.mode == TransferMode::ExtendedBlock {
+        // MODE E listings are framed too (globus-url-copy -r sends MLSD in
+        // MODE E): one data block, then EOD with EOF count 1 on the only
+        // connection. A few KiB of listing, so plain writes.
+        let mut framed = Vec::with_capacity(bytes.len() + 2 * HEADER_LEN);
+        if !bytes.is_empty() {
+            framed.extend_from_slice(&BlockHeader::data(0, bytes.len() as u64).encode());
+            framed.extend_from_slice(&bytes);
+        }
+        framed.extend_from_slice(&BlockHeader::end(Some(1), true).encode());
+        framed
+    } else {
+        bytes
+    };
     let _ = events.send(Event::Started(None));
     let mut conns = open_data(job, data, 1).await?;
     let mut conn = conns.pop().ok_or(OpError::DataConnection)?;

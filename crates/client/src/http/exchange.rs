@@ -1,0 +1,141 @@
+//! One request/response head exchange on a fresh connection: connect
+//! (with the transfer timeout), send the request, read until the head is
+//! complete. What came after the head (the first body bytes) is returned
+//! with the still-open socket, for the drain thread to continue.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use sluice_http::{parse_response_head, ClientRequest, HttpUrl, Method, ResponseHead};
+
+use crate::error::{ClientError, Result};
+
+/// Bytes read per call while the head is incomplete.
+const READ_CHUNK: usize = 16 << 10;
+
+/// Our User-Agent.
+pub const USER_AGENT: &str = concat!("sluice/", env!("CARGO_PKG_VERSION"));
+
+/// A response head, the body bytes read with it, and the socket.
+pub struct Exchange {
+    /// The parsed head.
+    pub head: ResponseHead,
+    /// Body bytes that arrived in the same reads as the head.
+    pub early: Vec<u8>,
+    /// The connection, positioned after `early`.
+    pub sock: TcpStream,
+}
+
+/// Connects to the URL's host, trying each address in turn.
+pub fn connect(u: &HttpUrl, timeout: Duration) -> Result<TcpStream> {
+    let addrs = (u.host.as_str(), u.port)
+        .to_socket_addrs()
+        .map_err(|e| ClientError::net(format!("resolve {}", u.host), e))?;
+    let mut last = std::io::Error::new(ErrorKind::NotFound, "no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(ClientError::net(format!("connect to {}", u.host_field()), last))
+}
+
+/// Sends `method` for `u` (optionally ranged) and reads the response head.
+pub fn request(
+    u: &HttpUrl,
+    method: Method,
+    range: Option<(u64, Option<u64>)>,
+    if_range: Option<&str>,
+    timeout: Duration,
+) -> Result<Exchange> {
+    let host = u.host_field();
+    let req = ClientRequest {
+        method,
+        host: &host,
+        target: &u.target,
+        range,
+        if_range,
+        keep_alive: false,
+        user_agent: USER_AGENT,
+    }
+    .encode()
+    .map_err(|e| ClientError::Usage(format!("cannot build the request: {e}")))?;
+    let mut sock = connect(u, timeout)?;
+    sock.set_read_timeout(Some(timeout))
+        .and_then(|()| sock.set_write_timeout(Some(timeout)))
+        .map_err(|e| ClientError::net("set socket timeout", e))?;
+    sock.write_all(&req)
+        .map_err(|e| ClientError::net("send request", e))?;
+    let mut buf = Vec::with_capacity(READ_CHUNK);
+    loop {
+        let have = buf.len();
+        buf.resize(have + READ_CHUNK, 0);
+        let n = match sock.read(&mut buf[have..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => 0,
+            Err(e) => return Err(ClientError::net("read response head", e)),
+        };
+        buf.truncate(have + n);
+        if n == 0 && buf.len() == have {
+            return Err(ClientError::net(
+                "read response head",
+                std::io::Error::new(ErrorKind::UnexpectedEof, "connection closed before a response"),
+            ));
+        }
+        match parse_response_head(&buf) {
+            Ok(Some((head, used))) => {
+                let early = buf.split_off(used);
+                return Ok(Exchange { head, early, sock });
+            }
+            Ok(None) => {}
+            Err(e) => return Err(ClientError::Protocol(e.to_string())),
+        }
+    }
+}
+
+/// `404 Not Found` -> a refusal error naming what was asked.
+pub fn refused(what: &str, head: &ResponseHead) -> ClientError {
+    ClientError::Refused {
+        what: what.to_owned(),
+        reply: format!("{} {}", head.status, head.reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn head_and_early_body_are_split() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 1024];
+            let n = s.read(&mut req).unwrap();
+            let req = String::from_utf8_lossy(&req[..n]).into_owned();
+            s.write_all(b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 3-9/10\r\nContent-Length: 7\r\n\r\nabc")
+                .unwrap();
+            s.write_all(b"defg").unwrap();
+            req
+        });
+        let u = HttpUrl::parse(&format!("http://127.0.0.1:{port}/f")).unwrap();
+        let mut x = request(&u, Method::Get, Some((3, Some(9))), Some("\"e\""), Duration::from_secs(5)).unwrap();
+        assert_eq!(x.head.status, 206);
+        let mut rest = Vec::new();
+        x.sock.read_to_end(&mut rest).unwrap();
+        let mut body = x.early.clone();
+        body.extend(rest);
+        assert_eq!(body, b"abcdefg");
+        let req = t.join().unwrap();
+        assert!(req.contains("Range: bytes=3-9\r\n"), "{req}");
+        assert!(req.contains("If-Range: \"e\"\r\n"), "{req}");
+        assert!(req.contains("Connection: close\r\n"), "{req}");
+    }
+}

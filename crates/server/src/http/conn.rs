@@ -1,0 +1,239 @@
+//! One HTTP connection: read a request head under its deadline, resolve
+//! the path on a disk thread, send the plan, log it, and go round again
+//! while the connection is kept alive. Pipelined requests are simply the
+//! bytes left in the buffer after a head; they are answered in order.
+//!
+//! Deadlines (all from [`HttpSettings`](super::HttpSettings)):
+//! - header: a complete head must arrive within `header_timeout` of its
+//!   first byte (of accept, for the first request); else 408 and close.
+//!   This bounds slow-loris clients without bounding honest slow bodies.
+//! - keep-alive: between requests the connection may sit idle for
+//!   `keepalive_timeout`; then it is closed silently (as nginx does).
+//! - send: see [`super::send`].
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sluice_engine::{Cancel, Counters};
+use sluice_http::request::peek_request_line;
+use sluice_http::{
+    parse_request, respond, respond_error, respond_status, AccessEntry, Options, Plan, Request,
+    Resource, Status,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::resolve::{resolve, Found};
+use super::send::send_plan;
+use super::HttpContext;
+
+/// Bytes asked of the socket per read while a head is incomplete.
+const READ_CHUNK: usize = 8 << 10;
+/// After an answer that closes the connection, how long unread request
+/// bytes are drained before the socket is closed, and at most how many:
+/// closing with unread data makes the kernel send RST, which can destroy
+/// the answer before the client reads it (RFC 9112 9.6, "lingering close").
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 256 << 10;
+
+/// What reading a head came to.
+enum Head {
+    /// A complete head; `buf[..used]` held it.
+    Request(Box<Request>, usize),
+    /// A head that cannot be answered normally.
+    Invalid(sluice_http::RequestError),
+    /// The header deadline passed with part of a head received.
+    TimedOut,
+    /// The peer closed, an I/O error, or the keep-alive wait ended.
+    Gone,
+}
+
+/// Serves one connection until it closes.
+pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAddr, id: u64) {
+    ctx.engine.prepare_socket(&stream);
+    let opts = Options {
+        boundary_seed: id,
+        ..Options::default()
+    };
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut first = true;
+    loop {
+        let head = read_head(&ctx, &mut stream, &mut buf, first).await;
+        first = false;
+        let (req, used) = match head {
+            Head::Request(req, used) => (req, used),
+            Head::Invalid(e) => {
+                tracing::debug!(error = %e, "bad request head");
+                let line = peek_request_line(&buf);
+                let plan = respond_error(e, SystemTime::now(), &opts);
+                finish_with(&ctx, &mut stream, peer, &plan, &line, None, None).await;
+                return;
+            }
+            Head::TimedOut => {
+                tracing::debug!("request head deadline passed");
+                let line = peek_request_line(&buf);
+                let plan = respond_status(Status::RequestTimeout, SystemTime::now(), &opts);
+                finish_with(&ctx, &mut stream, peer, &plan, &line, None, None).await;
+                return;
+            }
+            Head::Gone => return,
+        };
+        buf.drain(..used);
+        let time = SystemTime::now();
+        let Found { resource, file } = find(&ctx, &req).await;
+        let file = file.map(Arc::new);
+        let plan = respond(&req, resource, time, &opts);
+        let counters = Counters::new();
+        let sent = send_plan(
+            &ctx.engine,
+            &stream,
+            &plan,
+            file.as_ref(),
+            &counters,
+            ctx.settings.send_timeout,
+        )
+        .await;
+        let body_bytes = match &sent {
+            Ok(()) => plan.body_len(),
+            Err(_) => counters
+                .snapshot()
+                .bytes_sent
+                .saturating_sub(plan.head.len() as u64),
+        };
+        log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "response not completed; closing");
+            return;
+        }
+        if !plan.keep_alive {
+            linger_close(&mut stream).await;
+            return;
+        }
+    }
+}
+
+/// Reads until `buf` starts with a complete head (or fails to).
+async fn read_head(
+    ctx: &HttpContext,
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    first: bool,
+) -> Head {
+    let s = &ctx.settings;
+    let start = Instant::now();
+    // The head deadline runs from accept for the first request and from
+    // the first byte for later ones; before that byte, the idle deadline.
+    let mut head_deadline = (first || !buf.is_empty()).then(|| start + s.header_timeout);
+    let idle_deadline = start + s.keepalive_timeout;
+    loop {
+        if !buf.is_empty() {
+            match parse_request(buf) {
+                Ok(Some((req, used))) => return Head::Request(Box::new(req), used),
+                Ok(None) => {}
+                Err(e) => return Head::Invalid(e),
+            }
+            head_deadline.get_or_insert_with(|| Instant::now() + s.header_timeout);
+        }
+        let deadline = head_deadline.unwrap_or(idle_deadline);
+        buf.reserve(READ_CHUNK);
+        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
+            Err(_) if head_deadline.is_some() && !buf.is_empty() => return Head::TimedOut,
+            Err(_) => return Head::Gone,
+            Ok(Ok(0)) | Ok(Err(_)) => return Head::Gone,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Resolves the request's path on an engine disk thread.
+async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
+    let c = Arc::clone(ctx);
+    let path = req.path.clone();
+    match ctx
+        .engine
+        .run_blocking(&Cancel::new(), move || resolve(&c.root, &path))
+        .await
+    {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot resolve on a disk thread");
+            Found {
+                resource: Resource::Unavailable,
+                file: None,
+            }
+        }
+    }
+}
+
+/// Sends a closing answer (error, 408), logs it, and closes gracefully.
+async fn finish_with(
+    ctx: &HttpContext,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    plan: &Plan,
+    line: &str,
+    req: Option<&Request>,
+    file: Option<&Arc<File>>,
+) {
+    let counters = Counters::new();
+    let time = SystemTime::now();
+    let sent = send_plan(
+        &ctx.engine,
+        stream,
+        plan,
+        file,
+        &counters,
+        ctx.settings.send_timeout,
+    )
+    .await;
+    let bytes = if sent.is_ok() { plan.body_len() } else { 0 };
+    log_access(peer, time, line, plan, bytes, req);
+    if sent.is_ok() {
+        linger_close(stream).await;
+    }
+}
+
+/// One combined-log line on the `access` tracing target
+/// (`RUST_LOG=access=info` for the access log alone).
+fn log_access(
+    peer: SocketAddr,
+    time: SystemTime,
+    line: &str,
+    plan: &Plan,
+    bytes: u64,
+    req: Option<&Request>,
+) {
+    let entry = AccessEntry {
+        peer: peer.ip().to_canonical(),
+        user: None,
+        time,
+        request_line: line,
+        status: plan.status.code(),
+        bytes,
+        referer: req.and_then(|r| r.referer.as_deref()),
+        user_agent: req.and_then(|r| r.user_agent.as_deref()),
+    };
+    tracing::info!(target: "access", "{}", entry.combined());
+}
+
+/// FIN first, then read and drop what the client still sends for a
+/// moment, so our answer is not lost to a RST.
+async fn linger_close(stream: &mut TcpStream) {
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut scratch = vec![0u8; READ_CHUNK];
+    let mut drained = 0usize;
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        while drained < LINGER_BYTES {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    })
+    .await;
+}

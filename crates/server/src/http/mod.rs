@@ -1,0 +1,194 @@
+//! The HTTP/1.1 front door: a listener, one tokio task per connection
+//! ([`conn`]), path resolution beneath the root ([`resolve`]) and the
+//! sending of a [`sluice_http::Plan`] through the engine ([`send`]).
+//!
+//! ```text
+//!  TcpListener ──accept──▶ max-connections gate ──▶ conn task (buffer + parse_request)
+//!                                 │ full: 503            │ Request
+//!                                                        ├─▶ resolve (engine disk thread):
+//!                                                        │     openat2 RESOLVE_BENEATH, fstat, readdir
+//!                                                        ├─▶ respond(..) -> Plan
+//!                                                        └─▶ send: head + File segments via
+//!                                                              Engine::send_file (sendfile|copy)
+//! ```
+//!
+//! The protocol decisions are all in `sluice_http`; this module owns
+//! sockets, clocks (the three deadlines below) and the access log.
+
+pub mod conn;
+pub mod resolve;
+pub mod send;
+pub mod settings;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use sluice_engine::Engine;
+use sluice_http::{respond_status, Status};
+use sluice_platform::fs::ServedRoot;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+pub use settings::HttpSettings;
+
+use crate::config::ServeConfig;
+
+/// How long a refused connection (503) may take to receive its answer.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What every HTTP connection shares.
+#[derive(Debug)]
+pub struct HttpContext {
+    /// The served root, opened once (`O_PATH`); every request path is
+    /// resolved beneath it by the kernel.
+    pub root: ServedRoot,
+    /// Deadlines and bounds.
+    pub settings: HttpSettings,
+    /// The data-delivery engine shared with the FTP front door.
+    pub engine: Engine,
+    /// Per-connection seeds for multipart boundaries.
+    next_conn: AtomicU64,
+}
+
+impl HttpContext {
+    /// A context serving `root`.
+    pub fn new(root: ServedRoot, settings: HttpSettings, engine: Engine) -> HttpContext {
+        HttpContext {
+            root,
+            settings,
+            engine,
+            next_conn: AtomicU64::new(1),
+        }
+    }
+}
+
+/// Binds the HTTP listener (so port 0 is resolved before anything prints).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Starts the HTTP front door next to FTP, if configured: binds, prints
+/// `http listening on ADDR` on stdout (tests parse it when given port 0)
+/// and spawns the accept loop. When the *default* address is taken (say,
+/// by another `sluice serve` started without `--http`), it warns and
+/// runs without HTTP; an address given explicitly must bind.
+pub async fn start(cfg: &ServeConfig, engine: &Engine) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let Some(settings) = cfg.http.clone() else {
+        return Ok(None);
+    };
+    let listener = match bind(settings.addr).await {
+        Ok(l) => l,
+        Err(e) if !settings.explicit && e.kind() == std::io::ErrorKind::AddrInUse => {
+            tracing::warn!(addr = %settings.addr, "default HTTP address in use; serving without HTTP (give --http ADDR:PORT or --no-http)");
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot listen on {}", settings.addr)))
+        }
+    };
+    let addr = listener.local_addr()?;
+    let root = ServedRoot::open(&cfg.root)
+        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    tracing::info!(
+        %addr,
+        header_timeout = ?settings.header_timeout,
+        keepalive_timeout = ?settings.keepalive_timeout,
+        send_timeout = ?settings.send_timeout,
+        max_connections = settings.max_connections,
+        "http serving"
+    );
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "http listening on {addr}")?;
+        out.flush()?;
+    }
+    let ctx = Arc::new(HttpContext::new(root, settings, engine.clone()));
+    Ok(Some(tokio::spawn(run(ctx, listener))))
+}
+
+/// Resolves when the HTTP accept loop ends (never, unless it panicked);
+/// pending forever when HTTP is off, so it can sit in a `select!`.
+pub async fn finished(task: Option<JoinHandle<()>>) {
+    match task {
+        Some(t) => {
+            if let Err(e) = t.await {
+                tracing::error!(error = %e, "http front door stopped");
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// `--no-ftp`: HTTP alone, until it stops or Ctrl-C.
+pub async fn serve_alone(task: Option<JoinHandle<()>>) -> anyhow::Result<()> {
+    if task.is_none() {
+        anyhow::bail!("nothing to serve: FTP is off (--no-ftp) and HTTP is not listening");
+    }
+    tokio::select! {
+        _ = finished(task) => {}
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+    }
+    Ok(())
+}
+
+/// Accepts connections forever; each gets its own task, so a slow client
+/// only ever holds its own task, never a worker thread.
+pub async fn run(ctx: Arc<HttpContext>, listener: TcpListener) {
+    let gate = Arc::new(Semaphore::new(ctx.settings.max_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: log, breathe, go on serving.
+                tracing::warn!(error = %e, "http accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::debug_span!("http", id, %peer);
+        match Arc::clone(&gate).try_acquire_owned() {
+            Ok(permit) => {
+                let ctx = Arc::clone(&ctx);
+                tokio::spawn(
+                    async move {
+                        conn::serve(ctx, stream, peer, id).await;
+                        drop(permit);
+                    }
+                    .instrument(span),
+                );
+            }
+            Err(_) => {
+                tokio::spawn(refuse(stream, peer).instrument(span));
+            }
+        }
+    }
+}
+
+/// Over the connection limit: a short 503 and close.
+async fn refuse(mut stream: TcpStream, peer: SocketAddr) {
+    tracing::info!(%peer, "http refused: max connections reached");
+    let plan = respond_status(
+        Status::ServiceUnavailable,
+        SystemTime::now(),
+        &sluice_http::Options::default(),
+    );
+    let mut bytes = plan.head;
+    for seg in plan.body {
+        if let sluice_http::Segment::Bytes(b) = seg {
+            bytes.extend_from_slice(&b);
+        }
+    }
+    let _ = tokio::time::timeout(REFUSAL_DEADLINE, async {
+        let _ = stream.write_all(&bytes).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}

@@ -1,0 +1,173 @@
+//! From a request path to a [`Resource`]: open beneath the served root
+//! (the kernel refuses escapes: `openat2(RESOLVE_BENEATH)` in
+//! `ServedRoot`), `fstat` the open file, or read the directory. Runs on
+//! an engine disk thread: `openat2`, `fstat` and `getdents` may all wait
+//! on the disk.
+
+use std::fs::File;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sluice_http::{DirEntry, EntryKind, Resource, VirtualPath};
+use sluice_platform::fs::{FileKind, FsError, ServedRoot};
+
+/// What was found, and the open file when it is one (its length and
+/// mtime in the resource come from this descriptor's `fstat`, so the
+/// bytes sent and the validators describe the same file).
+#[derive(Debug)]
+pub struct Found {
+    /// The facts `respond` decides on.
+    pub resource: Resource,
+    /// The open file, for `Resource::File`.
+    pub file: Option<File>,
+}
+
+/// Resolves `path` beneath `root`.
+pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
+    let rel = path.relative();
+    let only = |resource| Found {
+        resource,
+        file: None,
+    };
+    match root.open_read(rel) {
+        Ok(file) => match file.metadata() {
+            Ok(m) => Found {
+                resource: Resource::File {
+                    len: m.len(),
+                    mtime: m.modified().unwrap_or(UNIX_EPOCH),
+                },
+                file: Some(file),
+            },
+            Err(e) => {
+                tracing::warn!(path = rel, error = %e, "fstat failed");
+                only(Resource::Error)
+            }
+        },
+        Err(FsError::IsADirectory) => match root.list_dir(rel) {
+            Ok(list) => only(Resource::Directory {
+                entries: list.into_iter().filter_map(entry).collect(),
+            }),
+            Err(e) => only(refusal(rel, e)),
+        },
+        Err(e) => only(refusal(rel, e)),
+    }
+}
+
+/// A platform entry as the listing shows it. Names that are not UTF-8
+/// are left out (no request could name them); so are symlinks that
+/// escape the root (`FileKind::Symlink`): they could not be followed and
+/// their own metadata is no business of the client's.
+fn entry(e: sluice_platform::fs::DirEntry) -> Option<DirEntry> {
+    let name = String::from_utf8(e.name).ok()?;
+    let kind = match e.meta.kind {
+        FileKind::File => EntryKind::File,
+        FileKind::Dir => EntryKind::Dir,
+        FileKind::Symlink => return None,
+        FileKind::Other => EntryKind::Other,
+    };
+    Some(DirEntry {
+        name,
+        kind,
+        size: if kind == EntryKind::File { e.meta.size } else { 0 },
+        mtime: Some(e.meta.mtime).filter(|t| *t > UNIX_EPOCH && *t < far_future()),
+    })
+}
+
+fn far_future() -> SystemTime {
+    SystemTime::now() + std::time::Duration::from_secs(100 * 365 * 86_400)
+}
+
+/// The answer for a path that cannot be served. An escape looks exactly
+/// like a missing file, so probing tells nothing about what is outside.
+fn refusal(rel: &str, e: FsError) -> Resource {
+    match e {
+        FsError::NotFound
+        | FsError::OutsideRoot
+        | FsError::NotADirectory
+        | FsError::InvalidPath => Resource::NotFound,
+        FsError::PermissionDenied | FsError::IsADirectory => Resource::Forbidden,
+        FsError::Io(ref io) if io.raw_os_error().is_some_and(is_fd_exhaustion) => {
+            tracing::warn!(path = rel, error = %e, "out of file descriptors");
+            Resource::Unavailable
+        }
+        other => {
+            tracing::warn!(path = rel, error = %other, "cannot open");
+            Resource::Error
+        }
+    }
+}
+
+/// EMFILE (24) or ENFILE (23): the process or system is out of
+/// descriptors, a passing condition worth a 503, not a 500.
+fn is_fd_exhaustion(errno: i32) -> bool {
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    errno == EMFILE || errno == ENFILE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_http::normalize;
+
+    fn root() -> (tempfile::TempDir, ServedRoot) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/a.txt"), b"hello").unwrap();
+        let r = ServedRoot::open(dir.path()).unwrap();
+        (dir, r)
+    }
+
+    #[test]
+    fn files_directories_and_misses() {
+        let (dir, r) = root();
+        let f = resolve(&r, &normalize("/sub/a.txt").unwrap());
+        assert!(matches!(f.resource, Resource::File { len: 5, .. }));
+        assert!(f.file.is_some());
+        match resolve(&r, &normalize("/sub/").unwrap()).resource {
+            Resource::Directory { entries } => {
+                assert_eq!(entries.len(), 1);
+                assert_eq!(entries[0].name, "a.txt");
+                assert_eq!(entries[0].size, 5);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            resolve(&r, &normalize("/").unwrap()).resource,
+            Resource::Directory { .. }
+        ));
+        assert_eq!(
+            resolve(&r, &normalize("/nope").unwrap()).resource,
+            Resource::NotFound
+        );
+        assert_eq!(
+            resolve(&r, &normalize("/sub/a.txt/x").unwrap()).resource,
+            Resource::NotFound
+        );
+        drop(dir);
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_root_is_not_found_and_not_listed() {
+        let (dir, r) = root();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("sub/leak"))
+            .unwrap();
+        std::os::unix::fs::symlink("a.txt", dir.path().join("sub/inside")).unwrap();
+        assert_eq!(
+            resolve(&r, &normalize("/sub/leak").unwrap()).resource,
+            Resource::NotFound
+        );
+        assert!(matches!(
+            resolve(&r, &normalize("/sub/inside").unwrap()).resource,
+            Resource::File { len: 5, .. }
+        ));
+        match resolve(&r, &normalize("/sub/").unwrap()).resource {
+            Resource::Directory { entries } => {
+                let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
+                assert_eq!(names, ["a.txt", "inside"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+#!/bin/sh
+# Smoke run of every lab experiment (small sizes, one repetition; a few minutes).
+# Needs root, /dev/net/tun and cgroup v1 (the project's machines and CI have them).
+# Usage: sh lab/smoke.sh            (from the repository root)
+# Results: lab/results/NAME/smoke/ (results.md, results.json, *.png).
+set -eu
+cd "$(dirname "$0")/.."
+need=""
+for t in globus-gridftp-server:globus-gridftp-server-progs globus-url-copy:globus-gass-copy-progs \
+         vsftpd:vsftpd nginx:nginx iperf3:iperf3 curl:curl perf:linux-perf ss:iproute2 tc:iproute2; do
+    command -v "${t%%:*}" >/dev/null 2>&1 || need="$need ${t#*:}"
+done
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$need fonts-dejavu-core"
+if [ -n "$need" ]; then
+    echo "lab smoke: installing$need"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+fi
+# nginx/vsftpd packages may start system services; the lab uses its own ports.
+cargo build --release -p sluice-server -p sluice-lab
+T="${CARGO_TARGET_DIR:-target}/release"
+failed=0
+passed=0
+for e in linkem-validation loopback-baseline wan-single slow-disk-many-clients; do
+    echo "== lab smoke: $e"
+    if "$T/sluice-lab" run "$e" --smoke >/dev/null; then
+        passed=$((passed + 1))
+        # Every configured server must have produced numbers: a "failed" note fails the smoke.
+        if grep -q "failed" "lab/results/$e/smoke/results.md"; then
+            echo "lab smoke: $e ran but some transfers failed:"; grep "failed" "lab/results/$e/smoke/results.md"
+            passed=$((passed - 1)); failed=$((failed + 1))
+        fi
+    else
+        failed=$((failed + 1))
+    fi
+done
+echo "lab-smoke: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
