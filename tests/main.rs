@@ -35,8 +35,17 @@ mod uploads;
 /// with `--verify` and `--continue`.
 mod client;
 
+/// The HTTP/1.1 front door of `sluice serve`: curl, wget, aria2c (ranges),
+/// byte ranges by hand, HEAD, keep-alive, listings, hostile requests.
+mod http;
+
 /// Hostile and malformed input on raw TCP (overlong lines, bounce, bad
 /// PORT/EPRT/REST, traversal, symlinks, bad MODE E uploads, ABOR, vanishing
 /// clients): each test checks the replies and that the server still serves
 /// a fresh session.
 mod bad_inputs;
+
+/// The HTTP/1.1 front door: curl, wget, aria2c, urllib, `sluice get` and
+/// headless Chromium against `sluice serve`; `sluice get` against nginx;
+/// ranges, conditionals, keep-alive and hostile input on raw sockets.
+mod http;

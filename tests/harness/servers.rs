@@ -79,6 +79,29 @@ impl FtpServer {
         }
     }
 
+    /// The HTTP port `sluice serve` announced (`http listening on ADDR`);
+    /// waits for the line, panics with the log if it never comes.
+    #[track_caller]
+    pub fn http_port(&self) -> u16 {
+        assert_eq!(self.kind, Kind::Sluice, "only sluice serves HTTP here");
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let found = self.log.lock().ok().and_then(|l| l.lines().find_map(|line| port_after(line, "http listening on ")));
+            if let Some(p) = found {
+                return p;
+            }
+            if self.proc.exited().is_some() || Instant::now() > deadline {
+                panic!("sluice did not announce an HTTP port\n{}", self.log_tail());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `http://HOST:PORT/rel` on the HTTP front door.
+    pub fn http_url(&self, rel: &str) -> String {
+        format!("http://{}/{}", SocketAddr::new(self.host, self.http_port()), rel)
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.proc.pid
@@ -140,17 +163,28 @@ pub fn sluice(opts: ServeOptions) -> FtpServer {
     let stderr_path = top.path().join("sluice.stderr");
     let mut cmd = Command::new(super::process::sluice_bin());
     let listen = opts.listen.unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
-    cmd.arg("serve").arg(&root).arg("--ftp").arg(listen.to_string());
+    // Both front doors on free ports: the HTTP default (8080) would collide
+    // between tests running in parallel.
+    cmd.arg("serve")
+        .arg(&root)
+        .arg("--ftp")
+        .arg(listen.to_string())
+        .arg("--http")
+        .arg(SocketAddr::new(listen.ip(), 0).to_string());
     if opts.writable {
         cmd.arg("--writable");
     }
     cmd.args(&opts.extra_args);
-    let (proc, log, port) = spawn_and_find_port(cmd, &stderr_path, |line| {
-        let rest = &line[line.find("ftp listening on ")? + "ftp listening on ".len()..];
-        let addr = rest.split_whitespace().next()?;
-        addr.rsplit(':').next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
-    });
+    let (proc, log, port) = spawn_and_find_port(cmd, &stderr_path, |line| port_after(line, "ftp listening on "));
     FtpServer { kind: Kind::Sluice, host: listen.ip(), port, root, prefix: String::new(), log, stderr_path, proc, _dirs: vec![top] }
+}
+
+/// The port of the address after `marker` in `line`
+/// (`ftp listening on 127.0.0.1:PORT`, `http listening on [::1]:PORT`).
+fn port_after(line: &str, marker: &str) -> Option<u16> {
+    let rest = &line[line.find(marker)? + marker.len()..];
+    let addr = rest.split_whitespace().next()?;
+    addr.rsplit(':').next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
 }
 
 /// Starts a read-only `sluice serve`.

@@ -26,6 +26,7 @@ pub mod cli;
 pub mod drain;
 pub mod error;
 pub mod ftp;
+pub mod http;
 pub mod priority;
 pub mod progress;
 pub mod reassembly;
@@ -37,6 +38,9 @@ use error::Result;
 
 /// `sluice get`: picks the protocol by URL scheme.
 pub fn get(args: cli::GetArgs) -> Result<()> {
+    if http::is_http(&args.url) {
+        return http::get::run(&args);
+    }
     match url::parse(&args.url)? {
         url::Target::Ftp(u) => ftp::get::run(&u, &args),
     }

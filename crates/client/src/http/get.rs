@@ -1,0 +1,375 @@
+//! `sluice get http://...`: see the module overview in [`super`].
+//!
+//! Resume (`--continue`): the range starts at the recorded contiguous
+//! prefix of `DEST.part` (or its length, for a part left by another
+//! client), with `If-Range` carrying the ETag saved next to it in
+//! `DEST.part.etag`: if the file changed, the server answers 200 with the
+//! whole file and the download starts over instead of splicing two
+//! versions together.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use sluice_http::{ContentRange, Framing as BodyFraming, HttpUrl, Method};
+
+use super::exchange::{self, refused, Exchange};
+use crate::cli::GetArgs;
+use crate::drain::{Drain, DrainConfig, Framing, Source};
+use crate::error::{ClientError, Result};
+use crate::ftp::get::Dest;
+use crate::progress::Progress;
+use crate::stats::{self, Stats};
+use crate::writer::{self, Block, Sink, Writer, WriterConfig};
+
+/// Smallest range worth its own connection: below this, the extra
+/// round trips cost more than a second stream gains.
+const MIN_PIECE: u64 = 1 << 20;
+
+/// One response whose body is being received.
+struct Piece {
+    x: Exchange,
+    /// File offset of the body's first byte.
+    start: u64,
+}
+
+/// What the requests came to.
+struct Fetch {
+    pieces: Vec<Piece>,
+    /// Total file size, when the server said.
+    size: Option<u64>,
+    /// Bytes kept from an earlier run.
+    already: u64,
+    etag: Option<String>,
+}
+
+/// Runs one download.
+pub fn run(a: &GetArgs) -> Result<()> {
+    let u = HttpUrl::parse(&a.url).map_err(|e| ClientError::Usage(e.to_string()))?;
+    let dest = Dest::resolve(a.dest.as_deref(), u.file_name().as_deref())?;
+    if dest == Dest::Stdout && (a.resume || a.verify) {
+        return Err(ClientError::Usage(
+            "--continue and --verify need a file DEST, not `-`".into(),
+        ));
+    }
+    if a.verify {
+        return Err(ClientError::NoChecksum(
+            "HTTP servers publish no checksum sluice can ask for".into(),
+        ));
+    }
+    let timeout = Duration::from_secs(a.opts.timeout);
+    let (mut already, saved_etag) = match &dest {
+        Dest::File { part, resume, .. } if a.resume => {
+            let at = writer::load_prefix(resume)
+                .or_else(|| std::fs::metadata(part).ok().map(|m| m.len()))
+                .unwrap_or(0);
+            (at, std::fs::read_to_string(etag_file(part)).ok())
+        }
+        _ => (0, None),
+    };
+    if already == 0 {
+        // An ETag without a part to go with it says nothing.
+        if let Dest::File { part, .. } = &dest {
+            let _ = std::fs::remove_file(etag_file(part));
+        }
+    }
+    let saved_etag = saved_etag.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    let streams = if dest == Dest::Stdout { 1 } else { a.opts.parallel };
+
+    let t0 = Instant::now();
+    let fetch = if streams > 1 {
+        parallel(&u, streams, already, saved_etag.as_deref(), timeout)?
+    } else {
+        single(&u, already, saved_etag.as_deref(), timeout)?
+    };
+    already = fetch.already;
+
+    let (sink, prefix_file) = match &dest {
+        Dest::Stdout => (Sink::Stdout, None),
+        Dest::File { part, resume, .. } => {
+            let f = open_part(part, already)?;
+            writer::save_prefix(resume, already)?;
+            match &fetch.etag {
+                Some(e) => std::fs::write(etag_file(part), e)
+                    .map_err(|err| ClientError::local("write the ETag file", err))?,
+                None => {
+                    let _ = std::fs::remove_file(etag_file(part));
+                }
+            }
+            (Sink::File(f), Some(resume.clone()))
+        }
+    };
+    let stats = Arc::new(Stats::default());
+    let n_streams = fetch.pieces.len();
+    let r = receive(a, fetch, sink, prefix_file, &stats, timeout);
+    if let Err(e) = r {
+        if let Dest::File { part, resume, .. } = &dest {
+            if already == 0 && stats.bytes_written.load(Relaxed) == 0 {
+                // Nothing to resume from: leave no empty `.part` behind.
+                for p in [part.clone(), resume.clone(), etag_file(part)] {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+        return Err(e);
+    }
+    let elapsed = t0.elapsed();
+    if let Dest::File { path, part, resume } = &dest {
+        std::fs::rename(part, path)
+            .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
+        let _ = std::fs::remove_file(resume);
+        let _ = std::fs::remove_file(etag_file(part));
+    }
+    let mut detail = format!(
+        "HTTP, {n_streams} stream{}",
+        if n_streams == 1 { "" } else { "s" }
+    );
+    if already > 0 {
+        detail.push_str(&format!(", resumed at {already}"));
+    }
+    let bytes = stats.bytes.load(Relaxed);
+    eprintln!("{}", stats::summary("received", bytes, elapsed, &detail));
+    if a.opts.stats {
+        eprint!("{}", stats.render("HTTP", elapsed));
+    }
+    Ok(())
+}
+
+/// One GET, ranged from `already` when resuming.
+fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> Result<Fetch> {
+    let range = (already > 0).then_some((already, None));
+    let x = exchange::request(u, Method::Get, range, etag, timeout)?;
+    check_framing(&x)?;
+    let h = &x.head;
+    match (h.status, h.content_range) {
+        (206, Some(ContentRange::Bytes { first, complete, .. })) if first == already => Ok(Fetch {
+            size: complete,
+            already,
+            etag: h.etag().map(str::to_owned),
+            pieces: vec![Piece { x, start: already }],
+        }),
+        (206, _) => Err(ClientError::Protocol(format!(
+            "asked for bytes from {already}, got Content-Range {:?}",
+            h.field("content-range")
+        ))),
+        (200, _) => {
+            if already > 0 {
+                tracing::info!("the server sent the whole file (changed or no ranges): starting over");
+            }
+            Ok(Fetch {
+                size: h.content_length,
+                already: 0,
+                etag: h.etag().map(str::to_owned),
+                pieces: vec![Piece { x, start: 0 }],
+            })
+        }
+        // Resuming a file we already have in full.
+        (416, Some(ContentRange::Unsatisfied { complete })) if already > 0 && complete == already => {
+            Ok(Fetch {
+                size: Some(complete),
+                already,
+                etag: etag.map(str::to_owned),
+                pieces: Vec::new(),
+            })
+        }
+        _ => Err(refused("GET", h)),
+    }
+}
+
+/// HEAD for size and validators, then `n` ranged GETs over what is left.
+fn parallel(
+    u: &HttpUrl,
+    n: u32,
+    mut already: u64,
+    saved_etag: Option<&str>,
+    timeout: Duration,
+) -> Result<Fetch> {
+    let probe = exchange::request(u, Method::Head, None, None, timeout)?;
+    let h = probe.head;
+    if h.status != 200 {
+        return Err(refused("HEAD", &h));
+    }
+    let etag = h.etag().map(str::to_owned);
+    let size = match h.content_length {
+        Some(s) if h.accepts_ranges() => s,
+        _ => return single(u, already, saved_etag, timeout),
+    };
+    if already > size || (already > 0 && saved_etag.is_some() && saved_etag != etag.as_deref()) {
+        // The file changed since the part was written: start over.
+        already = 0;
+    }
+    let left = size - already;
+    if left == 0 {
+        return Ok(Fetch {
+            pieces: Vec::new(),
+            size: Some(size),
+            already,
+            etag,
+        });
+    }
+    let count = (left / MIN_PIECE).clamp(1, u64::from(n));
+    if count == 1 {
+        return single(u, already, etag.as_deref().or(saved_etag), timeout);
+    }
+    let mut pieces = Vec::new();
+    for i in 0..count {
+        let a = already + left * i / count;
+        let b = already + left * (i + 1) / count;
+        // Each piece names the version it wants: a file replaced between
+        // the HEAD and this GET comes back 200, not a wrong slice.
+        let x = exchange::request(u, Method::Get, Some((a, Some(b - 1))), etag.as_deref(), timeout)?;
+        check_framing(&x)?;
+        let ok = matches!(x.head.content_range,
+            Some(ContentRange::Bytes { first, last, complete })
+                if first == a && last == b - 1 && complete.is_none_or(|c| c == size));
+        match x.head.status {
+            206 if ok && x.head.etag() == etag.as_deref() => pieces.push(Piece { x, start: a }),
+            206 | 200 => {
+                return Err(ClientError::Protocol(format!(
+                    "range {a}-{} came back as {} {:?} (the file changed during the download?)",
+                    b - 1,
+                    x.head.status,
+                    x.head.field("content-range")
+                )))
+            }
+            _ => return Err(refused("GET", &x.head)),
+        }
+    }
+    Ok(Fetch {
+        pieces,
+        size: Some(size),
+        already,
+        etag,
+    })
+}
+
+/// We read bodies with the stream-mode drain: length-delimited or
+/// close-delimited only.
+fn check_framing(x: &Exchange) -> Result<()> {
+    if x.head.framing(Method::Get) == BodyFraming::Chunked {
+        return Err(ClientError::Protocol(
+            "chunked response bodies are not supported".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Drains every piece into the writer; checks nothing is missing.
+fn receive(
+    a: &GetArgs,
+    fetch: Fetch,
+    sink: Sink,
+    prefix_file: Option<PathBuf>,
+    stats: &Arc<Stats>,
+    timeout: Duration,
+) -> Result<()> {
+    let w = Writer::start(
+        WriterConfig {
+            sink,
+            already: fetch.already,
+            size: fetch.size,
+            mem_cap: a.opts.mem_cap,
+            prefix_file,
+            recycle: None,
+        },
+        stats.clone(),
+    )?;
+    let progress = Progress::start(
+        stats.clone(),
+        fetch.size.map(|s| s - fetch.already),
+        fetch.already,
+        a.opts.quiet,
+    );
+    let mut drains = Vec::new();
+    let mut failed = None;
+    for p in fetch.pieces {
+        let Piece { x, start } = p;
+        let early = x.early.len() as u64;
+        if early > 0 {
+            Stats::add(&stats.bytes, early);
+            if !w.input().send(
+                Block {
+                    offset: start,
+                    data: x.early,
+                },
+                stats,
+            ) {
+                break; // the writer stopped; its error says why
+            }
+        }
+        // No writer buffers come back to HTTP drains: each allocates.
+        let (_no_recycling, recycled) = mpsc::channel();
+        match Drain::start(
+            DrainConfig {
+                framing: Framing::Stream {
+                    base: start + early,
+                },
+                idle_timeout: timeout,
+                raise_priority: a.drain_priority,
+            },
+            Source::Connected(x.sock),
+            w.input(),
+            recycled,
+            stats.clone(),
+        ) {
+            Ok(d) => drains.push(d),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    for d in drains {
+        if let Err(e) = d.join() {
+            failed.get_or_insert(e);
+        }
+    }
+    progress.finish();
+    let wrote = w.finish()?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if !wrote.gaps.is_empty() {
+        return Err(ClientError::Protocol(format!(
+            "connection closed early: {} range(s) missing, first {:?}",
+            wrote.gaps.len(),
+            wrote.gaps[0]
+        )));
+    }
+    Ok(())
+}
+
+/// Where the validator of a `.part` is kept for `--continue`.
+fn etag_file(part: &Path) -> PathBuf {
+    let mut s = part.as_os_str().to_owned();
+    s.push(".etag");
+    PathBuf::from(s)
+}
+
+/// Opens `.part` for writing, keeping exactly the first `keep` bytes.
+fn open_part(part: &Path, keep: u64) -> Result<File> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(keep == 0)
+        .open(part)
+        .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
+    f.set_len(keep)
+        .map_err(|e| ClientError::local(format!("truncate {}", part.display()), e))?;
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_file_sits_next_to_the_part() {
+        assert_eq!(
+            etag_file(Path::new("/t/a.bin.part")),
+            PathBuf::from("/t/a.bin.part.etag")
+        );
+    }
+}
