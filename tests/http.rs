@@ -31,15 +31,14 @@ impl HttpServer {
     }
 }
 
-/// Starts `sluice serve --http 127.0.0.1:0 EXTRA...` on the corpus root
+/// Starts `sluice serve EXTRA...` (harness: `--http 127.0.0.1:0`) on the corpus root
 /// and reads the HTTP port from its `http listening on ADDR` line (printed
 /// before the FTP line the harness waits for).
 fn sluice_http(extra: &[&str]) -> HttpServer {
-    let mut extra_args = vec!["--http".to_string(), "127.0.0.1:0".to_string()];
-    extra_args.extend(extra.iter().map(|s| s.to_string()));
+    // The harness gives both front doors free ports (--http 127.0.0.1:0).
     let ftp = servers::sluice(ServeOptions {
-        writable: false,
-        extra_args,
+        extra_args: extra.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
     });
     let log = ftp.log_tail();
     let port = log
@@ -508,7 +507,10 @@ fn http_can_be_switched_off_and_served_alone() {
     assert_eq!(body(&r), b"abc");
     drop(child);
     // --no-http: no HTTP line at all.
-    let s = servers::sluice(ServeOptions { writable: false, extra_args: vec!["--no-http".into()] });
+    let s = servers::sluice(ServeOptions {
+        extra_args: vec!["--no-http".into()],
+        ..Default::default()
+    });
     assert!(!s.log_tail().contains("http listening"), "{}", s.log_tail());
     // Neither: refused at start.
     let o = run(sluice_cmd().args(["serve", "--no-http", "--no-ftp"]).arg(dir.path()));

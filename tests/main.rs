@@ -44,8 +44,3 @@ mod http;
 /// clients): each test checks the replies and that the server still serves
 /// a fresh session.
 mod bad_inputs;
-
-/// The HTTP/1.1 front door: curl, wget, aria2c, urllib, `sluice get` and
-/// headless Chromium against `sluice serve`; `sluice get` against nginx;
-/// ranges, conditionals, keep-alive and hostile input on raw sockets.
-mod http;

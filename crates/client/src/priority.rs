@@ -1,11 +1,5 @@
-//! `--drain-priority`: raise the calling thread's scheduling priority.
-//!
-//! nix 0.29 has no `setpriority`, and only crates/platform may call libc
-//! directly, so this asks `renice(1)` to change the thread (Linux applies
-//! `setpriority(PRIO_PROCESS, tid)` to one thread). A platform helper would
-//! do it without a process; until then this is the safe way.
-
-use std::process::Command;
+//! `--drain-priority`: raise the drain thread's scheduling priority, so a
+//! loaded receiver keeps draining its sockets (receiver-bottleneck paper).
 
 /// Nice value asked for. -10 puts the drain thread well ahead of ordinary
 /// work without starving the system.
@@ -13,17 +7,6 @@ const NICE: i32 = -10;
 
 /// Raises the current thread's priority; the error says why it could not.
 pub fn raise_current_thread() -> Result<(), String> {
-    let tid = nix::unistd::gettid();
-    let out = Command::new("renice")
-        .args(["-n", &NICE.to_string(), "-p", &tid.to_string()])
-        .output()
-        .map_err(|e| format!("cannot run renice: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "renice failed (needs root or CAP_SYS_NICE): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    sluice_platform::thread::set_current_thread_nice(NICE)
+        .map_err(|e| format!("cannot set nice {NICE} on the drain thread (needs root or CAP_SYS_NICE): {e}"))
 }

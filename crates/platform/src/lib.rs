@@ -11,4 +11,5 @@ pub mod fs;
 pub mod sendfile;
 pub mod sys;
 pub mod tcp;
+pub mod thread;
 pub mod tun;
