@@ -59,7 +59,12 @@ fn download_all(server: &HttpServer, what: &str, fetch: impl Fn(&str, &Path) -> 
         let dest = dir.path().join(&f.name);
         let out = fetch(&server.url(&f.name), &dest);
         if !out.success() {
-            panic!("{what}: {} failed\n{}\n{}", f.name, out.describe(), server.ftp.log_tail());
+            panic!(
+                "{what}: {} failed\n{}\n{}",
+                f.name,
+                out.describe(),
+                server.ftp.log_tail()
+            );
         }
         if let Err(e) = compare_file(&dest, f) {
             panic!("{what}: {}: {e}\n{}", f.name, out.describe());
@@ -79,7 +84,10 @@ fn curl_downloads_every_size() {
     }
     let s = sluice_http(&[]);
     download_all(&s, "curl", |url, dest| {
-        run(Command::new("curl").args(["-sS", "--fail", "-o"]).arg(dest).arg(url))
+        run(Command::new("curl")
+            .args(["-sS", "--fail", "-o"])
+            .arg(dest)
+            .arg(url))
     });
 }
 
@@ -142,7 +150,12 @@ fn sluice_get_resumes_with_if_range() {
     let s = sluice_http(&[]);
     let f = corpus().file(64 << 20);
     let dir = tempfile::tempdir().expect("dir");
-    for (p, etag) in [("1", None), ("4", None), ("1", Some("\"stale\"")), ("4", Some("\"stale\""))] {
+    for (p, etag) in [
+        ("1", None),
+        ("4", None),
+        ("1", Some("\"stale\"")),
+        ("4", Some("\"stale\"")),
+    ] {
         let dest = dir.path().join(format!("r{p}{}", etag.is_some()));
         let part = PathBuf::from(format!("{}.part", dest.display()));
         crate::harness::corpus::write_prefix(&f.path, &part, 5_000_000);
@@ -151,13 +164,36 @@ fn sluice_get_resumes_with_if_range() {
             // the server sends it whole, the client starts over.
             std::fs::write(format!("{}.part.etag", dest.display()), e).expect("etag file");
         }
-        let out = run(sluice_cmd().args(["get", "-q", "-c", "-p", p, &s.url(&f.name)]).arg(&dest));
+        let out = run(sluice_cmd()
+            .args(["get", "-q", "-c", "-p", p, &s.url(&f.name)])
+            .arg(&dest));
         out.assert_success();
         compare_file(&dest, f).unwrap_or_else(|e| panic!("resume -p {p} etag {etag:?}: {e}"));
         assert!(!part.exists(), "part left behind");
         if etag.is_none() {
-            assert!(out.stderr.contains("resumed at 5000000"), "{}", out.describe());
+            assert!(
+                out.stderr.contains("resumed at 5000000"),
+                "{}",
+                out.describe()
+            );
         }
+    }
+    // A part that already holds the whole file: nothing to fetch (416 to
+    // a one-stream resume, a HEAD for -p 4), and it is completed.
+    for p in ["1", "4"] {
+        let dest = dir.path().join(format!("whole{p}"));
+        let part = PathBuf::from(format!("{}.part", dest.display()));
+        std::fs::copy(&f.path, &part).expect("copy whole part");
+        let out = run(sluice_cmd()
+            .args(["get", "-q", "-c", "-p", p, &s.url(&f.name)])
+            .arg(&dest));
+        out.assert_success();
+        compare_file(&dest, f).unwrap_or_else(|e| panic!("whole part -p {p}: {e}"));
+        assert!(
+            out.stderr.contains("received 0 bytes"),
+            "{}",
+            out.describe()
+        );
     }
 }
 
@@ -209,8 +245,11 @@ fn sluice_get_against_nginx() {
     .expect("start nginx");
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nginx did not listen on {port}: {}",
-            std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default());
+        assert!(
+            Instant::now() < deadline,
+            "nginx did not listen on {port}: {}",
+            std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+        );
         thread::sleep(Duration::from_millis(50));
     }
     let out_dir = tempfile::tempdir().expect("out");
@@ -226,15 +265,30 @@ fn sluice_get_against_nginx() {
     // Resume from a prefix against nginx (its ETag in If-Range).
     let f = corpus().file(64 << 20);
     let dest = out_dir.path().join("resumed");
-    crate::harness::corpus::write_prefix(&f.path, Path::new(&format!("{}.part", dest.display())), 3_000_000);
+    crate::harness::corpus::write_prefix(
+        &f.path,
+        Path::new(&format!("{}.part", dest.display())),
+        3_000_000,
+    );
     let url = format!("http://127.0.0.1:{port}/{}", f.name);
     let out = run(sluice_cmd().args(["get", "-q", "-c", &url]).arg(&dest));
     out.assert_success();
-    assert!(out.stderr.contains("resumed at 3000000"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("resumed at 3000000"),
+        "{}",
+        out.describe()
+    );
     compare_file(&dest, f).expect("resumed from nginx");
     // A missing file is exit 5 (refused), with the status in the message.
-    let out = run(sluice_cmd().args(["get", "-q", &format!("http://127.0.0.1:{port}/nope")]).arg(out_dir.path().join("x")));
-    assert_eq!(out.status.and_then(|s| s.code()), Some(5), "{}", out.describe());
+    let out = run(sluice_cmd()
+        .args(["get", "-q", &format!("http://127.0.0.1:{port}/nope")])
+        .arg(out_dir.path().join("x")));
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(5),
+        "{}",
+        out.describe()
+    );
     assert!(out.stderr.contains("404"), "{}", out.describe());
 }
 
@@ -265,28 +319,45 @@ fn statuses(bytes: &[u8]) -> Vec<u16> {
 
 fn status(bytes: &[u8]) -> u16 {
     statuses(bytes).first().copied().unwrap_or_else(|| {
-        panic!("no response: {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(300)]))
+        panic!(
+            "no response: {:?}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+        )
     })
 }
 
 /// Body of a single response (after the blank line).
 fn body(bytes: &[u8]) -> &[u8] {
-    let at = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("head end");
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("head end");
     &bytes[at + 4..]
 }
 
-fn field<'a>(bytes: &'a [u8], name: &str) -> Option<String> {
+fn field(bytes: &[u8], name: &str) -> Option<String> {
     let at = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&bytes[..at]).into_owned();
-    head.lines()
-        .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string()))
+    head.lines().find_map(|l| {
+        l.split_once(':')
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+    })
 }
 
 /// The server still answers a plain GET on a fresh connection.
 #[track_caller]
 fn assert_serves_fresh(s: &HttpServer) {
-    let r = raw(s.port, b"GET /f1.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    assert_eq!(status(&r), 200, "fresh connection after bad input\n{}", s.ftp.log_tail());
+    let r = raw(
+        s.port,
+        b"GET /f1.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        status(&r),
+        200,
+        "fresh connection after bad input\n{}",
+        s.ftp.log_tail()
+    );
     assert_eq!(body(&r), std::fs::read(&corpus().file(1).path).expect("f1"));
 }
 
@@ -305,33 +376,62 @@ fn ranges_conditionals_and_listings() {
     let r = raw(p, &get(&name, "Range: bytes=100-199\r\n"));
     assert_eq!(status(&r), 206);
     assert_eq!(body(&r), &data[100..200]);
-    assert_eq!(field(&r, "content-range").as_deref(), Some("bytes 100-199/1048583"));
+    assert_eq!(
+        field(&r, "content-range").as_deref(),
+        Some("bytes 100-199/1048583")
+    );
     let r = raw(p, &get(&name, "Range: bytes=1048000-\r\n"));
     assert_eq!(body(&r), &data[1048000..]);
     let r = raw(p, &get(&name, "Range: bytes=-7\r\n"));
     assert_eq!(body(&r), &data[data.len() - 7..]);
     let r = raw(p, &get(&name, "Range: bytes=0-0,10-19\r\n"));
     assert_eq!(status(&r), 206);
-    assert!(field(&r, "content-type").unwrap().starts_with("multipart/byteranges; boundary="));
+    assert!(field(&r, "content-type")
+        .unwrap()
+        .starts_with("multipart/byteranges; boundary="));
     let b = body(&r);
-    assert!(b.windows(10).any(|w| w == &data[10..20]), "second part present");
+    assert!(
+        b.windows(10).any(|w| w == &data[10..20]),
+        "second part present"
+    );
     let r = raw(p, &get(&name, "Range: bytes=2000000-\r\n"));
     assert_eq!(status(&r), 416);
-    assert_eq!(field(&r, "content-range").as_deref(), Some("bytes */1048583"));
+    assert_eq!(
+        field(&r, "content-range").as_deref(),
+        Some("bytes */1048583")
+    );
 
     // Validators, 304, If-Range.
-    let r = raw(p, &format!("HEAD {name} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").into_bytes());
+    let r = raw(
+        p,
+        &format!("HEAD {name} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").into_bytes(),
+    );
     assert_eq!(status(&r), 200);
     assert!(body(&r).is_empty(), "HEAD has no body");
     assert_eq!(field(&r, "content-length").as_deref(), Some("1048583"));
     assert_eq!(field(&r, "accept-ranges").as_deref(), Some("bytes"));
     let etag = field(&r, "etag").expect("etag");
     let lm = field(&r, "last-modified").expect("last-modified");
-    assert_eq!(status(&raw(p, &get(&name, &format!("If-None-Match: {etag}\r\n")))), 304);
-    assert_eq!(status(&raw(p, &get(&name, &format!("If-Modified-Since: {lm}\r\n")))), 304);
-    let r = raw(p, &get(&name, &format!("Range: bytes=5-9\r\nIf-Range: {etag}\r\n")));
+    assert_eq!(
+        status(&raw(p, &get(&name, &format!("If-None-Match: {etag}\r\n")))),
+        304
+    );
+    assert_eq!(
+        status(&raw(
+            p,
+            &get(&name, &format!("If-Modified-Since: {lm}\r\n"))
+        )),
+        304
+    );
+    let r = raw(
+        p,
+        &get(&name, &format!("Range: bytes=5-9\r\nIf-Range: {etag}\r\n")),
+    );
     assert_eq!((status(&r), body(&r)), (206, &data[5..10]));
-    let r = raw(p, &get(&name, "Range: bytes=5-9\r\nIf-Range: \"other\"\r\n"));
+    let r = raw(
+        p,
+        &get(&name, "Range: bytes=5-9\r\nIf-Range: \"other\"\r\n"),
+    );
     assert_eq!(status(&r), 200, "If-Range mismatch sends the whole file");
     assert_eq!(body(&r).len(), data.len());
 
@@ -353,7 +453,10 @@ fn ranges_conditionals_and_listings() {
         assert!(html.contains(&format!("href=\"./{}\"", f.name)), "{html}");
     }
     let r = raw(p, &get("/?format=json", ""));
-    assert_eq!(field(&r, "content-type").as_deref(), Some("application/json"));
+    assert_eq!(
+        field(&r, "content-type").as_deref(),
+        Some("application/json")
+    );
     assert!(String::from_utf8_lossy(body(&r)).contains("\"f1048583.bin\""));
     let r = raw(p, &get("/nope/", ""));
     assert_eq!(status(&r), 404);
@@ -383,21 +486,59 @@ fn bad_requests_get_their_status_and_the_server_goes_on() {
         ("too large head", get("/", &big_field), &[431]),
         ("garbage", b"HELLO\r\n\r\n".to_vec(), &[400]),
         ("no Host in 1.1", b"GET / HTTP/1.1\r\n\r\n".to_vec(), &[400]),
-        ("bad version", b"GET / HTTP/2.0\r\nHost: t\r\n\r\n".to_vec(), &[505, 400]),
-        ("POST", b"POST /f1.bin HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n".to_vec(), &[405]),
-        ("DELETE", get("/f1.bin", "").iter().copied().skip(3).fold(b"DELETE".to_vec(), |mut v, b| { v.push(b); v }), &[405]),
+        (
+            "bad version",
+            b"GET / HTTP/2.0\r\nHost: t\r\n\r\n".to_vec(),
+            &[505, 400],
+        ),
+        (
+            "POST",
+            b"POST /f1.bin HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            &[405],
+        ),
+        (
+            "DELETE",
+            get("/f1.bin", "")
+                .iter()
+                .copied()
+                .skip(3)
+                .fold(b"DELETE".to_vec(), |mut v, b| {
+                    v.push(b);
+                    v
+                }),
+            &[405],
+        ),
         ("dot-dot", get("/../../../../etc/passwd", ""), &[404, 400]),
-        ("encoded dot-dot", get("/%2e%2e/%2e%2e/etc/passwd", ""), &[404, 400]),
-        ("encoded slash", get("/..%2f..%2fetc%2fpasswd", ""), &[404, 400]),
+        (
+            "encoded dot-dot",
+            get("/%2e%2e/%2e%2e/etc/passwd", ""),
+            &[404, 400],
+        ),
+        (
+            "encoded slash",
+            get("/..%2f..%2fetc%2fpasswd", ""),
+            &[404, 400],
+        ),
         ("symlink out of root", get("/leak", ""), &[404, 403]),
-        ("through a symlinked dir", get("/leakdir/secret", ""), &[404, 403]),
+        (
+            "through a symlinked dir",
+            get("/leakdir/secret", ""),
+            &[404, 403],
+        ),
         ("NUL", get("/f1.bin%00", ""), &[400, 404]),
     ];
     for (what, req, allowed) in cases {
         let r = raw(s.port, &req);
         let got = status(&r);
-        assert!(allowed.contains(&got), "{what}: got {got}, want {allowed:?}\n{}", String::from_utf8_lossy(&r[..r.len().min(500)]));
-        assert!(!r.windows(6).any(|w| w == b"secret"), "{what}: leaked the outside file");
+        assert!(
+            allowed.contains(&got),
+            "{what}: got {got}, want {allowed:?}\n{}",
+            String::from_utf8_lossy(&r[..r.len().min(500)])
+        );
+        assert!(
+            !r.windows(6).any(|w| w == b"secret"),
+            "{what}: leaked the outside file"
+        );
         assert_serves_fresh(&s);
     }
     // The listing does not show the escaping symlinks.
@@ -410,7 +551,8 @@ fn a_stalled_request_head_is_closed_and_others_are_served() {
     let s = sluice_http(&["--http-header-timeout", "1"]);
     let mut c = TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
     c.set_read_timeout(Some(RAW_TIMEOUT)).expect("timeout");
-    c.write_all(b"GET /f1.bin HTTP/1.1\r\nHo").expect("partial head");
+    c.write_all(b"GET /f1.bin HTTP/1.1\r\nHo")
+        .expect("partial head");
     // While that one stalls, another client is served.
     assert_serves_fresh(&s);
     let mut out = Vec::new();
@@ -431,12 +573,21 @@ fn a_stalled_reader_is_dropped_after_the_send_timeout() {
     let f = corpus().file(64 << 20);
     let mut c = TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
     // A small receive window so the server's sends block early.
-    c.write_all(&get(&format!("/{}", f.name), "")).expect("request");
+    c.write_all(&get(&format!("/{}", f.name), ""))
+        .expect("request");
     // Read nothing until the server must have given up (it waits for one
     // second without progress; we wait for its log line, not a clock).
     let deadline = Instant::now() + RAW_TIMEOUT;
-    while !s.ftp.log_tail().contains(&format!("\"GET /{} HTTP/1.1\" 200", f.name)) {
-        assert!(Instant::now() < deadline, "no access line for the stalled response\n{}", s.ftp.log_tail());
+    while !s
+        .ftp
+        .log_tail()
+        .contains(&format!("\"GET /{} HTTP/1.1\" 200", f.name))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no access line for the stalled response\n{}",
+            s.ftp.log_tail()
+        );
         thread::sleep(Duration::from_millis(100));
     }
     c.set_read_timeout(Some(RAW_TIMEOUT)).expect("timeout");
@@ -458,7 +609,8 @@ fn connections_over_the_limit_get_503() {
             let c = TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
             // One exchange proves this connection holds a slot.
             let mut c2 = c.try_clone().expect("clone");
-            c2.write_all(b"GET /f1.bin HTTP/1.1\r\nHost: t\r\n\r\n").expect("write");
+            c2.write_all(b"GET /f1.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+                .expect("write");
             let mut buf = [0u8; 512];
             c2.set_read_timeout(Some(RAW_TIMEOUT)).expect("timeout");
             let n = c2.read(&mut buf).expect("answer");
@@ -489,7 +641,7 @@ fn http_can_be_switched_off_and_served_alone() {
     // --no-ftp: HTTP only (the harness waits for an FTP line, so start by hand).
     let dir = tempfile::tempdir().expect("root");
     std::fs::write(dir.path().join("a"), b"abc").expect("file");
-    let mut child = ProcessGuard::spawn(
+    let child = ProcessGuard::spawn(
         sluice_cmd()
             .args(["serve", "--no-ftp", "--http", "127.0.0.1:0"])
             .arg(dir.path())
@@ -513,7 +665,9 @@ fn http_can_be_switched_off_and_served_alone() {
     });
     assert!(!s.log_tail().contains("http listening"), "{}", s.log_tail());
     // Neither: refused at start.
-    let o = run(sluice_cmd().args(["serve", "--no-http", "--no-ftp"]).arg(dir.path()));
+    let o = run(sluice_cmd()
+        .args(["serve", "--no-http", "--no-ftp"])
+        .arg(dir.path()));
     assert!(!o.success(), "{}", o.describe());
 }
 
@@ -558,17 +712,28 @@ fn chromium_lists_and_downloads() {
         Command::new("python3")
             .arg(script)
             .args(["--url", &s.url("")])
-            .args(["--chromium"]).arg(&chromium)
-            .args(["--driver"]).arg(&driver)
-            .args(["--profile"]).arg(profile.path())
-            .args(["--downloads"]).arg(downloads.path())
-            .args(["--screenshot"]).arg(artifacts.join("listing.png"))
-            .args(["--expect"]).args(corpus().files().iter().map(|f| f.name.clone()))
+            .args(["--chromium"])
+            .arg(&chromium)
+            .args(["--driver"])
+            .arg(&driver)
+            .args(["--profile"])
+            .arg(profile.path())
+            .args(["--downloads"])
+            .arg(downloads.path())
+            .args(["--screenshot"])
+            .arg(artifacts.join("listing.png"))
+            .args(["--expect"])
+            .args(corpus().files().iter().map(|f| f.name.clone()))
             .args(["--fetch", &f.name]),
         Duration::from_secs(180),
     );
     out.assert_success();
     let got = downloads.path().join(&f.name);
-    assert_eq!(sha256_file(&got), f.sha256, "browser download differs\n{}", out.describe());
+    assert_eq!(
+        sha256_file(&got),
+        f.sha256,
+        "browser download differs\n{}",
+        out.describe()
+    );
     assert!(artifacts.join("listing.png").is_file());
 }

@@ -35,8 +35,10 @@ mod uploads;
 /// with `--verify` and `--continue`.
 mod client;
 
-/// The HTTP/1.1 front door of `sluice serve`: curl, wget, aria2c (ranges),
-/// byte ranges by hand, HEAD, keep-alive, listings, hostile requests.
+/// The HTTP/1.1 front door (written with the HTTP front door): curl, wget,
+/// aria2c, Python urllib, `sluice get http://` (also against nginx),
+/// headless Chromium; ranges, conditionals, keep-alive, timeouts, the
+/// connection limit and hostile requests on raw sockets.
 mod http;
 
 /// Hostile and malformed input on raw TCP (overlong lines, bounce, bad

@@ -9,10 +9,6 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-fn python_script() -> String {
-    format!("{}/../../tests/python/ftp_transfer.py", env!("CARGO_MANIFEST_DIR"))
-}
-
 #[test]
 fn curl_upload_every_size() {
     if !require_tool("curl") {

@@ -60,7 +60,13 @@ pub fn file_name(size: u64) -> String {
 pub fn corpus() -> &'static Corpus {
     static CORPUS: OnceLock<Corpus> = OnceLock::new();
     CORPUS.get_or_init(|| {
-        let dir = tempfile::Builder::new().prefix("sluice-corpus-").tempdir().expect("corpus dir");
+        // A static is never dropped, so the directory outlives the process:
+        // name it after the pid and remove those of processes that are gone.
+        remove_stale_corpora();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{CORPUS_PREFIX}{}-", std::process::id()))
+            .tempdir()
+            .expect("corpus dir");
         // Peer servers drop privileges to `ftp`: they must be able to read.
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod corpus");
         let files = SIZES
@@ -75,6 +81,22 @@ pub fn corpus() -> &'static Corpus {
             .collect();
         Corpus { dir, files }
     })
+}
+
+const CORPUS_PREFIX: &str = "sluice-corpus-";
+
+/// Removes corpus directories left by earlier test processes that have
+/// exited (`sluice-corpus-PID-xxxx` with no /proc/PID).
+fn remove_stale_corpora() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(CORPUS_PREFIX) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// splitmix64: tiny, fast, and the same everywhere, so a failing byte

@@ -24,6 +24,11 @@ pub fn sluice_bin() -> String {
     std::env::var("SLUICE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").to_string())
 }
 
+/// The ftplib helper script (tests/python/ftp_transfer.py).
+pub fn python_script() -> String {
+    format!("{}/../../tests/python/ftp_transfer.py", env!("CARGO_MANIFEST_DIR"))
+}
+
 /// True when env SLUICE_REQUIRE_PEERS=1: a missing peer tool is then a
 /// failure instead of a skip (CI sets it, so nothing is skipped silently).
 pub fn peers_required() -> bool {
@@ -43,18 +48,35 @@ pub fn find_tool(name: &str) -> Option<PathBuf> {
     dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
 }
 
-/// Whether a peer tool is installed. When it is not, prints why the test is
-/// skipped and returns false, unless SLUICE_REQUIRE_PEERS=1 (then panics).
+/// Peer servers that only work when started as root (they switch to the
+/// `ftp` user for anonymous sessions and chroot).
+const NEEDS_ROOT: [&str; 2] = ["vsftpd", "globus-gridftp-server"];
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// Whether a peer tool is installed (and, for peer servers, usable: we are
+/// root). When it is not, prints why the test is skipped and returns false,
+/// unless SLUICE_REQUIRE_PEERS=1 (then panics).
 /// Use as `if !require_tool("lftp") { return; }`.
 #[must_use]
 pub fn require_tool(name: &str) -> bool {
-    if find_tool(name).is_some() {
+    let missing = if find_tool(name).is_none() {
+        format!("`{name}` is not installed (install it with .ci/deps)")
+    } else if NEEDS_ROOT.contains(&name) && !is_root() {
+        format!("`{name}` runs anonymous sessions only when started as root")
+    } else {
         return true;
-    }
+    };
     if peers_required() {
-        panic!("required peer tool `{name}` is not installed (SLUICE_REQUIRE_PEERS=1); run .ci/deps");
+        panic!("required peer: {missing} (SLUICE_REQUIRE_PEERS=1)");
     }
-    eprintln!("SKIP: `{name}` is not installed (install it with .ci/deps; SLUICE_REQUIRE_PEERS=1 makes this a failure)");
+    eprintln!("SKIP: {missing}; SLUICE_REQUIRE_PEERS=1 makes this a failure");
     false
 }
 

@@ -168,7 +168,17 @@ impl Topology {
                     }
                 }
                 let log = std::fs::File::create(workdir.join("linkem.log"))?;
-                let child = Command::new(linkem_bin()?).args(&args).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
+                // Real-time priority keeps the emulator's timing when builds or
+                // the servers under test load both cores (it sleeps in ppoll, so
+                // it cannot starve them; the kernel's RT throttle caps it anyway).
+                let bin = linkem_bin()?.display().to_string();
+                let mut argv = if crate::cmd::have("chrt") && std::env::var_os("SLUICE_LAB_NO_RT").is_none() {
+                    vec!["chrt".to_string(), "-f".into(), "20".into(), bin]
+                } else {
+                    vec![bin]
+                };
+                argv.extend(args);
+                let child = Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
                 let mut topo = Topology { server_ns: Some(SERVER_NS.into()), client_ns: Some(CLIENT_NS.into()), server_addr: SERVER_ADDR.into(), linkem: Some(child), linkem_ctl: Some(ctl.clone()) };
                 let t = Instant::now();
                 while !ctl.exists() {

@@ -42,7 +42,10 @@ pub fn connect(u: &HttpUrl, timeout: Duration) -> Result<TcpStream> {
             Err(e) => last = e,
         }
     }
-    Err(ClientError::net(format!("connect to {}", u.host_field()), last))
+    Err(ClientError::net(
+        format!("connect to {}", u.host_field()),
+        last,
+    ))
 }
 
 /// Sends `method` for `u` (optionally ranged) and reads the response head.
@@ -84,7 +87,10 @@ pub fn request(
         if n == 0 && buf.len() == have {
             return Err(ClientError::net(
                 "read response head",
-                std::io::Error::new(ErrorKind::UnexpectedEof, "connection closed before a response"),
+                std::io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "connection closed before a response",
+                ),
             ));
         }
         match parse_response_head(&buf) {
@@ -126,7 +132,14 @@ mod tests {
             req
         });
         let u = HttpUrl::parse(&format!("http://127.0.0.1:{port}/f")).unwrap();
-        let mut x = request(&u, Method::Get, Some((3, Some(9))), Some("\"e\""), Duration::from_secs(5)).unwrap();
+        let mut x = request(
+            &u,
+            Method::Get,
+            Some((3, Some(9))),
+            Some("\"e\""),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         assert_eq!(x.head.status, 206);
         let mut rest = Vec::new();
         x.sock.read_to_end(&mut rest).unwrap();

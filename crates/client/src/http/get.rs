@@ -75,8 +75,14 @@ pub fn run(a: &GetArgs) -> Result<()> {
             let _ = std::fs::remove_file(etag_file(part));
         }
     }
-    let saved_etag = saved_etag.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-    let streams = if dest == Dest::Stdout { 1 } else { a.opts.parallel };
+    let saved_etag = saved_etag
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty());
+    let streams = if dest == Dest::Stdout {
+        1
+    } else {
+        a.opts.parallel
+    };
 
     let t0 = Instant::now();
     let fetch = if streams > 1 {
@@ -144,7 +150,12 @@ fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> R
     check_framing(&x)?;
     let h = &x.head;
     match (h.status, h.content_range) {
-        (206, Some(ContentRange::Bytes { first, complete, .. })) if first == already => Ok(Fetch {
+        (
+            206,
+            Some(ContentRange::Bytes {
+                first, complete, ..
+            }),
+        ) if first == already => Ok(Fetch {
             size: complete,
             already,
             etag: h.etag().map(str::to_owned),
@@ -156,7 +167,9 @@ fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> R
         ))),
         (200, _) => {
             if already > 0 {
-                tracing::info!("the server sent the whole file (changed or no ranges): starting over");
+                tracing::info!(
+                    "the server sent the whole file (changed or no ranges): starting over"
+                );
             }
             Ok(Fetch {
                 size: h.content_length,
@@ -166,7 +179,9 @@ fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> R
             })
         }
         // Resuming a file we already have in full.
-        (416, Some(ContentRange::Unsatisfied { complete })) if already > 0 && complete == already => {
+        (416, Some(ContentRange::Unsatisfied { complete }))
+            if already > 0 && complete == already =>
+        {
             Ok(Fetch {
                 size: Some(complete),
                 already,
@@ -219,7 +234,13 @@ fn parallel(
         let b = already + left * (i + 1) / count;
         // Each piece names the version it wants: a file replaced between
         // the HEAD and this GET comes back 200, not a wrong slice.
-        let x = exchange::request(u, Method::Get, Some((a, Some(b - 1))), etag.as_deref(), timeout)?;
+        let x = exchange::request(
+            u,
+            Method::Get,
+            Some((a, Some(b - 1))),
+            etag.as_deref(),
+            timeout,
+        )?;
         check_framing(&x)?;
         let ok = matches!(x.head.content_range,
             Some(ContentRange::Bytes { first, last, complete })

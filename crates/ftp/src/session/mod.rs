@@ -381,7 +381,16 @@ impl Session {
             return;
         };
         self.last_activity = Some(now);
-        self.data = DataSetup::None;
+        // MODE S: a data connection serves one transfer. MODE E keeps the
+        // data channel set up (GridFTP data channel caching: globus-url-copy
+        // -fast sends the next RETR without a new PORT/PASV), so the shell
+        // may reconnect to the same PORT address or keep its listener.
+        if self.mode == TransferMode::Stream || result.is_err() {
+            if self.data == DataSetup::Passive {
+                self.actions.push_back(Action::ClosePassive);
+            }
+            self.data = DataSetup::None;
+        }
         match result {
             Ok(_) => self.reply(ReplyCode::TRANSFER_COMPLETE, "Transfer complete."),
             Err(e) => self.push(&e.reply()),

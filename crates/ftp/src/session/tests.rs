@@ -46,8 +46,15 @@ impl T {
         String::from_utf8(v).unwrap()
     }
 
+    /// The next action, skipping ClosePassive (bookkeeping for the shell;
+    /// `passive_listener_lifetime` checks it).
     fn action(&mut self) -> Option<Action> {
-        self.s.poll_action()
+        loop {
+            match self.s.poll_action() {
+                Some(Action::ClosePassive) => continue,
+                other => return other,
+            }
+        }
     }
 
     fn passive(&mut self) {
@@ -386,4 +393,32 @@ fn mode_e_restart_ranges() {
     t.send("REST 0-100\r\nPORT 127,0,0,1,200,1\r\nSTOR f\r\n");
     t.out();
     assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Adjusted(0), .. })));
+}
+
+#[test]
+fn passive_listener_lifetime() {
+    // MODE S: the listener serves one transfer.
+    let mut t = T::logged_in(false);
+    t.passive();
+    t.send("RETR f\r\n");
+    assert!(matches!(t.s.poll_action(), Some(Action::StartRetr { .. })));
+    t.s.handle_transfer_done(t.now, Ok(1));
+    assert_eq!(t.s.poll_action(), Some(Action::ClosePassive));
+    t.out();
+    // MODE E: the data channel stays for the next transfer (GridFTP data
+    // channel caching), until a failure.
+    t.send("MODE E\r\n");
+    t.out();
+    t.passive();
+    t.send("RETR f\r\n");
+    assert!(matches!(t.s.poll_action(), Some(Action::StartRetr { .. })));
+    t.s.handle_transfer_done(t.now, Ok(1));
+    assert_eq!(t.s.poll_action(), None);
+    t.send("RETR f\r\n");
+    assert!(matches!(t.s.poll_action(), Some(Action::StartRetr { .. })));
+    t.s.handle_transfer_done(t.now, Err(OpError::ConnectionLost));
+    assert_eq!(t.s.poll_action(), Some(Action::ClosePassive));
+    t.out();
+    t.send("RETR f\r\n");
+    assert_eq!(t.out(), "425 Use PORT or PASV first.\r\n");
 }

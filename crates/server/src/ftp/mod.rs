@@ -11,6 +11,8 @@
 
 pub mod session;
 pub mod transfer;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

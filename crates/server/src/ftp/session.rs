@@ -8,8 +8,8 @@ use std::time::Instant;
 use sluice_engine::Cancel;
 use sluice_ftp::session::{Action, LoginGrant, OpError, Session, SessionConfig};
 use sluice_platform::fs::ServedRoot;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -55,7 +55,7 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
         idle_timeout: ctx.config.idle_timeout,
         greeting: GREETING.into(),
     });
-    let (mut rd, wr) = conn.into_split();
+    let (rd, wr) = conn.into_split();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
         ctx,
@@ -80,7 +80,7 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
         let deadline = d.session.poll_timeout().map(tokio::time::Instant::from_std);
         let can_read = !peer_closed && inbuf.len() < MAX_PENDING_INPUT;
         tokio::select! {
-            r = rd.read(&mut buf), if can_read => match r {
+            r = read_some(&rd, &mut buf), if can_read => match r {
                 Ok(0) | Err(_) => {
                     peer_closed = true;
                     if let Some(c) = &d.running {
@@ -96,7 +96,6 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
                 Event::Marker(r) => d.session.handle_marker(&r),
                 Event::Done(result) => {
                     d.running = None;
-                    d.passive = None;
                     d.session.handle_transfer_done(Instant::now(), result);
                     if peer_closed {
                         break;
@@ -124,6 +123,21 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     }
     let _ = d.wr.shutdown().await;
     tracing::debug!("disconnected");
+}
+
+/// One read from the control connection. Not `AsyncReadExt::read`: tokio
+/// treats a short read as "drained" and waits for the next edge, but with
+/// SO_OOBINLINE the kernel stops a read at the urgent mark, so the byte
+/// after it ("\n" of an urgent "ABOR\r\n") would sit unread with no new
+/// edge coming. `try_read` keeps readiness until it sees EWOULDBLOCK.
+async fn read_some(rd: &OwnedReadHalf, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        rd.readable().await?;
+        match rd.try_read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            other => return other,
+        }
+    }
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
@@ -266,7 +280,9 @@ impl Driver {
         let job = Job {
             engine: self.ctx.engine.clone(),
             root: Arc::clone(root),
-            passive: self.passive.take(),
+            // The session says when the listener is done (ClosePassive):
+            // after a MODE S transfer, or when replaced.
+            passive: self.passive.clone(),
             local_ip: self.local.ip(),
             peer: self.peer.ip(),
             user: user.clone(),

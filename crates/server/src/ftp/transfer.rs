@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::command::TransferMode;
-use sluice_ftp::mode_e::{BlockHeader, HEADER_LEN};
+use sluice_ftp::mode_e::BlockHeader;
 use sluice_ftp::markers::{range_marker, PerfMarker, RangeSet as MarkerRanges};
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::reply::Reply;
@@ -123,28 +123,34 @@ async fn list(
 ) -> Result<u64, OpError> {
     let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
     let bytes = blocking(move || listing_bytes(&root, &p, format, w)).await??;
-    let bytes = if data.mode == TransferMode::ExtendedBlock {
-        // MODE E listings are framed too (globus-url-copy -r sends MLSD in
-        // MODE E): one data block, then EOD with EOF count 1 on the only
-        // connection. A few KiB of listing, so plain writes.
-        let mut framed = Vec::with_capacity(bytes.len() + 2 * HEADER_LEN);
-        if !bytes.is_empty() {
-            framed.extend_from_slice(&BlockHeader::data(0, bytes.len() as u64).encode());
-            framed.extend_from_slice(&bytes);
-        }
-        framed.extend_from_slice(&BlockHeader::end(Some(1), true).encode());
-        framed
-    } else {
-        bytes
-    };
     let _ = events.send(Event::Started(None));
-    let mut conns = open_data(job, data, 1).await?;
-    let mut conn = conns.pop().ok_or(OpError::DataConnection)?;
+    // A MODE E receiver waits for as many connections as it asked for
+    // with OPTS RETR Parallelism (globus-url-copy -p N -fast lists this
+    // way); the first carries the listing, every one ends with EOD and
+    // the first also with EOF = connection count.
+    let n = if data.mode == TransferMode::ExtendedBlock { data.parallelism.max(1) } else { 1 };
+    let conns = open_data(job, data, n).await?;
+    let count = conns.len() as u64;
+    let write_all = async {
+        for (i, mut conn) in conns.into_iter().enumerate() {
+            if data.mode == TransferMode::ExtendedBlock {
+                if i == 0 && !bytes.is_empty() {
+                    conn.write_all(&BlockHeader::data(0, bytes.len() as u64).encode()).await?;
+                    conn.write_all(&bytes).await?;
+                }
+                let eof = if i == 0 { Some(count) } else { None };
+                conn.write_all(&BlockHeader::end(eof, true).encode()).await?;
+            } else {
+                conn.write_all(&bytes).await?;
+            }
+            let _ = conn.shutdown().await;
+        }
+        Ok::<(), std::io::Error>(())
+    };
     tokio::select! {
-        r = conn.write_all(&bytes) => r.map_err(|_| OpError::ConnectionLost)?,
+        r = write_all => r.map_err(|_| OpError::ConnectionLost)?,
         _ = job.cancel.cancelled() => return Err(OpError::Aborted),
     }
-    let _ = conn.shutdown().await;
     Ok(bytes.len() as u64)
 }
 

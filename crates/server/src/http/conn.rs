@@ -11,7 +11,6 @@
 //!   `keepalive_timeout`; then it is closed silently (as nginx does).
 //! - send: see [`super::send`].
 
-use std::fs::File;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -69,14 +68,14 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
                 tracing::debug!(error = %e, "bad request head");
                 let line = peek_request_line(&buf);
                 let plan = respond_error(e, SystemTime::now(), &opts);
-                finish_with(&ctx, &mut stream, peer, &plan, &line, None, None).await;
+                finish_with(&ctx, &mut stream, peer, &plan, &line).await;
                 return;
             }
             Head::TimedOut => {
                 tracing::debug!("request head deadline passed");
                 let line = peek_request_line(&buf);
                 let plan = respond_status(Status::RequestTimeout, SystemTime::now(), &opts);
-                finish_with(&ctx, &mut stream, peer, &plan, &line, None, None).await;
+                finish_with(&ctx, &mut stream, peer, &plan, &line).await;
                 return;
             }
             Head::Gone => return,
@@ -175,8 +174,6 @@ async fn finish_with(
     peer: SocketAddr,
     plan: &Plan,
     line: &str,
-    req: Option<&Request>,
-    file: Option<&Arc<File>>,
 ) {
     let counters = Counters::new();
     let time = SystemTime::now();
@@ -184,13 +181,13 @@ async fn finish_with(
         &ctx.engine,
         stream,
         plan,
-        file,
+        None,
         &counters,
         ctx.settings.send_timeout,
     )
     .await;
     let bytes = if sent.is_ok() { plan.body_len() } else { 0 };
-    log_access(peer, time, line, plan, bytes, req);
+    log_access(peer, time, line, plan, bytes, None);
     if sent.is_ok() {
         linger_close(stream).await;
     }
@@ -236,4 +233,90 @@ async fn linger_close(stream: &mut TcpStream) {
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{run, HttpSettings};
+    use super::*;
+    use sluice_engine::{DataPath, Engine, EngineConfig};
+    use sluice_platform::fs::ServedRoot;
+    use tokio::net::TcpListener;
+
+    async fn server(path: DataPath, data: &[u8]) -> (tempfile::TempDir, SocketAddr) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), data).unwrap();
+        let settings = HttpSettings {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            explicit: true,
+            header_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
+            max_connections: 8,
+        };
+        let engine = Engine::new(EngineConfig {
+            data_path: path,
+            ..EngineConfig::default()
+        });
+        let ctx = Arc::new(HttpContext::new(
+            ServedRoot::open(dir.path()).unwrap(),
+            settings,
+            engine,
+        ));
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(run(ctx, l));
+        (dir, addr)
+    }
+
+    async fn exchange(addr: SocketAddr, req: &[u8]) -> Vec<u8> {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(req).await.unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelined_ranges_on_both_data_paths() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for path in [DataPath::Copy, DataPath::Sendfile] {
+            let (_dir, addr) = server(path, &data).await;
+            let out = exchange(
+                addr,
+                b"GET /f HTTP/1.1\r\nHost: t\r\nRange: bytes=10-19\r\n\r\n\
+                  GET /f HTTP/1.1\r\nHost: t\r\nRange: bytes=0-0,-2\r\n\r\n\
+                  GET /f HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+            // First: exactly the 10 bytes, then the next head right after.
+            let first_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            assert!(out.starts_with(b"HTTP/1.1 206 "), "{path}");
+            assert_eq!(&out[first_end..first_end + 10], &data[10..20], "{path}");
+            let rest = &out[first_end + 10..];
+            assert!(rest.starts_with(b"HTTP/1.1 206 "), "{path}");
+            let text = String::from_utf8_lossy(rest);
+            assert!(text.contains("multipart/byteranges"), "{path}");
+            assert!(
+                text.contains("Content-Range: bytes 299998-299999/300000"),
+                "{path}"
+            );
+            // Last: the whole file, ending the stream.
+            assert!(out.ends_with(&data), "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_error_closes_after_its_answer() {
+        let (_dir, addr) = server(DataPath::Copy, b"x").await;
+        let out = exchange(
+            addr,
+            b"BREW /f HTTP/1.1\r\nHost: t\r\n\r\nGET /f HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 405 "), "{text}");
+        assert!(text.contains("Allow: GET, HEAD"), "{text}");
+        assert_eq!(text.matches("HTTP/1.1").count(), 1, "{text}");
+    }
 }

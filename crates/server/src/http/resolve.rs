@@ -67,7 +67,11 @@ fn entry(e: sluice_platform::fs::DirEntry) -> Option<DirEntry> {
     Some(DirEntry {
         name,
         kind,
-        size: if kind == EntryKind::File { e.meta.size } else { 0 },
+        size: if kind == EntryKind::File {
+            e.meta.size
+        } else {
+            0
+        },
         mtime: Some(e.meta.mtime).filter(|t| *t > UNIX_EPOCH && *t < far_future()),
     })
 }

@@ -1,0 +1,460 @@
+//! The prefetch planner: which file bytes to read next, for whom, how many.
+//!
+//! The rule (tpf paper, eq. 5-7), per connection n with smoothed rate `B_n`:
+//! `T_n = (pending + cached + in_flight) / B_n` is its time to starvation.
+//! When `T_n <= T/2` it gets a read of
+//! `min((T - T_n) * B_n, H_max, budget share - holding, budget - used)`,
+//! where the budget share is `budget * B_n / B_net` (memory in proportion to
+//! rate). The target `T` is the smaller of
+//! - `T_D = 2 * max(disk cycle, read latency)`: the disk cycle is the time the
+//!   disk needs to serve one read for every active connection, `n_active *
+//!   service time / K`, from the service times the caller reports; a read
+//!   issued at `T_n = T_D / 2` thus completes before the connection runs dry,
+//!   and `T_D / 2` of data makes each read worth its seek;
+//! - `budget / B_net`: the time the whole budget lasts at the aggregate rate,
+//!   so every connection's share holds a full `T` and nothing is read that
+//!   would have to be evicted before it is sent.
+//!
+//! Accounting: `used = sum(cached + in_flight) <= budget` always in `Tcp`
+//! mode. `Fixed` mode ignores both rate and budget on purpose (baseline).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use super::counters::TpfCounters;
+use super::sampler::{FlowSample, FlowState, Sampler};
+use super::{ConnId, PrefetchMode, ReadRequest};
+
+/// Rate assumed for a connection whose samples say 0 B/s (stalled): low
+/// enough that it gets almost nothing, high enough to avoid dividing by 0.
+const MIN_RATE: u64 = 1024;
+/// Weight of a new service-time or latency measurement: 1/8, as TCP's srtt.
+const EWMA_WEIGHT: f64 = 0.125;
+
+/// Planner tuning. `Default` is the engine's default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanConfig {
+    /// Who plans read-ahead.
+    pub mode: PrefetchMode,
+    /// Read-ahead memory for all connections together, bytes.
+    pub budget: u64,
+    /// Largest single read (`H_max`): larger requests get split by the
+    /// device anyway, and one huge read delays everyone behind it.
+    pub h_max: u64,
+    /// Smallest read worth a disk request (unless it finishes the range or
+    /// the connection is about to starve).
+    pub min_read: u64,
+    /// Read size and window of `Fixed` mode.
+    pub fixed_window: u64,
+    /// Reads the scheduler keeps submitted at once (`K`): service times
+    /// measured from submission overlap by this factor.
+    pub queue_depth: usize,
+    /// `T_D` until the first read has been timed.
+    pub initial_target: Duration,
+    /// Bounds on the disk-derived target `T_D`.
+    pub min_target: Duration,
+    /// Bounds on the disk-derived target `T_D`.
+    pub max_target: Duration,
+    /// Rate assumed for a connection before its first sample, bytes/s.
+    pub initial_rate: u64,
+    /// Reads are whole multiples of this (page size), except a range's tail.
+    pub page: u64,
+    /// A connection gets a read when `T_n <= trigger * T` (the paper: 1/2).
+    pub trigger: f64,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            mode: PrefetchMode::Tcp,
+            budget: 256 << 20,
+            h_max: 1 << 20,
+            min_read: 16 << 10,
+            fixed_window: 128 << 10,
+            queue_depth: 4,
+            initial_target: Duration::from_secs(2),
+            min_target: Duration::from_millis(500),
+            max_target: Duration::from_secs(30),
+            initial_rate: 125_000,
+            page: 4096,
+            trigger: 0.5,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Conn {
+    /// End of the byte range to deliver (exclusive).
+    end: u64,
+    /// Next offset never yet planned.
+    next: u64,
+    /// Read, not yet handed to the socket.
+    cached: u64,
+    /// Planned, not yet read.
+    in_flight: u64,
+    /// Ranges read once and evicted before being sent: read again first.
+    holes: VecDeque<(u64, u64)>,
+    sampler: Sampler,
+    sampled: bool,
+    epoch: u64,
+    counters: TpfCounters,
+}
+
+impl Conn {
+    fn holding(&self) -> u64 {
+        self.cached + self.in_flight
+    }
+    fn has_work(&self) -> bool {
+        self.next < self.end || !self.holes.is_empty()
+    }
+}
+
+/// Plans reads for all connections of one engine. See the module docs.
+#[derive(Debug)]
+pub struct Planner {
+    cfg: PlanConfig,
+    conns: BTreeMap<ConnId, Conn>,
+    used: u64,
+    service_s: Option<f64>,
+    latency_s: Option<f64>,
+    totals: TpfCounters,
+    epochs: u64,
+}
+
+impl Planner {
+    /// A planner with no connections.
+    pub fn new(cfg: PlanConfig) -> Planner {
+        Planner {
+            cfg,
+            conns: BTreeMap::new(),
+            used: 0,
+            service_s: None,
+            latency_s: None,
+            totals: TpfCounters::default(),
+            epochs: 0,
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &PlanConfig {
+        &self.cfg
+    }
+
+    /// A connection starts delivering file bytes `start..end`. Re-opening a
+    /// known id replaces it (its budget is freed first).
+    pub fn handle_open(&mut self, _now: Duration, conn: ConnId, start: u64, end: u64) {
+        self.handle_close(conn);
+        self.epochs += 1;
+        self.conns.insert(
+            conn,
+            Conn {
+                end: end.max(start),
+                next: start,
+                cached: 0,
+                in_flight: 0,
+                holes: VecDeque::new(),
+                sampler: Sampler::new(),
+                sampled: false,
+                epoch: self.epochs,
+                counters: TpfCounters::default(),
+            },
+        );
+    }
+
+    /// A flow sample for `conn`. A close or reset drops the connection and
+    /// frees its whole budget in this call; the caller then cancels its
+    /// reads in the scheduler (see the returned events). Unknown ids get a
+    /// default state.
+    pub fn handle_sample(&mut self, now: Duration, conn: ConnId, s: &FlowSample) -> FlowState {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return FlowState::default();
+        };
+        let st = c.sampler.update(now, s);
+        c.sampled = true;
+        if st.events.is_gone() {
+            self.handle_close(conn);
+        }
+        st
+    }
+
+    /// A read finished: `bytes_read` of `req` are now cached. A short read
+    /// means the file ends there. `service_time` is submission to
+    /// completion as the disk saw it. Reads of closed connections only
+    /// teach the planner about the disk.
+    pub fn handle_read_done(&mut self, now: Duration, req: &ReadRequest, bytes_read: u64, service_time: Duration) {
+        ewma(&mut self.service_s, service_time.as_secs_f64());
+        ewma(&mut self.latency_s, now.saturating_sub(req.issued_at).as_secs_f64());
+        let Some(c) = self.conns.get_mut(&req.conn).filter(|c| c.epoch == req.epoch) else {
+            return;
+        };
+        let freed = req.len.min(c.in_flight);
+        c.in_flight -= freed;
+        self.used -= freed;
+        let got = bytes_read.min(req.len);
+        c.cached += got;
+        self.used += got;
+        if got < req.len {
+            let eof = req.offset + got;
+            c.end = c.end.min(eof);
+            c.next = c.next.min(c.end);
+            c.holes.retain(|&(off, _)| off < eof);
+        }
+    }
+
+    /// `bytes` of `conn`'s cached read-ahead went into the socket.
+    pub fn handle_sent(&mut self, conn: ConnId, bytes: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            let n = bytes.min(c.cached);
+            c.cached -= n;
+            self.used -= n;
+        }
+    }
+
+    /// The cache dropped `len` bytes at `offset` of `conn`'s read-ahead
+    /// before they were sent: count it and read them again first.
+    pub fn handle_evicted(&mut self, conn: ConnId, offset: u64, len: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            let n = len.min(c.cached);
+            c.cached -= n;
+            self.used -= n;
+            c.counters.bytes_evicted_unused += n;
+            self.totals.bytes_evicted_unused += n;
+            if n > 0 {
+                c.holes.push_back((offset, n));
+            }
+        }
+    }
+
+    /// The connection is finished or gone: forget it and free its budget at
+    /// once. Returns its counters, or `None` if it was not known.
+    pub fn handle_close(&mut self, conn: ConnId) -> Option<TpfCounters> {
+        let c = self.conns.remove(&conn)?;
+        self.used -= c.holding();
+        Some(c.counters)
+    }
+
+    /// The next read to queue, if any connection needs one now. Call until
+    /// `None` after every input.
+    #[must_use]
+    pub fn poll_read(&mut self, now: Duration) -> Option<ReadRequest> {
+        if self.cfg.mode == PrefetchMode::Kernel {
+            return None;
+        }
+        let target = self.target();
+        let net = self.net_rate();
+        // Most urgent first; O(connections) per read, fine for thousands.
+        let mut best: Option<(ConnId, f64, u64)> = None;
+        for (&id, c) in &self.conns {
+            if !c.has_work() {
+                continue;
+            }
+            let tn = self.starvation_secs(c);
+            let len = self.size_for(c, tn, target, net);
+            if len > 0 && best.map_or(true, |(_, b, _)| tn < b) {
+                best = Some((id, tn, len));
+            }
+        }
+        let (id, tn, len) = best?;
+        let c = self.conns.get_mut(&id)?;
+        // Fixed mode is the rate-blind baseline: first come, first served.
+        let tn = if self.cfg.mode == PrefetchMode::Fixed { 0.0 } else { tn };
+        let offset = match c.holes.front_mut() {
+            Some(h) => {
+                let off = h.0;
+                h.0 += len;
+                h.1 -= len;
+                if h.1 == 0 {
+                    c.holes.pop_front();
+                }
+                off
+            }
+            None => {
+                let off = c.next;
+                c.next += len;
+                off
+            }
+        };
+        c.in_flight += len;
+        self.used += len;
+        let epoch = c.epoch;
+        c.counters.reads_issued += 1;
+        c.counters.bytes_planned += len;
+        self.totals.reads_issued += 1;
+        self.totals.bytes_planned += len;
+        Some(ReadRequest {
+            conn: id,
+            offset,
+            len,
+            deadline: now + Duration::from_secs_f64(tn.min(1e6)),
+            issued_at: now,
+            epoch,
+        })
+    }
+
+    /// Bytes of `c`'s next read now, 0 for none.
+    fn size_for(&self, c: &Conn, tn: f64, target: Duration, net: f64) -> u64 {
+        let cfg = &self.cfg;
+        if let Some(&(_, hole)) = c.holes.front() {
+            let len = hole.min(cfg.h_max);
+            // Re-reads obey the budget too in Tcp mode; Fixed never looks.
+            return match cfg.mode {
+                PrefetchMode::Tcp if self.used + len > cfg.budget => 0,
+                _ => len,
+            };
+        }
+        let remaining = c.end - c.next;
+        match cfg.mode {
+            PrefetchMode::Kernel => 0,
+            PrefetchMode::Fixed => {
+                if c.holding() < cfg.fixed_window {
+                    cfg.fixed_window.min(remaining)
+                } else {
+                    0
+                }
+            }
+            PrefetchMode::Tcp => {
+                let t = target.as_secs_f64();
+                if tn > t * cfg.trigger {
+                    return 0;
+                }
+                let rate = self.rate_of(c) as f64;
+                let floor = cfg.min_read.min(remaining);
+                let want = (((t - tn) * rate) as u64).min(cfg.h_max).max(floor);
+                let free = cfg.budget.saturating_sub(self.used);
+                let share = ((cfg.budget as f64) * rate / net.max(1.0)) as u64;
+                let share = share.saturating_sub(c.holding());
+                let mut len = want.min(free).min(share).min(remaining);
+                if len < remaining {
+                    len -= len % cfg.page.max(1);
+                }
+                // Wait for a worthwhile read unless starvation is near.
+                if len == 0 || (len < floor && tn > t * cfg.trigger / 2.0) {
+                    return 0;
+                }
+                len
+            }
+        }
+    }
+
+    /// The target buffering time `T` now (see the module docs).
+    pub fn target(&self) -> Duration {
+        let td = self.disk_target();
+        let net = self.net_rate();
+        if net > 0.0 {
+            td.min(Duration::from_secs_f64(self.cfg.budget as f64 / net))
+        } else {
+            td
+        }
+    }
+
+    /// `T_D`, from the disk's measured service time and read latency alone.
+    pub fn disk_target(&self) -> Duration {
+        let Some(s) = self.service_s else {
+            return self.cfg.initial_target;
+        };
+        let active = self.conns.values().filter(|c| c.has_work()).count().max(1);
+        let cycle = active as f64 * s / self.cfg.queue_depth.max(1) as f64;
+        let lat = self.latency_s.unwrap_or(0.0);
+        let td = Duration::from_secs_f64((2.0 * cycle.max(lat)).min(1e6));
+        td.clamp(self.cfg.min_target, self.cfg.max_target.max(self.cfg.min_target))
+    }
+
+    /// Sum of the rates of connections that still have bytes to plan (`B_net`).
+    fn net_rate(&self) -> f64 {
+        self.conns.values().filter(|c| c.has_work()).map(|c| self.rate_of(c) as f64).sum()
+    }
+
+    fn rate_of(&self, c: &Conn) -> u64 {
+        if c.sampled {
+            c.sampler.state().rate.max(MIN_RATE)
+        } else {
+            self.cfg.initial_rate.max(MIN_RATE)
+        }
+    }
+
+    fn starvation_secs(&self, c: &Conn) -> f64 {
+        let pending = c.sampler.state().pending;
+        (pending + c.holding()) as f64 / self.rate_of(c) as f64
+    }
+
+    /// Smoothed end-to-end read latency (issue to completion), if measured.
+    pub fn read_latency(&self) -> Option<Duration> {
+        self.latency_s.map(|s| Duration::from_secs_f64(s.min(1e6)))
+    }
+
+    /// Smoothed disk service time (as reported by the caller), if measured.
+    pub fn service_time(&self) -> Option<Duration> {
+        self.service_s.map(|s| Duration::from_secs_f64(s.min(1e6)))
+    }
+
+    /// Read-ahead bytes held now (cached + in flight, all connections).
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// Totals over all connections, closed ones included.
+    pub fn counters(&self) -> TpfCounters {
+        self.totals
+    }
+
+    /// One open connection's counters.
+    pub fn conn_counters(&self, conn: ConnId) -> Option<TpfCounters> {
+        self.conns.get(&conn).map(|c| c.counters)
+    }
+
+    /// One open connection's read-ahead held (cached + in flight).
+    pub fn holding(&self, conn: ConnId) -> Option<u64> {
+        self.conns.get(&conn).map(Conn::holding)
+    }
+
+    /// One open connection's time to starvation `T_n`.
+    pub fn time_to_starvation(&self, conn: ConnId) -> Option<Duration> {
+        self.conns
+            .get(&conn)
+            .map(|c| Duration::from_secs_f64(self.starvation_secs(c).min(1e6)))
+    }
+
+    /// Whether `conn` is open (known and not closed).
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// Recomputes `used` from the connections (for tests and debug checks).
+    pub fn used_recomputed(&self) -> u64 {
+        self.conns.values().map(Conn::holding).sum()
+    }
+}
+
+fn ewma(slot: &mut Option<f64>, x: f64) {
+    *slot = Some(match *slot {
+        None => x,
+        Some(old) => old + (x - old) * EWMA_WEIGHT,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(mode: PrefetchMode) -> PlanConfig {
+        PlanConfig { mode, budget: 8 << 20, ..PlanConfig::default() }
+    }
+
+    #[test]
+    fn a_new_connection_gets_a_first_read_within_budget() {
+        let mut p = Planner::new(cfg(PrefetchMode::Tcp));
+        p.handle_open(Duration::ZERO, ConnId(1), 0, 100 << 20);
+        let r = p.poll_read(Duration::ZERO).expect("first read");
+        assert_eq!(r.offset, 0);
+        assert!(r.len > 0 && r.len <= p.config().h_max);
+        assert_eq!(p.used(), r.len);
+        assert_eq!(p.used(), p.used_recomputed());
+    }
+
+    #[test]
+    fn kernel_mode_plans_nothing() {
+        let mut p = Planner::new(cfg(PrefetchMode::Kernel));
+        p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 20);
+        assert_eq!(p.poll_read(Duration::ZERO), None);
+    }
+}

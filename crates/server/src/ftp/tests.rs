@@ -1,0 +1,140 @@
+//! The shell end to end on loopback with a raw control connection: the
+//! session driver, data connections, transfers and uploads together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use super::FtpContext;
+use crate::auth::Users;
+use crate::config::{ServeArgs, ServeConfig};
+
+async fn server(dir: &std::path::Path, writable: bool, max_sessions: usize) -> std::net::SocketAddr {
+    let args = ServeArgs { dir: Some(dir.into()), writable, max_sessions: Some(max_sessions), ..Default::default() };
+    let config = ServeConfig::load(&args).unwrap();
+    let engine = sluice_engine::Engine::new(sluice_engine::EngineConfig::default());
+    let listener = super::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ctx = Arc::new(FtpContext { users: Users::new(&config), config, engine });
+    tokio::spawn(super::run(ctx, listener));
+    addr
+}
+
+struct Client {
+    rd: BufReader<OwnedReadHalf>,
+    wr: OwnedWriteHalf,
+}
+
+impl Client {
+    async fn connect(addr: std::net::SocketAddr) -> (Client, String) {
+        let (rd, wr) = TcpStream::connect(addr).await.unwrap().into_split();
+        let mut c = Client { rd: BufReader::new(rd), wr };
+        let greeting = c.reply().await;
+        (c, greeting)
+    }
+
+    /// One reply (multi-line replies joined), with a deadline so a hang
+    /// fails the test instead of stalling it.
+    async fn reply(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            let mut all = String::new();
+            loop {
+                let mut line = String::new();
+                if self.rd.read_line(&mut line).await.unwrap() == 0 {
+                    return all;
+                }
+                all.push_str(&line);
+                let b = line.as_bytes();
+                if b.len() >= 4 && b[..3].iter().all(u8::is_ascii_digit) && b[3] == b' ' {
+                    return all;
+                }
+            }
+        })
+        .await
+        .expect("reply in time")
+    }
+
+    async fn cmd(&mut self, c: &str) -> String {
+        self.wr.write_all(format!("{c}\r\n").as_bytes()).await.unwrap();
+        self.reply().await
+    }
+
+    async fn login(addr: std::net::SocketAddr) -> Client {
+        let (mut c, _) = Client::connect(addr).await;
+        assert!(c.cmd("USER anonymous").await.starts_with("331"));
+        assert!(c.cmd("PASS x").await.starts_with("230"));
+        c
+    }
+
+    async fn epsv(&mut self, addr: std::net::SocketAddr) -> TcpStream {
+        let r = self.cmd("EPSV").await;
+        let port: u16 = r.split("|||").nth(1).unwrap().trim_end_matches(|c: char| !c.is_ascii_digit()).parse().unwrap();
+        TcpStream::connect((addr.ip(), port)).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn download_listing_and_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("f.bin"), &data).unwrap();
+    let addr = server(dir.path(), false, 8).await;
+    let mut c = Client::login(addr).await;
+    assert!(c.cmd("TYPE I").await.starts_with("200"));
+    let mut d = c.epsv(addr).await;
+    assert!(c.cmd("RETR f.bin").await.starts_with("150"));
+    let mut got = Vec::new();
+    d.read_to_end(&mut got).await.unwrap();
+    assert!(c.reply().await.starts_with("226"));
+    assert_eq!(got, data);
+    let mut d = c.epsv(addr).await;
+    assert!(c.cmd("NLST").await.starts_with("150"));
+    let mut names = String::new();
+    d.read_to_string(&mut names).await.unwrap();
+    assert!(c.reply().await.starts_with("226"));
+    assert_eq!(names, "f.bin\r\n");
+    // Read-only: uploads refused; missing files and bad REST get replies.
+    let _d = c.epsv(addr).await;
+    assert!(c.cmd("STOR x").await.starts_with("550"));
+    assert!(c.cmd("REST 999999999").await.starts_with("350"));
+    assert!(c.cmd("RETR f.bin").await.starts_with("554"));
+    assert!(c.cmd("SIZE ../../etc/passwd").await.starts_with("550"));
+    assert!(c.cmd("QUIT").await.starts_with("221"));
+}
+
+#[tokio::test]
+async fn interrupted_upload_never_shows_under_the_final_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("keep.bin"), b"original").unwrap();
+    let addr = server(dir.path(), true, 8).await;
+    let mut c = Client::login(addr).await;
+    let mut d = c.epsv(addr).await;
+    assert!(c.cmd("STOR keep.bin").await.starts_with("150"));
+    d.write_all(&vec![7u8; 3 << 20]).await.unwrap();
+    // ABOR before the data connection ends: the upload is incomplete.
+    let r = c.cmd("ABOR").await;
+    assert!(r.starts_with("426"), "{r}");
+    assert!(c.reply().await.starts_with("226"));
+    drop(d);
+    assert_eq!(std::fs::read(dir.path().join("keep.bin")).unwrap(), b"original");
+    // A complete upload replaces it atomically.
+    let mut d = c.epsv(addr).await;
+    assert!(c.cmd("STOR keep.bin").await.starts_with("150"));
+    d.write_all(b"new").await.unwrap();
+    drop(d);
+    assert!(c.reply().await.starts_with("226"));
+    assert_eq!(std::fs::read(dir.path().join("keep.bin")).unwrap(), b"new");
+}
+
+#[tokio::test]
+async fn max_sessions_gives_421() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = server(dir.path(), false, 1).await;
+    let (_first, g) = Client::connect(addr).await;
+    assert!(g.starts_with("220"));
+    let (_second, g) = Client::connect(addr).await;
+    assert!(g.starts_with("421"), "{g}");
+}
