@@ -92,7 +92,7 @@ fn main() {
     );
     let f = secs as f64;
     let only = std::env::var("TPF_ONLY").ok();
-    let modes: Vec<_> = modes.iter().filter(|m| only.as_deref().map_or(true, |o| o == m.0)).collect();
+    let modes: Vec<_> = modes.iter().filter(|m| only.as_deref().is_none_or(|o| o == m.0)).collect();
     for &&(label, mode, w) in &modes {
         let (l, r) = run(label, mode, w, secs, None);
         let starve: f64 = r.conns.iter().map(|c| c.starved.as_secs_f64()).sum::<f64>() / r.conns.len() as f64;

@@ -250,7 +250,7 @@ impl Planner {
             }
             let tn = self.starvation_secs(c);
             let len = self.size_for(c, tn, target, net);
-            if len > 0 && best.map_or(true, |(_, b, _)| tn < b) {
+            if len > 0 && best.is_none_or(|(_, b, _)| tn < b) {
                 best = Some((id, tn, len));
             }
         }

@@ -12,6 +12,9 @@
 //!   while the disk is busy, its queued requests (and new ones) wait in a
 //!   delay queue for the given delay (about `T_D / 2`); they come back when
 //!   the delay ends or as soon as the disk has nothing else to do.
+//!
+//! Contiguous reads of one connection that meet in the queue are merged
+//! (up to `max_merge` bytes), one seek instead of two.
 //! No clock, no I/O: `now` is passed in.
 //!
 //! Depends on `crate::plan` for the request and id types, nothing else.

@@ -316,7 +316,7 @@ impl World {
             }
             self.pump(now);
             self.observe(now);
-            if std::env::var_os("TPF_TRACE").is_some() && now.as_millis() % 5000 == 0 {
+            if std::env::var_os("TPF_TRACE").is_some() && now.as_millis().is_multiple_of(5000) {
                 eprintln!(
                     "t={:?} T={:?} T_D={:?} lat={:?} svc={:?} used={}MiB q={} d={} s={}",
                     now,
