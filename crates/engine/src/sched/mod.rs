@@ -22,12 +22,14 @@
 #![allow(dead_code)]
 
 mod delay_queue;
+mod prefetcher;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::plan::{ConnId, ReadRequest, TpfCounters};
 use delay_queue::DelayQueue;
+pub use prefetcher::Prefetcher;
 
 /// Identifies one request from queueing to completion or cancellation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

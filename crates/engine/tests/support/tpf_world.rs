@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::plan::{CaState, ConnId, FlowSample, PlanConfig, Planner, PrefetchMode, TpfCounters};
-use crate::sched::{ReqId, SchedConfig, Scheduler};
+use crate::plan::{CaState, ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters};
+use crate::sched::{Prefetcher, ReqId, SchedConfig};
 
 /// A serial disk: one request at a time, FIFO among submitted ones.
 #[derive(Debug)]
@@ -257,8 +257,7 @@ pub struct World {
     cfg: WorldConfig,
     specs: Vec<ConnSpec>,
     links: Vec<Link>,
-    pub planner: Planner,
-    pub sched: Scheduler,
+    pub pf: Prefetcher,
     disk: FakeDisk,
     cache: PageCache,
     kernel_reads: HashMap<u64, (usize, u64, u64)>,
@@ -270,11 +269,10 @@ pub struct World {
 
 impl World {
     pub fn new(cfg: WorldConfig, specs: Vec<ConnSpec>) -> World {
-        let mut planner = Planner::new(cfg.plan.clone());
-        let sched = Scheduler::new(cfg.sched);
+        let mut pf = Prefetcher::new(cfg.plan.clone(), cfg.sched);
         let mut links = Vec::new();
         for (i, s) in specs.iter().enumerate() {
-            planner.handle_open(Duration::ZERO, ConnId(i as u64), 0, cfg.file_len);
+            pf.handle_open(Duration::ZERO, ConnId(i as u64), 0, cfg.file_len);
             links.push(Link { rate: s.rate as f64, alive: true, cwnd: 10, ..Link::default() });
         }
         World {
@@ -283,8 +281,7 @@ impl World {
             cfg,
             specs,
             links,
-            planner,
-            sched,
+            pf,
             kernel_reads: HashMap::new(),
             next_kernel_tag: KERNEL_TAG,
             report: Report::default(),
@@ -320,14 +317,14 @@ impl World {
                 eprintln!(
                     "t={:?} T={:?} T_D={:?} lat={:?} svc={:?} used={}MiB q={} d={} s={}",
                     now,
-                    self.planner.target(),
-                    self.planner.disk_target(),
-                    self.planner.read_latency(),
-                    self.planner.service_time(),
-                    self.planner.used() >> 20,
-                    self.sched.queued(),
-                    self.sched.delayed(),
-                    self.sched.submitted()
+                    self.pf.planner().target(),
+                    self.pf.planner().disk_target(),
+                    self.pf.planner().read_latency(),
+                    self.pf.planner().service_time(),
+                    self.pf.planner().used() >> 20,
+                    self.pf.scheduler().queued(),
+                    self.pf.scheduler().delayed(),
+                    self.pf.scheduler().submitted()
                 );
             }
         }
@@ -347,8 +344,7 @@ impl World {
             self.report.evicted_unused += ev.iter().map(|e| e.2).sum::<u64>();
             return;
         }
-        let Some(c) = self.sched.handle_complete(at, ReqId(tag)) else { return };
-        self.planner.handle_read_done(at, &c.req, len, c.service_time);
+        let Some(c) = self.pf.handle_complete(at, ReqId(tag), len) else { return };
         if c.cancelled {
             self.report.read_after_reset += len;
             return;
@@ -356,7 +352,7 @@ impl World {
         let ev = self.cache.insert(c.req.conn, c.req.offset, len);
         for (conn, off, l) in ev {
             self.report.evicted_unused += l;
-            self.planner.handle_evicted(conn, off, l);
+            self.pf.handle_evicted(conn, off, l);
         }
     }
 
@@ -365,15 +361,12 @@ impl World {
             self.kernel_readahead(now);
             return;
         }
-        while let Some(r) = self.planner.poll_read(now) {
-            self.sched.handle_request(now, r);
-        }
-        while let Some(id) = self.sched.poll_cancel() {
+        while let Some(id) = self.pf.poll_cancel() {
             if self.disk.cancel(id.0) {
-                let _ = self.sched.handle_complete(now, id);
+                let _ = self.pf.handle_complete(now, id, 0);
             }
         }
-        while let Some(s) = self.sched.poll_submit(now) {
+        while let Some(s) = self.pf.poll_submit(now) {
             self.disk.submit(now, s.id.0, s.req.len);
         }
     }
@@ -438,7 +431,7 @@ impl World {
             let got = self.cache.consume(ConnId(i as u64), l.send_pos, space);
             l.notsent += got;
             l.send_pos += got;
-            self.planner.handle_sent(ConnId(i as u64), got);
+            self.pf.handle_sent(ConnId(i as u64), got);
         }
     }
 
@@ -454,9 +447,8 @@ impl World {
             if l.alive && s.reset_at.is_some_and(|t| now >= t) {
                 l.alive = false;
                 let conn = ConnId(i as u64);
-                let st = self.planner.handle_sample(now, conn, &FlowSample { reset: true, ..FlowSample::default() });
+                let st = self.pf.handle_sample(now, conn, &FlowSample { reset: true, ..FlowSample::default() });
                 assert!(st.events.reset);
-                self.sched.handle_conn_gone(conn);
                 self.cache.drop_conn(conn);
             }
         }
@@ -487,21 +479,17 @@ impl World {
             l.sent_since_sample = 0;
             l.starved_since_sample = false;
             let conn = ConnId(i as u64);
-            let st = self.planner.handle_sample(now, conn, &s);
-            if st.events.cwnd_cut {
-                let half = self.planner.target() / 2;
-                self.sched.handle_cwnd_cut(now, conn, half);
-            }
+            self.pf.handle_sample(now, conn, &s);
         }
     }
 
     fn observe(&mut self, now: Duration) {
-        let used = self.planner.used();
+        let used = self.pf.planner().used();
         self.report.max_planner_used = self.report.max_planner_used.max(used);
         self.report.max_cache_used = self.report.max_cache_used.max(self.cache.used());
         if now > self.cfg.warmup {
             for (i, l) in self.links.iter_mut().enumerate() {
-                if let Some(h) = self.planner.holding(ConnId(i as u64)) {
+                if let Some(h) = self.pf.planner().holding(ConnId(i as u64)) {
                     l.holding_sum += h as f64;
                     l.buffered_sum += (h + l.notsent) as f64;
                     l.holding_n += 1;
@@ -509,23 +497,21 @@ impl World {
             }
         }
         if self.check {
-            assert_eq!(used, self.planner.used_recomputed(), "planner accounting drifted");
+            assert_eq!(used, self.pf.planner().used_recomputed(), "planner accounting drifted");
             if self.cfg.plan.mode == PrefetchMode::Tcp {
                 assert!(used <= self.cfg.plan.budget, "budget exceeded: {used}");
             }
             for (i, l) in self.links.iter().enumerate() {
                 if !l.alive {
-                    assert!(!self.sched.holds(ConnId(i as u64)), "reads kept for a reset connection");
-                    assert!(!self.planner.is_open(ConnId(i as u64)));
+                    assert!(!self.pf.scheduler().holds(ConnId(i as u64)), "reads kept for a reset connection");
+                    assert!(!self.pf.planner().is_open(ConnId(i as u64)));
                 }
             }
         }
     }
 
     fn finish(mut self) -> Report {
-        let mut c = self.planner.counters();
-        c += self.sched.counters();
-        self.report.counters = c;
+        self.report.counters = self.pf.counters();
         self.report.disk_bytes = self.disk.bytes_read;
         self.report.disk_reads = self.disk.reads;
         self.report.conns = self

@@ -187,10 +187,52 @@ async fn retr(
     let _ = events.send(Event::Started(Some(total)));
     let n = if data.mode == TransferMode::ExtendedBlock { data.parallelism } else { 1 };
     let conns = open_data(job, data, n).await?;
+    // MODE S: keep a second handle on the socket to see the client close.
+    let watch = match data.mode {
+        TransferMode::Stream => conns.first().and_then(watch_handle),
+        TransferMode::ExtendedBlock => None,
+    };
     let progress = Progress::new();
     let fut = send(&job.engine, spec, conns, Arc::clone(&progress), job.cancel.clone());
     let r = with_markers(fut, data, &progress, false, events).await;
-    r.map_err(|e| transfer_error(&e, &job.cancel))
+    let n = r.map_err(|e| transfer_error(&e, &job.cancel))?;
+    if let Some(w) = watch {
+        // Send 226 once the client has closed its end (it has read to our
+        // FIN), or after CLIENT_CLOSE_WAIT. A fast 1-byte transfer could
+        // otherwise put 150 and 226 in one segment, and aria2c 1.36 reads
+        // both but acts on the 150 only, then waits 60 s for a 226 it
+        // already has. vsftpd's slower 226 hides the same race.
+        let _ = tokio::time::timeout(CLIENT_CLOSE_WAIT, wait_eof(&w)).await;
+    }
+    Ok(n)
+}
+
+/// How long a finished MODE S download waits for the client to close its
+/// end before 226 goes out anyway.
+const CLIENT_CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// A second handle on a data socket (a dup of its fd), registered with the
+/// reactor on its own.
+fn watch_handle(conn: &TcpStream) -> Option<TcpStream> {
+    use std::os::fd::AsFd;
+    let fd = conn.as_fd().try_clone_to_owned().ok()?;
+    TcpStream::from_std(std::net::TcpStream::from(fd)).ok()
+}
+
+/// Waits until the peer has closed its end (read returns 0) or errors.
+async fn wait_eof(conn: &TcpStream) {
+    let mut sink = [0u8; 512];
+    loop {
+        if conn.readable().await.is_err() {
+            return;
+        }
+        match conn.try_read(&mut sink) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
+        }
+    }
 }
 
 async fn stor(
