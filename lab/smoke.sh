@@ -20,7 +20,7 @@ cargo build --release -p sluice-server -p sluice-lab
 T="${CARGO_TARGET_DIR:-target}/release"
 failed=0
 passed=0
-for e in linkem-validation loopback-baseline wan-single slow-disk-many-clients; do
+for e in $("$T/sluice-lab" list | awk '{print $1}'); do
     echo "== lab smoke: $e"
     if "$T/sluice-lab" run "$e" --smoke >/dev/null; then
         passed=$((passed + 1))

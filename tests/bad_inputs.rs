@@ -449,3 +449,32 @@ fn mode_e_raw_upload_control() {
     compare_file(&server.local("raw.bin"), f).unwrap_or_else(|e| panic!("{e}\n{}", c.transcript()));
     c.quit();
 }
+
+/// A client that starts a big download and never reads it must not hold up
+/// anyone else: a new session is served in full meanwhile.
+#[test]
+fn a_stalled_reader_does_not_block_other_sessions() {
+    let server = under_test(false);
+    let mut stalled = logged_in(&server);
+    let data = stalled.open_passive();
+    let first = stalled.cmd(&format!("RETR {}", server.remote_path("f67108864.bin")));
+    assert!(first.is_preliminary(), "RETR did not start\n{}", stalled.transcript());
+    // `data` is never read: the server's socket buffers fill and stay full.
+    for _ in 0..2 {
+        assert_serves_fresh_session(&server);
+    }
+    drop(data);
+    drop(stalled);
+    assert_serves_fresh_session(&server);
+}
+
+/// Many idle control connections (well under the session limit) do not
+/// keep a new one from being served.
+#[test]
+fn many_idle_sessions_do_not_starve_a_new_one() {
+    let server = under_test(false);
+    let idle: Vec<Control> = (0..32).map(|_| server.connect()).collect();
+    assert_serves_fresh_session(&server);
+    drop(idle);
+    assert_serves_fresh_session(&server);
+}

@@ -141,6 +141,16 @@ fn get_from_vsftpd() {
     get_all(&vsftpd(false), &[]);
 }
 
+/// `-p 4` against a server without MODE E: the client's documented
+/// fallback is one MODE S stream, with the same result.
+#[test]
+fn get_p4_from_vsftpd_falls_back_to_mode_s() {
+    if !require_tool("vsftpd") {
+        return;
+    }
+    get_all(&vsftpd(false), &["-p", "4"]);
+}
+
 #[test]
 fn put_to_vsftpd() {
     if !require_tool("vsftpd") {

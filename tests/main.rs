@@ -43,6 +43,6 @@ mod http;
 
 /// Hostile and malformed input on raw TCP (overlong lines, bounce, bad
 /// PORT/EPRT/REST, traversal, symlinks, bad MODE E uploads, ABOR, vanishing
-/// clients): each test checks the replies and that the server still serves
-/// a fresh session.
+/// and stalled clients, many idle sessions): each test checks the replies
+/// and that the server still serves a fresh session.
 mod bad_inputs;

@@ -327,7 +327,7 @@ pub fn vsftpd(writable: bool) -> FtpServer {
              no_anon_password=YES\nwrite_enable={w}\nanon_upload_enable={w}\nanon_mkdir_write_enable={w}\n\
              anon_other_write_enable={w}\nanon_umask=022\n\
              pasv_enable=YES\nport_enable=YES\nconnect_from_port_20=NO\nxferlog_enable=NO\n\
-             dirmessage_enable=NO\nhide_ids=YES\ndelay_failed_login=0\nsecure_chroot_dir={empty}\n",
+             dirmessage_enable=NO\nhide_ids=YES\ndelay_failed_login=0\nsecure_chroot_dir={empty}\nmax_per_ip=0\nmax_clients=0\n",
             chroot = chroot.display(),
             empty = empty.display(),
             w = yn(writable)

@@ -12,10 +12,7 @@
 //!
 //! Run: `cargo run -p sluice-engine --example tpf_sim [seconds]`
 
-#[path = "../src/plan/mod.rs"]
-mod plan;
-#[path = "../src/sched/mod.rs"]
-mod sched;
+use sluice_engine::{plan, sched};
 #[path = "../tests/support/tpf_world.rs"]
 mod tpf_world;
 

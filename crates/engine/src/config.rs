@@ -4,6 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::plan::PrefetchMode;
+
 /// How file bytes get from the page cache into a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataPath {
@@ -49,6 +51,16 @@ impl fmt::Display for ParseDataPathError {
 
 impl std::error::Error for ParseDataPathError {}
 
+/// Parses an on/off switch as the server's flags spell it (`on`/`off`,
+/// `true`/`false`, `yes`/`no`, `1`/`0`), e.g. `--cancel on`.
+pub fn parse_switch(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Some(true),
+        "off" | "false" | "no" | "0" => Some(false),
+        _ => None,
+    }
+}
+
 /// Everything the engine can be tuned by. `Default` holds measured defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -76,7 +88,8 @@ pub struct EngineConfig {
     pub buffer_pool_max: usize,
     /// Buffers in flight per upload stream (bounds upload memory).
     pub upload_buffers_per_stream: usize,
-    /// Bytes ahead of `sendfile` to bring into the page cache off the loop.
+    /// `fixed` prefetch mode: the read-ahead window (and read size) per
+    /// connection, on either data path.
     pub sendfile_prefetch: usize,
     /// Copy path: read cached pages inline with `RWF_NOWAIT` (never waits for
     /// the disk) and use a disk thread only on a miss; `false` always hops.
@@ -88,6 +101,26 @@ pub struct EngineConfig {
     /// Longest wait for a data socket to become readable/writable before
     /// the transfer fails (a stalled peer must not pin a transfer forever).
     pub idle_timeout: Duration,
+    /// Who decides download read-ahead: the tpf planner from `TCP_INFO`
+    /// (`tcp`), a fixed window of `sendfile_prefetch` bytes per connection
+    /// through the same scheduler (`fixed`), or the kernel alone (`kernel`).
+    pub prefetch: PrefetchMode,
+    /// `tcp` mode: read-ahead memory (page cache or pooled buffers) for all
+    /// connections together, bytes.
+    pub prefetch_budget: u64,
+    /// `tcp` mode: largest single read (`H_max`), bytes.
+    pub prefetch_h_max: u64,
+    /// Prefetch reads on the disk threads at once (`K`); the rest wait in
+    /// the scheduler, where they can still be reordered, delayed or dropped.
+    pub prefetch_queue_depth: usize,
+    /// Eager cancellation: when a connection ends, its reads already handed
+    /// to a disk thread are skipped if not started (its queued ones are
+    /// always dropped). `false` lets them run, as a baseline.
+    pub cancel: bool,
+    /// Least time between two `TCP_INFO` samples of one connection taken
+    /// when its socket is full (one `getsockopt`; starving connections are
+    /// sampled more often, at an eighth of this).
+    pub sample_interval: Duration,
 }
 
 impl Default for EngineConfig {
@@ -119,6 +152,18 @@ impl Default for EngineConfig {
             // extra turn costs nothing measurable, small enough to keep turns short.
             send_quantum: 4 << 20,
             idle_timeout: Duration::from_secs(300),
+            // `kernel` until `tcp` wins in measurement (README, tpf section):
+            // on the lab VM's loopback the copy loop with RWF_NOWAIT is as
+            // fast as anything, and the planner's gains need many
+            // rate-limited readers on a disk that cannot keep up.
+            prefetch: PrefetchMode::Kernel,
+            prefetch_budget: 256 << 20,
+            prefetch_h_max: 1 << 20,
+            // K = disk threads: each thread has one read, none waits behind
+            // a stale decision in the pool's channel.
+            prefetch_queue_depth: 2,
+            cancel: true,
+            sample_interval: Duration::from_millis(100),
         }
     }
 }
@@ -136,5 +181,16 @@ mod tests {
             DataPath::Sendfile.to_string().parse::<DataPath>().unwrap(),
             DataPath::Sendfile
         );
+    }
+
+    #[test]
+    fn prefetch_mode_and_switches_parse() {
+        for m in ["tcp", "fixed", "kernel"] {
+            assert_eq!(m.parse::<PrefetchMode>().unwrap().to_string(), m);
+        }
+        assert!("auto".parse::<PrefetchMode>().is_err());
+        assert_eq!(parse_switch(" ON "), Some(true));
+        assert_eq!(parse_switch("off"), Some(false));
+        assert_eq!(parse_switch("maybe"), None);
     }
 }

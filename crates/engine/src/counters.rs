@@ -1,7 +1,10 @@
 //! Atomic counters of what the engine did, global and per transfer,
-//! read as a plain snapshot (exported later as Prometheus text).
+//! read as a plain snapshot, rendered as Prometheus text on request.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::plan::TpfCounters;
 
 /// Live counters; cheap to bump from any task or thread.
 #[derive(Debug, Default)]
@@ -17,6 +20,15 @@ pub struct Counters {
     eagains: AtomicU64,
     disk_reads: AtomicU64,
     disk_writes: AtomicU64,
+    prefetch_reads: AtomicU64,
+    prefetch_bytes_planned: AtomicU64,
+    prefetch_reads_cancelled: AtomicU64,
+    prefetch_bytes_cancelled: AtomicU64,
+    prefetch_reads_delayed: AtomicU64,
+    prefetch_reads_skipped: AtomicU64,
+    prefetch_bytes_discarded: AtomicU64,
+    evicted_unused: AtomicU64,
+    flow_samples: AtomicU64,
 }
 
 /// A point-in-time copy of [`Counters`].
@@ -44,6 +56,26 @@ pub struct CountersSnapshot {
     pub disk_reads: u64,
     /// Disk write jobs completed.
     pub disk_writes: u64,
+    /// Reads the prefetch planner issued (`tcp`/`fixed` modes).
+    pub prefetch_reads: u64,
+    /// Bytes those reads asked for.
+    pub prefetch_bytes_planned: u64,
+    /// Prefetch reads dropped from the scheduler's queue or cancelled on a
+    /// disk thread because their connection ended.
+    pub prefetch_reads_cancelled: u64,
+    /// Bytes of those reads.
+    pub prefetch_bytes_cancelled: u64,
+    /// Prefetch reads put off after a congestion-window cut.
+    pub prefetch_reads_delayed: u64,
+    /// Cancelled reads a disk thread skipped without touching the disk.
+    pub prefetch_reads_skipped: u64,
+    /// Bytes read from disk for a connection that had ended (read, unused).
+    pub prefetch_bytes_discarded: u64,
+    /// Read-ahead bytes gone from the page cache before `sendfile` sent
+    /// them (pages the planner read, found evicted by `cachestat`).
+    pub evicted_unused: u64,
+    /// `TCP_INFO` samples taken for the planner.
+    pub flow_samples: u64,
 }
 
 impl Counters {
@@ -66,7 +98,91 @@ impl Counters {
             eagains: self.eagains.load(Relaxed),
             disk_reads: self.disk_reads.load(Relaxed),
             disk_writes: self.disk_writes.load(Relaxed),
+            prefetch_reads: self.prefetch_reads.load(Relaxed),
+            prefetch_bytes_planned: self.prefetch_bytes_planned.load(Relaxed),
+            prefetch_reads_cancelled: self.prefetch_reads_cancelled.load(Relaxed),
+            prefetch_bytes_cancelled: self.prefetch_bytes_cancelled.load(Relaxed),
+            prefetch_reads_delayed: self.prefetch_reads_delayed.load(Relaxed),
+            prefetch_reads_skipped: self.prefetch_reads_skipped.load(Relaxed),
+            prefetch_bytes_discarded: self.prefetch_bytes_discarded.load(Relaxed),
+            evicted_unused: self.evicted_unused.load(Relaxed),
+            flow_samples: self.flow_samples.load(Relaxed),
         }
+    }
+
+    /// Adds a finished connection's planner and scheduler counts to these
+    /// counters alone (per transfer; engine totals come from the planner).
+    pub(crate) fn add_tpf(&self, c: &TpfCounters) {
+        self.prefetch_reads.fetch_add(c.reads_issued, Relaxed);
+        self.prefetch_bytes_planned.fetch_add(c.bytes_planned, Relaxed);
+        self.prefetch_reads_cancelled.fetch_add(c.reads_cancelled, Relaxed);
+        self.prefetch_bytes_cancelled.fetch_add(c.bytes_cancelled, Relaxed);
+        self.prefetch_reads_delayed.fetch_add(c.reads_delayed, Relaxed);
+    }
+
+    /// A disk read completed (counted where no transfer's counters are at
+    /// hand: engine totals at completion, a transfer's when it takes the data).
+    pub(crate) fn add_disk_read(&self, bytes: u64) {
+        self.disk_reads.fetch_add(1, Relaxed);
+        self.bytes_read_disk.fetch_add(bytes, Relaxed);
+    }
+
+    /// A prefetch read finished after its connection ended: skipped (never
+    /// ran) or run with its `bytes` thrown away.
+    pub(crate) fn add_wasted(&self, skipped: bool, bytes: u64) {
+        if skipped {
+            self.prefetch_reads_skipped.fetch_add(1, Relaxed);
+        }
+        self.prefetch_bytes_discarded.fetch_add(bytes, Relaxed);
+    }
+}
+
+impl CountersSnapshot {
+    /// Adds the planner's and scheduler's totals (engine-wide snapshot).
+    pub(crate) fn add_tpf(&mut self, c: &TpfCounters) {
+        self.prefetch_reads += c.reads_issued;
+        self.prefetch_bytes_planned += c.bytes_planned;
+        self.prefetch_reads_cancelled += c.reads_cancelled;
+        self.prefetch_bytes_cancelled += c.bytes_cancelled;
+        self.prefetch_reads_delayed += c.reads_delayed;
+    }
+
+    /// Every counter as `(name, help, value)`, in a fixed order.
+    pub fn fields(&self) -> [(&'static str, &'static str, u64); 20] {
+        [
+            ("bytes_sent", "Payload and framing bytes written to sockets.", self.bytes_sent),
+            ("bytes_read_disk", "Bytes read from files.", self.bytes_read_disk),
+            ("bytes_received", "Bytes read from sockets.", self.bytes_received),
+            ("bytes_written_disk", "Bytes written to files.", self.bytes_written_disk),
+            ("send_calls", "Socket send calls that moved bytes.", self.send_calls),
+            ("recv_calls", "Socket recv calls that returned bytes.", self.recv_calls),
+            ("wakeups", "Waits for socket readiness.", self.wakeups),
+            ("yields", "Sender yields after a quantum.", self.yields),
+            ("eagains", "Calls that returned EAGAIN.", self.eagains),
+            ("disk_reads", "Disk read jobs completed.", self.disk_reads),
+            ("disk_writes", "Disk write jobs completed.", self.disk_writes),
+            ("prefetch_reads", "Prefetch reads issued by the planner.", self.prefetch_reads),
+            ("prefetch_bytes_planned", "Bytes of prefetch reads issued.", self.prefetch_bytes_planned),
+            ("prefetch_reads_cancelled", "Prefetch reads cancelled because their connection ended.", self.prefetch_reads_cancelled),
+            ("prefetch_bytes_cancelled", "Bytes of cancelled prefetch reads.", self.prefetch_bytes_cancelled),
+            ("prefetch_reads_delayed", "Prefetch reads delayed after a cwnd cut.", self.prefetch_reads_delayed),
+            ("prefetch_reads_skipped", "Cancelled prefetch reads skipped before touching the disk.", self.prefetch_reads_skipped),
+            ("prefetch_bytes_discarded", "Bytes read for connections that had ended.", self.prefetch_bytes_discarded),
+            ("evicted_unused", "Read-ahead bytes evicted from the page cache before being sent.", self.evicted_unused),
+            ("flow_samples", "TCP_INFO samples taken for the planner.", self.flow_samples),
+        ]
+    }
+
+    /// Prometheus text exposition (version 0.0.4) of every counter, named
+    /// `sluice_engine_<field>_total`.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        for (name, help, v) in self.fields() {
+            let _ = writeln!(out, "# HELP sluice_engine_{name}_total {help}");
+            let _ = writeln!(out, "# TYPE sluice_engine_{name}_total counter");
+            let _ = writeln!(out, "sluice_engine_{name}_total {v}");
+        }
+        out
     }
 }
 
@@ -103,6 +219,8 @@ tally_add! {
     eagains => eagains,
     disk_reads => disk_reads,
     disk_writes => disk_writes,
+    evicted_unused => evicted_unused,
+    flow_samples => flow_samples,
 }
 
 #[cfg(test)]
@@ -130,5 +248,18 @@ mod tests {
         assert_eq!(l.snapshot().bytes_sent, 15);
         assert_eq!(l.snapshot().eagains, 1);
         assert_eq!(other.snapshot().bytes_sent, 1);
+    }
+
+    #[test]
+    fn prometheus_text_has_every_counter_once() {
+        let s = CountersSnapshot {
+            bytes_sent: 7,
+            evicted_unused: 3,
+            ..CountersSnapshot::default()
+        };
+        let text = s.prometheus();
+        assert!(text.contains("\nsluice_engine_bytes_sent_total 7\n"));
+        assert!(text.contains("\nsluice_engine_evicted_unused_total 3\n"));
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), s.fields().len());
     }
 }

@@ -9,6 +9,14 @@
 //! configured [`DataPath`]; uploads go through a [`FileWriter`] that reads a
 //! socket into pooled buffers and writes them at file offsets off the loop.
 //! Every operation takes a [`Cancel`] token and per-transfer [`Counters`].
+//!
+//! Read-ahead for downloads is chosen by [`EngineConfig::prefetch`]: `kernel`
+//! leaves it to the kernel (plain `sendfile`, or the copy path's own double
+//! buffering), while `tcp` and `fixed` hand every range to the tpf planner
+//! and disk scheduler ([`plan`], [`sched`], driven from `prefetch.rs`): reads
+//! sized from each connection's `TCP_INFO` under a memory budget, at most
+//! `K` on the disk threads, delayed after a cwnd cut, dropped or cancelled
+//! the moment their connection ends.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -18,7 +26,10 @@ mod config;
 mod counters;
 mod disk;
 mod error;
+pub mod plan;
+mod prefetch;
 mod recv;
+pub mod sched;
 mod send;
 mod send_sendfile;
 mod socket;
@@ -28,15 +39,17 @@ use std::sync::Arc;
 
 pub use buffers::{BufferPool, PoolBuf};
 pub use cancel::Cancel;
-pub use config::{DataPath, EngineConfig, ParseDataPathError};
+pub use config::{parse_switch, DataPath, EngineConfig, ParseDataPathError};
 pub use counters::{Counters, CountersSnapshot};
 pub use error::EngineError;
+pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
 
 use counters::Tally;
 use disk::DiskPool;
+use prefetch::Hub;
 
 /// The shared data-delivery engine; cheap to clone.
 #[derive(Debug, Clone)]
@@ -51,6 +64,8 @@ struct Inner {
     counters: Counters,
     buffers: Arc<BufferPool>,
     disk: DiskPool,
+    /// The tpf planner and scheduler; `None` in `kernel` prefetch mode.
+    prefetch: Option<Hub>,
 }
 
 impl Engine {
@@ -73,6 +88,7 @@ impl Engine {
         }
         let disk = DiskPool::new(config.disk_threads, config.disk_queue_depth)?;
         let buffers = BufferPool::new(config.read_buffer_size, config.buffer_pool_max);
+        let prefetch = Hub::new(&config);
         Ok(Engine {
             inner: Arc::new(Inner {
                 config,
@@ -80,6 +96,7 @@ impl Engine {
                 counters: Counters::new(),
                 buffers,
                 disk,
+                prefetch,
             }),
         })
     }
@@ -94,9 +111,13 @@ impl Engine {
         &self.inner.features
     }
 
-    /// Snapshot of the engine-wide counters.
+    /// Snapshot of the engine-wide counters (prefetch totals included).
     pub fn counters(&self) -> CountersSnapshot {
-        self.inner.counters.snapshot()
+        let mut s = self.inner.counters.snapshot();
+        if let Some(hub) = &self.inner.prefetch {
+            s.add_tpf(&hub.totals());
+        }
+        s
     }
 
     /// The engine's buffer pool (read buffers of `read_buffer_size`).

@@ -24,6 +24,7 @@ use tokio::net::TcpStream;
 use crate::buffers::PoolBuf;
 use crate::counters::{Counters, Tally};
 use crate::disk::Ticket;
+use crate::prefetch::Feed;
 use crate::{Cancel, DataPath, Engine, EngineError};
 
 /// A chunk read for the copy path: ready now (page cache) or on a disk thread.
@@ -94,6 +95,11 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
+        if let Some(mut feed) = self.feed(file, offset, offset + len, true, counters) {
+            return self
+                .send_copy_planned(conn, &mut feed, offset, len, prefix, counters, cancel)
+                .await;
+        }
         let t = self.tally(counters);
         let mut turn = Turn::new(self.config().send_quantum);
         let end = offset + len;
@@ -122,6 +128,44 @@ impl Engine {
             turn.pushed((prefix.len() + n) as u64, t).await;
             prefix = &[];
             pos = after;
+        }
+        Ok(pos - offset)
+    }
+
+    /// The copy path under the prefetch planner: chunks arrive in pooled
+    /// buffers read by the planner's disk jobs, in offset order.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_copy_planned(
+        &self,
+        conn: &TcpStream,
+        feed: &mut Feed<'_>,
+        offset: u64,
+        len: u64,
+        prefix: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<u64, EngineError> {
+        let t = self.tally(counters);
+        let idle = self.config().idle_timeout;
+        let mut turn = Turn::new(self.config().send_quantum);
+        let end = offset + len;
+        let mut prefix = prefix;
+        let mut pos = offset;
+        while pos < end {
+            let chunk = feed.next(conn, pos, cancel).await?;
+            let mut left = chunk.len;
+            for buf in &chunk.bufs {
+                let n = (buf.len() as u64).min(left) as usize;
+                left -= n as u64;
+                if write_all(conn, [prefix, &buf[..n]], t, cancel, idle).await? {
+                    turn.waited();
+                    feed.sample(conn, false)?;
+                }
+                turn.pushed((prefix.len() + n) as u64, t).await;
+                feed.sent(n as u64);
+                prefix = &[];
+                pos += n as u64;
+            }
         }
         Ok(pos - offset)
     }
@@ -295,7 +339,7 @@ async fn write_all(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::EngineConfig;
+    use crate::{EngineConfig, PrefetchMode};
     use std::io::Write;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
@@ -320,7 +364,16 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn engine(path: DataPath, inline: bool) -> Engine {
+        engine_cfg(path, inline, PrefetchMode::Kernel)
+    }
+
+    pub(crate) fn engine_with(path: DataPath, mode: PrefetchMode) -> Engine {
+        engine_cfg(path, true, mode)
+    }
+
+    fn engine_cfg(path: DataPath, inline: bool, prefetch: PrefetchMode) -> Engine {
         Engine::new(EngineConfig {
+            prefetch,
             data_path: path,
             // Small sizes so a few MiB exercise many chunks and windows.
             chunk_size: 256 << 10,

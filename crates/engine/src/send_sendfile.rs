@@ -2,16 +2,14 @@
 //!
 //! A prefix goes first with `MSG_MORE` (the kernel holds it
 //! to coalesce with the payload), then `sendfile` in `chunk_size` calls.
-//! Before `sendfile` touches a window of `sendfile_prefetch` bytes, the loop
-//! asks `cachestat` whether it is all cached; if not, a disk thread reads it
-//! through a scratch buffer (after a WILLNEED hint) and the sender waits for
-//! that, and the next window is prepared the same way while this one is sent.
-//! Remaining risk, where `sendfile` can still block the loop on the disk:
-//! pages evicted between that check and `sendfile` (memory pressure); pages
-//! that are present but still being read (`cachestat` counts them) so
-//! `sendfile` waits for that I/O; file-system metadata (extent) reads; and
-//! kernels without `cachestat` (before 6.5), where only the WILLNEED hint is
-//! given. The copy path has none of these, one reason it is the default.
+//! In `tcp` and `fixed` prefetch modes `sendfile` only runs over ranges the
+//! planner's disk jobs have already read into the page cache (through a
+//! scratch buffer, off the loop; see `prefetch.rs`), and `cachestat` tells
+//! whether any of those pages were evicted again before being sent (counted
+//! as `evicted_unused`). In `kernel` mode it is plain `sendfile` and the
+//! kernel's read-ahead: a cold page then makes `sendfile` wait for the disk
+//! on the event loop. Remaining risk even with a planner: pages evicted
+//! between the read and `sendfile`, and file-system metadata reads.
 
 use std::fs::File;
 use std::io;
@@ -23,8 +21,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::counters::{Counters, Tally};
-use crate::disk::Ticket;
-use crate::send::{check, read_full_at, wait_writable, Turn};
+use crate::send::{check, wait_writable, Turn};
 use crate::{Cancel, Engine, EngineError};
 
 impl Engine {
@@ -43,7 +40,6 @@ impl Engine {
         let cfg = self.config();
         let idle = cfg.idle_timeout;
         let end = offset + len;
-        let window = cfg.sendfile_prefetch.max(cfg.chunk_size).max(1) as u64;
         // The prefix goes with MSG_MORE, so the kernel holds it back and
         // coalesces it with the first sendfile bytes into full segments.
         let mut rest = prefix;
@@ -62,34 +58,21 @@ impl Engine {
             }
         }
         let mut turn = Turn::new(cfg.send_quantum);
+        let mut feed = self.feed(file, offset, end, false, counters);
         let mut pos = offset;
-        let mut resident_until = offset;
-        let mut ahead: Option<(u64, Ticket<io::Result<u64>>)> = None;
+        // Without a feed (`kernel` mode) sendfile takes pages as they come
+        // and the kernel's read-ahead brings them in.
+        let mut ready_until = if feed.is_some() { offset } else { end };
         while pos < end {
             check(cancel)?;
-            if pos >= resident_until {
-                let wend = (pos + window).min(end);
-                match ahead.take() {
-                    Some((until, ticket)) if until == wend => self.finish_touch(ticket, t).await?,
-                    _ => {
-                        if !self.is_resident(file, pos, wend - pos) {
-                            let ticket = self.start_touch(file, pos, wend - pos, cancel).await?;
-                            self.finish_touch(ticket, t).await?;
-                        }
-                    }
-                }
-                resident_until = wend;
-                // Look one window ahead while this one is sent, unless the next
-                // window is already cached (the common warm case: no thread hop).
-                let nend = (wend + window).min(end);
-                if wend < end && !self.is_resident(file, wend, nend - wend) {
-                    ahead = Some((
-                        nend,
-                        self.start_touch(file, wend, nend - wend, cancel).await?,
-                    ));
+            if pos >= ready_until {
+                if let Some(f) = feed.as_mut() {
+                    let chunk = f.next(conn, pos, cancel).await?;
+                    ready_until = pos + chunk.len;
+                    self.count_evicted(file, pos, chunk.len, t);
                 }
             }
-            let want = (resident_until - pos).min(cfg.chunk_size as u64) as usize;
+            let want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
             let mut off = pos;
             match conn.try_io(Interest::WRITABLE, || {
                 sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want)
@@ -99,15 +82,22 @@ impl Engine {
                     t.sent(n as u64);
                     t.send_calls(1);
                     pos += n as u64;
+                    if let Some(f) = &feed {
+                        f.sent(n as u64);
+                    }
                     turn.pushed(n as u64, t).await;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     wait_writable(conn, t, cancel, idle).await?;
                     turn.waited();
+                    if let Some(f) = feed.as_mut() {
+                        f.sample(conn, false)?;
+                    }
                 }
                 Err(e) if sendfile::is_unsupported(&e) => {
                     // This file system cannot sendfile: finish by copying.
                     tracing::debug!("sendfile refused ({e}); copying instead");
+                    drop(feed);
                     let rest = self
                         .send_copy(conn, file, pos, end - pos, &[], counters, cancel)
                         .await?;
@@ -119,6 +109,22 @@ impl Engine {
         Ok(pos - offset)
     }
 
+    /// Counts pages of a range the planner read that are gone from the page
+    /// cache by the time `sendfile` gets to them (read-ahead evicted before
+    /// use: a budget too large for the memory, and a second disk read).
+    fn count_evicted(&self, file: &Arc<File>, off: u64, len: u64, t: Tally<'_>) {
+        if len == 0 || !self.features().cachestat.is_supported() {
+            return;
+        }
+        let ps = fadvise::page_size() as u64;
+        let pages = (off + len - 1) / ps - off / ps + 1;
+        if let Ok(st) = fadvise::cachestat(file.as_fd(), off, len) {
+            let missing = pages.saturating_sub(st.cached_pages);
+            t.evicted_unused((missing * ps).min(len));
+        }
+    }
+
+    #[cfg(test)]
     /// True when `cachestat` says every page of the range is cached (a page
     /// cache lookup that never waits for the disk). Without `cachestat`
     /// (kernels before 6.5) we cannot tell cheaply and say no.
@@ -133,62 +139,13 @@ impl Engine {
         let pages = (off + len - 1) / ps - off / ps + 1;
         matches!(fadvise::cachestat(file.as_fd(), off, len), Ok(st) if st.cached_pages >= pages)
     }
-
-    /// Off the loop: hint the kernel, then read the range through a scratch
-    /// buffer so every page is cached before `sendfile` touches it. Without
-    /// `cachestat` only the hint is given: touching every page of every
-    /// window would cost the copy that sendfile exists to avoid, so a cold
-    /// page can still stall the loop there (README: remaining risk).
-    async fn start_touch(
-        &self,
-        file: &Arc<File>,
-        off: u64,
-        len: u64,
-        cancel: &Cancel,
-    ) -> Result<Ticket<io::Result<u64>>, EngineError> {
-        let f = Arc::clone(file);
-        let mut buf = self.buffers().take();
-        let touch = self.features().cachestat.is_supported();
-        self.inner
-            .disk
-            .submit(cancel, move || {
-                let _ = fadvise::fadvise(f.as_fd(), off, len, fadvise::Advice::WillNeed);
-                if !touch {
-                    return Ok(0);
-                }
-                let mut done = 0u64;
-                while done < len {
-                    let want = (buf.len() as u64).min(len - done) as usize;
-                    let n = read_full_at(&f, &mut buf[..want], off + done)?;
-                    if n == 0 {
-                        break;
-                    }
-                    done += n as u64;
-                }
-                Ok(done)
-            })
-            .await
-    }
-
-    async fn finish_touch(
-        &self,
-        ticket: Ticket<io::Result<u64>>,
-        t: Tally<'_>,
-    ) -> Result<(), EngineError> {
-        let n = ticket.await?.map_err(EngineError::Disk)?;
-        if n > 0 {
-            t.disk_reads(1);
-            t.read_disk(n);
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::send::tests::{engine, pair, pattern, temp_file};
-    use crate::DataPath;
+    use crate::send::tests::{engine_with, pair, pattern, temp_file};
+    use crate::{DataPath, PrefetchMode};
     use tokio::io::AsyncReadExt;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,7 +154,7 @@ mod tests {
         let file = temp_file(&data);
         file.sync_all().unwrap();
         fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
-        let e = engine(DataPath::Sendfile, true);
+        let e = engine_with(DataPath::Sendfile, PrefetchMode::Fixed);
         let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 2 << 20);
         let (tx, mut rx) = pair().await;
         let reader = tokio::spawn(async move {

@@ -40,7 +40,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let topo = Topology::build(&path, &ctx.sysctls(), &ctx.work)?;
     let file = ensure_file(&exp.data.dir, sz)?;
     let fname = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    let group = format!("{clients} x {} @ {}, {} MiB file, {:.0} s", w.rate, path.name, sz >> 20, duration);
+    let group = format!("{clients} x {} @ {}, {} MiB file, {:.0} s", if bps > 0 { w.rate.as_str() } else { "unlimited" }, path.name, sz >> 20, duration);
     let mut table = Table::new(&exp.name, "workload", "server", &COLS);
     let mut raw = Vec::new();
     let mut timelines = Vec::new();
@@ -60,23 +60,43 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     break;
                 }
             };
-            let url = srv.url_for(&fname);
-            let n_abort = (clients as f64 * w.abort_fraction).round() as u32;
-            let spec = LoadSpec {
-                downloads: (0..clients)
-                    .map(|i| DownloadSpec {
-                        url: url.clone(),
-                        class: if i < n_abort { "aborting".into() } else { "clients".into() },
-                        start_s: spread * i as f64 / clients.max(1) as f64,
-                        rate_bps: Some(bps),
-                        abort_after_s: (i < n_abort).then_some(duration / 2.0),
-                        rcvbuf: None,
-                    })
-                    .collect(),
-                sample_ms: 1000,
-                deadline_s: Some(duration),
+            // (class name, namespace, URL): one per client class, or the single client namespace.
+            let hosts: Vec<(String, Option<String>, String)> = if topo.classes.is_empty() {
+                vec![("clients".into(), topo.client_ns.clone(), srv.url_for(&fname))]
+            } else {
+                topo.classes.iter().map(|c| (c.name.clone(), Some(c.ns.clone()), srv.url_for_host(&c.server_addr, &fname))).collect()
             };
-            let rep_out = run_load(topo.client_ns.as_deref(), &spec, &ctx.work);
+            let n_abort = (clients as f64 * w.abort_fraction).round() as u32;
+            let mut specs: Vec<LoadSpec> = hosts.iter().map(|_| LoadSpec { downloads: Vec::new(), sample_ms: 1000, deadline_s: Some(duration) }).collect();
+            for i in 0..clients {
+                let h = i as usize % hosts.len();
+                // Aborting clients are the last ones of each class's share.
+                let aborting = i >= clients - n_abort;
+                specs[h].downloads.push(DownloadSpec {
+                    url: hosts[h].2.clone(),
+                    class: if aborting { format!("{} (aborting)", hosts[h].0) } else { hosts[h].0.clone() },
+                    start_s: spread * i as f64 / clients.max(1) as f64,
+                    rate_bps: (bps > 0).then_some(bps),
+                    abort_after_s: aborting.then_some(duration / 2.0),
+                    rcvbuf: None,
+                });
+            }
+            let outs: Vec<Result<crate::load::LoadReport>> = std::thread::scope(|sc| {
+                let hs: Vec<_> = hosts.iter().zip(&specs).map(|(h, sp)| sc.spawn(|| run_load(h.1.as_deref(), sp, &ctx.work))).collect();
+                hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("load thread panicked")))).collect()
+            });
+            let rep_out: Result<crate::load::LoadReport> = outs.into_iter().try_fold(None::<crate::load::LoadReport>, |acc, r| {
+                let r = r?;
+                Ok(Some(match acc {
+                    None => r,
+                    Some(mut a) => {
+                        a.results.extend(r.results);
+                        a.timeline.extend(r.timeline);
+                        a.wall_s = a.wall_s.max(r.wall_s);
+                        a
+                    }
+                }))
+            }).and_then(|o| o.context("no clients"));
             let usage = srv.stop(device.as_deref())?;
             let r = match rep_out {
                 Ok(r) => r,
@@ -106,6 +126,22 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             table.add(&group, &server.name, COLS[6], usage.cgroup.cpu_s / gib.max(1e-9));
             table.add(&group, &server.name, COLS[7], usage.ctx_switches as f64 / gib.max(1e-9));
             table.add(&group, &server.name, COLS[8], usage.cgroup.mem_max_bytes as f64 / 1048576.0);
+            if hosts.len() > 1 {
+                for (name, _, _) in &hosts {
+                    let cls: Vec<_> = survivors.iter().filter(|d| &d.class == name).collect();
+                    let g = format!("{group} / class {name}");
+                    let pc: Vec<f64> = cls.iter().map(|d| d.mbytes_per_s() * 8.0).collect();
+                    let tt: Vec<f64> = cls
+                        .iter()
+                        .map(|d| if d.complete { d.end_s - d.start_s } else { sz as f64 * 8.0 / 1e6 / (d.mbytes_per_s() * 8.0).max(1e-9) })
+                        .collect();
+                    let sent_c: u64 = cls.iter().map(|d| d.bytes).sum();
+                    table.add(&g, &server.name, COLS[0], sent_c as f64 / 1e6 / r.wall_s);
+                    table.add(&g, &server.name, COLS[3], median(&pc));
+                    table.add(&g, &server.name, COLS[4], cls.iter().filter(|d| d.complete).count() as f64);
+                    table.add(&g, &server.name, COLS[5], median(&tt));
+                }
+            }
             if rep == 0 {
                 let total: Vec<(f64, f64)> = (0..r.timeline.values().map(|v| v.len()).max().unwrap_or(0))
                     .map(|i| {

@@ -59,7 +59,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         &format!("TCP goodput through linkem (iperf3, 1 stream, RTT {}, MTU {mtu})", v.rate_rtt),
         "configured rate",
         "run (notes: within 5 % of configured?)",
-        &["Mbit/s", "of configured %", "of TCP payload ceiling %"],
+        &["Mbit/s", "of configured %", "of TCP payload ceiling %", "linkem CPU %"],
     );
     let secs = *pick(ctx.smoke, &v.iperf_seconds, v.smoke_iperf_seconds.as_ref());
     let rates = if ctx.smoke { v.smoke_rates.clone().unwrap_or(v.rates.clone()) } else { v.rates.clone() };
@@ -72,7 +72,12 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         let limit = bdp.max(1000 * 1500) * 2;
         topo.linkem_set(&format!("delay={}us rate={bps} limit={limit}B loss=0", rtt.as_micros() / 2))?;
         for rep in 0..ctx.repeat {
+            let cpu0 = topo.linkem_pid().and_then(cpu_seconds);
+            let t0 = std::time::Instant::now();
             let got = iperf(Some(SERVER_NS), Some(CLIENT_NS), SERVER_ADDR, 5201, secs, 1, &ctx.work)?;
+            if let (Some(a), Some(b)) = (cpu0, topo.linkem_pid().and_then(cpu_seconds)) {
+                rate_t.add(&r.clone(), &format!("{}", rep + 1), "linkem CPU %", (b - a) / t0.elapsed().as_secs_f64() * 100.0);
+            }
             let g = r.clone();
             let rr = format!("{}", rep + 1);
             rate_t.add(&g, &rr, "Mbit/s", got / 1e6);
@@ -94,4 +99,14 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     let ideal: Vec<(f64, f64)> = rpts.iter().map(|p| (p.0, p.0)).collect();
     report::line_chart(&ctx.out.join("goodput.png"), "linkem: iperf3 goodput vs configured rate", "configured rate (Mbit/s)", "goodput (Mbit/s)", &[("measured".into(), rpts), ("configured".into(), ideal)])?;
     Ok(())
+}
+
+/// utime + stime of a process (all its threads), in seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }

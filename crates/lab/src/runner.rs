@@ -58,9 +58,22 @@ impl Ctx {
     pub fn preamble(&self) -> String {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let when = crate::cmd::run("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let load: String = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+        let sluice = if self.exp.servers.iter().any(|s| s.kind == "sluice") {
+            match sluice_bin() {
+                Some(p) => {
+                    let m = crate::cmd::run("date", &["-u", "-r", &p.display().to_string(), "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+                    format!("  \nSluice binary: {} (built {})", p.display(), m.trim())
+                }
+                None => "  \nSluice binary: not found (sluice rows not run)".into(),
+            }
+        } else {
+            String::new()
+        };
         format!(
-            "{}\n\nCommand: `{}`  \nWhen: {}  \nKernel: {}, {} CPUs. Repetitions per configuration: {}{}. \
-             Cells are `median (min–max, n=runs)`.",
+            "{}\n\nCommand: `{}`  \nWhen: {} (load average at start: {load}){sluice}  \nKernel: {}, {} CPUs. Repetitions per configuration: {}{}. \
+             Cells are `median (min–max, n=runs)`; with n=2 the median shown is the upper value.",
             self.exp.description.trim(),
             self.command,
             when.trim(),

@@ -115,13 +115,16 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
                 empty.display().to_string(),
                 "-p".into(),
                 port.to_string(),
-                "-control-interface".into(),
-                addr.into(),
-                "-data-interface".into(),
-                addr.into(),
                 "-d".into(),
                 "error".into(),
             ]
+            .into_iter()
+            .chain(if addr == "0.0.0.0" {
+                vec![]
+            } else {
+                vec!["-control-interface".into(), addr.into(), "-data-interface".into(), addr.into()]
+            })
+            .collect()
         }
         "vsftpd" => {
             let conf = wd.join("vsftpd.conf");
@@ -225,6 +228,11 @@ impl Running {
     /// URL of a file in the served directory.
     pub fn url_for(&self, fname: &str) -> String {
         format!("{}{}/{fname}", self.base_url(), self.prefix)
+    }
+
+    /// URL of a file as reached at `host` (servers bound to 0.0.0.0).
+    pub fn url_for_host(&self, host: &str, fname: &str) -> String {
+        format!("{}://{host}:{}{}/{fname}", self.scheme, self.port, self.prefix)
     }
 
     /// Pids in the server's group (for `ss -p` matching).

@@ -45,6 +45,41 @@ pub struct PathSpec {
     /// MTU of the emulated link.
     #[serde(default)]
     pub mtu: Option<u32>,
+    /// Mode "linkem-classes": one client namespace per class, each joined to
+    /// the server namespace by its own linkem with its own rtt/rate/loss.
+    #[serde(default, rename = "class")]
+    pub classes: Vec<ClassLink>,
+}
+
+/// One class of clients with its own link (mode "linkem-classes").
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClassLink {
+    /// Class name (tables, workload classes).
+    pub name: String,
+    /// Round-trip time of this class's link.
+    #[serde(default)]
+    pub rtt: Option<String>,
+    /// Rate of this class's link.
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// Random loss per direction.
+    #[serde(default)]
+    pub loss: Option<String>,
+    /// Queue limit.
+    #[serde(default)]
+    pub limit: Option<String>,
+}
+
+/// A client namespace of one class and the server address it reaches.
+#[derive(Debug, Clone)]
+pub struct ClassHost {
+    /// Class name.
+    pub name: String,
+    /// The class's namespace.
+    pub ns: String,
+    /// Server address as seen from this namespace.
+    pub server_addr: String,
 }
 
 /// A built topology; dropping it removes namespaces and stops linkem.
@@ -58,6 +93,9 @@ pub struct Topology {
     linkem: Option<Child>,
     /// Control socket of linkem, if any.
     pub linkem_ctl: Option<PathBuf>,
+    /// Client classes (mode "linkem-classes"); `server_addr` is then 0.0.0.0.
+    pub classes: Vec<ClassHost>,
+    extra_linkems: Vec<Child>,
 }
 
 /// Sysctls applied inside every lab namespace (per-namespace in Linux).
@@ -120,7 +158,7 @@ impl Topology {
     /// Builds the topology for `path` with `sysctls` (DEFAULT_SYSCTLS merged with the experiment's).
     pub fn build(path: &PathSpec, sysctls: &[(String, String)], workdir: &std::path::Path) -> Result<Topology> {
         match path.mode.as_str() {
-            "" | "loopback" => Ok(Topology { server_ns: None, client_ns: None, server_addr: "127.0.0.1".into(), linkem: None, linkem_ctl: None }),
+            "" | "loopback" => Ok(Topology { server_ns: None, client_ns: None, server_addr: "127.0.0.1".into(), linkem: None, linkem_ctl: None, classes: Vec::new(), extra_linkems: Vec::new() }),
             "veth" => {
                 make_ns(SERVER_NS, sysctls)?;
                 make_ns(CLIENT_NS, sysctls)?;
@@ -135,67 +173,64 @@ impl Topology {
                     let burst = ((bps / 8) / 100).max(65536 * 2);
                     run("ip", &["netns", "exec", SERVER_NS, "tc", "qdisc", "add", "dev", "slv-s", "root", "tbf", "rate", &format!("{bps}bit"), "burst", &burst.to_string(), "latency", "50ms"])?;
                 }
-                Ok(Topology { server_ns: Some(SERVER_NS.into()), client_ns: Some(CLIENT_NS.into()), server_addr: SERVER_ADDR.into(), linkem: None, linkem_ctl: None })
+                Ok(Topology { server_ns: Some(SERVER_NS.into()), client_ns: Some(CLIENT_NS.into()), server_addr: SERVER_ADDR.into(), linkem: None, linkem_ctl: None, classes: Vec::new(), extra_linkems: Vec::new() })
             }
             "linkem" => {
                 make_ns(SERVER_NS, sysctls)?;
                 make_ns(CLIENT_NS, sysctls)?;
                 let ctl = workdir.join("linkem.sock");
-                // A socket left by an earlier (killed) linkem would look like readiness.
-                let _ = std::fs::remove_file(&ctl);
-                let mut args: Vec<String> = vec![
-                    "run".into(),
-                    "--a-ns".into(),
-                    SERVER_NS.into(),
-                    "--a-addr".into(),
-                    format!("{SERVER_ADDR}/24"),
-                    "--b-ns".into(),
-                    CLIENT_NS.into(),
-                    "--b-addr".into(),
-                    format!("{CLIENT_ADDR}/24"),
-                    "--ctl".into(),
-                    ctl.display().to_string(),
-                    "--mtu".into(),
-                    path.mtu.unwrap_or(1500).to_string(),
-                ];
-                if let Some(rtt) = &path.rtt {
-                    let half = parse_duration(rtt)? / 2;
-                    args.push(format!("--delay={}us", half.as_micros()));
-                }
-                for (flag, v) in [("--rate", &path.rate), ("--loss", &path.loss), ("--limit", &path.limit)] {
-                    if let Some(v) = v {
-                        args.push(format!("{flag}={v}"));
-                    }
-                }
-                let log = std::fs::File::create(workdir.join("linkem.log"))?;
-                // Real-time priority keeps the emulator's timing when builds or
-                // the servers under test load both cores (it sleeps in ppoll, so
-                // it cannot starve them; the kernel's RT throttle caps it anyway).
-                let bin = linkem_bin()?.display().to_string();
-                let mut argv = if crate::cmd::have("chrt") && std::env::var_os("SLUICE_LAB_NO_RT").is_none() {
-                    vec!["chrt".to_string(), "-f".into(), "20".into(), bin]
-                } else {
-                    vec![bin]
+                let mut topo = Topology {
+                    server_ns: Some(SERVER_NS.into()),
+                    client_ns: Some(CLIENT_NS.into()),
+                    server_addr: SERVER_ADDR.into(),
+                    linkem: None,
+                    linkem_ctl: Some(ctl.clone()),
+                    classes: Vec::new(),
+                    extra_linkems: Vec::new(),
                 };
-                argv.extend(args);
-                let child = Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
-                let mut topo = Topology { server_ns: Some(SERVER_NS.into()), client_ns: Some(CLIENT_NS.into()), server_addr: SERVER_ADDR.into(), linkem: Some(child), linkem_ctl: Some(ctl.clone()) };
-                let t = Instant::now();
-                while !ctl.exists() {
-                    if let Some(c) = topo.linkem.as_mut() {
-                        if let Some(st) = c.try_wait()? {
-                            bail!("linkem exited ({st}): see {}", workdir.join("linkem.log").display());
-                        }
-                    }
-                    if t.elapsed() > Duration::from_secs(10) {
-                        bail!("linkem did not come up");
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
+                let a = format!("{SERVER_ADDR}/24");
+                let b = format!("{CLIENT_ADDR}/24");
+                topo.linkem = Some(spawn_linkem(path, (SERVER_NS, &a, "lkA"), (CLIENT_NS, &b, "lkB"), &ctl, workdir)?);
+                Ok(topo)
+            }
+            "linkem-classes" => {
+                if path.classes.is_empty() {
+                    bail!("path {}: mode linkem-classes needs [[path.class]] entries", path.name);
+                }
+                make_ns(SERVER_NS, sysctls)?;
+                let mut topo = Topology {
+                    server_ns: Some(SERVER_NS.into()),
+                    client_ns: None,
+                    server_addr: "0.0.0.0".into(),
+                    linkem: None,
+                    linkem_ctl: None,
+                    classes: Vec::new(),
+                    extra_linkems: Vec::new(),
+                };
+                for (i, c) in path.classes.iter().enumerate() {
+                    let ns = format!("sl-c{i}");
+                    make_ns(&ns, sysctls)?;
+                    // Recorded before linkem starts so Drop removes the namespace on failure.
+                    topo.classes.push(ClassHost { name: c.name.clone(), ns: ns.clone(), server_addr: format!("10.77.{}.1", i + 1) });
+                    let link = PathSpec { rtt: c.rtt.clone(), rate: c.rate.clone(), loss: c.loss.clone(), limit: c.limit.clone(), mtu: path.mtu, ..Default::default() };
+                    let child = spawn_linkem(
+                        &link,
+                        (SERVER_NS, &format!("10.77.{}.1/24", i + 1), &format!("lkS{i}")),
+                        (&ns, &format!("10.77.{}.2/24", i + 1), &format!("lkC{i}")),
+                        &workdir.join(format!("linkem-{i}.sock")),
+                        workdir,
+                    )?;
+                    topo.extra_linkems.push(child);
                 }
                 Ok(topo)
             }
-            other => bail!("unknown path mode {other:?} (loopback, veth, linkem)"),
+            other => bail!("unknown path mode {other:?} (loopback, veth, linkem, linkem-classes)"),
         }
+    }
+
+    /// Process id of the (single) linkem.
+    pub fn linkem_pid(&self) -> Option<u32> {
+        self.linkem.as_ref().map(Child::id)
     }
 
     /// Changes the running linkem (`set both ...`).
@@ -212,9 +247,61 @@ impl Drop for Topology {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for ns in [&self.server_ns, &self.client_ns].into_iter().flatten() {
+        for mut c in self.extra_linkems.drain(..) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let class_ns: Vec<Option<String>> = self.classes.iter().map(|c| Some(c.ns.clone())).collect();
+        for ns in [&self.server_ns, &self.client_ns].into_iter().chain(class_ns.iter()).flatten() {
             run_quiet("ip", &["netns", "del", ns]);
             let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns));
         }
     }
+}
+
+/// Starts a linkem joining `a` and `b` (namespace, address/prefix, interface)
+/// with `link`'s rtt/rate/loss/limit/mtu, and waits for its control socket.
+fn spawn_linkem(link: &PathSpec, a: (&str, &str, &str), b: (&str, &str, &str), ctl: &std::path::Path, workdir: &std::path::Path) -> Result<Child> {
+    let _ = std::fs::remove_file(ctl);
+    let mut args: Vec<String> = vec!["run".into()];
+    for (k, v) in [("--a-ns", a.0), ("--a-addr", a.1), ("--a-if", a.2), ("--b-ns", b.0), ("--b-addr", b.1), ("--b-if", b.2)] {
+        args.push(k.into());
+        args.push(v.into());
+    }
+    args.push("--ctl".into());
+    args.push(ctl.display().to_string());
+    args.push(format!("--mtu={}", link.mtu.unwrap_or(1500)));
+    if let Some(rtt) = &link.rtt {
+        args.push(format!("--delay={}us", (parse_duration(rtt)? / 2).as_micros()));
+    }
+    for (flag, v) in [("--rate", &link.rate), ("--loss", &link.loss), ("--limit", &link.limit)] {
+        if let Some(v) = v {
+            args.push(format!("{flag}={v}"));
+        }
+    }
+    // Real-time priority keeps the emulator's timing when builds or the
+    // servers under test load both cores (it sleeps in ppoll, so it cannot
+    // starve them; the kernel's RT throttle caps it anyway).
+    let bin = linkem_bin()?.display().to_string();
+    let mut argv = if crate::cmd::have("chrt") && std::env::var_os("SLUICE_LAB_NO_RT").is_none() {
+        vec!["chrt".to_string(), "-f".into(), "20".into(), bin]
+    } else {
+        vec![bin]
+    };
+    argv.extend(args);
+    let logname = format!("{}.log", ctl.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "linkem".into()));
+    let log = std::fs::File::create(workdir.join(&logname))?;
+    let mut child = Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
+    let t = Instant::now();
+    while !ctl.exists() {
+        if let Some(st) = child.try_wait()? {
+            bail!("linkem exited ({st}): see {}", workdir.join(&logname).display());
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            bail!("linkem did not come up");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(child)
 }

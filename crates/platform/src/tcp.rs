@@ -64,25 +64,41 @@ pub struct TcpInfo {
     pub busy_time_us: u64,
     /// Advertised receive window of the peer in bytes.
     pub snd_wnd: u32,
+    /// The last delivery-rate sample was application-limited (the sender
+    /// did not keep the pipe full), so it is a lower bound on the path rate.
+    pub delivery_rate_app_limited: bool,
 }
+
+/// Byte offset of the `tcpi_delivery_rate_app_limited:1` bitfield in the
+/// kernel's `struct tcp_info`: right after the seven leading `__u8` fields
+/// (state .. snd/rcv_wscale). The libc crate leaves that byte as padding,
+/// so we read it by offset.
+const APP_LIMITED_BYTE: usize = 7;
+
+/// A byte buffer aligned for `libc::tcp_info` (the kernel fills it raw).
+#[repr(C, align(8))]
+struct RawTcpInfo([u8; mem::size_of::<libc::tcp_info>()]);
 
 /// Reads `TCP_INFO` for a connected TCP socket.
 pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
-    // SAFETY: tcp_info is a plain C struct of integers, for which all-zero
-    // bytes are a valid value; fields an older kernel does not fill stay zero.
-    let mut raw: libc::tcp_info = unsafe { mem::zeroed() };
-    let mut len = mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `raw` is a writable buffer of `len` bytes that outlives the call,
-    // and the kernel writes at most `len` bytes and updates `len`.
+    let mut buf = RawTcpInfo([0u8; mem::size_of::<libc::tcp_info>()]);
+    let mut len = mem::size_of::<RawTcpInfo>() as libc::socklen_t;
+    // SAFETY: `buf` is a writable buffer of `len` bytes that outlives the
+    // call, and the kernel writes at most `len` bytes and updates `len`.
     cvt(unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
-            (&mut raw as *mut libc::tcp_info).cast(),
+            buf.0.as_mut_ptr().cast(),
             &mut len,
         )
     })?;
+    // SAFETY: tcp_info is a plain C struct of integers, valid for any bytes
+    // (fields an older kernel does not fill stay zero); the buffer is
+    // exactly its size and `read_unaligned` needs no alignment.
+    let raw: libc::tcp_info = unsafe { std::ptr::read_unaligned(buf.0.as_ptr().cast()) };
+    let app_limited = buf.0[APP_LIMITED_BYTE] & 1 == 1;
     Ok(TcpInfo {
         state: raw.tcpi_state,
         ca_state: raw.tcpi_ca_state,
@@ -106,6 +122,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         sndbuf_limited_us: raw.tcpi_sndbuf_limited,
         busy_time_us: raw.tcpi_busy_time,
         snd_wnd: raw.tcpi_snd_wnd,
+        delivery_rate_app_limited: app_limited,
     })
 }
 
@@ -295,6 +312,26 @@ mod tests {
         assert!(info.snd_mss > 0);
         let rinfo = tcp_info(s.as_fd()).unwrap();
         assert!(rinfo.bytes_received >= 100_000);
+    }
+
+    #[test]
+    fn a_trickle_is_reported_application_limited() {
+        // One small write on an idle connection cannot fill the pipe, so the
+        // kernel marks the delivery-rate sample app-limited once it is acked.
+        let (mut c, mut s) = pair();
+        c.write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        s.read_exact(&mut got).unwrap();
+        let mut info = tcp_info(c.as_fd()).unwrap();
+        for _ in 0..1000 {
+            if info.bytes_acked >= 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            info = tcp_info(c.as_fd()).unwrap();
+        }
+        assert!(info.bytes_acked >= 4);
+        assert!(info.delivery_rate_app_limited, "{info:?}");
     }
 
     #[test]

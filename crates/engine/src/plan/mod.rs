@@ -12,10 +12,8 @@
 //! delays and cancels them. Nothing here reads a clock or touches a file:
 //! time is passed in as a [`Duration`] since an arbitrary epoch.
 //!
-//! This module depends only on `std`, so tests and the simulation include it
-//! by path; the engine wires it in behind `--prefetch tcp|fixed|kernel`.
-// Not yet called from the data path; the lead wires it in (see the report).
-#![allow(dead_code)]
+//! This module depends only on `std`; the engine drives it from
+//! `prefetch.rs` behind `--prefetch tcp|fixed|kernel`.
 
 mod counters;
 mod planner;
@@ -27,7 +25,6 @@ use std::time::Duration;
 
 pub use counters::TpfCounters;
 pub use planner::{PlanConfig, Planner};
-#[allow(unused_imports)] // part of the API; not every includer names them
 pub use sampler::{CaState, FlowEvents, FlowSample, FlowState, Sampler};
 
 /// One data connection (one TCP stream of one transfer). Ids are never
@@ -83,7 +80,7 @@ impl std::error::Error for ParsePrefetchModeError {}
 impl FromStr for PrefetchMode {
     type Err = ParsePrefetchModeError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
+        match s.trim().to_ascii_lowercase().as_str() {
             "tcp" => Ok(PrefetchMode::Tcp),
             "fixed" => Ok(PrefetchMode::Fixed),
             "kernel" => Ok(PrefetchMode::Kernel),

@@ -18,8 +18,6 @@
 //! No clock, no I/O: `now` is passed in.
 //!
 //! Depends on `crate::plan` for the request and id types, nothing else.
-// Not yet called from the data path; the lead wires it in (see the report).
-#![allow(dead_code)]
 
 mod delay_queue;
 mod prefetcher;

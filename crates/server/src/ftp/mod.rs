@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sluice_engine::Engine;
+use sluice_ftp::session::{Session, SessionConfig};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -75,7 +76,18 @@ pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener) {
                     async move {
                         tracing::info!("refused: max sessions reached");
                         let mut conn = conn;
-                        let _ = conn.write_all(b"421 Too many sessions, try again later.\r\n").await;
+                        if let (Ok(local_addr), Ok(peer_addr)) = (conn.local_addr(), conn.peer_addr()) {
+                            let config = SessionConfig {
+                                local_addr,
+                                peer_addr,
+                                idle_timeout: std::time::Duration::ZERO,
+                                greeting: String::new(),
+                            };
+                            let mut s = Session::refuse(config, "Too many sessions, try again later.");
+                            let mut out = Vec::new();
+                            s.poll_output(&mut out);
+                            let _ = conn.write_all(&out).await;
+                        }
                         let _ = conn.shutdown().await;
                     }
                     .instrument(span),

@@ -138,3 +138,26 @@ async fn max_sessions_gives_421() {
     let (_second, g) = Client::connect(addr).await;
     assert!(g.starts_with("421"), "{g}");
 }
+
+#[tokio::test]
+async fn abor_sent_as_urgent_data_is_seen() {
+    // Python's ftplib sends "ABOR\r\n" with MSG_OOB: the final "\n" is
+    // TCP urgent data, which the server must keep inline.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big"), vec![1u8; 64 << 20]).unwrap();
+    let addr = server(dir.path(), false, 8).await;
+    let mut c = Client::login(addr).await;
+    let mut d = c.epsv(addr).await;
+    assert!(c.cmd("RETR big").await.starts_with("150"));
+    let mut some = [0u8; 1024];
+    d.read_exact(&mut some).await.unwrap();
+    let sent = socket2::SockRef::from(c.wr.as_ref()).send_out_of_band(b"ABOR\r\n").unwrap();
+    assert_eq!(sent, 6);
+    // The client stopped reading, so the transfer is still running: 426
+    // for it, then 226 for ABOR (RFC 959 4.1.3).
+    let r = c.reply().await;
+    assert!(r.starts_with("426"), "{r}");
+    let r = c.reply().await;
+    assert!(r.starts_with("226"), "{r}");
+    assert!(c.cmd("NOOP").await.starts_with("200"));
+}
