@@ -295,6 +295,12 @@ fn put_continue_to_sluice() {
     put_continue(&sluice_rw(), &[]);
 }
 
+/// ESTO A k in MODE E (blocks numbered from k).
+#[test]
+fn put_continue_p4_to_sluice() {
+    put_continue(&sluice_rw(), &["-p", "4"]);
+}
+
 #[test]
 fn verify_catches_corrupt_prefix_from_sluice() {
     verify_catches_corrupt_prefix(&sluice_ro(), &["-p", "4"]);

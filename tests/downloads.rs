@@ -2,7 +2,7 @@
 //! every client people use, every test file size, sha256 compared.
 
 use crate::harness::corpus::populate_tree;
-use crate::harness::servers::under_test;
+use crate::harness::servers::{sluice_ro, under_test};
 use crate::harness::*;
 use std::path::Path;
 use std::process::Command;
@@ -227,6 +227,39 @@ fn globus_url_copy_p1() {
 #[test]
 fn globus_url_copy_p4_mode_e() {
     globus_url_copy(&["-p", "4"]);
+}
+
+/// `globus-url-copy -p 4 -partial-offset k [-partial-length n]`: ERET P in
+/// MODE E, whose blocks are numbered from k (GFD.20); the client writes
+/// them at k + offset into its file.
+#[test]
+fn globus_url_copy_p4_partial_ranges() {
+    if !require_tool("globus-url-copy") {
+        return;
+    }
+    let server = sluice_ro();
+    let f = corpus().file(BIG);
+    let want = std::fs::read(&f.path).expect("read corpus file");
+    let dir = tempfile::Builder::new().prefix("sluice-partial-").tempdir().expect("dest dir");
+    let mut failures = Vec::new();
+    for (i, (offset, len)) in [(1_234_567u64, Some(5_000_000u64)), (BIG / 2 + 1, None), (4095, Some(1))].into_iter().enumerate() {
+        let dest = dir.path().join(format!("part-{i}"));
+        let mut cmd = Command::new("globus-url-copy");
+        cmd.args(["-p", "4", "-partial-offset", &offset.to_string()]);
+        if let Some(n) = len {
+            cmd.args(["-partial-length", &n.to_string()]);
+        }
+        let out = run(cmd.arg(server.url(&f.name)).arg(format!("file://{}", dest.display())));
+        let end = len.map_or(BIG, |n| offset + n) as usize;
+        match std::fs::read(&dest) {
+            _ if !out.success() => failures.push(format!("{offset}+{len:?}: client failed\n{}", out.describe())),
+            Ok(got) if got.len() == end && got[offset as usize..] == want[offset as usize..end] => {}
+            Ok(got) => failures.push(format!("{offset}+{len:?}: wrong bytes ({} long, want {end})\n{}", got.len(), out.describe())),
+            Err(e) => failures.push(format!("{offset}+{len:?}: {e}")),
+        }
+    }
+    server.assert_running();
+    assert!(failures.is_empty(), "globus-url-copy -partial-offset:\n{}", failures.join("\n\n"));
 }
 
 /// Several clients fetch the same 64 MiB file at the same time (the case

@@ -1,8 +1,9 @@
 //! Uploads to `sluice serve --writable`, resume in both directions, and a
 //! read-only server refusing to be written to.
 
-use crate::harness::corpus::write_prefix;
-use crate::harness::servers::under_test;
+use crate::harness::control::mode_e;
+use crate::harness::corpus::{populate_tree, write_prefix};
+use crate::harness::servers::{sluice_rw, under_test};
 use crate::harness::*;
 use std::collections::BTreeSet;
 use std::fs;
@@ -137,6 +138,57 @@ fn globus_url_copy_upload_stream_mode() {
 #[test]
 fn globus_url_copy_upload_p4_mode_e() {
     globus_upload(&["-p", "4"]);
+}
+
+/// `globus-url-copy -fast -p 4 -r`: one PASV, the client keeps its four
+/// MODE E connections open between files (EOD without CLOSE) and sends
+/// every STOR of the tree over them.
+#[test]
+fn globus_url_copy_fast_p4_uploads_a_tree() {
+    if !require_tool("globus-url-copy") {
+        return;
+    }
+    let server = sluice_rw();
+    let src = tempfile::Builder::new().prefix("sluice-tree-").tempdir().expect("src dir");
+    let files = populate_tree(src.path());
+    let out = run(Command::new("globus-url-copy")
+        .args(["-fast", "-p", "4", "-r", "-cd"])
+        .arg(format!("file://{}/tree/", src.path().display()))
+        .arg(server.url("up/")));
+    let mut failures = Vec::new();
+    if !out.success() {
+        failures.push(format!("globus-url-copy failed\n{}", out.describe()));
+    }
+    for (rel, f) in &files {
+        let dest = server.local(&format!("up/{}", rel.trim_start_matches("tree/")));
+        if let Err(e) = compare_file(&dest, f) {
+            failures.push(format!("{rel}: {e}"));
+        }
+    }
+    server.assert_running();
+    assert!(failures.is_empty(), "-fast tree upload:\n{}\n{}", failures.join("\n"), out.describe());
+}
+
+/// APPE and ESTO A k in MODE E: block offsets count from the end of the
+/// existing file (APPE) or from k (ESTO), as GFD.20 numbers a partial
+/// transfer; the written file is never shifted or overlapped.
+#[test]
+fn mode_e_appe_and_esto_place_blocks_after_the_base() {
+    let server = sluice_rw();
+    fs::write(server.local("grow"), b"0123456789").expect("seed file");
+    let mut c = Control::connect(server.port);
+    c.login_anonymous();
+    assert_eq!(c.cmd("TYPE I").code, 200);
+    assert_eq!(c.cmd("MODE E").code, 200);
+    let replies = c.upload("APPE", "grow", &mode_e::single_stream(b"abcdef"));
+    assert_eq!(replies.last().map(|r| r.code), Some(226), "APPE\n{}", c.transcript());
+    assert_eq!(fs::read(server.local("grow")).expect("read"), b"0123456789abcdef");
+    // ESTO A 4: bytes land at 4 + their block offset, the rest is kept.
+    let replies = c.upload("ESTO A 4", "grow", &mode_e::single_stream(b"WXYZ"));
+    assert_eq!(replies.last().map(|r| r.code), Some(226), "ESTO\n{}", c.transcript());
+    assert_eq!(fs::read(server.local("grow")).expect("read"), b"0123WXYZ89abcdef");
+    c.quit();
+    server.assert_running();
 }
 
 /// Every name under `dir`, recursively, relative to it.

@@ -114,10 +114,14 @@ impl Counters {
     /// counters alone (per transfer; engine totals come from the planner).
     pub(crate) fn add_tpf(&self, c: &TpfCounters) {
         self.prefetch_reads.fetch_add(c.reads_issued, Relaxed);
-        self.prefetch_bytes_planned.fetch_add(c.bytes_planned, Relaxed);
-        self.prefetch_reads_cancelled.fetch_add(c.reads_cancelled, Relaxed);
-        self.prefetch_bytes_cancelled.fetch_add(c.bytes_cancelled, Relaxed);
-        self.prefetch_reads_delayed.fetch_add(c.reads_delayed, Relaxed);
+        self.prefetch_bytes_planned
+            .fetch_add(c.bytes_planned, Relaxed);
+        self.prefetch_reads_cancelled
+            .fetch_add(c.reads_cancelled, Relaxed);
+        self.prefetch_bytes_cancelled
+            .fetch_add(c.bytes_cancelled, Relaxed);
+        self.prefetch_reads_delayed
+            .fetch_add(c.reads_delayed, Relaxed);
     }
 
     /// A disk read completed (counted where no transfer's counters are at
@@ -150,26 +154,90 @@ impl CountersSnapshot {
     /// Every counter as `(name, help, value)`, in a fixed order.
     pub fn fields(&self) -> [(&'static str, &'static str, u64); 20] {
         [
-            ("bytes_sent", "Payload and framing bytes written to sockets.", self.bytes_sent),
-            ("bytes_read_disk", "Bytes read from files.", self.bytes_read_disk),
-            ("bytes_received", "Bytes read from sockets.", self.bytes_received),
-            ("bytes_written_disk", "Bytes written to files.", self.bytes_written_disk),
-            ("send_calls", "Socket send calls that moved bytes.", self.send_calls),
-            ("recv_calls", "Socket recv calls that returned bytes.", self.recv_calls),
+            (
+                "bytes_sent",
+                "Payload and framing bytes written to sockets.",
+                self.bytes_sent,
+            ),
+            (
+                "bytes_read_disk",
+                "Bytes read from files.",
+                self.bytes_read_disk,
+            ),
+            (
+                "bytes_received",
+                "Bytes read from sockets.",
+                self.bytes_received,
+            ),
+            (
+                "bytes_written_disk",
+                "Bytes written to files.",
+                self.bytes_written_disk,
+            ),
+            (
+                "send_calls",
+                "Socket send calls that moved bytes.",
+                self.send_calls,
+            ),
+            (
+                "recv_calls",
+                "Socket recv calls that returned bytes.",
+                self.recv_calls,
+            ),
             ("wakeups", "Waits for socket readiness.", self.wakeups),
             ("yields", "Sender yields after a quantum.", self.yields),
             ("eagains", "Calls that returned EAGAIN.", self.eagains),
             ("disk_reads", "Disk read jobs completed.", self.disk_reads),
-            ("disk_writes", "Disk write jobs completed.", self.disk_writes),
-            ("prefetch_reads", "Prefetch reads issued by the planner.", self.prefetch_reads),
-            ("prefetch_bytes_planned", "Bytes of prefetch reads issued.", self.prefetch_bytes_planned),
-            ("prefetch_reads_cancelled", "Prefetch reads cancelled because their connection ended.", self.prefetch_reads_cancelled),
-            ("prefetch_bytes_cancelled", "Bytes of cancelled prefetch reads.", self.prefetch_bytes_cancelled),
-            ("prefetch_reads_delayed", "Prefetch reads delayed after a cwnd cut.", self.prefetch_reads_delayed),
-            ("prefetch_reads_skipped", "Cancelled prefetch reads skipped before touching the disk.", self.prefetch_reads_skipped),
-            ("prefetch_bytes_discarded", "Bytes read for connections that had ended.", self.prefetch_bytes_discarded),
-            ("evicted_unused", "Read-ahead bytes evicted from the page cache before being sent.", self.evicted_unused),
-            ("flow_samples", "TCP_INFO samples taken for the planner.", self.flow_samples),
+            (
+                "disk_writes",
+                "Disk write jobs completed.",
+                self.disk_writes,
+            ),
+            (
+                "prefetch_reads",
+                "Prefetch reads issued by the planner.",
+                self.prefetch_reads,
+            ),
+            (
+                "prefetch_bytes_planned",
+                "Bytes of prefetch reads issued.",
+                self.prefetch_bytes_planned,
+            ),
+            (
+                "prefetch_reads_cancelled",
+                "Prefetch reads cancelled because their connection ended.",
+                self.prefetch_reads_cancelled,
+            ),
+            (
+                "prefetch_bytes_cancelled",
+                "Bytes of cancelled prefetch reads.",
+                self.prefetch_bytes_cancelled,
+            ),
+            (
+                "prefetch_reads_delayed",
+                "Prefetch reads delayed after a cwnd cut.",
+                self.prefetch_reads_delayed,
+            ),
+            (
+                "prefetch_reads_skipped",
+                "Cancelled prefetch reads skipped before touching the disk.",
+                self.prefetch_reads_skipped,
+            ),
+            (
+                "prefetch_bytes_discarded",
+                "Bytes read for connections that had ended.",
+                self.prefetch_bytes_discarded,
+            ),
+            (
+                "evicted_unused",
+                "Read-ahead bytes evicted from the page cache before being sent.",
+                self.evicted_unused,
+            ),
+            (
+                "flow_samples",
+                "TCP_INFO samples taken for the planner.",
+                self.flow_samples,
+            ),
         ]
     }
 
@@ -260,6 +328,9 @@ mod tests {
         let text = s.prometheus();
         assert!(text.contains("\nsluice_engine_bytes_sent_total 7\n"));
         assert!(text.contains("\nsluice_engine_evicted_unused_total 3\n"));
-        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), s.fields().len());
+        assert_eq!(
+            text.lines().filter(|l| !l.starts_with('#')).count(),
+            s.fields().len()
+        );
     }
 }

@@ -161,7 +161,13 @@ impl Hub {
             };
             let token = Cancel::new();
             st.reqs.insert(sub.id, token.clone());
-            let job = (engine.clone(), sub, Arc::clone(&slot.file), slot.copy, token);
+            let job = (
+                engine.clone(),
+                sub,
+                Arc::clone(&slot.file),
+                slot.copy,
+                token,
+            );
             rt.spawn(async move {
                 let (engine, sub, file, copy, token) = job;
                 run_read(engine, sub, file, copy, token).await
@@ -186,7 +192,14 @@ impl Hub {
         }
     }
 
-    fn open(&self, engine: &Engine, file: &Arc<File>, start: u64, end: u64, copy: bool) -> (ConnId, Arc<Notify>) {
+    fn open(
+        &self,
+        engine: &Engine,
+        file: &Arc<File>,
+        start: u64,
+        end: u64,
+        copy: bool,
+    ) -> (ConnId, Arc<Notify>) {
         let id = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
         let notify = Arc::new(Notify::new());
         let mut st = self.lock();
@@ -316,7 +329,13 @@ async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, 
 /// On a disk thread: reads `len` bytes at `off` into pooled buffers (copy)
 /// or through one scratch buffer into the page cache (sendfile). Returns
 /// the bytes read; fewer than `len` means the file ends there.
-fn read_range(file: &File, pool: &Arc<BufferPool>, off: u64, len: u64, copy: bool) -> io::Result<(u64, Vec<PoolBuf>)> {
+fn read_range(
+    file: &File,
+    pool: &Arc<BufferPool>,
+    off: u64,
+    len: u64,
+    copy: bool,
+) -> io::Result<(u64, Vec<PoolBuf>)> {
     let mut bufs = Vec::new();
     let mut scratch = None;
     if !copy {
@@ -355,11 +374,25 @@ pub(crate) struct Feed<'a> {
     notify: Arc<Notify>,
     local: &'a Counters,
     last_sample: Option<Instant>,
+    /// `tcpi_bytes_acked` and when it was read, for the rate estimate.
+    anchor: Option<(u64, Instant)>,
+    /// A rate has been measured (over one full `sample_interval`).
+    rated: bool,
+    /// The sender waited for disk data since the rate interval began: the
+    /// acked rate then shows our supply, a lower bound on the reader's.
+    starved: bool,
 }
 
 impl Engine {
     /// A feed for `start..end` of `file`, or `None` in `kernel` mode.
-    pub(crate) fn feed<'a>(&'a self, file: &Arc<File>, start: u64, end: u64, copy: bool, local: &'a Counters) -> Option<Feed<'a>> {
+    pub(crate) fn feed<'a>(
+        &'a self,
+        file: &Arc<File>,
+        start: u64,
+        end: u64,
+        copy: bool,
+        local: &'a Counters,
+    ) -> Option<Feed<'a>> {
         let hub = self.inner.prefetch.as_ref()?;
         let (id, notify) = hub.open(self, file, start, end, copy);
         Some(Feed {
@@ -369,13 +402,21 @@ impl Engine {
             notify,
             local,
             last_sample: None,
+            anchor: None,
+            rated: false,
+            starved: false,
         })
     }
 }
 
 impl Feed<'_> {
     /// Waits for the chunk that starts at `pos` (the sender's offset).
-    pub(crate) async fn next(&mut self, conn: &TcpStream, pos: u64, cancel: &Cancel) -> Result<Chunk, EngineError> {
+    pub(crate) async fn next(
+        &mut self,
+        conn: &TcpStream,
+        pos: u64,
+        cancel: &Cancel,
+    ) -> Result<Chunk, EngineError> {
         let idle = self.engine.config().idle_timeout;
         let deadline = tokio::time::Instant::now() + idle;
         loop {
@@ -385,7 +426,7 @@ impl Feed<'_> {
                     return Ok(c);
                 }
                 Take::Failed(e) => return Err(e),
-                Take::Wait => {}
+                Take::Wait => self.starved = true,
             }
             // Starving: a fresh sample shows the planner the drained socket.
             self.sample(conn, true)?;
@@ -420,14 +461,53 @@ impl Feed<'_> {
             return Ok(()); // not TCP (tests on other sockets): plan blind
         };
         if info.state == TCP_STATE_CLOSE {
-            return Err(EngineError::Connection(io::ErrorKind::ConnectionReset.into()));
+            return Err(EngineError::Connection(
+                io::ErrorKind::ConnectionReset.into(),
+            ));
         }
+        // The rate is bytes acked per second between two samples, not the
+        // kernel's `tcpi_delivery_rate`: a receive-window-limited reader on a
+        // short path acks each small window in microseconds, so the kernel's
+        // per-flight samples can show the link's burst rate rather than how
+        // fast the reader drains; what was acked over a span cannot.
+        // Measured over at least a whole interval, whatever the sampling
+        // cadence: over a few ms the acked count moves in window-sized steps.
+        let now = Instant::now();
+        let mut fresh = None;
+        // Application-limited means *we* had nothing to send (waited for the
+        // disk). The kernel's `delivery_rate_app_limited` also fires when the
+        // send buffer, not the reader, is the limit, which would keep the
+        // estimate from ever coming down; it is not used.
+        let mut app_limited = false;
+        match self.anchor {
+            None => self.anchor = Some((info.bytes_acked, now)),
+            Some((acked, at)) => {
+                let dt = now.duration_since(at);
+                if dt >= self.hub.sample_every {
+                    let bytes = info.bytes_acked.saturating_sub(acked) as f64;
+                    fresh = Some((bytes / dt.as_secs_f64()) as u64);
+                    self.anchor = Some((info.bytes_acked, now));
+                    app_limited = std::mem::take(&mut self.starved);
+                }
+            }
+        }
+        let mut sample = flow_sample(&info, fresh.unwrap_or(0), app_limited);
+        if fresh.is_none() {
+            if !self.rated {
+                // Before the first whole interval the planner keeps its initial rate.
+                return Ok(());
+            }
+            // No new rate: an app-limited 0 leaves the estimate as it is, and
+            // the queue lengths still reach the planner.
+            sample.app_limited = true;
+        }
+        self.rated = true;
         let t = Tally {
             global: &self.engine.inner.counters,
             local: self.local,
         };
         t.flow_samples(1);
-        self.hub.sample(self.engine, self.id, &flow_sample(&info));
+        self.hub.sample(self.engine, self.id, &sample);
         Ok(())
     }
 }
@@ -441,10 +521,10 @@ impl Drop for Feed<'_> {
 
 /// What the planner needs from `TCP_INFO`. Close and reset are not set
 /// here: the sender sees them as errors and drops its feed.
-fn flow_sample(i: &tcp::TcpInfo) -> FlowSample {
+fn flow_sample(i: &tcp::TcpInfo, rate: u64, app_limited: bool) -> FlowSample {
     FlowSample {
-        delivery_rate: i.delivery_rate,
-        app_limited: i.delivery_rate_app_limited,
+        delivery_rate: rate,
+        app_limited,
         rtt: Duration::from_micros(u64::from(i.rtt_us)),
         cwnd: i.snd_cwnd,
         notsent_bytes: u64::from(i.notsent_bytes),

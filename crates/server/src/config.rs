@@ -16,8 +16,10 @@
 //! idle_timeout = 300            # --idle-timeout, seconds
 //! pasv_ports = "50000-50100"    # --pasv-ports
 //! pasv_address = "203.0.113.7"  # --pasv-address (what PASV announces)
-//! data_path = "sendfile"        # --data-path sendfile|copy
+//! data_path = "copy"            # --data-path copy|sendfile (default: the engine's)
 //! allow_foreign_data_host = false
+//! prefetch = "kernel"           # --prefetch tcp|fixed|kernel (default: the engine's)
+//! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
 //!
 //! [[user]]
 //! name = "alice"
@@ -76,14 +78,25 @@ pub struct ServeArgs {
     /// local address (for NAT). Listeners still bind the local address.
     #[arg(long, value_name = "ADDR")]
     pub pasv_address: Option<IpAddr>,
-    /// How file data reaches the socket: `sendfile` (zero copy) or `copy`
-    /// (pread + write), to measure one against the other [default: sendfile].
-    #[arg(long, value_name = "sendfile|copy")]
+    /// How file data reaches the socket: `copy` (pread + send) or
+    /// `sendfile` (zero copy), to measure one against the other [default:
+    /// the engine's, `copy`: it measured faster on the lab VM].
+    #[arg(long, value_name = "copy|sendfile")]
     pub data_path: Option<String>,
     /// Allow PORT/EPRT to hosts other than the control peer (GridFTP
     /// third-party transfers). Off by default: it enables FTP bounce.
     #[arg(long)]
     pub allow_foreign_data_host: bool,
+    /// Who decides download read-ahead: `tcp` (planner driven by each
+    /// connection's TCP_INFO under a memory budget), `fixed` (a fixed window
+    /// per connection) or `kernel` (the kernel's read-ahead)
+    /// [default: the engine's, kernel].
+    #[arg(long, value_name = "tcp|fixed|kernel")]
+    pub prefetch: Option<String>,
+    /// Cancel a finished or reset connection's pending prefetch reads
+    /// at once (`on`) or let started ones run (`off`) [default: on].
+    #[arg(long, value_name = "on|off")]
+    pub cancel: Option<String>,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -120,6 +133,8 @@ struct FileConfig {
     pasv_address: Option<String>,
     data_path: Option<String>,
     allow_foreign_data_host: Option<bool>,
+    prefetch: Option<String>,
+    cancel: Option<bool>,
     // HTTP front door keys (see crate::http::settings).
     http: Option<String>,
     no_http: Option<bool>,
@@ -155,6 +170,10 @@ pub struct ServeConfig {
     pub data_path: DataPath,
     /// PORT/EPRT may name other hosts.
     pub allow_foreign_data_host: bool,
+    /// Download read-ahead mode (engine `prefetch`).
+    pub prefetch: sluice_engine::PrefetchMode,
+    /// Eager cancellation of prefetch reads (engine `cancel`).
+    pub cancel: bool,
     /// Configured users.
     pub users: Vec<UserConfig>,
     /// HTTP front door; `None` with --no-http.
@@ -194,8 +213,19 @@ impl ServeConfig {
             (None, None) => None,
         };
         let data_path = match args.data_path.clone().or(file.data_path) {
-            None => DataPath::Sendfile,
+            // One default, the engine's (chosen by measurement there).
+            None => sluice_engine::EngineConfig::default().data_path,
             Some(s) => s.parse::<DataPath>().map_err(|e| anyhow::anyhow!("{e}"))?,
+        };
+        let prefetch = match args.prefetch.clone().or(file.prefetch) {
+            None => sluice_engine::EngineConfig::default().prefetch,
+            Some(s) => s.parse().map_err(|e| anyhow::anyhow!("{e}"))?,
+        };
+        let cancel = match (&args.cancel, file.cancel) {
+            (Some(s), _) => sluice_engine::parse_switch(s)
+                .ok_or_else(|| anyhow::anyhow!("--cancel {s:?}: expected on or off"))?,
+            (None, Some(b)) => b,
+            (None, None) => sluice_engine::EngineConfig::default().cancel,
         };
         let max_sessions = args.max_sessions.or(file.max_sessions).unwrap_or(DEFAULT_MAX_SESSIONS);
         if max_sessions == 0 {
@@ -232,6 +262,8 @@ impl ServeConfig {
             data_path,
             allow_foreign_data_host: args.allow_foreign_data_host
                 || file.allow_foreign_data_host.unwrap_or(false),
+            prefetch,
+            cancel,
             http: crate::http::settings::merge(
                 &args.http,
                 &crate::http::settings::HttpFileKeys {
@@ -292,7 +324,7 @@ mod tests {
         let path = dir.path().join("c.toml");
         std::fs::write(
             &path,
-            "ftp = \"127.0.0.1:3000\"\nmax_sessions = 3\npasv_ports = \"50000-50010\"\ndata_path = \"copy\"\n",
+            "ftp = \"127.0.0.1:3000\"\nmax_sessions = 3\npasv_ports = \"50000-50010\"\ndata_path = \"sendfile\"\n",
         )
         .unwrap();
         let args = ServeArgs {
@@ -305,9 +337,17 @@ mod tests {
         assert_eq!(c.ftp, "127.0.0.1:3000".parse().unwrap());
         assert_eq!(c.max_sessions, 7);
         assert_eq!(c.pasv_ports, Some((50000, 50010)));
-        assert_eq!(c.data_path, DataPath::Copy);
+        assert_eq!(c.data_path, DataPath::Sendfile);
         assert!(!c.writable);
         assert!(c.anonymous);
+    }
+
+    #[test]
+    fn data_path_defaults_to_the_engines_choice() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = ServeArgs { dir: Some(dir.path().to_path_buf()), ..Default::default() };
+        let c = ServeConfig::load(&args).unwrap();
+        assert_eq!(c.data_path, sluice_engine::EngineConfig::default().data_path);
     }
 
     #[test]
@@ -318,5 +358,20 @@ mod tests {
         assert!(err.contains("bogus"), "{err}");
         assert!(parse_port_range("10-5").is_err());
         assert_eq!(parse_port_range("5-10").unwrap(), (5, 10));
+    }
+
+    #[test]
+    fn prefetch_and_cancel_come_from_flags_or_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "prefetch = \"fixed\"\ncancel = false\n").unwrap();
+        let base = ServeArgs { config: Some(path), dir: Some(dir.path().to_path_buf()), ..Default::default() };
+        let c = ServeConfig::load(&base).unwrap();
+        assert_eq!((c.prefetch, c.cancel), (sluice_engine::PrefetchMode::Fixed, false));
+        let flags = ServeArgs { prefetch: Some("tcp".into()), cancel: Some("on".into()), ..base.clone() };
+        let c = ServeConfig::load(&flags).unwrap();
+        assert_eq!((c.prefetch, c.cancel), (sluice_engine::PrefetchMode::Tcp, true));
+        assert!(ServeConfig::load(&ServeArgs { prefetch: Some("auto".into()), ..base.clone() }).is_err());
+        assert!(ServeConfig::load(&ServeArgs { cancel: Some("maybe".into()), ..base }).is_err());
     }
 }

@@ -103,7 +103,12 @@ fn serve(args: config::ServeArgs) -> Result<()> {
         .build()
         .context("cannot start the runtime")?;
     rt.block_on(async move {
-        let engine = Engine::try_new(EngineConfig { data_path: cfg.data_path, ..EngineConfig::default() })
+        let engine = Engine::try_new(EngineConfig {
+            data_path: cfg.data_path,
+            prefetch: cfg.prefetch,
+            cancel: cfg.cancel,
+            ..EngineConfig::default()
+        })
             .context("cannot start the engine")?;
         // HTTP front door (crate::http) on the same engine; --no-ftp serves it alone.
         let http_task = http::start(&cfg, &engine).await?;

@@ -190,7 +190,7 @@ async fn main() {
         "DOWNLOAD OK: {} bytes over {} streams from globus, ranges {:?}",
         summary.bytes,
         summary.streams,
-        summary.ranges.iter().collect::<Vec<_>>()
+        summary.ranges.ranges()
     );
     let _ = cmd(&mut c, "QUIT").await;
 }

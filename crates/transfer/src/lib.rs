@@ -4,8 +4,10 @@
 //! handed to [`send`] with its data connections; an upload is
 //! [`receive_stream`] (MODE S, one connection until the peer closes) or
 //! [`receive_mode_e`] (MODE E, connections arriving on a channel until the
-//! EOF block's EOD count is met). All take the shared [`Engine`], a
-//! [`Progress`] the session reads for markers, and a [`Cancel`] token (ABOR).
+//! EOF block's EOD count is met; connections the sender keeps open for
+//! the next transfer come back in the [`ReceiveSummary`]). All take the
+//! shared [`Engine`], a [`Progress`] the session reads for markers, and a
+//! [`Cancel`] token (ABOR). Byte ranges are `sluice_ftp::markers::RangeSet`.
 //! Errors are [`TransferError`]s that know their FTP reply code.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -14,12 +16,14 @@ mod error;
 pub mod limits;
 mod progress;
 mod receive;
+mod receive_stream;
 pub(crate) mod send;
 mod spec;
 
 pub use error::TransferError;
-pub use progress::{Progress, RangeSet};
-pub use receive::{receive_mode_e, receive_stream, ReceiveSummary};
+pub use progress::Progress;
+pub use receive::{receive_mode_e, receive_mode_e_relative, ReceiveSummary};
+pub use receive_stream::receive_stream;
 pub use send::{send, send_relative};
 pub use sluice_engine::{Cancel, Engine, EngineConfig};
 pub use spec::{ByteRange, Mode, SendSpec};

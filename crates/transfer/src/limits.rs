@@ -5,8 +5,12 @@
 pub const MAX_STREAMS: usize = sluice_ftp::limits::MAX_PARALLELISM as usize;
 
 /// Most disjoint byte ranges kept for one upload: a peer sending sparse
-/// blocks cannot grow the range set without bound.
-pub const MAX_RANGES: usize = 1 << 16;
+/// blocks cannot grow the range set without bound. The set
+/// (`sluice_ftp::markers::RangeSet`) is a sorted `Vec`, so an insert in
+/// the middle moves the ranges after it: 4096 keeps a hostile peer's worst
+/// case (every block a new range at the front) to ~130 MB of memmove per
+/// upload, while a real upload has about one open gap per stream.
+pub const MAX_RANGES: usize = 4096;
 
 /// Default MODE E block size for sending (see crates/transfer/README.md).
 pub const DEFAULT_BLOCK_SIZE: u64 = 1 << 20;

@@ -1,77 +1,13 @@
 //! Progress of one transfer: bytes done, the byte ranges that reached the
 //! file (for 111 restart and 112 range markers), and per-transfer counters.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sluice_engine::Counters;
+use sluice_ftp::markers::RangeSet;
 
 use crate::limits::MAX_RANGES;
-
-/// A set of disjoint, non-adjacent half-open byte ranges.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RangeSet {
-    /// start -> end, kept merged.
-    map: BTreeMap<u64, u64>,
-}
-
-impl RangeSet {
-    /// An empty set.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds `[start, end)`, merging with overlapping or adjacent ranges.
-    pub fn insert(&mut self, start: u64, end: u64) {
-        if start >= end {
-            return;
-        }
-        let (mut s, mut e) = (start, end);
-        // A range starting at or before `e` and ending at or after `s` touches us.
-        let touching: Vec<(u64, u64)> = self
-            .map
-            .range(..=e)
-            .rev()
-            .take_while(|&(_, &re)| re >= s)
-            .map(|(&a, &b)| (a, b))
-            .collect();
-        for (a, b) in touching {
-            self.map.remove(&a);
-            s = s.min(a);
-            e = e.max(b);
-        }
-        self.map.insert(s, e);
-    }
-
-    /// Number of disjoint ranges.
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// True when no bytes are in the set.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
-    /// Total bytes covered.
-    pub fn covered(&self) -> u64 {
-        self.map.iter().map(|(s, e)| e - s).sum()
-    }
-
-    /// True when every byte of `[start, end)` is in the set.
-    pub fn contains(&self, start: u64, end: u64) -> bool {
-        if start >= end {
-            return true;
-        }
-        matches!(self.map.range(..=start).next_back(), Some((_, &e)) if e >= end)
-    }
-
-    /// The ranges in ascending order as `(start, end)`.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.map.iter().map(|(&s, &e)| (s, e))
-    }
-}
 
 /// Live progress of one transfer, shared with the session (markers, STAT).
 #[derive(Debug, Default)]
@@ -113,7 +49,7 @@ impl Progress {
         let Ok(mut r) = self.ranges.lock() else {
             return false;
         };
-        r.insert(offset, offset.saturating_add(len));
+        r.insert(offset..offset.saturating_add(len));
         r.len() <= MAX_RANGES
     }
 }
@@ -123,54 +59,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_merge_when_they_touch() {
-        let mut r = RangeSet::new();
-        r.insert(10, 20);
-        r.insert(30, 40);
-        assert_eq!(r.len(), 2);
-        r.insert(20, 30);
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(10, 40)]);
-        r.insert(0, 5);
-        r.insert(3, 12);
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 40)]);
-        r.insert(50, 60);
-        r.insert(45, 55);
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 40), (45, 60)]);
-        assert!(r.contains(46, 60));
-        assert!(!r.contains(39, 46));
-        assert_eq!(r.covered(), 55);
-        r.insert(7, 7);
-        assert_eq!(r.len(), 2);
-    }
-
-    #[test]
-    fn range_set_matches_a_bitmap() {
-        // Deterministic pseudo-random inserts checked against a byte map.
-        let mut r = RangeSet::new();
-        let mut bits = vec![false; 500];
-        let mut x = 12345u64;
-        for _ in 0..300 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let s = (x >> 33) % 490;
-            let l = (x >> 20) % 10;
-            r.insert(s, s + l);
-            for b in &mut bits[s as usize..(s + l) as usize] {
-                *b = true;
-            }
+    fn written_ranges_merge_and_overflow_is_reported() {
+        let p = Progress::new();
+        assert!(p.add_range(10, 10));
+        assert!(p.add_range(30, 10));
+        assert!(p.add_range(20, 10));
+        assert_eq!(p.ranges().to_string(), "10-40");
+        assert_eq!((p.bytes(), p.ranges().total()), (30, 30));
+        // Every other byte: disjoint ranges until the bound is passed.
+        let p = Progress::new();
+        for i in 0..MAX_RANGES as u64 {
+            assert!(p.add_range(2 * i, 1));
         }
-        let mut expect = RangeSet::new();
-        let mut i = 0;
-        while i < bits.len() {
-            if bits[i] {
-                let j = (i..bits.len()).find(|&j| !bits[j]).unwrap_or(bits.len());
-                expect.map.insert(i as u64, j as u64);
-                i = j;
-            } else {
-                i += 1;
-            }
-        }
-        assert_eq!(r, expect);
+        assert!(!p.add_range(2 * MAX_RANGES as u64, 1));
+        assert_eq!(p.ranges().len(), MAX_RANGES + 1);
     }
 }

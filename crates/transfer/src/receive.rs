@@ -1,32 +1,39 @@
-//! Uploads: MODE S from one connection until the peer closes; MODE E from
-//! connections that arrive on a channel, blocks written at their offsets.
+//! MODE E uploads: blocks from connections that arrive on a channel,
+//! each written at its offset (MODE S: `receive_stream.rs`).
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use sluice_engine::{Cancel, Engine, FileWriter, ReadStatus, WrittenFn};
-use sluice_ftp::mode_e::{BlockHeader, Descriptor, HEADER_LEN};
+use sluice_ftp::limits::MAX_OFFSET;
+use sluice_ftp::markers::RangeSet;
+use sluice_ftp::mode_e::{BlockHeader, Descriptor, ModeEError, HEADER_LEN};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::limits::MAX_STREAMS;
-use crate::{Progress, RangeSet, TransferError};
+use crate::{Progress, TransferError};
 
 /// What a MODE E upload delivered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct ReceiveSummary {
     /// Payload bytes written to the file.
     pub bytes: u64,
-    /// Data connections used.
+    /// Data connections that carried this transfer (one that closed or
+    /// sent a lone CLOSE before its first block is not counted).
     pub streams: usize,
-    /// Byte ranges written (the caller checks they cover what it expects).
+    /// File byte ranges written (the caller checks they cover what it expects).
     pub ranges: RangeSet,
+    /// Connections that ended with EOD but without CLOSE: the sender keeps
+    /// them open and may send the next transfer's blocks on them
+    /// (GridFTP data channel caching, `globus-url-copy -fast`).
+    pub kept: Vec<TcpStream>,
 }
 
 /// Hook that records written ranges into `progress` and flags overflow.
-fn range_hook(progress: &Arc<Progress>, overflow: &Arc<AtomicBool>) -> Arc<WrittenFn> {
+pub(crate) fn range_hook(progress: &Arc<Progress>, overflow: &Arc<AtomicBool>) -> Arc<WrittenFn> {
     let (p, o) = (Arc::clone(progress), Arc::clone(overflow));
     Arc::new(move |off, len| {
         if !p.add_range(off, len) {
@@ -35,31 +42,18 @@ fn range_hook(progress: &Arc<Progress>, overflow: &Arc<AtomicBool>) -> Arc<Writt
     })
 }
 
-/// MODE S upload: writes everything `conn` delivers into `file` from
-/// `start_offset` (REST/APPE) until the peer closes; returns bytes written.
-/// The caller syncs ([`Engine::sync_data`]) and renames.
-pub async fn receive_stream(
-    engine: &Engine,
-    file: Arc<File>,
-    start_offset: u64,
-    conn: TcpStream,
-    progress: Arc<Progress>,
-    cancel: Cancel,
-) -> Result<u64, TransferError> {
-    engine.prepare_socket(&conn);
-    let overflow = Arc::new(AtomicBool::new(false));
-    let mut w = FileWriter::new(engine, file, Arc::clone(progress.counters()), cancel)
-        .on_written(range_hook(&progress, &overflow));
-    let got = w.copy_to_eof(&conn, start_offset).await?;
-    let written = w.finish().await?;
-    debug_assert_eq!(got, written);
-    Ok(written)
-}
-
 /// How one MODE E stream ended.
-struct StreamEnd {
-    bytes: u64,
-    eof_count: Option<u64>,
+enum StreamEnd {
+    /// It carried part of the transfer and ended with EOD (or CLOSE).
+    Eod {
+        bytes: u64,
+        eof_count: Option<u64>,
+        /// The connection, when the sender keeps it (EOD without CLOSE).
+        kept: Option<TcpStream>,
+    },
+    /// It closed, or sent a lone CLOSE, before any block: a cached
+    /// connection the sender gave up on. Not part of this transfer.
+    Unused,
 }
 
 /// MODE E upload: reads blocks from every connection that arrives on `conns`
@@ -68,17 +62,34 @@ struct StreamEnd {
 pub async fn receive_mode_e(
     engine: &Engine,
     file: Arc<File>,
+    conns: mpsc::Receiver<TcpStream>,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<ReceiveSummary, TransferError> {
+    receive_mode_e_relative(engine, file, 0, conns, progress, cancel).await
+}
+
+/// Like [`receive_mode_e`], but a block with header offset `o` lands at
+/// file offset `base + o`: ESTO A k and APPE number their blocks from the
+/// start of the written region (GFD.20). Progress ranges are file offsets.
+pub async fn receive_mode_e_relative(
+    engine: &Engine,
+    file: Arc<File>,
+    base: u64,
     mut conns: mpsc::Receiver<TcpStream>,
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<ReceiveSummary, TransferError> {
     let inner = Cancel::new();
+    let idle = engine.config().idle_timeout;
     let overflow = Arc::new(AtomicBool::new(false));
     let mut tasks = JoinSet::new();
+    let mut accepted = 0usize;
     let mut streams = 0usize;
     let mut eods = 0u64;
     let mut expected: Option<u64> = None;
     let mut bytes = 0u64;
+    let mut kept = Vec::new();
     let mut channel_open = true;
     let mut result: Result<(), TransferError> = Ok(());
     loop {
@@ -95,8 +106,8 @@ pub async fn receive_mode_e(
         tokio::select! {
             c = conns.recv(), if channel_open => match c {
                 Some(conn) => {
-                    streams += 1;
-                    if streams > MAX_STREAMS {
+                    accepted += 1;
+                    if accepted > MAX_STREAMS {
                         result = Err(TransferError::Limit("too many MODE E data connections"));
                         break;
                     }
@@ -104,15 +115,18 @@ pub async fn receive_mode_e(
                     let w = FileWriter::new(engine, Arc::clone(&file), Arc::clone(progress.counters()), inner.clone())
                         .on_written(range_hook(&progress, &overflow));
                     let ov = Arc::clone(&overflow);
-                    tasks.spawn(async move { read_stream(conn, w, &ov).await });
+                    tasks.spawn(async move { read_stream(conn, w, base, &ov).await });
                 }
                 None => channel_open = false,
             },
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => match joined {
-                Ok(Ok(end)) => {
+                Ok(Ok(StreamEnd::Unused)) => {}
+                Ok(Ok(StreamEnd::Eod { bytes: n, eof_count, kept: k })) => {
+                    streams += 1;
                     eods += 1;
-                    bytes += end.bytes;
-                    if let Some(n) = end.eof_count {
+                    bytes += n;
+                    kept.extend(k);
+                    if let Some(n) = eof_count {
                         // More EODs than we would ever accept streams for: wait no longer.
                         if n > MAX_STREAMS as u64 {
                             result = Err(TransferError::Limit("MODE E EOF announces too many streams"));
@@ -134,6 +148,17 @@ pub async fn receive_mode_e(
                 result = Err(TransferError::Cancelled);
                 break;
             }
+            // Every stream has ended and the EODs fall short: wait for
+            // another connection only as long as a stream may sit idle
+            // (kept connections the sender closed unused, or a sender that
+            // announced more streams than it opens, must not hang the session).
+            _ = tokio::time::sleep(idle), if tasks.is_empty() && channel_open => {
+                result = Err(TransferError::Incomplete {
+                    eods,
+                    expected: expected.unwrap_or(0),
+                });
+                break;
+            }
         }
     }
     inner.cancel();
@@ -143,20 +168,27 @@ pub async fn receive_mode_e(
         bytes,
         streams,
         ranges: progress.ranges(),
+        kept,
     })
 }
 
-/// Reads one MODE E stream to its EOD (or CLOSE), writing every block.
+/// Reads one MODE E stream to its EOD (or CLOSE), writing every block at
+/// `base` + its header offset.
 async fn read_stream(
     conn: TcpStream,
     mut w: FileWriter,
+    base: u64,
     overflow: &AtomicBool,
 ) -> Result<StreamEnd, TransferError> {
     let mut eof_count = None;
     let mut bytes = 0u64;
-    loop {
+    let mut first = true;
+    let close = loop {
         let mut hdr = [0u8; HEADER_LEN];
         if w.read_exact(&conn, &mut hdr).await? == ReadStatus::Eof {
+            if first {
+                return Ok(StreamEnd::Unused);
+            }
             // The connection closed without EOD: data may be missing.
             return Err(TransferError::Connection(
                 std::io::ErrorKind::UnexpectedEof.into(),
@@ -165,25 +197,39 @@ async fn read_stream(
         let Some((h, _)) = BlockHeader::decode(&hdr)? else {
             return Err(TransferError::Setup("short MODE E header"));
         };
-        if h.descriptor.has(Descriptor::EOF) {
+        let d = h.descriptor;
+        if first && d == Descriptor(Descriptor::CLOSE) && h.count == 0 {
+            // Globus closes a cached connection with a lone CLOSE header.
+            return Ok(StreamEnd::Unused);
+        }
+        first = false;
+        if d.has(Descriptor::EOF) {
             eof_count = Some(h.offset);
         } else if h.count > 0 {
-            w.copy_exact(&conn, h.offset, h.count).await?;
+            let at = base
+                .checked_add(h.offset)
+                .filter(|o| o.checked_add(h.count).is_some_and(|e| e <= MAX_OFFSET))
+                .ok_or(ModeEError::OffsetOverflow)?;
+            w.copy_exact(&conn, at, h.count).await?;
             bytes += h.count;
         }
         if overflow.load(Ordering::Relaxed) {
             return Err(TransferError::Limit("too many disjoint MODE E ranges"));
         }
-        if h.descriptor.0 & (Descriptor::EOD | Descriptor::CLOSE) != 0 {
-            break;
+        if d.0 & (Descriptor::EOD | Descriptor::CLOSE) != 0 {
+            break d.has(Descriptor::CLOSE);
         }
-    }
+    };
     w.finish().await?;
-    Ok(StreamEnd { bytes, eof_count })
+    Ok(StreamEnd::Eod {
+        bytes,
+        eof_count,
+        kept: (!close).then_some(conn),
+    })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::send::tests::{engine, pairs, pattern, temp_file};
     use crate::{send, ByteRange, Mode, SendSpec};
@@ -191,11 +237,21 @@ mod tests {
     use std::os::unix::fs::FileExt;
     use tokio::io::AsyncWriteExt;
 
-    fn read_all(f: &File) -> Vec<u8> {
+    pub(crate) fn read_all(f: &File) -> Vec<u8> {
         let len = f.metadata().unwrap().len() as usize;
         let mut v = vec![0u8; len];
         f.read_exact_at(&mut v, 0).unwrap();
         v
+    }
+
+    /// A connection channel (as the server's acceptor feeds the receiver)
+    /// already holding `conns`.
+    async fn queued(conns: Vec<TcpStream>) -> (mpsc::Sender<TcpStream>, mpsc::Receiver<TcpStream>) {
+        let (tx, rx) = mpsc::channel(MAX_STREAMS);
+        for c in conns {
+            tx.send(c).await.unwrap();
+        }
+        (tx, rx)
     }
 
     /// Frames `blocks` (offset, len of `data`) for one stream, ending with `end`.
@@ -219,11 +275,8 @@ mod tests {
     ) {
         let e = engine(DataPath::Copy);
         let file = Arc::new(tempfile::tempfile().unwrap());
-        let (ch_tx, ch_rx) = mpsc::channel(8);
         let (mut tx, rx) = pairs(streams.len()).await;
-        for c in rx {
-            ch_tx.send(c).await.unwrap();
-        }
+        let (ch_tx, ch_rx) = queued(rx).await;
         if close_channel {
             drop(ch_tx);
         } else {
@@ -279,10 +332,8 @@ mod tests {
         let (r, file, progress) = run_receive(streams, false).await;
         let s = r.unwrap();
         assert_eq!((s.bytes, s.streams), (data.len() as u64, 3));
-        assert_eq!(
-            s.ranges.iter().collect::<Vec<_>>(),
-            vec![(0, data.len() as u64)]
-        );
+        assert_eq!(s.ranges.to_string(), format!("0-{}", data.len()));
+        assert_eq!(s.kept.len(), 1, "the stream that ended without CLOSE");
         assert_eq!(progress.bytes(), data.len() as u64);
         assert_eq!(read_all(&file), data);
     }
@@ -319,6 +370,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn waiting_for_more_connections_is_bounded_by_the_idle_timeout() {
+        // A kept connection the sender closes unused, and nobody else
+        // connects: the receiver gives up instead of waiting forever.
+        let e = Engine::new(crate::EngineConfig {
+            idle_timeout: std::time::Duration::from_millis(200),
+            ..crate::EngineConfig::default()
+        });
+        let (tx, rx) = pairs(1).await;
+        let (_ch_tx, ch_rx) = queued(rx).await;
+        drop(tx);
+        let r = receive_mode_e(
+            &e,
+            Arc::new(tempfile::tempfile().unwrap()),
+            ch_rx,
+            Progress::new(),
+            Cancel::new(),
+        )
+        .await;
+        assert!(
+            matches!(
+                r,
+                Err(TransferError::Incomplete {
+                    eods: 0,
+                    expected: 0
+                })
+            ),
+            "{r:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn an_empty_mode_e_upload_completes() {
         let (r, file, _) = run_receive(
             vec![BlockHeader::end(Some(1), true).encode().to_vec()],
@@ -334,10 +416,7 @@ mod tests {
         let data = pattern((4 << 20) + 17);
         let e = engine(DataPath::Sendfile);
         let (tx, rx) = pairs(4).await;
-        let (ch_tx, ch_rx) = mpsc::channel(4);
-        for c in rx {
-            ch_tx.send(c).await.unwrap();
-        }
+        let (_ch_tx, ch_rx) = queued(rx).await;
         let spec = SendSpec {
             file: temp_file(&data),
             ranges: vec![ByteRange::new(0, data.len() as u64)],
@@ -357,45 +436,11 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn mode_s_upload_at_a_restart_offset() {
-        let data = pattern(2_500_000);
-        let e = engine(DataPath::Copy);
-        let (mut tx, mut rx) = pairs(1).await;
-        let mut c = tx.pop().unwrap();
-        let d2 = data.clone();
-        tokio::spawn(async move { c.write_all(&d2).await.unwrap() });
-        let file = Arc::new(tempfile::tempfile().unwrap());
-        file.write_all_at(b"kept", 0).unwrap();
-        let p = Progress::new();
-        let n = receive_stream(
-            &e,
-            Arc::clone(&file),
-            4,
-            rx.pop().unwrap(),
-            Arc::clone(&p),
-            Cancel::new(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(n, data.len() as u64);
-        let back = read_all(&file);
-        assert_eq!(&back[..4], b"kept");
-        assert_eq!(&back[4..], &data[..]);
-        assert_eq!(
-            p.ranges().iter().collect::<Vec<_>>(),
-            vec![(4, 4 + data.len() as u64)]
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cancelled_uploads_stop_their_readers() {
         let metrics = tokio::runtime::Handle::current().metrics();
         let e = engine(DataPath::Copy);
         let (_tx, rx) = pairs(2).await;
-        let (ch_tx, ch_rx) = mpsc::channel(4);
-        for c in rx {
-            ch_tx.send(c).await.unwrap();
-        }
+        let (ch_tx, ch_rx) = queued(rx).await;
         let cancel = Cancel::new();
         let (c2, e2) = (cancel.clone(), e.clone());
         let file = Arc::new(tempfile::tempfile().unwrap());
@@ -415,5 +460,148 @@ mod tests {
         }
         assert_eq!(metrics.num_alive_tasks(), 0);
         drop(ch_tx);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn relative_blocks_land_after_the_base() {
+        // ESTO A k / APPE: our sender numbers the region from 0, the
+        // receiver adds k back.
+        let data = pattern(3_000_000);
+        let base = 1_234_567u64;
+        let e = engine(DataPath::Copy);
+        let (tx, rx) = pairs(3).await;
+        let (_ch_tx, ch_rx) = queued(rx).await;
+        let spec = SendSpec {
+            file: temp_file(&data),
+            ranges: vec![ByteRange::new(base, data.len() as u64 - base)],
+            mode: Mode::Extended {
+                block_size: 64 << 10,
+            },
+        };
+        let e2 = e.clone();
+        let sender = tokio::spawn(async move {
+            crate::send_relative(&e2, spec, base, tx, Progress::new(), Cancel::new()).await
+        });
+        let out = Arc::new(tempfile::tempfile().unwrap());
+        out.write_all_at(&data[..base as usize], 0).unwrap();
+        let s = receive_mode_e_relative(
+            &e,
+            Arc::clone(&out),
+            base,
+            ch_rx,
+            Progress::new(),
+            Cancel::new(),
+        )
+        .await
+        .unwrap();
+        sender.await.unwrap().unwrap();
+        assert_eq!(s.bytes, data.len() as u64 - base);
+        assert_eq!(s.ranges.to_string(), format!("{base}-{}", data.len()));
+        assert_eq!(read_all(&out), data);
+        // A header offset that overflows once the base is added is refused.
+        let (mut tx, rx) = pairs(1).await;
+        let (ch_tx, ch_rx) = queued(rx).await;
+        drop(ch_tx);
+        let mut c = tx.pop().unwrap();
+        let mut bad = BlockHeader::data(i64::MAX as u64 - 10, 10)
+            .encode()
+            .to_vec();
+        bad.extend_from_slice(&[0u8; 10]);
+        tokio::spawn(async move { c.write_all(&bad).await });
+        let r = receive_mode_e_relative(
+            &e,
+            Arc::new(tempfile::tempfile().unwrap()),
+            1,
+            ch_rx,
+            Progress::new(),
+            Cancel::new(),
+        )
+        .await;
+        assert!(matches!(r, Err(TransferError::Framing(_))), "{r:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_kept_by_the_sender_serve_the_next_upload() {
+        // globus-url-copy -fast: EOD without CLOSE, the same connections
+        // carry the next file; one of them is then given up with a lone
+        // CLOSE header, another simply closed.
+        let e = engine(DataPath::Copy);
+        let (mut tx, rx) = pairs(4).await;
+        let (_ch_tx, ch_rx) = queued(rx).await;
+        let first = pattern(500_000);
+        let ends = [
+            BlockHeader::end(Some(4), false),
+            BlockHeader::end(None, false),
+            BlockHeader::end(None, false),
+            BlockHeader::end(None, true),
+        ];
+        for (i, (c, end)) in tx.iter_mut().zip(ends).enumerate() {
+            let o = i as u64 * 125_000;
+            c.write_all(&frame(&first, &[(o, 125_000)], end))
+                .await
+                .unwrap();
+        }
+        let out = Arc::new(tempfile::tempfile().unwrap());
+        let s = receive_mode_e(&e, Arc::clone(&out), ch_rx, Progress::new(), Cancel::new())
+            .await
+            .unwrap();
+        assert_eq!((s.bytes, s.streams, s.kept.len()), (500_000, 4, 3));
+        assert_eq!(read_all(&out), first);
+
+        // Second file: two kept connections carry it, the third sends a
+        // lone CLOSE, and the fourth (closed by us) is gone.
+        let second = pattern(300_000);
+        let mut closing = BlockHeader::end(None, true);
+        closing.descriptor = Descriptor(Descriptor::CLOSE);
+        tx[0]
+            .write_all(&frame(
+                &second,
+                &[(0, 100_000)],
+                BlockHeader::end(Some(2), false),
+            ))
+            .await
+            .unwrap();
+        tx[1]
+            .write_all(&frame(
+                &second,
+                &[(100_000, 200_000)],
+                BlockHeader::end(None, true),
+            ))
+            .await
+            .unwrap();
+        tx[2].write_all(&closing.encode()).await.unwrap();
+        let (ch_tx, ch_rx) = queued(s.kept).await;
+        drop(ch_tx);
+        let out2 = Arc::new(tempfile::tempfile().unwrap());
+        let s2 = receive_mode_e(&e, Arc::clone(&out2), ch_rx, Progress::new(), Cancel::new())
+            .await
+            .unwrap();
+        assert_eq!((s2.bytes, s2.streams, s2.kept.len()), (300_000, 2, 1));
+        assert_eq!(read_all(&out2), second);
+
+        // A kept connection the sender closes before sending anything does
+        // not count as a stream (nor as a failure).
+        let (ch_tx, ch_rx) = queued(s2.kept).await;
+        let (mut fresh_tx, fresh_rx) = pairs(1).await;
+        ch_tx
+            .send(fresh_rx.into_iter().next().unwrap())
+            .await
+            .unwrap();
+        drop(ch_tx);
+        drop(tx);
+        let mut f = fresh_tx.pop().unwrap();
+        f.write_all(&frame(&first, &[(0, 10)], BlockHeader::end(Some(1), true)))
+            .await
+            .unwrap();
+        let s3 = receive_mode_e(
+            &e,
+            Arc::new(tempfile::tempfile().unwrap()),
+            ch_rx,
+            Progress::new(),
+            Cancel::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!((s3.bytes, s3.streams), (10, 1));
     }
 }

@@ -173,14 +173,23 @@ impl Session {
                 }
             }
             Command::Rest(Restart::Ranges(set)) => {
-                // GridFTP restart markers only make sense in MODE E, where
-                // blocks carry their offsets (GFD.20 section 4).
-                if self.mode == TransferMode::ExtendedBlock {
-                    self.rest = None;
-                    self.rest_ranges = Some(set);
-                    self.reply(C::PENDING, "Restart markers accepted.");
-                } else {
-                    self.reply(C::PARAMETER_NOT_IMPLEMENTED, "REST ranges need MODE E.");
+                // GridFTP restart markers need MODE E, where blocks carry
+                // their offsets (GFD.20 section 4). A MODE S stream has no
+                // offsets, so there only one prefix `0-N` can be skipped:
+                // it means REST N.
+                match set.ranges() {
+                    _ if self.mode == TransferMode::ExtendedBlock => {
+                        self.rest = None;
+                        self.rest_ranges = Some(set);
+                        self.reply(C::PENDING, "Restart markers accepted.");
+                    }
+                    [r] if r.start == 0 => {
+                        self.rest_ranges = None;
+                        self.rest = Some(r.end);
+                        let text = format!("Restarting at {}. Send STOR or RETR.", r.end);
+                        self.reply(C::PENDING, &text);
+                    }
+                    _ => self.reply(C::PARAMETER_NOT_IMPLEMENTED, "REST ranges other than 0-N need MODE E."),
                 }
             }
             Command::Pasv => self.passive(false),
@@ -364,6 +373,20 @@ impl Session {
         }
     }
 
+    /// A path the login may write: resolved, and not `/` (which gets
+    /// `root_code`/`root_text`). Replies on failure.
+    fn writable_target(&mut self, arg: &str, root_code: C, root_text: &str) -> Option<VirtualPath> {
+        if !self.writable() {
+            return None;
+        }
+        let path = self.resolve(arg)?;
+        if path.is_root() {
+            self.reply(root_code, root_text);
+            return None;
+        }
+        Some(path)
+    }
+
     fn query(&mut self, arg: &str, query: Query) {
         if let Some(path) = self.resolve(arg) {
             self.ask(path, query);
@@ -376,14 +399,9 @@ impl Session {
     }
 
     fn change(&mut self, arg: &str, make: impl FnOnce(VirtualPath) -> Change) {
-        if !self.writable() {
+        let Some(path) = self.writable_target(arg, C::FILE_UNAVAILABLE, "Permission denied.") else {
             return;
-        }
-        let Some(path) = self.resolve(arg) else { return };
-        if path.is_root() {
-            self.reply(C::FILE_UNAVAILABLE, "Permission denied.");
-            return;
-        }
+        };
         let change = make(path);
         self.state = State::AwaitResult(Pending::Change(change.clone()));
         self.actions.push_back(Action::Change(change));
@@ -430,39 +448,30 @@ impl Session {
     fn list(&mut self, arg: Option<String>, format: ListFormat) {
         let arg = arg.as_deref().map(strip_ls_flags).unwrap_or("");
         let Some(path) = self.resolve(arg) else { return };
-        let Some(data) = self.data_spec() else {
-            self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
-            return;
-        };
-        self.begin_transfer();
-        self.actions.push_back(Action::List { path, format, data });
+        self.transfer(|data| Action::List { path, format, data });
     }
 
     fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>) {
         let Some(path) = self.resolve(arg) else { return };
-        let Some(data) = self.data_spec() else {
-            self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
-            return;
-        };
-        self.begin_transfer();
-        self.actions.push_back(Action::StartRetr { path, offset, len, skip, data });
+        self.transfer(|data| Action::StartRetr { path, offset, len, skip, data });
     }
 
     fn stor(&mut self, arg: &str, kind: StoreKind) {
-        if !self.writable() {
+        let Some(path) = self.writable_target(arg, C::BAD_FILE_NAME, "File name not allowed.") else {
             return;
-        }
-        let Some(path) = self.resolve(arg) else { return };
-        if path.is_root() {
-            self.reply(C::BAD_FILE_NAME, "File name not allowed.");
-            return;
-        }
+        };
+        self.transfer(|data| Action::StartStor { path, kind, data });
+    }
+
+    /// Starts the transfer `make` describes on the data channel set up
+    /// with PORT/PASV, or answers 425 if there is none.
+    fn transfer(&mut self, make: impl FnOnce(super::DataSpec) -> Action) {
         let Some(data) = self.data_spec() else {
             self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
             return;
         };
         self.begin_transfer();
-        self.actions.push_back(Action::StartStor { path, kind, data });
+        self.actions.push_back(make(data));
     }
 
     fn begin_transfer(&mut self) {

@@ -379,8 +379,24 @@ fn partial_lines_are_not_consumed() {
 #[test]
 fn mode_e_restart_ranges() {
     let mut t = T::logged_in(true);
-    t.send("REST 0-100\r\n");
+    // MODE S: a stream has no offsets, so only a prefix can be skipped.
+    t.send("REST 0-100,200-300\r\n");
     assert!(t.out().starts_with("504 "));
+    t.send("REST 5-100\r\n");
+    assert!(t.out().starts_with("504 "));
+    t.send("REST 0-100\r\nPORT 127,0,0,1,200,1\r\nRETR f\r\n");
+    assert!(t.out().starts_with("350 Restarting at 100."));
+    match t.action() {
+        Some(Action::StartRetr { offset: 100, len: None, skip, .. }) => assert!(skip.is_empty()),
+        other => panic!("{other:?}"),
+    }
+    t.s.handle_transfer_done(t.now, Ok(0));
+    t.out();
+    t.send("REST 0-7\r\nPORT 127,0,0,1,200,1\r\nSTOR f\r\n");
+    t.out();
+    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Restart(7), .. })));
+    t.s.handle_transfer_done(t.now, Ok(0));
+    t.out();
     t.send("MODE E\r\nREST 100\r\nREST 0-100,200-300\r\nPORT 127,0,0,1,200,1\r\nRETR f\r\n");
     let out = t.out();
     assert!(out.contains("350 Restart markers accepted."), "{out}");

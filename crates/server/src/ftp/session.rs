@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_engine::Cancel;
-use sluice_ftp::session::{Action, LoginGrant, OpError, Session, SessionConfig};
+use sluice_ftp::command::TransferMode;
+use sluice_ftp::session::{Action, DataChannel, LoginGrant, OpError, Session, SessionConfig};
 use sluice_platform::fs::ServedRoot;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -36,6 +37,9 @@ struct Driver {
     peer: SocketAddr,
     login: Option<(String, Login, Arc<ServedRoot>)>,
     passive: Option<Passive>,
+    /// MODE E upload connections the client kept open, and the data
+    /// channel they belong to (dropped when that channel is replaced).
+    cached: Option<(DataChannel, Vec<TcpStream>)>,
     running: Option<Cancel>,
     events_tx: mpsc::UnboundedSender<Event>,
     out: Vec<u8>,
@@ -65,6 +69,7 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
         peer,
         login: None,
         passive: None,
+        cached: None,
         running: None,
         events_tx,
         out: Vec::new(),
@@ -94,8 +99,13 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
             Some(ev) = events_rx.recv() => match ev {
                 Event::Started(size) => d.session.handle_transfer_started(size),
                 Event::Marker(r) => d.session.handle_marker(&r),
+                Event::Kept(channel, conns) => d.cached = Some((channel, conns)),
                 Event::Done(result) => {
                     d.running = None;
+                    if result.is_err() {
+                        // The data channel is torn down after a failure.
+                        d.cached = None;
+                    }
                     d.session.handle_transfer_done(Instant::now(), result);
                     if peer_closed {
                         break;
@@ -202,6 +212,7 @@ impl Driver {
             }
             Action::OpenPassive { extended } => {
                 self.passive = None;
+                self.cached = None;
                 let peer = Some(self.peer.ip()).filter(|_| !self.ctx.config.allow_foreign_data_host);
                 match Passive::open(self.local.ip(), self.ctx.config.pasv_ports, peer) {
                     Ok(p) => {
@@ -218,7 +229,10 @@ impl Driver {
                     }
                 }
             }
-            Action::ClosePassive => self.passive = None,
+            Action::ClosePassive => {
+                self.passive = None;
+                self.cached = None;
+            }
             Action::Query { path, query } => {
                 let r = self.blocking(move |root, w| ops::query(root, &path, query, w)).await;
                 self.session.handle_result(r);
@@ -277,6 +291,17 @@ impl Driver {
             return;
         };
         let cancel = Cancel::new();
+        // Kept connections serve the next MODE E upload on the same data
+        // channel; other transfers leave them for later.
+        let cached = match &work {
+            Work::Stor { data, .. }
+                if data.mode == TransferMode::ExtendedBlock
+                    && self.cached.as_ref().is_some_and(|(c, _)| *c == data.channel) =>
+            {
+                self.cached.take().map(|(_, conns)| conns).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
         let job = Job {
             engine: self.ctx.engine.clone(),
             root: Arc::clone(root),
@@ -289,6 +314,7 @@ impl Driver {
             anonymous: login.anonymous,
             writable: login.writable,
             cancel: cancel.clone(),
+            cached,
         };
         self.running = Some(cancel);
         tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());

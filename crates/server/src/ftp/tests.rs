@@ -161,3 +161,42 @@ async fn abor_sent_as_urgent_data_is_seen() {
     assert!(r.starts_with("226"), "{r}");
     assert!(c.cmd("NOOP").await.starts_with("200"));
 }
+
+#[tokio::test]
+async fn mode_e_connections_kept_by_the_client_carry_the_next_upload() {
+    // globus-url-copy -fast: one EPSV, more connections than the
+    // acceptor's channel holds, each ended with EOD but no CLOSE, then the
+    // next STOR on the same connections without a new EPSV.
+    use sluice_ftp::mode_e::BlockHeader;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = server(dir.path(), true, 8).await;
+    let mut c = Client::login(addr).await;
+    assert!(c.cmd("MODE E").await.starts_with("200"));
+    let r = c.cmd("EPSV").await;
+    let port: u16 = r.split("|||").nth(1).unwrap().trim_end_matches(|c: char| !c.is_ascii_digit()).parse().unwrap();
+    const STREAMS: u64 = 12;
+    let mut conns = Vec::new();
+    for (round, name) in ["a", "b"].into_iter().enumerate() {
+        let data: Vec<u8> = (0..STREAMS * 1000).map(|i| (i as usize * 7 + round) as u8).collect();
+        assert!(c.cmd(&format!("STOR {name}")).await.starts_with("150"));
+        if round == 0 {
+            for _ in 0..STREAMS {
+                conns.push(TcpStream::connect((addr.ip(), port)).await.unwrap());
+            }
+        }
+        for (i, d) in conns.iter_mut().enumerate() {
+            let o = i as u64 * 1000;
+            d.write_all(&BlockHeader::data(o, 1000).encode()).await.unwrap();
+            d.write_all(&data[o as usize..o as usize + 1000]).await.unwrap();
+            let eof = (i == 0).then_some(STREAMS);
+            d.write_all(&BlockHeader::end(eof, false).encode()).await.unwrap();
+        }
+        let mut r = c.reply().await;
+        while r.starts_with("1") {
+            r = c.reply().await;
+        }
+        assert!(r.starts_with("226"), "{name}: {r}");
+        assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), data);
+    }
+    assert!(c.cmd("QUIT").await.starts_with("221"));
+}

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::command::TransferMode;
 use sluice_ftp::mode_e::BlockHeader;
-use sluice_ftp::markers::{range_marker, PerfMarker, RangeSet as MarkerRanges};
+use sluice_ftp::markers::{range_marker, PerfMarker};
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::reply::Reply;
 use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
-use sluice_transfer::{receive_mode_e, receive_stream, send, ByteRange, Mode, Progress, SendSpec, TransferError};
+use sluice_transfer::{
+    receive_mode_e_relative, receive_stream, send_relative, ByteRange, Mode, Progress, SendSpec, TransferError,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -31,6 +33,11 @@ pub enum Event {
     Started(Option<u64>),
     /// A 111/112 marker.
     Marker(Reply),
+    /// MODE E upload connections the client keeps open (EOD without
+    /// CLOSE) for its next transfer on this data channel; sent before a
+    /// successful `Done`. The session hands them to the next upload's
+    /// [`Job::cached`].
+    Kept(DataChannel, Vec<TcpStream>),
     /// Finished: payload bytes, or why not.
     Done(Result<u64, OpError>),
 }
@@ -55,6 +62,9 @@ pub struct Job {
     pub writable: bool,
     /// ABOR.
     pub cancel: Cancel,
+    /// Connections kept from the previous MODE E upload on this data
+    /// channel (`globus-url-copy -fast`); the client may send on them.
+    pub cached: Vec<TcpStream>,
 }
 
 /// What to do.
@@ -69,11 +79,12 @@ pub enum Work {
 }
 
 /// Runs one transfer to its end; the last event sent is always `Done`.
-pub async fn run(job: Job, work: Work, events: mpsc::UnboundedSender<Event>) {
+pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>) {
     let started = Instant::now();
+    let cached = std::mem::take(&mut job.cached);
     // Not raced against ABOR here: each step watches the cancel token
     // itself, so an aborted upload still gets to keep its partial.
-    let (result, record) = execute(&job, &work, &events).await;
+    let (result, record) = execute(&job, &work, &events, cached).await;
     if let Some((path, ascii, direction)) = record {
         XferRecord {
             elapsed: started.elapsed(),
@@ -96,7 +107,12 @@ pub async fn run(job: Job, work: Work, events: mpsc::UnboundedSender<Event>) {
 
 type Record = Option<(VirtualPath, bool, Direction)>;
 
-async fn execute(job: &Job, work: &Work, events: &mpsc::UnboundedSender<Event>) -> (Result<u64, OpError>, Record) {
+async fn execute(
+    job: &Job,
+    work: &Work,
+    events: &mpsc::UnboundedSender<Event>,
+    cached: Vec<TcpStream>,
+) -> (Result<u64, OpError>, Record) {
     match work {
         Work::List { path, format, data } => (list(job, path, *format, data, events).await, None),
         Work::Retr { path, offset, len, skip, data } => {
@@ -104,7 +120,7 @@ async fn execute(job: &Job, work: &Work, events: &mpsc::UnboundedSender<Event>) 
             (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
         }
         Work::Stor { path, kind, data } => {
-            let r = stor(job, path, *kind, data, events).await;
+            let r = stor(job, path, *kind, data, events, cached).await;
             (r, Some((path.clone(), data.ascii, Direction::Incoming)))
         }
     }
@@ -163,18 +179,13 @@ async fn retr(
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
-    if data.mode == TransferMode::ExtendedBlock && offset > 0 && len.is_some() {
-        // ERET P in MODE E numbers blocks from the start of the range
-        // (GFD.20); sluice_transfer sends absolute offsets, so refuse
-        // rather than let the client place data wrongly.
-        return Err(OpError::NotSupported);
-    }
     let (root, p) = (Arc::clone(&job.root), path.clone());
     let file = blocking(move || root.open_read(p.as_str())).await?.map_err(op_error)?;
     let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
     if offset > size {
         return Err(OpError::OffsetBeyondEof);
     }
+    let len_given = len.is_some();
     let len = match len {
         // ERET past the end: send what exists (Globus servers do the same).
         Some(l) => l.min(size - offset),
@@ -193,7 +204,10 @@ async fn retr(
         TransferMode::ExtendedBlock => None,
     };
     let progress = Progress::new();
-    let fut = send(&job.engine, spec, conns, Arc::clone(&progress), job.cancel.clone());
+    // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
+    // globus-gridftp-server sends); REST n + RETR keeps file offsets.
+    let base = if len_given { offset } else { 0 };
+    let fut = send_relative(&job.engine, spec, base, conns, Arc::clone(&progress), job.cancel.clone());
     let r = with_markers(fut, data, &progress, false, events).await;
     let n = r.map_err(|e| transfer_error(&e, &job.cancel))?;
     if let Some(w) = watch {
@@ -241,13 +255,8 @@ async fn stor(
     kind: StoreKind,
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
+    cached: Vec<TcpStream>,
 ) -> Result<u64, OpError> {
-    if data.mode == TransferMode::ExtendedBlock && matches!(kind, StoreKind::Append | StoreKind::Adjusted(1..)) {
-        // MODE E blocks carry file offsets, which sluice_transfer writes
-        // as they are: APPE and ESTO A k (k > 0), which shift them, are
-        // not supported in MODE E. Restarts (REST n, REST ranges) are.
-        return Err(OpError::NotSupported);
-    }
     let (root, p) = (Arc::clone(&job.root), path.clone());
     let upload = blocking(move || Upload::prepare(&root, &p, kind)).await??;
     let _ = events.send(Event::Started(None));
@@ -260,12 +269,23 @@ async fn stor(
             let fut = receive_stream(&job.engine, file, upload.start, conn, Arc::clone(&progress), job.cancel.clone());
             with_markers(fut, data, &progress, true, events).await.map_err(|e| transfer_error(&e, &job.cancel))
         } else {
+            // ESTO A k and APPE (= ESTO at the current size) number their
+            // blocks from the start of the region; STOR and REST keep file
+            // offsets.
+            let base = match kind {
+                StoreKind::Adjusted(_) | StoreKind::Append => upload.start,
+                StoreKind::Replace | StoreKind::Restart(_) => 0,
+            };
             let (tx, rx) = mpsc::channel(8);
-            let acceptor = accept_all(job, data, tx).await?;
-            let fut = receive_mode_e(&job.engine, file, rx, Arc::clone(&progress), job.cancel.clone());
+            let acceptor = accept_all(job, data, tx, cached).await?;
+            let fut = receive_mode_e_relative(&job.engine, file, base, rx, Arc::clone(&progress), job.cancel.clone());
             let r = with_markers(fut, data, &progress, true, events).await;
             acceptor.abort();
-            r.map(|s| s.bytes).map_err(|e| transfer_error(&e, &job.cancel))
+            let summary = r.map_err(|e| transfer_error(&e, &job.cancel))?;
+            if !summary.kept.is_empty() && !job.cancel.is_cancelled() {
+                let _ = events.send(Event::Kept(data.channel, summary.kept));
+            }
+            Ok(summary.bytes)
         }
     }
     .await;
@@ -285,11 +305,35 @@ async fn stor(
 /// MODE E upload: the client (sender) opens the connections, so every
 /// connection to the passive listener goes to the receiver until it has
 /// seen the EOF block's EOD count. With PORT/EPRT we connect once.
+/// Connections kept from the last upload go first; then no new one is
+/// required (the client may send on those alone).
 async fn accept_all(
     job: &Job,
     data: &DataSpec,
     tx: mpsc::Sender<TcpStream>,
+    cached: Vec<TcpStream>,
 ) -> Result<tokio::task::JoinHandle<()>, OpError> {
+    if !cached.is_empty() {
+        let listener = match (data.channel, job.passive.as_ref()) {
+            (DataChannel::Passive, Some(p)) => Some(p.clone()),
+            _ => None,
+        };
+        let buffer = data.buffer;
+        // In the task: there may be more kept connections than the
+        // channel holds before the receiver starts taking them.
+        return Ok(tokio::spawn(async move {
+            for c in cached {
+                if tx.send(c).await.is_err() {
+                    return;
+                }
+            }
+            // PORT/EPRT: nobody else will connect; dropping `tx` lets the
+            // receiver fail instead of waiting if the kept ones fall short.
+            if let Some(l) = listener {
+                accept_more(l, buffer, tx).await;
+            }
+        }));
+    }
     match data.channel {
         DataChannel::Active(_) => {
             let conns = open_data(job, data, 1).await?;
@@ -311,16 +355,17 @@ async fn accept_all(
             };
             data::apply_buffer(&first, data.buffer);
             let _ = tx.send(first).await;
-            let listener = passive.clone();
-            let buffer = data.buffer;
-            Ok(tokio::spawn(async move {
-                while let Ok(c) = listener.accept().await {
-                    data::apply_buffer(&c, buffer);
-                    if tx.send(c).await.is_err() {
-                        break;
-                    }
-                }
-            }))
+            Ok(tokio::spawn(accept_more(passive.clone(), data.buffer, tx)))
+        }
+    }
+}
+
+/// Hands every further connection to the passive listener to the receiver.
+async fn accept_more(listener: Passive, buffer: Option<u64>, tx: mpsc::Sender<TcpStream>) {
+    while let Ok(c) = listener.accept().await {
+        data::apply_buffer(&c, buffer);
+        if tx.send(c).await.is_err() {
+            break;
         }
     }
 }
@@ -405,10 +450,7 @@ async fn with_markers<T>(
                 let tenths = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64 / 100).unwrap_or(0);
                 let _ = events.send(Event::Marker(PerfMarker::single(tenths, progress.bytes()).to_reply()));
                 if upload {
-                    let mut set = MarkerRanges::new();
-                    for (s, e) in progress.ranges().iter() {
-                        set.insert(s..e);
-                    }
+                    let set = progress.ranges();
                     if !set.is_empty() {
                         let _ = events.send(Event::Marker(range_marker(&set)));
                     }
