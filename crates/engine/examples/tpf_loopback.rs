@@ -19,7 +19,8 @@
 //!
 //! Options: --modes LIST, --path copy|sendfile, --conns N (half fast, half
 //! slow), --fast BYTES/S, --slow BYTES/S, --size-mib N (per file), --secs N,
-//! --dir DIR, --budget-mib N, --fixed-kib N (fixed window), --cancel on|off.
+//! --dir DIR, --budget-mib N, --fixed-kib N (fixed window), --cancel on|off,
+//! --warm (files read into the page cache before each run, not dropped).
 
 use std::fs::File;
 use std::io::Write;
@@ -45,6 +46,9 @@ struct Opts {
     budget: u64,
     fixed: usize,
     cancel: bool,
+    /// Read every file into the page cache before each run instead of
+    /// dropping it (warm-cache comparison).
+    warm: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -60,6 +64,7 @@ fn parse() -> Result<Opts, String> {
         budget: 256 << 20,
         fixed: 1 << 20,
         cancel: true,
+        warm: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |s: &str| s.parse::<u64>().map_err(|e| format!("{s}: {e}"));
@@ -83,6 +88,11 @@ fn parse() -> Result<Opts, String> {
             "--budget-mib" => o.budget = num(&v)? << 20,
             "--fixed-kib" => o.fixed = (num(&v)? << 10) as usize,
             "--cancel" => o.cancel = sluice_engine::parse_switch(&v).ok_or("--cancel on|off")?,
+            "--warm" => {
+                o.warm = true;
+                i += 1;
+                continue;
+            }
             other => return Err(format!("unknown option {other}")),
         }
         i += 2;
@@ -146,7 +156,15 @@ async fn paced_reader(mut s: TcpStream, rate: u64, got: Arc<AtomicU64>, stop: In
 
 fn run(o: &Opts, files: &[Arc<File>], mode: PrefetchMode) {
     for f in files {
-        let _ = fadvise::fadvise(f.as_fd(), 0, 0, fadvise::Advice::DontNeed);
+        if o.warm {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0;
+            while let Ok(n @ 1..) = std::os::unix::fs::FileExt::read_at(&**f, &mut buf, off) {
+                off += n as u64;
+            }
+        } else {
+            let _ = fadvise::fadvise(f.as_fd(), 0, 0, fadvise::Advice::DontNeed);
+        }
     }
     let engine = Engine::new(EngineConfig {
         data_path: o.path,
