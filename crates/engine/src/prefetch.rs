@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -61,7 +62,28 @@ struct State {
     reqs: HashMap<ReqId, Cancel>,
     /// When the armed delay-queue timer fires, if one is armed.
     timer_at: Option<Duration>,
+    /// What the last feed on a connection knew, for the next one on it.
+    streams: HashMap<StreamKey, Carry>,
 }
+
+/// A data connection, by its two addresses (unique while it is open).
+type StreamKey = (SocketAddr, SocketAddr);
+
+/// Rate state handed from one `send_file` call to the next on the same
+/// connection: front doors send a stream in pieces (MODE S: 64 MiB pieces,
+/// MODE E: one call per block), and each piece must not start over from the
+/// planner's initial rate and a fresh 100 ms measuring interval.
+#[derive(Debug, Clone, Copy)]
+struct Carry {
+    rate: Option<u64>,
+    anchor: Option<(u64, Instant)>,
+    at: Instant,
+}
+
+/// Carried state older than this is dropped (the connection is idle or gone).
+const CARRY_TTL: Duration = Duration::from_secs(10);
+/// Above this many remembered connections, stale entries are swept.
+const CARRY_SWEEP: usize = 1024;
 
 /// One open range: its file and the chunks read for it, not yet taken.
 #[derive(Debug)]
@@ -119,6 +141,7 @@ impl Hub {
                 conns: HashMap::new(),
                 reqs: HashMap::new(),
                 timer_at: None,
+                streams: HashMap::new(),
             }),
             start: Instant::now(),
             next_conn: AtomicU64::new(1),
@@ -200,10 +223,14 @@ impl Hub {
         start: u64,
         end: u64,
         copy: bool,
-    ) -> (ConnId, Arc<Notify>) {
+        key: Option<StreamKey>,
+    ) -> (ConnId, Arc<Notify>, Option<Carry>) {
         let id = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
         let notify = Arc::new(Notify::new());
         let mut st = self.lock();
+        let carry = key
+            .and_then(|k| st.streams.remove(&k))
+            .filter(|c| c.at.elapsed() < CARRY_TTL);
         st.conns.insert(
             id,
             Slot {
@@ -216,8 +243,24 @@ impl Hub {
             },
         );
         st.pf.handle_open(self.now(), id, start, end);
+        if let Some(rate) = carry.and_then(|c| c.rate) {
+            // The connection's rate as the previous piece left it.
+            let s = FlowSample {
+                delivery_rate: rate,
+                ..FlowSample::default()
+            };
+            st.pf.handle_sample(self.now(), id, &s);
+        }
         self.pump(engine, &mut st);
-        (id, notify)
+        (id, notify, carry)
+    }
+
+    fn remember(&self, key: StreamKey, carry: Carry) {
+        let mut st = self.lock();
+        if st.streams.len() >= CARRY_SWEEP {
+            st.streams.retain(|_, c| c.at.elapsed() < CARRY_TTL);
+        }
+        st.streams.insert(key, carry);
     }
 
     fn take(&self, id: ConnId, pos: u64) -> Take {
@@ -384,12 +427,16 @@ pub(crate) struct Feed<'a> {
     /// The sender waited for disk data since the rate interval began: the
     /// acked rate then shows our supply, a lower bound on the reader's.
     starved: bool,
+    key: Option<StreamKey>,
+    /// The last rate measured, carried to the next feed on this connection.
+    last_rate: Option<u64>,
 }
 
 impl Engine {
     /// A feed for `start..end` of `file`, or `None` in `kernel` mode.
     pub(crate) fn feed<'a>(
         &'a self,
+        conn: &TcpStream,
         file: &Arc<File>,
         start: u64,
         end: u64,
@@ -397,7 +444,9 @@ impl Engine {
         local: &'a Counters,
     ) -> Option<Feed<'a>> {
         let hub = self.inner.prefetch.as_ref()?;
-        let (id, notify) = hub.open(self, file, start, end, copy);
+        let key = conn.local_addr().ok().zip(conn.peer_addr().ok());
+        let (id, notify, carry) = hub.open(self, file, start, end, copy, key);
+        let last_rate = carry.and_then(|c| c.rate);
         Some(Feed {
             engine: self,
             hub,
@@ -405,9 +454,11 @@ impl Engine {
             notify,
             local,
             last_sample: None,
-            anchor: None,
-            rated: false,
+            anchor: carry.and_then(|c| c.anchor),
+            rated: last_rate.is_some(),
             starved: false,
+            key,
+            last_rate,
         })
     }
 }
@@ -489,6 +540,7 @@ impl Feed<'_> {
                 if dt >= self.hub.sample_every {
                     let bytes = info.bytes_acked.saturating_sub(acked) as f64;
                     fresh = Some((bytes / dt.as_secs_f64()) as u64);
+                    self.last_rate = fresh;
                     self.anchor = Some((info.bytes_acked, now));
                     app_limited = std::mem::take(&mut self.starved);
                 }
@@ -519,6 +571,14 @@ impl Drop for Feed<'_> {
     fn drop(&mut self) {
         let c = self.hub.close(self.engine, self.id);
         self.local.add_tpf(&c);
+        if let Some(key) = self.key {
+            let carry = Carry {
+                rate: self.last_rate,
+                anchor: self.anchor,
+                at: Instant::now(),
+            };
+            self.hub.remember(key, carry);
+        }
     }
 }
 

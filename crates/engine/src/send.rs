@@ -99,7 +99,7 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        if let Some(mut feed) = self.feed(file, offset, offset + len, true, counters) {
+        if let Some(mut feed) = self.feed(conn, file, offset, offset + len, true, counters) {
             return self
                 .send_copy_planned(conn, &mut feed, offset, len, prefix, counters, cancel)
                 .await;

@@ -58,7 +58,7 @@ impl Engine {
             }
         }
         let mut turn = Turn::new(cfg.send_quantum);
-        let mut feed = self.feed(file, offset, end, false, counters);
+        let mut feed = self.feed(conn, file, offset, end, false, counters);
         let mut pos = offset;
         // Without a feed (`kernel` mode) sendfile takes pages as they come
         // and the kernel's read-ahead brings them in.

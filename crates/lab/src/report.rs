@@ -11,7 +11,7 @@ use serde::Serialize;
 
 /// Median of a sample (upper median for even sizes, so it is a measured value).
 pub fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     s.sort_by(|a, b| a.total_cmp(b));
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }

@@ -114,7 +114,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             let per_client: Vec<f64> = survivors.iter().map(|d| d.mbytes_per_s() * 8.0).collect();
             let times: Vec<f64> = survivors
                 .iter()
-                .map(|d| if d.complete { d.end_s - d.start_s } else { sz as f64 * 8.0 / 1e6 / (d.mbytes_per_s() * 8.0).max(1e-9) })
+                .map(|d| projected_time(d, sz))
                 .collect();
             let gib = sent as f64 / (1u64 << 30) as f64;
             table.add(&group, &server.name, COLS[0], sent as f64 / 1e6 / r.wall_s);
@@ -133,7 +133,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     let pc: Vec<f64> = cls.iter().map(|d| d.mbytes_per_s() * 8.0).collect();
                     let tt: Vec<f64> = cls
                         .iter()
-                        .map(|d| if d.complete { d.end_s - d.start_s } else { sz as f64 * 8.0 / 1e6 / (d.mbytes_per_s() * 8.0).max(1e-9) })
+                        .map(|d| projected_time(d, sz))
                         .collect();
                     let sent_c: u64 = cls.iter().map(|d| d.bytes).sum();
                     table.add(&g, &server.name, COLS[0], sent_c as f64 / 1e6 / r.wall_s);
@@ -159,4 +159,16 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     report::line_chart(&ctx.out.join("throughput.png"), &format!("{}: aggregate throughput (run 1)", exp.name), "time (s)", "MB/s", &timelines)?;
     report::bar_chart(&ctx.out.join("disk-per-sent.png"), "disk bytes read per byte sent", &table, &group, COLS[1])?;
     Ok(())
+}
+
+/// Download time: measured when complete, else projected from the rate so far
+/// (NaN for a download that received nothing, which the tables leave out).
+fn projected_time(d: &crate::load::DownloadResult, size: u64) -> f64 {
+    if d.complete {
+        d.end_s - d.start_s
+    } else if d.bytes == 0 {
+        f64::NAN
+    } else {
+        size as f64 / 1e6 / d.mbytes_per_s()
+    }
 }

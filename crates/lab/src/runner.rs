@@ -72,7 +72,7 @@ impl Ctx {
             String::new()
         };
         format!(
-            "{}\n\nCommand: `{}`  \nWhen: {} (load average at start: {load}){sluice}  \nKernel: {}, {} CPUs. Repetitions per configuration: {}{}. \
+            "{}\n\nCommand: `{}`  \nFinished: {} (load average then: {load}){sluice}  \nKernel: {}, {} CPUs. Repetitions per configuration: {}{}. \
              Cells are `median (min–max, n=runs)`; with n=2 the median shown is the upper value.",
             self.exp.description.trim(),
             self.command,
@@ -190,7 +190,8 @@ pub fn run_clients(ns: Option<&str>, argv: &[String], n: u32, work: &Path) -> Re
 
 /// Runs the workload generator in `ns` and returns its report.
 pub fn run_load(ns: Option<&str>, spec: &LoadSpec, work: &Path) -> Result<LoadReport> {
-    let path = work.join("load-spec.json");
+    // One file per namespace: classes run their generators at the same time.
+    let path = work.join(format!("load-spec-{}.json", ns.unwrap_or("root")));
     std::fs::write(&path, serde_json::to_string(spec)?)?;
     let me = std::env::current_exe()?.display().to_string();
     let argv = vec![me, "_load".into(), path.display().to_string()];
