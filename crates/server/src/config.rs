@@ -20,6 +20,7 @@
 //! allow_foreign_data_host = false
 //! prefetch = "kernel"           # --prefetch tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
+//! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //!
 //! [[user]]
 //! name = "alice"
@@ -97,6 +98,11 @@ pub struct ServeArgs {
     /// at once (`on`) or let started ones run (`off`) [default: on].
     #[arg(long, value_name = "on|off")]
     pub cancel: Option<String>,
+    /// Serve the engine's counters in Prometheus text format on
+    /// `GET /metrics` at this address (off by default). The bound address
+    /// is printed on stdout as `metrics listening on ADDR`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -135,6 +141,7 @@ struct FileConfig {
     allow_foreign_data_host: Option<bool>,
     prefetch: Option<String>,
     cancel: Option<bool>,
+    metrics: Option<SocketAddr>,
     // HTTP front door keys (see crate::http::settings).
     http: Option<String>,
     no_http: Option<bool>,
@@ -174,6 +181,8 @@ pub struct ServeConfig {
     pub prefetch: sluice_engine::PrefetchMode,
     /// Eager cancellation of prefetch reads (engine `cancel`).
     pub cancel: bool,
+    /// Where the Prometheus counters are served, if anywhere.
+    pub metrics: Option<SocketAddr>,
     /// Configured users.
     pub users: Vec<UserConfig>,
     /// HTTP front door; `None` with --no-http.
@@ -264,6 +273,7 @@ impl ServeConfig {
                 || file.allow_foreign_data_host.unwrap_or(false),
             prefetch,
             cancel,
+            metrics: args.metrics.or(file.metrics),
             http: crate::http::settings::merge(
                 &args.http,
                 &crate::http::settings::HttpFileKeys {

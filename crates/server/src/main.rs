@@ -17,6 +17,7 @@ mod config;
 mod data;
 mod ftp;
 mod http;
+mod metrics;
 mod ops;
 mod upload;
 mod xferlog;
@@ -110,6 +111,9 @@ fn serve(args: config::ServeArgs) -> Result<()> {
             ..EngineConfig::default()
         })
             .context("cannot start the engine")?;
+        if let Some(addr) = cfg.metrics {
+            metrics::start(addr, engine.clone()).await?;
+        }
         // HTTP front door (crate::http) on the same engine; --no-ftp serves it alone.
         let http_task = http::start(&cfg, &engine).await?;
         if !cfg.ftp_enabled {
