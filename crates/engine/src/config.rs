@@ -94,6 +94,13 @@ pub struct EngineConfig {
     /// Copy path: read cached pages inline with `RWF_NOWAIT` (never waits for
     /// the disk) and use a disk thread only on a miss; `false` always hops.
     pub inline_cached_reads: bool,
+    /// Sendfile path in `kernel` prefetch mode: before each `sendfile` call,
+    /// ask `cachestat` whether the range is in the page cache, and send a
+    /// range that is not through the copy path (read on a disk thread), so a
+    /// cold page never makes `sendfile` wait for the disk on the event loop.
+    /// `false` is plain `sendfile` (nginx-style; the loop can stall).
+    /// Without `cachestat` (kernels before 6.5) there is no check.
+    pub sendfile_resident_check: bool,
     /// Bytes one sender may push before it yields the event loop to other
     /// connections, even if its socket still accepts data (a quantum per
     /// turn, for fairness between transfers on one thread).
@@ -126,18 +133,25 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            // Chosen by measurement on the lab VM (crates/engine/README.md): the
-            // copy loop beat sendfile over loopback.
-            data_path: DataPath::Copy,
+            // Sendfile, measured (bench/dlcost.py, README "Send-path cost"):
+            // warm loopback downloads cost ~0.11-0.14 CPU s/GiB on the
+            // sendfile path, as nginx does, against ~0.21-0.25 on the copy
+            // path, which copies every byte once more (page cache -> buffer
+            // -> socket). Cold ranges still go through the copy path's disk
+            // threads (`sendfile_resident_check`).
+            data_path: DataPath::Sendfile,
+            // Larger than any one call can move (a call ends when the send
+            // buffer is full, at most `tcp_wmem` max), so one call per wake-up.
             chunk_size: 4 << 20,
             read_buffer_size: 1 << 20,
-            // 1 MiB, measured (README): the mark also caps what one send may
-            // queue, so 256 KiB doubled send calls and wake-ups per GiB over
-            // loopback, while 1 MiB matched the kernel default's counts and
-            // still keeps unsent data per connection at ~1 MiB instead of a
-            // whole send buffer. One wake-up refills ~1 ms of a 10 Gbit/s
-            // stream, far above scheduling latency, so the kernel never starves.
-            notsent_lowat: Some(1 << 20),
+            // 4 MiB, measured (bench/dlcost.py): the socket wakes a writer
+            // when unsent data falls below half the mark, and a write stops
+            // at the mark, so 1 MiB meant ~0.5 MiB per send call and per
+            // wake-up: about twice nginx's syscalls and context switches per
+            // GiB. 4 MiB equals the lab's `tcp_wmem` max, so here it acts as
+            // "off" (send-buffer space decides, as for nginx), while on a host
+            // with larger buffers it still bounds unsent data per connection.
+            notsent_lowat: Some(4 << 20),
             send_buffer: None,
             recv_buffer: None,
             max_pacing_rate: None,
@@ -148,6 +162,7 @@ impl Default for EngineConfig {
             upload_buffers_per_stream: 4,
             sendfile_prefetch: 8 << 20,
             inline_cached_reads: true,
+            sendfile_resident_check: true,
             // 4 MiB: about 1 ms of a loopback stream; large enough that the
             // extra turn costs nothing measurable, small enough to keep turns short.
             send_quantum: 4 << 20,

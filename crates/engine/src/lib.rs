@@ -33,6 +33,7 @@ pub mod sched;
 mod send;
 mod send_sendfile;
 mod socket;
+mod tuning;
 
 use std::fs::File;
 use std::sync::Arc;
@@ -46,6 +47,7 @@ pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
+pub use tuning::parse_size;
 
 use counters::Tally;
 use disk::DiskPool;

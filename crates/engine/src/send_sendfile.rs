@@ -73,6 +73,22 @@ impl Engine {
                 }
             }
             let want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
+            if feed.is_none()
+                && cfg.sendfile_resident_check
+                && self.features().cachestat.is_supported()
+                && !self.is_resident(file, pos, want as u64)
+            {
+                // Not (all) in the page cache: sendfile would wait for the
+                // disk on the event loop. The copy path reads it on a disk
+                // thread instead; its reads also start the kernel's
+                // read-ahead, so sendfile takes over again once pages are warm.
+                let n = (want as u64).min(cfg.read_buffer_size as u64);
+                pos += self
+                    .send_copy(conn, file, pos, n, &[], counters, cancel)
+                    .await?;
+                turn.waited();
+                continue;
+            }
             let mut off = pos;
             match conn.try_io(Interest::WRITABLE, || {
                 sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want)
@@ -124,7 +140,6 @@ impl Engine {
         }
     }
 
-    #[cfg(test)]
     /// True when `cachestat` says every page of the range is cached (a page
     /// cache lookup that never waits for the disk). Without `cachestat`
     /// (kernels before 6.5) we cannot tell cheaply and say no.

@@ -296,7 +296,9 @@ fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Down
     let (addr, path) = split_url(&d.url, 80)?;
     let mut s = connect(addr, d.rcvbuf)?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: sluice-lab\r\nConnection: close\r\n\r\n")?;
+    // One write: a server may answer (and close) after the first segment.
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: sluice-lab\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes())?;
     // Read the head byte by byte into a small buffer so no body bytes are lost.
     let mut head = Vec::new();
     let mut b = [0u8; 1];
@@ -429,8 +431,14 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
+            let mut head = Vec::new();
             let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf);
+            while !head.ends_with(b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
             let body = vec![7u8; 100_000];
             let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
             let _ = s.write_all(&body);

@@ -98,17 +98,14 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     // Fail now, not at the first login, if the root cannot be served.
     sluice_platform::fs::ServedRoot::open(&cfg.root)
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("sluice")
-        .build()
-        .context("cannot start the runtime")?;
+    let rt = build_runtime()?;
     rt.block_on(async move {
         let engine = Engine::try_new(EngineConfig {
             data_path: cfg.data_path,
             prefetch: cfg.prefetch,
             cancel: cfg.cancel,
-            ..EngineConfig::default()
+            // SLUICE_NOTSENT_LOWAT, SLUICE_CHUNK_SIZE, ... (engine tuning.rs).
+            ..EngineConfig::default().with_env_overrides()
         })
             .context("cannot start the engine")?;
         if let Some(addr) = cfg.metrics {
@@ -143,6 +140,37 @@ fn serve(args: config::ServeArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The tokio runtime that runs every session. `SLUICE_RUNTIME` picks it:
+/// `multi` (default; one worker per core, work stealing) or `current` (one
+/// event-loop thread; disk reads stay on the engine's own threads).
+/// `SLUICE_WORKERS` sets the multi-thread worker count and
+/// `SLUICE_EVENT_INTERVAL` how many tasks a worker polls between checks of
+/// the I/O driver (tokio's default 61).
+fn build_runtime() -> Result<tokio::runtime::Runtime> {
+    let kind = std::env::var("SLUICE_RUNTIME").unwrap_or_default();
+    let mut b = match kind.trim() {
+        "" | "multi" => tokio::runtime::Builder::new_multi_thread(),
+        "current" => tokio::runtime::Builder::new_current_thread(),
+        other => anyhow::bail!("SLUICE_RUNTIME={other:?}: expected multi or current"),
+    };
+    if let Some(n) = env_number("SLUICE_WORKERS")? {
+        if kind.trim() != "current" {
+            b.worker_threads(n.max(1));
+        }
+    }
+    if let Some(n) = env_number("SLUICE_EVENT_INTERVAL")? {
+        b.event_interval(n.max(1) as u32);
+    }
+    b.enable_all().thread_name("sluice").build().context("cannot start the runtime")
+}
+
+fn env_number(key: &str) -> Result<Option<usize>> {
+    match std::env::var(key) {
+        Ok(v) => v.trim().parse().map(Some).with_context(|| format!("{key}={v:?}: not a number")),
+        Err(_) => Ok(None),
+    }
 }
 
 fn hash_password() -> Result<()> {

@@ -1,0 +1,115 @@
+//! Environment overrides for the engine's measured send-path settings, so a
+//! benchmark can switch one mechanism without a new flag in every front end:
+//!
+//! | variable | field | value |
+//! |---|---|---|
+//! | `SLUICE_NOTSENT_LOWAT` | `notsent_lowat` | size, or `off` |
+//! | `SLUICE_CHUNK_SIZE` | `chunk_size` (one `sendfile` call) | size |
+//! | `SLUICE_READ_BUFFER` | `read_buffer_size` (copy path) | size |
+//! | `SLUICE_SEND_QUANTUM` | `send_quantum` | size |
+//! | `SLUICE_SNDBUF` | `send_buffer` | size, or `off` (autotuning) |
+//! | `SLUICE_INLINE_READS` | `inline_cached_reads` | on/off |
+//!
+//! Sizes take an optional `K`, `M` or `G` suffix (binary units). A value
+//! that does not parse is logged and ignored (the default stays).
+
+use crate::config::parse_switch;
+use crate::EngineConfig;
+
+/// Parses `1048576`, `1024K`, `1M`, `2G` (binary units) into bytes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = num.trim().parse().ok()?;
+    n.checked_mul(1u64 << shift)
+}
+
+/// `off` (or `none`) is `Some(None)`; a size is `Some(Some(n))`.
+fn parse_opt_size(s: &str) -> Option<Option<u64>> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "off" | "none" => Some(None),
+        _ => parse_size(s).map(Some),
+    }
+}
+
+impl EngineConfig {
+    /// Applies the `SLUICE_*` overrides from the process environment.
+    pub fn with_env_overrides(self) -> Self {
+        self.with_overrides(|k| std::env::var(k).ok())
+    }
+
+    /// Applies overrides looked up by `get` (the environment, or a test map).
+    pub fn with_overrides(mut self, get: impl Fn(&str) -> Option<String>) -> Self {
+        let bad = |k: &str, v: &str| tracing::warn!("ignoring {k}={v:?}: not understood");
+        if let Some(v) = get("SLUICE_NOTSENT_LOWAT") {
+            match parse_opt_size(&v) {
+                Some(n) => self.notsent_lowat = n.map(|n| n.min(u32::MAX as u64) as u32),
+                None => bad("SLUICE_NOTSENT_LOWAT", &v),
+            }
+        }
+        if let Some(v) = get("SLUICE_SNDBUF") {
+            match parse_opt_size(&v) {
+                Some(n) => self.send_buffer = n.map(|n| n as usize),
+                None => bad("SLUICE_SNDBUF", &v),
+            }
+        }
+        for (key, field) in [
+            ("SLUICE_CHUNK_SIZE", &mut self.chunk_size),
+            ("SLUICE_READ_BUFFER", &mut self.read_buffer_size),
+            ("SLUICE_SEND_QUANTUM", &mut self.send_quantum),
+        ] {
+            if let Some(v) = get(key) {
+                match parse_size(&v) {
+                    Some(n) if n > 0 => *field = n as usize,
+                    _ => bad(key, &v),
+                }
+            }
+        }
+        if let Some(v) = get("SLUICE_INLINE_READS") {
+            match parse_switch(&v) {
+                Some(b) => self.inline_cached_reads = b,
+                None => bad("SLUICE_INLINE_READS", &v),
+            }
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("256K"), Some(256 << 10));
+        assert_eq!(parse_size("2m"), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("M"), None);
+        assert_eq!(parse_size("x1"), None);
+    }
+
+    #[test]
+    fn overrides_change_only_what_is_set() {
+        let base = EngineConfig::default();
+        let c = base.clone().with_overrides(|k| match k {
+            "SLUICE_NOTSENT_LOWAT" => Some("off".into()),
+            "SLUICE_CHUNK_SIZE" => Some("16M".into()),
+            "SLUICE_SEND_QUANTUM" => Some("0".into()),
+            "SLUICE_INLINE_READS" => Some("off".into()),
+            _ => None,
+        });
+        assert_eq!(c.notsent_lowat, None);
+        assert_eq!(c.chunk_size, 16 << 20);
+        assert_eq!(c.send_quantum, base.send_quantum, "0 is refused");
+        assert!(!c.inline_cached_reads);
+        assert_eq!(c.read_buffer_size, base.read_buffer_size);
+        let d = base.clone().with_overrides(|_| None);
+        assert_eq!(d, base);
+    }
+}
