@@ -164,6 +164,36 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kernel_mode_sends_cold_ranges_through_the_disk_threads() {
+        let data = pattern(3 << 20);
+        let file = temp_file(&data);
+        file.sync_all().unwrap();
+        fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
+        let e = engine_with(DataPath::Sendfile, PrefetchMode::Kernel);
+        assert!(e.config().sendfile_resident_check);
+        let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 3 << 20);
+        let (tx, mut rx) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let c = Counters::new();
+        e.send_file(&tx, &file, 100, (3 << 20) - 100, b"H", &c, &Cancel::new())
+            .await
+            .unwrap();
+        drop(tx);
+        let got = reader.await.unwrap();
+        assert_eq!(&got[..1], b"H");
+        assert_eq!(&got[1..], &data[100..]);
+        if cold {
+            // The first range was not cached: read on a disk thread, not by
+            // a sendfile waiting for the disk on the loop.
+            assert!(c.snapshot().disk_reads >= 1);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sendfile_brings_cold_pages_in_off_the_loop() {
         let data = pattern(2 << 20);
         let file = temp_file(&data);

@@ -9,6 +9,7 @@
 //! | `SLUICE_SEND_QUANTUM` | `send_quantum` | size |
 //! | `SLUICE_SNDBUF` | `send_buffer` | size, or `off` (autotuning) |
 //! | `SLUICE_INLINE_READS` | `inline_cached_reads` | on/off |
+//! | `SLUICE_RESIDENT_CHECK` | `sendfile_resident_check` | on/off |
 //!
 //! Sizes take an optional `K`, `M` or `G` suffix (binary units). A value
 //! that does not parse is logged and ignored (the default stays).
@@ -70,10 +71,15 @@ impl EngineConfig {
                 }
             }
         }
-        if let Some(v) = get("SLUICE_INLINE_READS") {
-            match parse_switch(&v) {
-                Some(b) => self.inline_cached_reads = b,
-                None => bad("SLUICE_INLINE_READS", &v),
+        for (key, field) in [
+            ("SLUICE_INLINE_READS", &mut self.inline_cached_reads),
+            ("SLUICE_RESIDENT_CHECK", &mut self.sendfile_resident_check),
+        ] {
+            if let Some(v) = get(key) {
+                match parse_switch(&v) {
+                    Some(b) => *field = b,
+                    None => bad(key, &v),
+                }
             }
         }
         self
@@ -102,12 +108,14 @@ mod tests {
             "SLUICE_CHUNK_SIZE" => Some("16M".into()),
             "SLUICE_SEND_QUANTUM" => Some("0".into()),
             "SLUICE_INLINE_READS" => Some("off".into()),
+            "SLUICE_RESIDENT_CHECK" => Some("maybe".into()),
             _ => None,
         });
         assert_eq!(c.notsent_lowat, None);
         assert_eq!(c.chunk_size, 16 << 20);
         assert_eq!(c.send_quantum, base.send_quantum, "0 is refused");
         assert!(!c.inline_cached_reads);
+        assert!(c.sendfile_resident_check, "a bad switch keeps the default");
         assert_eq!(c.read_buffer_size, base.read_buffer_size);
         let d = base.clone().with_overrides(|_| None);
         assert_eq!(d, base);
