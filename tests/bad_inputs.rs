@@ -2,6 +2,7 @@
 //! checks the reply code, and that the same server process then still
 //! serves a brand-new session correctly (`assert_serves_fresh_session`).
 
+use crate::harness::control::mode_e;
 use crate::harness::servers::under_test;
 use crate::harness::corpus;
 use crate::harness::*;
@@ -20,6 +21,73 @@ fn logged_in(server: &FtpServer) -> Control {
     c
 }
 
+/// Reads the reply to an overlong line just sent on `c`: it must be 500,
+/// the server must close the session, and then still serve a fresh one.
+#[track_caller]
+fn assert_500_and_close(server: &FtpServer, mut c: Control, what: &str) {
+    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an {what}: {e}\n{}", c.transcript()));
+    assert_code(&c, what, r.code, &[500]);
+    assert!(c.is_closed(), "the session stayed open after an {what}\n{}", c.transcript());
+    assert_serves_fresh_session(server);
+}
+
+/// Sends each of `cmds` in one logged-in session; every reply must be one
+/// of `allowed` (`why` says what is wrong with the commands). Then the
+/// server must still serve a fresh session.
+#[track_caller]
+fn each_command_gets(server: &FtpServer, cmds: &[&str], why: &str, allowed: &[u16]) {
+    let mut c = logged_in(server);
+    for cmd in cmds {
+        let r = c.cmd(cmd);
+        assert_code(&c, &format!("`{cmd}` ({why})"), r.code, allowed);
+    }
+    c.quit();
+    assert_serves_fresh_session(server);
+}
+
+/// RETR of a root-relative path gets 550 and no data; the server then
+/// still serves a fresh session.
+#[track_caller]
+fn retr_gets_550(server: &FtpServer, rel: &str, what: &str) {
+    let mut c = logged_in(server);
+    let t = c.retr(&server.remote_path(rel));
+    assert_code(&c, what, t.last().code, &[550]);
+    assert!(t.data.is_empty());
+    c.quit();
+    assert_serves_fresh_session(server);
+}
+
+/// Starts RETR of the 64 MiB file on `c` and returns its data connection,
+/// unread (the transfer is still running when this returns).
+#[track_caller]
+fn start_big_retr(server: &FtpServer, c: &mut Control) -> std::net::TcpStream {
+    let data = c.open_passive();
+    let first = c.cmd(&format!("RETR {}", server.remote_path(&corpus().file(BIG).name)));
+    assert!(first.is_preliminary(), "RETR of the 64 MiB file did not start\n{}", c.transcript());
+    data
+}
+
+/// A logged-in session switched to MODE E.
+fn mode_e_session(server: &FtpServer) -> Control {
+    let mut c = logged_in(server);
+    let r = c.cmd("MODE E");
+    assert_code(&c, "MODE E", r.code, &[200]);
+    c
+}
+
+/// A MODE E STOR of `payload` to `rel` must end with an error reply and
+/// leave no file under that name; the server then still serves.
+#[track_caller]
+fn mode_e_stor_is_refused(server: &FtpServer, rel: &str, payload: &[u8], what: &str) {
+    let mut c = mode_e_session(server);
+    let replies = c.upload("STOR", &server.remote_path(rel), payload);
+    let last = replies.last().expect("a reply");
+    assert!(last.is_error(), "STOR {what} ended with {}\n{}", last.code, c.transcript());
+    assert!(!server.local(rel).exists(), "a failed upload ({what}) was left under its final name\n{}", c.transcript());
+    c.quit();
+    assert_serves_fresh_session(server);
+}
+
 /// A test file's bytes as a server must never send them: /etc/passwd.
 fn passwd() -> Vec<u8> {
     fs::read("/etc/passwd").expect("read /etc/passwd")
@@ -32,10 +100,7 @@ fn overlong_line_before_login_gets_500_and_close() {
     let mut line = vec![b'A'; TOO_LONG];
     line.extend_from_slice(b"\r\n");
     c.send_raw(&line).expect("send long line");
-    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an overlong line: {e}\n{}", c.transcript()));
-    assert_code(&c, "overlong line", r.code, &[500]);
-    assert!(c.is_closed(), "the session stayed open after an overlong line\n{}", c.transcript());
-    assert_serves_fresh_session(&server);
+    assert_500_and_close(&server, c, "overlong line");
 }
 
 #[test]
@@ -44,10 +109,7 @@ fn overlong_line_after_login_gets_500_and_close() {
     let mut c = logged_in(&server);
     let line = format!("RETR {}\r\n", "x/".repeat(TOO_LONG / 2));
     c.send_raw(line.as_bytes()).expect("send long line");
-    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an overlong line: {e}\n{}", c.transcript()));
-    assert_code(&c, "overlong RETR line", r.code, &[500]);
-    assert!(c.is_closed(), "the session stayed open after an overlong line\n{}", c.transcript());
-    assert_serves_fresh_session(&server);
+    assert_500_and_close(&server, c, "overlong RETR line");
 }
 
 #[test]
@@ -56,10 +118,7 @@ fn unterminated_line_past_the_limit_gets_500_and_close() {
     let mut c = server.connect();
     // No CRLF at all: the server must not wait for one forever.
     c.send_raw(&vec![b'B'; TOO_LONG]).expect("send");
-    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an unterminated overlong line: {e}\n{}", c.transcript()));
-    assert_code(&c, "unterminated overlong line", r.code, &[500]);
-    assert!(c.is_closed(), "the session stayed open\n{}", c.transcript());
-    assert_serves_fresh_session(&server);
+    assert_500_and_close(&server, c, "unterminated overlong line");
 }
 
 #[test]
@@ -93,22 +152,12 @@ fn non_anonymous_user_is_refused_with_530() {
 /// is checked (no transfer is started, so nothing can leave loopback).
 #[test]
 fn port_to_foreign_host_is_refused() {
-    let server = under_test(false);
-    let mut c = logged_in(&server);
-    let r = c.cmd("PORT 10,0,0,1,200,10");
-    assert_code(&c, "PORT to 10.0.0.1", r.code, &[500, 501, 504]);
-    c.quit();
-    assert_serves_fresh_session(&server);
+    each_command_gets(&under_test(false), &["PORT 10,0,0,1,200,10"], "bounce to 10.0.0.1", &[500, 501, 504]);
 }
 
 #[test]
 fn eprt_to_foreign_host_is_refused() {
-    let server = under_test(false);
-    let mut c = logged_in(&server);
-    let r = c.cmd("EPRT |1|10.0.0.1|51210|");
-    assert_code(&c, "EPRT to 10.0.0.1", r.code, &[500, 501, 504]);
-    c.quit();
-    assert_serves_fresh_session(&server);
+    each_command_gets(&under_test(false), &["EPRT |1|10.0.0.1|51210|"], "bounce to 10.0.0.1", &[500, 501, 504]);
 }
 
 /// 127.0.0.2 is another loopback address: not the control peer (127.0.0.1),
@@ -140,21 +189,13 @@ fn port_and_eprt_to_another_loopback_address_never_connect() {
 
 #[test]
 fn port_and_eprt_to_privileged_port_are_refused() {
-    let server = under_test(false);
-    let mut c = logged_in(&server);
-    for cmd in ["PORT 127,0,0,1,0,22", "PORT 127,0,0,1,3,255", "EPRT |1|127.0.0.1|22|", "EPRT |1|127.0.0.1|1023|"] {
-        let r = c.cmd(cmd);
-        assert_code(&c, &format!("`{cmd}` (port below 1024)"), r.code, &[500, 501, 504]);
-    }
-    c.quit();
-    assert_serves_fresh_session(&server);
+    let cmds = ["PORT 127,0,0,1,0,22", "PORT 127,0,0,1,3,255", "EPRT |1|127.0.0.1|22|", "EPRT |1|127.0.0.1|1023|"];
+    each_command_gets(&under_test(false), &cmds, "port below 1024", &[500, 501, 504]);
 }
 
 #[test]
 fn malformed_port_gets_501() {
-    let server = under_test(false);
-    let mut c = logged_in(&server);
-    for cmd in [
+    let cmds = [
         "PORT",
         "PORT 1,2,3",
         "PORT 127,0,0,1,1",
@@ -165,12 +206,8 @@ fn malformed_port_gets_501() {
         "PORT -1,0,0,1,4,1",
         "PORT 127,0,0,1,4,",
         "PORT 127.0.0.1:5000",
-    ] {
-        let r = c.cmd(cmd);
-        assert_code(&c, &format!("`{cmd}`"), r.code, &[501]);
-    }
-    c.quit();
-    assert_serves_fresh_session(&server);
+    ];
+    each_command_gets(&under_test(false), &cmds, "malformed PORT", &[501]);
 }
 
 #[test]
@@ -217,37 +254,20 @@ fn rest_beyond_eof_then_retr_is_an_error() {
 
 #[test]
 fn malformed_rest_gets_501() {
-    let server = under_test(false);
-    let mut c = logged_in(&server);
-    for cmd in ["REST", "REST -1", "REST abc", "REST 99999999999999999999999999", "REST 1e9"] {
-        let r = c.cmd(cmd);
-        assert_code(&c, &format!("`{cmd}`"), r.code, &[501]);
-    }
-    c.quit();
-    assert_serves_fresh_session(&server);
+    let cmds = ["REST", "REST -1", "REST abc", "REST 99999999999999999999999999", "REST 1e9"];
+    each_command_gets(&under_test(false), &cmds, "malformed REST", &[501]);
 }
 
 #[test]
 fn retr_of_a_directory_gets_550() {
     let server = under_test(false);
     fs::create_dir(server.local("adir")).expect("mkdir");
-    let mut c = logged_in(&server);
-    let t = c.retr(&server.remote_path("adir"));
-    assert_code(&c, "RETR of a directory", t.last().code, &[550]);
-    assert!(t.data.is_empty());
-    c.quit();
-    assert_serves_fresh_session(&server);
+    retr_gets_550(&server, "adir", "RETR of a directory");
 }
 
 #[test]
 fn retr_of_a_missing_file_gets_550() {
-    let server = under_test(false);
-    let mut c = logged_in(&server);
-    let t = c.retr(&server.remote_path("no-such-file.bin"));
-    assert_code(&c, "RETR of a missing file", t.last().code, &[550]);
-    assert!(t.data.is_empty());
-    c.quit();
-    assert_serves_fresh_session(&server);
+    retr_gets_550(&under_test(false), "no-such-file.bin", "RETR of a missing file");
 }
 
 /// `..` never leaves the root: every attempt is refused (or finds nothing
@@ -332,11 +352,8 @@ fn unknown_command_gets_500_or_502() {
 #[test]
 fn retr_before_pasv_or_port_gets_425_or_503() {
     let server = under_test(false);
-    let mut c = logged_in(&server);
-    let r = c.cmd(&format!("RETR {}", server.remote_path("f4095.bin")));
-    assert_code(&c, "RETR with no data connection set up", r.code, &[425, 503]);
-    c.quit();
-    assert_serves_fresh_session(&server);
+    let retr = format!("RETR {}", server.remote_path("f4095.bin"));
+    each_command_gets(&server, &[&retr], "no data connection set up", &[425, 503]);
 }
 
 /// ABOR in the middle of a download: the transfer stops, the replies end
@@ -345,9 +362,7 @@ fn retr_before_pasv_or_port_gets_425_or_503() {
 fn abor_during_retr_then_session_continues() {
     let server = under_test(false);
     let mut c = logged_in(&server);
-    let mut data = c.open_passive();
-    let first = c.cmd(&format!("RETR {}", server.remote_path("f67108864.bin")));
-    assert!(first.is_preliminary(), "RETR of the 64 MiB file did not start\n{}", c.transcript());
+    let mut data = start_big_retr(&server, &mut c);
     let mut buf = vec![0u8; 256 * 1024];
     std::io::Read::read_exact(&mut data, &mut buf).expect("read the first 256 KiB");
     c.send_raw(b"ABOR\r\n").expect("send ABOR");
@@ -382,9 +397,7 @@ fn clients_vanishing_mid_transfer_do_not_hurt_the_server() {
     let server = under_test(false);
     for _ in 0..3 {
         let mut c = logged_in(&server);
-        let mut data = c.open_passive();
-        let first = c.cmd(&format!("RETR {}", server.remote_path("f67108864.bin")));
-        assert!(first.is_preliminary(), "RETR did not start\n{}", c.transcript());
+        let mut data = start_big_retr(&server, &mut c);
         let mut buf = vec![0u8; 64 * 1024];
         std::io::Read::read_exact(&mut data, &mut buf).expect("read the first 64 KiB");
         drop(data);
@@ -398,38 +411,18 @@ fn clients_vanishing_mid_transfer_do_not_hurt_the_server() {
 /// target name.
 #[test]
 fn mode_e_upload_with_absurd_block_length_is_refused() {
-    use crate::harness::control::mode_e;
-    let server = under_test(true);
-    let mut c = logged_in(&server);
-    let r = c.cmd("MODE E");
-    assert_code(&c, "MODE E", r.code, &[200]);
     let mut payload = mode_e::header(0, 1 << 40, 0).to_vec();
     payload.extend_from_slice(&[0x55; 1000]);
-    let replies = c.upload("STOR", &server.remote_path("bogus.bin"), &payload);
-    let last = replies.last().expect("a reply");
-    assert!(last.is_error(), "STOR with a 1 TiB MODE E block ended with {}\n{}", last.code, c.transcript());
-    assert!(!server.local("bogus.bin").exists(), "a failed upload was left under its final name\n{}", c.transcript());
-    c.quit();
-    assert_serves_fresh_session(&server);
+    mode_e_stor_is_refused(&under_test(true), "bogus.bin", &payload, "with a 1 TiB MODE E block");
 }
 
 /// A MODE E upload cut off in the middle of a block (no EOD, no EOF) is an
 /// error, and is never presented as a complete file.
 #[test]
 fn mode_e_upload_cut_short_is_not_presented_as_complete() {
-    use crate::harness::control::mode_e;
-    let server = under_test(true);
-    let mut c = logged_in(&server);
-    let r = c.cmd("MODE E");
-    assert_code(&c, "MODE E", r.code, &[200]);
     let mut payload = mode_e::header(0, 4096, 0).to_vec();
     payload.extend_from_slice(&[0x55; 1000]);
-    let replies = c.upload("STOR", &server.remote_path("cut.bin"), &payload);
-    let last = replies.last().expect("a reply");
-    assert!(last.is_error(), "STOR of a truncated MODE E block ended with {}\n{}", last.code, c.transcript());
-    assert!(!server.local("cut.bin").exists(), "a truncated upload was left under its final name\n{}", c.transcript());
-    c.quit();
-    assert_serves_fresh_session(&server);
+    mode_e_stor_is_refused(&under_test(true), "cut.bin", &payload, "of a truncated MODE E block");
 }
 
 /// The raw MODE E encoder above is right: the same session layout with a
@@ -437,13 +430,10 @@ fn mode_e_upload_cut_short_is_not_presented_as_complete() {
 /// globus-gridftp-server in peers.rs too).
 #[test]
 fn mode_e_raw_upload_control() {
-    use crate::harness::control::mode_e;
     let server = under_test(true);
     let f = corpus().file(4095);
     let data = fs::read(&f.path).expect("read");
-    let mut c = logged_in(&server);
-    let r = c.cmd("MODE E");
-    assert_code(&c, "MODE E", r.code, &[200]);
+    let mut c = mode_e_session(&server);
     let replies = c.upload("STOR", &server.remote_path("raw.bin"), &mode_e::single_stream(&data));
     assert_code(&c, "STOR of one MODE E block + EOF/EOD", replies.last().expect("reply").code, &[226, 250]);
     compare_file(&server.local("raw.bin"), f).unwrap_or_else(|e| panic!("{e}\n{}", c.transcript()));
@@ -456,9 +446,7 @@ fn mode_e_raw_upload_control() {
 fn a_stalled_reader_does_not_block_other_sessions() {
     let server = under_test(false);
     let mut stalled = logged_in(&server);
-    let data = stalled.open_passive();
-    let first = stalled.cmd(&format!("RETR {}", server.remote_path("f67108864.bin")));
-    assert!(first.is_preliminary(), "RETR did not start\n{}", stalled.transcript());
+    let data = start_big_retr(&server, &mut stalled);
     // `data` is never read: the server's socket buffers fill and stay full.
     for _ in 0..2 {
         assert_serves_fresh_session(&server);

@@ -2,9 +2,10 @@
 //! globus-gridftp-server: MODE E with -p 4) and against `sluice serve`.
 
 use crate::harness::corpus::write_prefix;
-use crate::harness::servers::{gridftp, sluice_ro, sluice_rw, vsftpd};
+use crate::harness::servers::{gridftp, gridftp_on, sluice_ro, sluice_rw, vsftpd};
 use crate::harness::*;
 use std::fs;
+use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -12,33 +13,77 @@ fn sluice(args: &[&str]) -> Output {
     run(Command::new(sluice_bin()).args(args).env("NO_COLOR", "1"))
 }
 
-/// `sluice get [flags] URL DEST` for every size.
-fn get_all(server: &FtpServer, flags: &[&str]) {
+/// `sluice get [flags] URL DEST`.
+fn get(flags: &[&str], url: &str, dest: &Path) -> Output {
+    let mut args = vec!["get"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[url, dest.to_str().expect("utf-8 path")]);
+    sluice(&args)
+}
+
+/// `sluice put [flags] FILE URL`.
+fn put(flags: &[&str], file: &Path, url: &str) -> Output {
+    let mut args = vec!["put"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[file.to_str().expect("utf-8 path"), url]);
+    sluice(&args)
+}
+
+/// vsftpd, or None (test skipped) when it is not installed.
+fn vsftpd_peer(writable: bool) -> Option<FtpServer> {
+    require_tool("vsftpd").then(|| vsftpd(writable))
+}
+
+/// globus-gridftp-server, or None (test skipped) when it is not installed.
+fn gridftp_peer(writable: bool) -> Option<FtpServer> {
+    require_tool("globus-gridftp-server").then(|| gridftp(writable))
+}
+
+/// The value of the `stats: NAME VALUE` line `--stats` printed.
+#[track_caller]
+fn stat(out: &Output, name: &str) -> u64 {
+    let prefix = format!("stats: {name} ");
+    out.stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{prefix}` line\n{}", out.describe()))
+}
+
+/// Marks a successful run as failed if its summary line on stderr lacks
+/// `expected` (the mode and stream count the client settled on, or the
+/// resume offset).
+fn require_summary(mut out: Output, expected: &str) -> Output {
+    if out.success() && !out.stderr.contains(expected) {
+        out.problem = Some(format!("summary does not say `{expected}`"));
+    }
+    out
+}
+
+/// Marks a successful download as failed if it left DEST.part behind.
+fn no_part_left(mut out: Output, dest: &Path) -> Output {
+    if out.success() && part_path(dest).exists() {
+        out.problem = Some(format!("{} left behind", part_path(dest).display()));
+    }
+    out
+}
+
+/// `sluice get [flags] URL DEST` for every size; each run must name `mode`
+/// in its summary and leave no DEST.part.
+fn get_all(server: &FtpServer, flags: &[&str], mode: &str) {
     let what = format!("sluice get {} from {:?}", flags.join(" "), server.kind);
-    download_all_sizes(server, &what, |f, dest| {
-        let url = server.url(&f.name);
-        let dest = dest.to_str().expect("utf-8 path");
-        let mut args = vec!["get"];
-        args.extend_from_slice(flags);
-        args.extend_from_slice(&[&url, dest]);
-        sluice(&args)
-    });
+    download_all_sizes(server, &what, |f, dest| no_part_left(require_summary(get(flags, &server.url(&f.name), dest), mode), dest));
 }
 
-/// `sluice put [flags] FILE URL` for every size.
-fn put_all(server: &FtpServer, flags: &[&str]) {
+/// `sluice put [flags] FILE URL` for every size; each run must name `mode`
+/// in its summary.
+fn put_all(server: &FtpServer, flags: &[&str], mode: &str) {
     let what = format!("sluice put {} to {:?}", flags.join(" "), server.kind);
-    upload_all_sizes(server, &what, |f, rel| {
-        let url = server.url(rel);
-        let src = f.path.to_str().expect("utf-8 path");
-        let mut args = vec!["put"];
-        args.extend_from_slice(flags);
-        args.extend_from_slice(&[src, &url]);
-        sluice(&args)
-    });
+    upload_all_sizes(server, &what, |f, rel| require_summary(put(flags, &f.path, &server.url(rel)), mode));
 }
 
-/// `sluice ls URL-of-root` names every file in the root.
+/// `sluice ls URL-of-root` names every file in the root; so does `ls -1`,
+/// one name a line.
 fn ls_names_everything(server: &FtpServer) {
     fs::create_dir(server.local("subdir")).expect("mkdir");
     let out = sluice(&["ls", &server.url("")]);
@@ -47,6 +92,15 @@ fn ls_names_everything(server: &FtpServer) {
         assert!(out.stdout.contains(&f.name), "`sluice ls` did not list {}\n{}", f.name, out.describe());
     }
     assert!(out.stdout.contains("subdir"), "`sluice ls` did not list subdir\n{}", out.describe());
+    let out = sluice(&["ls", "-1", &server.url("")]);
+    out.assert_success();
+    for name in corpus().files().iter().map(|f| f.name.as_str()).chain(["subdir"]) {
+        assert!(
+            out.stdout.lines().any(|l| l.trim().ends_with(name)),
+            "`sluice ls -1` has no line for {name}\n{}",
+            out.describe()
+        );
+    }
     server.assert_running();
 }
 
@@ -59,51 +113,35 @@ fn part_path(dest: &Path) -> PathBuf {
 }
 
 /// `sluice get --continue` completes an interrupted download (DEST.part
-/// holding a prefix of the file).
+/// holding a prefix of the file), fetching only the rest, and says where
+/// it resumed.
 fn get_continue(server: &FtpServer, flags: &[&str]) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut failures = Vec::new();
-    for (size, keep) in [(BIG, BIG / 2 + 4321), ((1 << 20) + 7, 7), (4095, 4094)] {
-        let f = corpus().file(size);
+    let what = format!("sluice get --continue {flags:?} from {:?}", server.kind);
+    let cases = [(BIG, BIG / 2 + 4321), ((1 << 20) + 7, 7), (4095, 4094)];
+    resume_cases(server, &what, &cases, |f, keep| {
         let dest = dir.path().join(&f.name);
         write_prefix(&f.path, &part_path(&dest), keep);
-        let url = server.url(&f.name);
-        let mut args = vec!["get", "--continue"];
-        args.extend_from_slice(flags);
-        args.extend_from_slice(&[&url, dest.to_str().expect("utf-8")]);
-        let out = sluice(&args);
-        if !out.success() {
-            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
-        } else if let Err(e) = compare_file(&dest, f) {
-            failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
-        } else if part_path(&dest).exists() {
-            failures.push(format!("{} from {keep}: {} left behind\n{}", f.name, part_path(&dest).display(), out.describe()));
-        }
-    }
-    server.assert_running();
-    assert!(failures.is_empty(), "sluice get --continue {flags:?} from {:?}:\n{}", server.kind, failures.join("\n\n"));
+        let flags = [&["--continue"][..], flags].concat();
+        let out = require_summary(get(&flags, &server.url(&f.name), &dest), &format!("resumed at {keep}"));
+        // Only the missing part crosses the wire.
+        let out = require_summary(out, &format!("received {} bytes", f.size - keep));
+        (dest.clone(), no_part_left(out, &dest))
+    });
 }
 
-/// `sluice put --continue` completes a remote file holding a prefix.
+/// `sluice put --continue` completes a remote file holding a prefix and
+/// says where it resumed.
 fn put_continue(server: &FtpServer, flags: &[&str]) {
-    let mut failures = Vec::new();
-    for (size, keep) in [(BIG, BIG / 3 + 99), ((1 << 20) + 7, 1 << 20), (4095, 1)] {
-        let f = corpus().file(size);
+    let what = format!("sluice put --continue {flags:?} to {:?}", server.kind);
+    let cases = [(BIG, BIG / 3 + 99), ((1 << 20) + 7, 1 << 20), (4095, 1)];
+    resume_cases(server, &what, &cases, |f, keep| {
         let rel = format!("partial-{}", f.name);
         write_prefix(&f.path, &server.local(&rel), keep);
-        let url = server.url(&rel);
-        let mut args = vec!["put", "--continue"];
-        args.extend_from_slice(flags);
-        args.extend_from_slice(&[f.path.to_str().expect("utf-8"), &url]);
-        let out = sluice(&args);
-        if !out.success() {
-            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
-        } else if let Err(e) = compare_file(&server.local(&rel), f) {
-            failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
-        }
-    }
-    server.assert_running();
-    assert!(failures.is_empty(), "sluice put --continue {flags:?} to {:?}:\n{}", server.kind, failures.join("\n\n"));
+        let flags = [&["--continue"][..], flags].concat();
+        let out = require_summary(put(&flags, &f.path, &server.url(&rel)), &format!("resumed at {keep}"));
+        (server.local(&rel), out)
+    });
 }
 
 /// An interrupted download (DEST.part) with one wrong byte, then `get --continue --verify`: the
@@ -118,11 +156,7 @@ fn verify_catches_corrupt_prefix(server: &FtpServer, flags: &[&str]) {
     let mut bytes = fs::read(&part).expect("read prefix");
     bytes[1000] ^= 0xff;
     fs::write(&part, &bytes).expect("corrupt prefix");
-    let url = server.url(&f.name);
-    let mut args = vec!["get", "--continue", "--verify"];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&[&url, dest.to_str().expect("utf-8")]);
-    let out = sluice(&args);
+    let out = get(&[&["--continue", "--verify"][..], flags].concat(), &server.url(&f.name), &dest);
     if out.success() {
         if let Err(e) = compare_file(&dest, f) {
             panic!("--verify reported success for a corrupt file: {e}\n{}", out.describe());
@@ -131,153 +165,306 @@ fn verify_catches_corrupt_prefix(server: &FtpServer, flags: &[&str]) {
     server.assert_running();
 }
 
+/// `sluice get [flags]` of a file the server does not have: exit 5, and
+/// neither DEST nor an empty DEST.part left behind.
+fn missing_file_is_exit_5(server: &FtpServer, flags: &[&str]) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join("nothing");
+    let out = get(flags, &server.url("nothing"), &dest);
+    assert_exit(&out, 5);
+    assert!(out.stderr.contains("sluice: "), "{}", out.describe());
+    assert!(!dest.exists(), "{} created\n{}", dest.display(), out.describe());
+    assert!(!part_path(&dest).exists(), "empty .part left behind\n{}", out.describe());
+    server.assert_running();
+}
+
 // ---- against vsftpd (MODE S only) ----
 
 #[test]
 fn get_from_vsftpd() {
-    if !require_tool("vsftpd") {
-        return;
-    }
-    get_all(&vsftpd(false), &[]);
+    let Some(s) = vsftpd_peer(false) else { return };
+    get_all(&s, &[], "MODE S, 1 stream");
 }
 
 /// `-p 4` against a server without MODE E: the client's documented
 /// fallback is one MODE S stream, with the same result.
 #[test]
 fn get_p4_from_vsftpd_falls_back_to_mode_s() {
-    if !require_tool("vsftpd") {
-        return;
-    }
-    get_all(&vsftpd(false), &["-p", "4"]);
+    let Some(s) = vsftpd_peer(false) else { return };
+    get_all(&s, &["-p", "4"], "MODE S, 1 stream");
 }
 
 #[test]
 fn put_to_vsftpd() {
-    if !require_tool("vsftpd") {
-        return;
-    }
-    put_all(&vsftpd(true), &[]);
+    let Some(s) = vsftpd_peer(true) else { return };
+    put_all(&s, &[], "MODE S");
+}
+
+#[test]
+fn put_p4_to_vsftpd_falls_back_to_mode_s() {
+    let Some(s) = vsftpd_peer(true) else { return };
+    put_all(&s, &["-p", "4"], "MODE S, 1 stream");
 }
 
 #[test]
 fn ls_vsftpd() {
-    if !require_tool("vsftpd") {
-        return;
-    }
-    ls_names_everything(&vsftpd(false));
+    let Some(s) = vsftpd_peer(false) else { return };
+    ls_names_everything(&s);
 }
 
 #[test]
 fn get_continue_from_vsftpd() {
-    if !require_tool("vsftpd") {
-        return;
-    }
-    get_continue(&vsftpd(false), &[]);
+    let Some(s) = vsftpd_peer(false) else { return };
+    get_continue(&s, &[]);
 }
 
 #[test]
 fn put_continue_to_vsftpd() {
-    if !require_tool("vsftpd") {
-        return;
-    }
-    put_continue(&vsftpd(true), &[]);
+    let Some(s) = vsftpd_peer(true) else { return };
+    put_continue(&s, &[]);
+}
+
+/// DEST `-` writes the file to stdout; an existing directory as DEST gets
+/// the URL's file name.
+#[test]
+fn get_to_stdout_and_into_directory_from_vsftpd() {
+    let Some(s) = vsftpd_peer(false) else { return };
+    let f = corpus().file(4095);
+    let out = get(&[], &s.url(&f.name), Path::new("-"));
+    out.assert_success();
+    assert!(out.stdout_bytes == fs::read(&f.path).expect("read original"), "stdout is not the file\n{}", out.describe());
+    let dir = tempfile::tempdir().expect("temp dir");
+    assert_transferred(&get(&[], &s.url(&f.name), dir.path()), &dir.path().join(&f.name), f);
+}
+
+/// vsftpd offers no CKSM: `--verify` cannot be honoured (exit 9), and the
+/// unverified file does not get the final name.
+#[test]
+fn verify_unavailable_from_vsftpd_is_exit_9() {
+    let Some(s) = vsftpd_peer(false) else { return };
+    let f = corpus().file(1);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join(&f.name);
+    let url = s.url(&f.name);
+    let out = get(&["--verify"], &url, &dest);
+    assert_exit(&out, 9);
+    assert!(out.stderr.starts_with(&format!("sluice: {url}: ")), "{}", out.describe());
+    assert!(!dest.exists(), "unverified file renamed to {}", dest.display());
+}
+
+#[test]
+fn missing_file_from_vsftpd_is_exit_5() {
+    let Some(s) = vsftpd_peer(false) else { return };
+    missing_file_is_exit_5(&s, &[]);
+}
+
+/// vsftpd here takes only anonymous logins: a named user is refused (exit
+/// 4) and the error line does not show the password.
+#[test]
+fn refused_login_to_vsftpd_is_exit_4_and_password_is_hidden() {
+    let Some(s) = vsftpd_peer(false) else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("ftp://bob:s3cret@{}/x", s.addr());
+    let out = get(&[], &url, &dir.path().join("x"));
+    assert_exit(&out, 4);
+    assert!(!out.stderr.contains("s3cret"), "password shown\n{}", out.describe());
+}
+
+#[test]
+fn refused_upload_to_read_only_vsftpd_is_exit_5() {
+    let Some(s) = vsftpd_peer(false) else { return };
+    let f = corpus().file(1);
+    let out = put(&[], &f.path, &s.url("new-file"));
+    assert_exit(&out, 5);
+    assert!(!s.local("new-file").exists());
+}
+
+/// Nothing listens on the port: a network error, exit 3.
+#[test]
+fn connection_refused_is_exit_3() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("probe port").port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = get(&[], &format!("ftp://127.0.0.1:{port}/x"), &dir.path().join("x"));
+    assert_exit(&out, 3);
 }
 
 // ---- against globus-gridftp-server (MODE E, 4 streams) ----
 
-fn have_gridftp() -> bool {
-    require_tool("globus-gridftp-server")
+#[test]
+fn get_from_gridftp_mode_s() {
+    let Some(s) = gridftp_peer(false) else { return };
+    get_all(&s, &[], "MODE S, 1 stream");
 }
 
 #[test]
 fn get_p4_from_gridftp() {
-    if !have_gridftp() {
-        return;
-    }
-    get_all(&gridftp(false), &["-p", "4"]);
+    let Some(s) = gridftp_peer(false) else { return };
+    get_all(&s, &["-p", "4"], "MODE E");
 }
 
 #[test]
 fn get_p4_verify_from_gridftp() {
-    if !have_gridftp() {
-        return;
-    }
-    get_all(&gridftp(false), &["-p", "4", "--verify"]);
+    let Some(s) = gridftp_peer(false) else { return };
+    get_all(&s, &["-p", "4", "--verify"], "MODE E");
+}
+
+#[test]
+fn put_to_gridftp_mode_s() {
+    let Some(s) = gridftp_peer(true) else { return };
+    put_all(&s, &[], "MODE S");
 }
 
 #[test]
 fn put_p4_to_gridftp() {
-    if !have_gridftp() {
-        return;
-    }
-    put_all(&gridftp(true), &["-p", "4"]);
+    let Some(s) = gridftp_peer(true) else { return };
+    put_all(&s, &["-p", "4"], "MODE E, 4 streams");
 }
 
 #[test]
 fn put_p4_verify_to_gridftp() {
-    if !have_gridftp() {
-        return;
-    }
-    put_all(&gridftp(true), &["-p", "4", "--verify"]);
+    let Some(s) = gridftp_peer(true) else { return };
+    put_all(&s, &["-p", "4", "--verify"], "MODE E, 4 streams");
 }
 
 #[test]
 fn ls_gridftp() {
-    if !have_gridftp() {
-        return;
-    }
-    ls_names_everything(&gridftp(false));
+    let Some(s) = gridftp_peer(false) else { return };
+    ls_names_everything(&s);
+}
+
+#[test]
+fn get_continue_from_gridftp_mode_s() {
+    let Some(s) = gridftp_peer(false) else { return };
+    get_continue(&s, &[]);
 }
 
 #[test]
 fn get_continue_p4_from_gridftp() {
-    if !have_gridftp() {
-        return;
-    }
-    get_continue(&gridftp(false), &["-p", "4"]);
+    let Some(s) = gridftp_peer(false) else { return };
+    get_continue(&s, &["-p", "4"]);
 }
 
 #[test]
 fn put_continue_p4_to_gridftp() {
-    if !have_gridftp() {
-        return;
-    }
-    put_continue(&gridftp(true), &["-p", "4"]);
+    let Some(s) = gridftp_peer(true) else { return };
+    put_continue(&s, &["-p", "4"]);
+}
+
+#[test]
+fn put_continue_p4_verify_to_gridftp() {
+    let Some(s) = gridftp_peer(true) else { return };
+    put_continue(&s, &["-p", "4", "--verify"]);
 }
 
 #[test]
 fn verify_catches_corrupt_prefix_from_gridftp() {
-    if !have_gridftp() {
+    let Some(s) = gridftp_peer(false) else { return };
+    verify_catches_corrupt_prefix(&s, &["-p", "4"]);
+}
+
+/// A MODE E run left a .part with good data up to 300000, junk past it,
+/// and a side file (.part.resume) recording 300000: `--continue` must
+/// resume from the recorded prefix, not from the .part's length.
+#[test]
+fn get_continue_p4_from_gridftp_uses_recorded_prefix() {
+    let Some(s) = gridftp_peer(false) else { return };
+    let f = corpus().file((1 << 20) + 7);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join(&f.name);
+    let part = part_path(&dest);
+    write_prefix(&f.path, &part, 300_000);
+    let mut bytes = fs::read(&part).expect("read prefix");
+    bytes.extend(std::iter::repeat_n(0xAAu8, 500_000));
+    fs::write(&part, &bytes).expect("write junk");
+    let side = dir.path().join(format!("{}.part.resume", f.name));
+    fs::write(&side, "300000\n").expect("write side file");
+    let out = get(&["-p", "4", "--continue", "--verify"], &s.url(&f.name), &dest);
+    assert_transferred(&out, &dest, f);
+    assert!(out.stderr.contains("resumed at 300000"), "{}", out.describe());
+    assert!(!side.exists(), "{} left behind", side.display());
+}
+
+/// The client over IPv6 loopback (EPSV/EPRT): MODE E both ways, MODE S down.
+#[test]
+fn ipv6_to_and_from_gridftp() {
+    if !require_tool("globus-gridftp-server") {
         return;
     }
-    verify_catches_corrupt_prefix(&gridftp(false), &["-p", "4"]);
+    let s = gridftp_on(Ipv6Addr::LOCALHOST.into(), true);
+    let f = corpus().file((1 << 20) + 7);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join(&f.name);
+    let url = s.url(&f.name);
+    assert!(url.starts_with("ftp://[::1]:"), "{url}");
+    assert_transferred(&get(&["-p", "4"], &url, &dest), &dest, f);
+    assert_transferred(&put(&["-p", "2"], &dest, &s.url("up-six")), &s.local("up-six"), f);
+    let dest_s = dir.path().join("mode-s");
+    assert_transferred(&get(&[], &url, &dest_s), &dest_s, f);
+    s.assert_running();
+}
+
+/// `--stats` counts every byte, at most the streams asked for, and the
+/// receive stalls.
+#[test]
+fn stats_from_gridftp_count_bytes_streams_and_stalls() {
+    let Some(s) = gridftp_peer(false) else { return };
+    let f = corpus().file(BIG);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = get(&["-p", "4", "--stats"], &s.url(&f.name), &dir.path().join(&f.name));
+    out.assert_success();
+    assert_eq!(stat(&out, "bytes"), BIG, "{}", out.describe());
+    stat(&out, "receive_stalls");
+    let streams = stat(&out, "streams");
+    assert!((1..=4).contains(&streams), "{streams} streams\n{}", out.describe());
+}
+
+#[test]
+fn missing_file_from_gridftp_p4_is_exit_5() {
+    let Some(s) = gridftp_peer(false) else { return };
+    missing_file_is_exit_5(&s, &["-p", "4"]);
+}
+
+/// The smallest `--mem-cap` holds the drain thread back (backpressure)
+/// without losing data.
+#[test]
+fn smallest_mem_cap_from_gridftp_applies_backpressure_without_loss() {
+    let Some(s) = gridftp_peer(false) else { return };
+    let f = corpus().file(BIG);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join(&f.name);
+    let out = get(&["-p", "4", "--mem-cap", "1048576", "--stats"], &s.url(&f.name), &dest);
+    assert_transferred(&out, &dest, f);
+    // The cap bounds what sits between drain and writer: one block may
+    // pass an empty budget, so the peak is at most cap + one chunk.
+    let peak = stat(&out, "mem_peak");
+    assert!(peak <= (1 << 20) + (128 << 10), "mem_peak {peak}\n{}", out.describe());
 }
 
 // ---- against sluice serve ----
 
 #[test]
 fn get_from_sluice() {
-    get_all(&sluice_ro(), &[]);
+    get_all(&sluice_ro(), &[], "MODE S, 1 stream");
 }
 
 #[test]
 fn get_p4_from_sluice() {
-    get_all(&sluice_ro(), &["-p", "4"]);
+    get_all(&sluice_ro(), &["-p", "4"], "MODE E");
 }
 
 #[test]
 fn get_p4_verify_from_sluice() {
-    get_all(&sluice_ro(), &["-p", "4", "--verify"]);
+    get_all(&sluice_ro(), &["-p", "4", "--verify"], "MODE E");
 }
 
 #[test]
 fn put_to_sluice() {
-    put_all(&sluice_rw(), &[]);
+    put_all(&sluice_rw(), &[], "MODE S");
 }
 
 #[test]
 fn put_p4_verify_to_sluice() {
-    put_all(&sluice_rw(), &["-p", "4", "--verify"]);
+    put_all(&sluice_rw(), &["-p", "4", "--verify"], "MODE E");
 }
 
 #[test]

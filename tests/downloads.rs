@@ -73,28 +73,27 @@ fn lftp(server: &FtpServer, script: &str) -> Output {
     run(Command::new("lftp").arg("-c").arg(full))
 }
 
-#[test]
-fn lftp_get() {
+/// `lftp -c "... COMMAND REMOTE -o DEST"` for every size.
+fn lftp_get_all(command: &str) {
     if !require_tool("lftp") {
         return;
     }
     let server = under_test(false);
-    download_all_sizes(&server, "lftp get", |f, dest| {
-        lftp(&server, &format!("get {} -o {}", server.remote_path(&f.name), dest.display()))
+    download_all_sizes(&server, &format!("lftp {command}"), |f, dest| {
+        lftp(&server, &format!("{command} {} -o {}", server.remote_path(&f.name), dest.display()))
     });
 }
 
 #[test]
+fn lftp_get() {
+    lftp_get_all("get");
+}
+
+/// pget splits a file into ranges fetched with REST+RETR on separate
+/// sessions, and stops each one early (ABOR or close) at its range end.
+#[test]
 fn lftp_pget_4_segments() {
-    if !require_tool("lftp") {
-        return;
-    }
-    let server = under_test(false);
-    // pget splits a file into ranges fetched with REST+RETR on separate
-    // sessions, and stops each one early (ABOR or close) at its range end.
-    download_all_sizes(&server, "lftp pget -n 4", |f, dest| {
-        lftp(&server, &format!("pget -n 4 {} -o {}", server.remote_path(&f.name), dest.display()))
-    });
+    lftp_get_all("pget -n 4");
 }
 
 #[test]

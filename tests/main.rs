@@ -32,8 +32,15 @@ mod uploads;
 
 /// The `sluice get/put/ls` client against vsftpd (MODE S), against
 /// globus-gridftp-server (MODE E, -p 4), and against `sluice serve`,
-/// with `--verify` and `--continue`.
+/// with `--verify`, `--continue`, IPv6, `--stats`, `--mem-cap`, stdout or
+/// directory DEST, and the exit codes for refused connection, login,
+/// request and an unavailable checksum.
 mod client;
+
+/// `sluice get` against a GridFTP server scripted in the test: MODE E
+/// blocks out of order, duplicated, with split headers; a block missing
+/// despite 226 (exit 7); a checksum mismatch (exit 8); URL credentials.
+mod fake_gridftp;
 
 /// The HTTP/1.1 front door (written with the HTTP front door): curl, wget,
 /// aria2c, Python urllib, `sluice get http://` (also against nginx),

@@ -65,10 +65,7 @@ fn ftplib_upload_active_mode() {
         .arg(&f.path)
         .arg(server.remote_path("up-active.bin"))
         .arg("--active"));
-    out.assert_success();
-    if let Err(e) = compare_file(&server.local("up-active.bin"), f) {
-        panic!("{e}\n{}", out.describe());
-    }
+    assert_transferred(&out, &server.local("up-active.bin"), f);
 }
 
 /// `curl -C -` on a local file holding the first part of the remote one:
@@ -80,20 +77,13 @@ fn curl_resumes_download_of_truncated_file() {
     }
     let server = under_test(false);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut failures = Vec::new();
-    for (size, keep) in [(BIG, BIG / 2 + 12345), ((1 << 20) + 7, 1 << 20), (4095, 1)] {
-        let f = corpus().file(size);
+    let cases = [(BIG, BIG / 2 + 12345), ((1 << 20) + 7, 1 << 20), (4095, 1)];
+    resume_cases(&server, "download resume", &cases, |f, keep| {
         let dest = dir.path().join(&f.name);
         write_prefix(&f.path, &dest, keep);
         let out = run(Command::new("curl").args(["-sS", "--fail", "-C", "-", "-o"]).arg(&dest).arg(server.url(&f.name)));
-        if !out.success() {
-            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
-        } else if let Err(e) = compare_file(&dest, f) {
-            failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
-        }
-    }
-    server.assert_running();
-    assert!(failures.is_empty(), "download resume:\n{}", failures.join("\n\n"));
+        (dest, out)
+    });
 }
 
 /// `curl -C - -T` when the server holds the first part of the file: curl
@@ -104,20 +94,13 @@ fn curl_resumes_upload_of_partial_file() {
         return;
     }
     let server = under_test(true);
-    let mut failures = Vec::new();
-    for (size, keep) in [(BIG, BIG / 3 + 777), ((1 << 20) + 7, 4096), (4095, 4094)] {
-        let f = corpus().file(size);
+    let cases = [(BIG, BIG / 3 + 777), ((1 << 20) + 7, 4096), (4095, 4094)];
+    resume_cases(&server, "upload resume", &cases, |f, keep| {
         let rel = format!("partial-{}", f.name);
         write_prefix(&f.path, &server.local(&rel), keep);
         let out = run(Command::new("curl").args(["-sS", "--fail", "-C", "-", "-T"]).arg(&f.path).arg(server.url(&rel)));
-        if !out.success() {
-            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
-        } else if let Err(e) = compare_file(&server.local(&rel), f) {
-            failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
-        }
-    }
-    server.assert_running();
-    assert!(failures.is_empty(), "upload resume:\n{}", failures.join("\n\n"));
+        (server.local(&rel), out)
+    });
 }
 
 fn globus_upload(extra: &[&str]) {

@@ -4,7 +4,7 @@
 use super::corpus::{compare_file, corpus, TestFile};
 use super::process::Output;
 use super::servers::FtpServer;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Downloads every corpus file with `fetch(file, dest)` and compares each
 /// result with the original. All sizes are tried; the panic lists every
@@ -42,6 +42,42 @@ pub fn upload_all_sizes(server: &FtpServer, what: &str, send: impl Fn(&TestFile,
     }
     server.assert_running();
     report(what, failures);
+}
+
+/// Resumed transfers: for each `(size, keep)` case, `resume(file, keep)`
+/// leaves the first `keep` bytes where the client will find them, runs
+/// the client and returns where the whole file must now be, with the
+/// run's output. Every case is tried; the panic lists each one that failed.
+#[track_caller]
+pub fn resume_cases(server: &FtpServer, what: &str, cases: &[(u64, u64)], resume: impl Fn(&TestFile, u64) -> (PathBuf, Output)) {
+    let mut failures = Vec::new();
+    for &(size, keep) in cases {
+        let f = corpus().file(size);
+        let (path, out) = resume(f, keep);
+        if !out.success() {
+            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
+        } else if let Err(e) = compare_file(&path, f) {
+            failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
+        }
+    }
+    server.assert_running();
+    assert!(failures.is_empty(), "{what}:\n{}", failures.join("\n\n"));
+}
+
+/// Panics, with the client's output, unless it succeeded and `path` holds
+/// exactly the bytes of `f`.
+#[track_caller]
+pub fn assert_transferred(out: &Output, path: &Path, f: &TestFile) {
+    out.assert_success();
+    if let Err(e) = compare_file(path, f) {
+        panic!("{e}\n{}", out.describe());
+    }
+}
+
+/// Panics, with the client's output, unless it exited with `code`.
+#[track_caller]
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(out.status.and_then(|s| s.code()), Some(code), "expected exit {code}\n{}", out.describe());
 }
 
 #[track_caller]

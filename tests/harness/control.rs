@@ -368,6 +368,8 @@ pub mod mode_e {
     pub const EOD: u8 = 0x08;
     /// End of file: the offset field holds how many EODs to expect.
     pub const EOF: u8 = 0x40;
+    /// The sender closes this data connection after the block.
+    pub const CLOSE: u8 = 0x04;
 
     /// A 17-byte MODE E header: descriptor, byte count, offset (big-endian).
     pub fn header(descriptor: u8, count: u64, offset: u64) -> [u8; 17] {

@@ -113,6 +113,15 @@ impl SplitMix64 {
     }
 }
 
+/// `size` pseudo-random bytes in memory, for tests that script a server
+/// themselves (same generator as the files).
+pub fn pseudo_random_bytes(size: usize, seed: u64) -> Vec<u8> {
+    let mut rng = SplitMix64(seed);
+    let mut v: Vec<u8> = (0..size.div_ceil(8)).flat_map(|_| rng.next().to_le_bytes()).collect();
+    v.truncate(size);
+    v
+}
+
 /// Writes `size` pseudo-random bytes from `seed` to `path`.
 pub fn write_pseudo_random(path: &Path, size: u64, seed: u64) {
     let mut rng = SplitMix64(seed);

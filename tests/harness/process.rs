@@ -88,6 +88,9 @@ pub struct Output {
     pub timed_out: bool,
     pub elapsed: Duration,
     pub stdout: String,
+    /// The same stdout, unaltered (`stdout` is lossily decoded as UTF-8),
+    /// for clients that write file data to stdout.
+    pub stdout_bytes: Vec<u8>,
     pub stderr: String,
     /// Set by a caller that found something wrong in the client's own log
     /// even though it exited 0 (e.g. aria2c giving up waiting for 226).
@@ -184,7 +187,10 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     if std::env::var_os("SLUICE_ITEST_TRACE").is_some() {
         eprintln!("[{:.2}s] {cmdline}", elapsed.as_secs_f64());
     }
-    Output { cmdline, status, timed_out, elapsed, problem: None, stdout: read_all(&mut out), stderr: read_all(&mut err) }
+    let stdout_bytes = read_all(&mut out);
+    let stdout = String::from_utf8_lossy(&stdout_bytes).into_owned();
+    let stderr = String::from_utf8_lossy(&read_all(&mut err)).into_owned();
+    Output { cmdline, status, timed_out, elapsed, problem: None, stdout, stdout_bytes, stderr }
 }
 
 /// `run_with_timeout` with the standard client timeout.
@@ -192,11 +198,11 @@ pub fn run(cmd: &mut Command) -> Output {
     run_with_timeout(cmd, CLIENT_TIMEOUT)
 }
 
-fn read_all(f: &mut File) -> String {
+fn read_all(f: &mut File) -> Vec<u8> {
     let mut buf = Vec::new();
     let _ = f.seek(SeekFrom::Start(0));
     let _ = f.read_to_end(&mut buf);
-    String::from_utf8_lossy(&buf).into_owned()
+    buf
 }
 
 /// Kills the child's process group (it was started as its own group

@@ -364,6 +364,11 @@ pub fn vsftpd(writable: bool) -> FtpServer {
 /// loopback, restricted to a fresh root with the corpus. Its home is `/`,
 /// so absolute and relative paths name the same file.
 pub fn gridftp(writable: bool) -> FtpServer {
+    gridftp_on(Ipv4Addr::LOCALHOST.into(), writable)
+}
+
+/// `gridftp` with the control listener on `host` (127.0.0.1 or ::1).
+pub fn gridftp_on(host: IpAddr, writable: bool) -> FtpServer {
     let bin = find_tool("globus-gridftp-server").expect("globus-gridftp-server is installed (check with require_tool first)");
     let (top, root) = make_root(writable);
     let empty_conf = top.path().join("empty.conf");
@@ -374,7 +379,9 @@ pub fn gridftp(writable: bool) -> FtpServer {
         .arg(&root)
         .args(["-home-dir", "/", "-c"])
         .arg(&empty_conf)
-        .args(["-control-interface", "127.0.0.1", "-p", "0", "-d", "error"]);
+        .arg("-control-interface")
+        .arg(host.to_string())
+        .args(["-p", "0", "-d", "error"]);
     // A read-only root is enforced by file permissions (0755, owned by
     // root, while sessions run as `ftp`).
     // "Server listening at localhost:PORT"
@@ -382,5 +389,5 @@ pub fn gridftp(writable: bool) -> FtpServer {
         line.strip_prefix("Server listening at ")?.rsplit(':').next()?.trim().parse().ok()
     });
     let prefix = root.to_string_lossy().into_owned();
-    FtpServer { kind: Kind::GridFtp, host: Ipv4Addr::LOCALHOST.into(), port, root, prefix, log, stderr_path, proc, _dirs: vec![top] }
+    FtpServer { kind: Kind::GridFtp, host, port, root, prefix, log, stderr_path, proc, _dirs: vec![top] }
 }

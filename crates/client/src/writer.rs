@@ -283,6 +283,21 @@ pub fn load_prefix(path: &std::path::Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// Opens a download's `.part` for writing, keeping exactly the first `keep`
+/// bytes: whatever lies past the resume point (a MODE E part may have holes
+/// and junk after its contiguous prefix, an HTTP part a stale tail) is cut.
+pub fn open_part(part: &std::path::Path, keep: u64) -> Result<File> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(keep == 0)
+        .open(part)
+        .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
+    f.set_len(keep)
+        .map_err(|e| ClientError::local(format!("truncate {}", part.display()), e))?;
+    Ok(f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,5 +414,16 @@ mod tests {
         save_prefix(&p, 12345).unwrap();
         assert_eq!(load_prefix(&p), Some(12345));
         assert_eq!(load_prefix(&dir.path().join("none")), None);
+    }
+
+    #[test]
+    fn open_part_keeps_only_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.part");
+        std::fs::write(&p, b"0123456789").unwrap();
+        drop(open_part(&p, 4).unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"0123");
+        drop(open_part(&p, 0).unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"");
     }
 }

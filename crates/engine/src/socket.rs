@@ -1,6 +1,7 @@
 //! Applying the engine's socket tuning to a data connection.
 
 use std::os::fd::AsFd;
+use std::sync::OnceLock;
 
 use sluice_platform::tcp;
 use tokio::net::TcpStream;
@@ -36,7 +37,14 @@ impl Engine {
                 }
             }
         }
-        if let Some(b) = cfg.send_buffer {
+        let send_buffer = cfg.send_buffer.or_else(|| {
+            if cfg.send_buffer_max {
+                send_buffer_limits().and_then(|l| l.fixed_at_least_autotuned())
+            } else {
+                None
+            }
+        });
+        if let Some(b) = send_buffer {
             if let Err(e) = tcp::set_send_buffer(fd, b) {
                 tracing::debug!("SO_SNDBUF refused: {e}");
             }
@@ -61,4 +69,17 @@ impl Engine {
         out.congestion = tcp::congestion(fd).unwrap_or_default();
         out
     }
+}
+
+/// The send-buffer sysctls, read once per process (a data socket is set up
+/// per transfer; the sysctls of the server's namespace do not change under it).
+fn send_buffer_limits() -> Option<tcp::SendBufferLimits> {
+    static LIMITS: OnceLock<Option<tcp::SendBufferLimits>> = OnceLock::new();
+    *LIMITS.get_or_init(|| match tcp::SendBufferLimits::read() {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::debug!("cannot read the send-buffer sysctls: {e}");
+            None
+        }
+    })
 }

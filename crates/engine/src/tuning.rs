@@ -10,6 +10,7 @@
 //! | `SLUICE_SNDBUF` | `send_buffer` | size, or `off` (autotuning) |
 //! | `SLUICE_INLINE_READS` | `inline_cached_reads` | on/off |
 //! | `SLUICE_RESIDENT_CHECK` | `sendfile_resident_check` | on/off |
+//! | `SLUICE_SNDBUF_MAX` | `send_buffer_max` | on/off |
 //!
 //! Sizes take an optional `K`, `M` or `G` suffix (binary units). A value
 //! that does not parse is logged and ignored (the default stays).
@@ -74,6 +75,7 @@ impl EngineConfig {
         for (key, field) in [
             ("SLUICE_INLINE_READS", &mut self.inline_cached_reads),
             ("SLUICE_RESIDENT_CHECK", &mut self.sendfile_resident_check),
+            ("SLUICE_SNDBUF_MAX", &mut self.send_buffer_max),
         ] {
             if let Some(v) = get(key) {
                 match parse_switch(&v) {

@@ -53,6 +53,9 @@ pub struct Experiment {
     /// Link emulator validation ("linkem-validation").
     #[serde(default)]
     pub validation: Option<ValidationSpec>,
+    /// Classes of long-running streams ("streams").
+    #[serde(default)]
+    pub streams: Option<crate::streams::StreamsSpec>,
 }
 
 fn three() -> u32 {
@@ -223,6 +226,10 @@ pub fn load(p: &Path) -> Result<Experiment> {
         "linkem-validation" if e.validation.is_none() => bail!("{}: needs a [validation] table", p.display()),
         "many-clients" if e.workload.is_none() => bail!("{}: needs a [workload] table", p.display()),
         "transfers" if e.cases.is_empty() => bail!("{}: needs [[case]] entries", p.display()),
+        "streams" => match &e.streams {
+            None => bail!("{}: needs a [streams] table", p.display()),
+            Some(s) => s.check().with_context(|| format!("{}: [streams]", p.display()))?,
+        },
         "linkem-validation" | "many-clients" | "transfers" => {}
         k => bail!("{}: unknown kind {k:?}", p.display()),
     }
@@ -247,7 +254,16 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let all = list(&root).unwrap();
         let names: Vec<_> = all.iter().map(|e| e.name.as_str()).collect();
-        for want in ["linkem-validation", "loopback-baseline", "wan-single", "slow-disk-many-clients"] {
+        for want in [
+            "linkem-validation",
+            "loopback-baseline",
+            "wan-single",
+            "slow-disk-many-clients",
+            "tpf-mixed-rates",
+            "tpf-abort",
+            "tpf-congestion",
+            "send-wakeups",
+        ] {
             assert!(names.contains(&want), "missing {want}: {names:?}");
         }
     }

@@ -46,6 +46,9 @@ enum Cmd {
     /// (internal) run a workload spec and print the JSON report
     #[command(name = "_load", hide = true)]
     Load { spec: PathBuf },
+    /// (internal) CPU-bound spinner: counts loop iterations for SECS seconds, prints the count
+    #[command(name = "_spin", hide = true)]
+    Spin { secs: f64 },
     /// (internal) UDP echo server
     #[command(name = "_echo", hide = true)]
     Echo { bind: String },
@@ -99,6 +102,7 @@ fn main() -> Result<()> {
                 "linkem-validation" => run_validation::run(&ctx)?,
                 "transfers" => run_transfers::run(&ctx)?,
                 "many-clients" => run_many::run(&ctx)?,
+                "streams" => sluice_lab::run_streams::run(&ctx)?,
                 k => bail!("unknown kind {k}"),
             }
             println!("{}", std::fs::read_to_string(out.join("results.md")).unwrap_or_default());
@@ -109,6 +113,10 @@ fn main() -> Result<()> {
             let spec: load::LoadSpec = serde_json::from_slice(&std::fs::read(&spec)?)?;
             let rep = load::run(&spec)?;
             println!("{}", serde_json::to_string(&rep)?);
+            Ok(())
+        }
+        Cmd::Spin { secs } => {
+            println!("{}", sluice_lab::run_streams::spin(Duration::from_secs_f64(secs)));
             Ok(())
         }
         Cmd::Echo { bind } => probe::echo(&bind),

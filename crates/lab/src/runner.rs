@@ -87,6 +87,15 @@ impl Ctx {
 
 /// A file of exactly `size` bytes in `dir` (created once, reused).
 pub fn ensure_file(dir: &Path, size: u64) -> Result<PathBuf> {
+    ensure_file_named(dir, size, &format!("file-{size}.bin"))
+}
+
+/// The `index`-th of several distinct files of `size` bytes (clients that each read their own file).
+pub fn ensure_file_nth(dir: &Path, size: u64, index: usize) -> Result<PathBuf> {
+    ensure_file_named(dir, size, &format!("file-{size}-{index}.bin"))
+}
+
+fn ensure_file_named(dir: &Path, size: u64, name: &str) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     // World-readable and traversable: nginx workers run as nobody, vsftpd as ftp.
     let mut d = dir.to_path_buf();
@@ -96,15 +105,17 @@ pub fn ensure_file(dir: &Path, size: u64) -> Result<PathBuf> {
             break;
         }
     }
-    let p = dir.join(format!("file-{size}.bin"));
+    let p = dir.join(name);
     if std::fs::metadata(&p).map(|m| m.len() == size).unwrap_or(false) {
         return Ok(p);
     }
-    eprintln!("creating {} ({} MiB)", p.display(), size >> 20);
+    eprintln!("creating {} ({} KiB)", p.display(), size >> 10);
+    // Distinct files must differ (no dedup anywhere below); the name seeds the data.
+    let seed = name.bytes().fold(0u64, |h, b| h.wrapping_mul(0x100_0000_01b3).wrapping_add(b as u64));
     let tmp = p.with_extension("tmp");
     let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
     let mut block = vec![0u8; 1 << 20];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed;
     for b in block.chunks_mut(8) {
         x ^= x << 13;
         x ^= x >> 7;

@@ -26,6 +26,10 @@ pub struct ServerSpec {
     /// Extra arguments (sluice), or "sendfile=off" style switches (nginx, vsftpd).
     #[serde(default)]
     pub args: Vec<String>,
+    /// Environment for the server process, "KEY=VALUE" (e.g. Sluice's
+    /// `SLUICE_NOTSENT_LOWAT=off`, engine tuning.rs).
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 impl ServerSpec {
@@ -165,6 +169,9 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
     // The cgroup is entered in the root mount namespace: `ip netns exec` remounts
     // /sys, so the cgroup files are not reachable from inside the namespace.
     let mut argv = argv;
+    if !spec.env.is_empty() {
+        argv = ["env".to_string()].into_iter().chain(spec.env.iter().cloned()).chain(argv).collect();
+    }
     if let Some(n) = ns {
         let mut v: Vec<String> = vec!["ip".into(), "netns".into(), "exec".into(), n.into()];
         v.extend(argv);

@@ -80,6 +80,8 @@ pub struct ClassHost {
     pub ns: String,
     /// Server address as seen from this namespace.
     pub server_addr: String,
+    /// Control socket of this class's linkem.
+    pub ctl: PathBuf,
 }
 
 /// A built topology; dropping it removes namespaces and stops linkem.
@@ -211,13 +213,14 @@ impl Topology {
                     let ns = format!("sl-c{i}");
                     make_ns(&ns, sysctls)?;
                     // Recorded before linkem starts so Drop removes the namespace on failure.
-                    topo.classes.push(ClassHost { name: c.name.clone(), ns: ns.clone(), server_addr: format!("10.77.{}.1", i + 1) });
+                    let ctl = workdir.join(format!("linkem-{i}.sock"));
+                    topo.classes.push(ClassHost { name: c.name.clone(), ns: ns.clone(), server_addr: format!("10.77.{}.1", i + 1), ctl: ctl.clone() });
                     let link = PathSpec { rtt: c.rtt.clone(), rate: c.rate.clone(), loss: c.loss.clone(), limit: c.limit.clone(), mtu: path.mtu, ..Default::default() };
                     let child = spawn_linkem(
                         &link,
                         (SERVER_NS, &format!("10.77.{}.1/24", i + 1), &format!("lkS{i}")),
                         (&ns, &format!("10.77.{}.2/24", i + 1), &format!("lkC{i}")),
-                        &workdir.join(format!("linkem-{i}.sock")),
+                        &ctl,
                         workdir,
                     )?;
                     topo.extra_linkems.push(child);

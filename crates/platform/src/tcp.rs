@@ -209,6 +209,44 @@ pub fn send_buffer(fd: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)?.max(0) as usize)
 }
 
+/// The system's send-buffer ceilings: `net.core.wmem_max` (most a
+/// `SO_SNDBUF` request may ask for; the kernel doubles what it grants) and the
+/// third field of `net.ipv4.tcp_wmem` (most autotuning grows a buffer to).
+/// Both are per network namespace: read from the caller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendBufferLimits {
+    /// `net.core.wmem_max` in bytes.
+    pub wmem_max: usize,
+    /// `net.ipv4.tcp_wmem` maximum in bytes.
+    pub tcp_wmem_max: usize,
+}
+
+impl SendBufferLimits {
+    /// Reads both from `/proc/sys`.
+    pub fn read() -> io::Result<Self> {
+        let wmem = std::fs::read_to_string("/proc/sys/net/core/wmem_max")?;
+        let tcp = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")?;
+        Self::parse(&wmem, &tcp)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unreadable wmem sysctls"))
+    }
+
+    /// Parses the two sysctl files' contents.
+    pub fn parse(wmem_max: &str, tcp_wmem: &str) -> Option<Self> {
+        Some(SendBufferLimits {
+            wmem_max: wmem_max.trim().parse().ok()?,
+            tcp_wmem_max: tcp_wmem.split_whitespace().nth(2)?.parse().ok()?,
+        })
+    }
+
+    /// The `SO_SNDBUF` request that gives a buffer at least as large as
+    /// autotuning could ever reach (the granted size is twice the request),
+    /// or `None` when `wmem_max` is too small for that: asking then would
+    /// cap the buffer below autotuning's ceiling.
+    pub fn fixed_at_least_autotuned(&self) -> Option<usize> {
+        (self.wmem_max.saturating_mul(2) >= self.tcp_wmem_max).then_some(self.wmem_max)
+    }
+}
+
 /// Sets `SO_RCVBUF` (switches off receive autotuning for this socket);
 /// returns the effective size read back.
 pub fn set_recv_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
@@ -351,6 +389,19 @@ mod tests {
         assert_eq!(congestion(c.as_fd()).unwrap(), "cubic");
         assert!(set_congestion(c.as_fd(), "no-such-algo").is_err());
         assert!(set_congestion(c.as_fd(), "").is_err());
+    }
+
+    #[test]
+    fn send_buffer_limits_parse_and_decide() {
+        let l = SendBufferLimits::parse("4194304\n", "4096\t16384\t4194304\n").unwrap();
+        assert_eq!(l.wmem_max, 4 << 20);
+        assert_eq!(l.tcp_wmem_max, 4 << 20);
+        assert_eq!(l.fixed_at_least_autotuned(), Some(4 << 20));
+        let big = SendBufferLimits::parse("212992", "4096 16384 33554432").unwrap();
+        assert_eq!(big.fixed_at_least_autotuned(), None, "would cap autotuning");
+        assert!(SendBufferLimits::parse("x", "1 2 3").is_none());
+        assert!(SendBufferLimits::parse("1", "1 2").is_none());
+        assert!(SendBufferLimits::read().is_ok());
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //! 1xx (111/112 markers) ... 226, while the drain thread reads the data
 //! ```
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -107,7 +106,7 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
                 // of this file. Start again.
                 already = 0;
             }
-            let f = open_part(part, already)?;
+            let f = writer::open_part(part, already)?;
             writer::save_prefix(resume, already)?;
             (Sink::File(f), already)
         }
@@ -183,20 +182,6 @@ fn resume_point(part: &Path, resume: &Path) -> u64 {
         Some(p) => p.min(len),
         None => len,
     }
-}
-
-/// Opens `.part` for writing, keeping exactly the first `keep` bytes (a
-/// MODE E part may have holes past its contiguous prefix).
-fn open_part(part: &Path, keep: u64) -> Result<File> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(keep == 0)
-        .open(part)
-        .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
-    f.set_len(keep)
-        .map_err(|e| ClientError::local(format!("truncate {}", part.display()), e))?;
-    Ok(f)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -413,17 +398,6 @@ mod tests {
             Dest::resolve(None, None),
             Err(ClientError::Usage(_))
         ));
-    }
-
-    #[test]
-    fn open_part_keeps_only_the_prefix() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("a.part");
-        std::fs::write(&p, b"0123456789").unwrap();
-        drop(open_part(&p, 4).unwrap());
-        assert_eq!(std::fs::read(&p).unwrap(), b"0123");
-        drop(open_part(&p, 0).unwrap());
-        assert_eq!(std::fs::read(&p).unwrap(), b"");
     }
 
     #[test]

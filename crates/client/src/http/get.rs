@@ -7,7 +7,6 @@
 //! whole file and the download starts over instead of splicing two
 //! versions together.
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{mpsc, Arc};
@@ -95,7 +94,7 @@ pub fn run(a: &GetArgs) -> Result<()> {
     let (sink, prefix_file) = match &dest {
         Dest::Stdout => (Sink::Stdout, None),
         Dest::File { part, resume, .. } => {
-            let f = open_part(part, already)?;
+            let f = writer::open_part(part, already)?;
             writer::save_prefix(resume, already)?;
             match &fetch.etag {
                 Some(e) => std::fs::write(etag_file(part), e)
@@ -367,19 +366,6 @@ fn etag_file(part: &Path) -> PathBuf {
     let mut s = part.as_os_str().to_owned();
     s.push(".etag");
     PathBuf::from(s)
-}
-
-/// Opens `.part` for writing, keeping exactly the first `keep` bytes.
-fn open_part(part: &Path, keep: u64) -> Result<File> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(keep == 0)
-        .open(part)
-        .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
-    f.set_len(keep)
-        .map_err(|e| ClientError::local(format!("truncate {}", part.display()), e))?;
-    Ok(f)
 }
 
 #[cfg(test)]
