@@ -267,4 +267,37 @@ mod tests {
             assert!(names.contains(&want), "missing {want}: {names:?}");
         }
     }
+
+    #[test]
+    fn streams_experiments_have_smoke_sizes() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for e in list(&root).unwrap().into_iter().filter(|e| e.kind == "streams") {
+            let s = e.streams.as_ref().unwrap();
+            // lab/smoke.sh runs every experiment: each smoke run stays short.
+            let d = crate::units::parse_duration(s.smoke_duration.as_deref().unwrap_or(&s.duration)).unwrap();
+            assert!(d.as_secs() <= 15, "{}: smoke_duration {d:?}", e.name);
+            for c in &s.classes {
+                assert!(c.smoke_clients.is_some() && c.smoke_size.is_some(), "{}: class {} has no smoke size", e.name, c.name);
+            }
+            if s.abort_count > 0 {
+                assert!(s.smoke_abort_count.is_some() && s.smoke_abort_at.is_some(), "{}", e.name);
+            }
+            assert!(s.events.iter().all(|ev| ev.smoke_at.is_some()), "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn streams_specs_are_checked_at_load() {
+        let bad = "name = \"x\"\ndescription = \"d\"\nkind = \"streams\"\n[streams]\nduration = \"1s\"\nfiles = \"each\"\n\
+                   [[streams.class]]\nname = \"a\"\nclients = [1]\nsize = \"1MiB\"\n";
+        let dir = std::env::temp_dir().join(format!("sluice-lab-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("x.toml");
+        std::fs::write(&p, bad).unwrap();
+        let err = format!("{:#}", load(&p).unwrap_err());
+        assert!(err.contains("files"), "{err}");
+        std::fs::write(&p, bad.replace("each", "per-client")).unwrap();
+        assert!(load(&p).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

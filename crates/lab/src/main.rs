@@ -42,6 +42,9 @@ enum Cmd {
         /// Only these servers (comma-separated names)
         #[arg(long)]
         servers: Option<String>,
+        /// Only this step (0-based) of a `streams` sweep of client counts
+        #[arg(long)]
+        step: Option<usize>,
     },
     /// (internal) run a workload spec and print the JSON report
     #[command(name = "_load", hide = true)]
@@ -67,7 +70,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Run { name, smoke, repeat, out, skip_missing, servers } => {
+        Cmd::Run { name, smoke, repeat, out, skip_missing, servers, step } => {
             let root = experiment::repo_root()?;
             let mut exp = experiment::load(&root.join("lab/experiments").join(format!("{name}.toml")))
                 .with_context(|| format!("no experiment {name:?}; see `sluice-lab list`"))?;
@@ -76,6 +79,13 @@ fn main() -> Result<()> {
                 exp.servers.retain(|s| want.contains(&s.name.as_str()));
                 if exp.servers.is_empty() && exp.kind != "linkem-validation" {
                     bail!("--servers {only}: no such servers in {name}");
+                }
+            }
+            if let (Some(n), Some(st)) = (step, exp.streams.as_mut()) {
+                for c in &mut st.classes {
+                    for l in [Some(&mut c.clients), c.smoke_clients.as_mut()].into_iter().flatten() {
+                        *l = sluice_lab::streams::counts_at(std::slice::from_ref(l), n);
+                    }
                 }
             }
             if skip_missing {

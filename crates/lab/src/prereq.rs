@@ -45,6 +45,10 @@ pub fn check(exp: &Experiment, skip_missing_servers: bool) -> Result<()> {
             tools.push("globus-url-copy");
         }
     }
+    if exp.streams.as_ref().is_some_and(|s| s.metrics) {
+        // Sluice's counters are scraped with curl inside the server namespace.
+        tools.push("curl");
+    }
     for t in tools {
         if !have(t) && !missing.iter().any(|m| m.starts_with(t)) {
             missing.push(format!("{t} (on PATH)"));

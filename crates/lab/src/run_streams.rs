@@ -165,7 +165,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                             }
                         }
                     }
-                    let baseline = if sp.spinner { Some(spin_result(spin_child(2.0)?, 2.0)) } else { None };
+                    let baseline = if sp.spinner { Some(spin_result(spin_child(1.5)?, 1.5)) } else { None };
                     let port = 23000 + step as u16 * 100 + si as u16 * 10 + (rep % 10) as u16;
                     let mport = port + 1000;
                     let mut spec = server.clone();
@@ -208,6 +208,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                         }
                     }
                     put(t, g, s, "total MB/s (steady)", window_rate(&all, p.dt, p.steady, p.dur));
+                    put(t, g, s, "total MB/s (whole run)", sent as f64 / 1e6 / r.wall_s.max(1e-9));
                     for (ci, c) in classes.iter().enumerate() {
                         let n = clients.iter().filter(|x| x.class == ci && !x.reset).count();
                         let bins = r.timeline.get(&c.name).cloned().unwrap_or_default();
@@ -393,6 +394,12 @@ fn run_once(ctx: &Ctx, topo: &Topology, srv: &Running, classes: &[&StreamClass],
         (outs, sampler.join().unwrap_or_default(), events.join().unwrap_or_default())
     });
     let spun = spin.map(|c| spin_result(c, p.dur));
+    // One more sample once the server has seen every reset: Sluice adds a
+    // transfer's counts to the engine totals when the transfer ends.
+    let mut samples = samples;
+    std::thread::sleep(Duration::from_millis(1000));
+    let disk = srv.usage(device).map(|u| u.disk_read_bytes).unwrap_or(0);
+    samples.push(ServerSample { t_s: t0.elapsed().as_secs_f64(), disk_read_bytes: disk, counters: mport.map(|m| scrape(sns, m)).unwrap_or_default() });
     let mut merged: Option<LoadReport> = None;
     for o in outs {
         let r = o?;
