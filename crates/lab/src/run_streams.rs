@@ -239,10 +239,15 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     if let Some(&(at, _, _)) = p.events.first() {
                         let until = p.events.get(1).map(|e| e.0).unwrap_or(p.dur);
                         let before = (at - (until - at).max(5.0)).max(p.steady.min(at));
+                        let (all_before, all_during) = (window_rate(&all, p.dt, before, at), window_rate(&all, p.dt, at, until));
                         for c in &classes {
                             let bins = r.timeline.get(&c.name).cloned().unwrap_or_default();
-                            put(t, g, s, &format!("{} MB/s before event", c.name), window_rate(&bins, p.dt, before, at));
-                            put(t, g, s, &format!("{} MB/s during event", c.name), window_rate(&bins, p.dt, at, until));
+                            let (b, d) = (window_rate(&bins, p.dt, before, at), window_rate(&bins, p.dt, at, until));
+                            put(t, g, s, &format!("{} MB/s before event", c.name), b);
+                            put(t, g, s, &format!("{} MB/s during event", c.name), d);
+                            // Disk-bound clients: a class's share of what was sent is its share of disk time.
+                            put(t, g, s, &format!("{} % of total before", c.name), b / all_before * 100.0);
+                            put(t, g, s, &format!("{} % of total during", c.name), d / all_during * 100.0);
                         }
                         let disk = |a: f64, b: f64| {
                             let (x, y) = (sample_at(&samples, a), sample_at(&samples, b));
