@@ -159,10 +159,12 @@ impl ServedRoot {
 
     /// Opens an existing regular file for reading.
     pub fn open_read(&self, path: &str) -> Result<File, FsError> {
-        let fd = self.resolve(path, libc::O_RDONLY | libc::O_NOCTTY)?;
+        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+        // writer and hold a thread; the type check below refuses it anyway.
+        let fd = self.resolve(path, libc::O_RDONLY | libc::O_NOCTTY | libc::O_NONBLOCK)?;
         let meta = fstat(fd.as_fd())?;
         match meta.kind {
-            FileKind::File => Ok(File::from(fd)),
+            FileKind::File => Ok(File::from(regular_blocking(fd)?)),
             FileKind::Dir => Err(FsError::IsADirectory),
             _ => Err(FsError::PermissionDenied),
         }
@@ -171,9 +173,11 @@ impl ServedRoot {
     /// Opens an existing regular file for writing (no truncation, no
     /// creation). Used to continue a kept partial upload.
     pub fn open_write(&self, path: &str) -> Result<File, FsError> {
-        let fd = self.resolve(path, libc::O_WRONLY | libc::O_NOCTTY)?;
+        // O_NONBLOCK for the same reason as open_read (a FIFO without a
+        // reader fails with ENXIO instead of waiting).
+        let fd = self.resolve(path, libc::O_WRONLY | libc::O_NOCTTY | libc::O_NONBLOCK)?;
         match fstat(fd.as_fd())?.kind {
-            FileKind::File => Ok(File::from(fd)),
+            FileKind::File => Ok(File::from(regular_blocking(fd)?)),
             FileKind::Dir => Err(FsError::IsADirectory),
             _ => Err(FsError::PermissionDenied),
         }
@@ -447,6 +451,17 @@ fn sync_dir(dir: BorrowedFd<'_>) {
     }
 }
 
+/// Clears O_NONBLOCK on a descriptor now known to be a regular file, so
+/// reads and sendfile behave as on any file whatever the file system does
+/// with the flag.
+fn regular_blocking(fd: OwnedFd) -> Result<OwnedFd, FsError> {
+    // SAFETY: F_GETFL on a descriptor we own; no pointers involved.
+    let flags = cvt_retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: F_SETFL with an integer argument on a descriptor we own.
+    cvt_retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) })?;
+    Ok(fd)
+}
+
 fn fstat(fd: BorrowedFd<'_>) -> Result<Metadata, FsError> {
     // SAFETY: an all-zero `stat` is a valid value to be overwritten.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -490,6 +505,26 @@ fn metadata(st: &libc::stat) -> Metadata {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = std::ffi::CString::new(dir.path().join("pipe").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let root = ServedRoot::open(dir.path()).unwrap();
+        // Without O_NONBLOCK this open would block forever (no writer).
+        assert!(matches!(root.open_read("pipe"), Err(FsError::PermissionDenied)));
+        assert!(root.open_write("pipe").is_err());
+        std::fs::write(dir.path().join("f"), b"data").unwrap();
+        let mut f = root.open_read("f").unwrap();
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut f, &mut got).unwrap();
+        assert_eq!(got, "data");
+        // SAFETY: F_GETFL on an fd we own.
+        let fl = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&f), libc::F_GETFL) };
+        assert_eq!(fl & libc::O_NONBLOCK, 0);
+    }
+
     use super::*;
     use std::io::{Read, Write};
     use std::os::unix::fs::symlink;

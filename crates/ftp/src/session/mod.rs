@@ -190,6 +190,15 @@ impl Session {
         s
     }
 
+    /// Starts the idle timer when the connection is accepted, so a client
+    /// that connects and never sends a byte is closed after the idle time
+    /// instead of holding a session slot forever.
+    pub fn handle_connected(&mut self, now: Instant) {
+        if self.last_activity.is_none() {
+            self.last_activity = Some(now);
+        }
+    }
+
     /// Takes control-channel bytes; returns how many it consumed. Bytes
     /// not consumed (a partial line, or commands that must wait for an
     /// outstanding action) must be offered again, followed by new ones.
@@ -244,7 +253,7 @@ impl Session {
     }
 
     /// When the idle timer fires, if it runs (it does not while an action
-    /// is outstanding or before any input).
+    /// is outstanding, nor before [`Session::handle_connected`] or any input).
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.is_busy() || matches!(self.state, State::Closed) {
             return None;

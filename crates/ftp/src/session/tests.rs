@@ -341,6 +341,18 @@ fn idle_timeout_closes_and_spurious_timeout_does_nothing() {
 }
 
 #[test]
+fn silent_client_times_out_from_the_connection_time() {
+    let mut t = T::new();
+    assert_eq!(t.s.poll_timeout(), None);
+    t.s.handle_connected(t.now);
+    let deadline = t.s.poll_timeout().unwrap();
+    assert_eq!(deadline, t.now + config().idle_timeout);
+    t.s.handle_timeout(deadline);
+    assert_eq!(t.out(), "421 Timeout.\r\n");
+    assert_eq!(t.action(), Some(Action::Close));
+}
+
+#[test]
 fn no_idle_timeout_during_transfer_and_quit_after() {
     let mut t = T::logged_in(false);
     t.passive();

@@ -53,12 +53,13 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     // ftplib sends "ABOR\r\n" with MSG_OOB); keep it in the byte stream,
     // as vsftpd does, or the line never ends.
     let _ = socket2::SockRef::from(&conn).set_out_of_band_inline(true);
-    let session = Session::new(SessionConfig {
+    let mut session = Session::new(SessionConfig {
         local_addr: local,
         peer_addr: peer,
         idle_timeout: ctx.config.idle_timeout,
         greeting: GREETING.into(),
     });
+    session.handle_connected(Instant::now());
     let (rd, wr) = conn.into_split();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
