@@ -10,6 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sluice_http::{DirEntry, EntryKind, Resource, VirtualPath};
 use sluice_platform::fs::{FileKind, FsError, ServedRoot};
 
+use crate::upload::is_internal_name;
+
 /// What was found, and the open file when it is one (its length and
 /// mtime in the resource come from this descriptor's `fstat`, so the
 /// bytes sent and the validators describe the same file).
@@ -28,6 +30,11 @@ pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
         resource,
         file: None,
     };
+    // Upload temp files and kept partials are not files yet: as in FTP
+    // listings, they do not exist for clients.
+    if rel.split('/').any(|seg| is_internal_name(seg.as_bytes())) {
+        return only(Resource::NotFound);
+    }
     match root.open_read(rel) {
         Ok(file) => match file.metadata() {
             Ok(m) => Found {
@@ -52,11 +59,15 @@ pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
     }
 }
 
-/// A platform entry as the listing shows it. Names that are not UTF-8
+/// A platform entry as the listing shows it. Upload temp files and kept
+/// partials are left out. Names that are not UTF-8
 /// are left out (no request could name them); so are symlinks that
 /// escape the root (`FileKind::Symlink`): they could not be followed and
 /// their own metadata is no business of the client's.
 fn entry(e: sluice_platform::fs::DirEntry) -> Option<DirEntry> {
+    if is_internal_name(&e.name) {
+        return None;
+    }
     let name = String::from_utf8(e.name).ok()?;
     let kind = match e.meta.kind {
         FileKind::File => EntryKind::File,
@@ -148,6 +159,28 @@ mod tests {
             Resource::NotFound
         );
         drop(dir);
+    }
+
+    #[test]
+    fn upload_partials_are_neither_served_nor_listed() {
+        let (dir, r) = root();
+        std::fs::write(dir.path().join("sub/.b.bin.sluice-partial"), b"half").unwrap();
+        std::fs::write(dir.path().join("sub/.c.sluice-1234.part"), b"tmp").unwrap();
+        assert_eq!(
+            resolve(&r, &normalize("/sub/.b.bin.sluice-partial").unwrap()).resource,
+            Resource::NotFound
+        );
+        assert_eq!(
+            resolve(&r, &normalize("/sub/.c.sluice-1234.part").unwrap()).resource,
+            Resource::NotFound
+        );
+        match resolve(&r, &normalize("/sub/").unwrap()).resource {
+            Resource::Directory { entries } => {
+                let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
+                assert_eq!(names, ["a.txt"]);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
