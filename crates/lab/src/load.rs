@@ -442,6 +442,11 @@ mod tests {
             let body = vec![7u8; 100_000];
             let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
             let _ = s.write_all(&body);
+            // Close gently: shut our side, then drain until the client
+            // closes, so no unread byte turns our close into a RST that
+            // could destroy body bytes still in flight.
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
         let spec = LoadSpec {
             downloads: vec![DownloadSpec {
