@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Longest wait for linkem's control socket before the test gives up.
+const HANG_BREAKER: Duration = Duration::from_secs(120);
+
 struct Lab {
     a: String,
     b: String,
@@ -74,9 +77,17 @@ fn delays_drops_and_changes_while_running() {
             .spawn()
             .expect("start linkem"),
     );
-    let t = Instant::now();
+    // Wait for the control socket; fail at once if linkem died. The
+    // deadline only breaks a hang (linkem is up in milliseconds), it is
+    // not a claim about speed.
+    let started = Instant::now();
     while !lab.ctl.exists() {
-        assert!(t.elapsed() < Duration::from_secs(10), "linkem did not come up");
+        if let Some(status) = lab.linkem.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            panic!("linkem exited before its control socket appeared: {status}");
+        }
+        if started.elapsed() > HANG_BREAKER {
+            panic!("linkem still has no control socket after {HANG_BREAKER:?}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     lab.echo = Some(
