@@ -129,30 +129,32 @@ impl Engine {
     /// cache by the time `sendfile` gets to them (read-ahead evicted before
     /// use: a budget too large for the memory, and a second disk read).
     fn count_evicted(&self, file: &Arc<File>, off: u64, len: u64, t: Tally<'_>) {
-        if len == 0 || !self.features().cachestat.is_supported() {
+        if len == 0 {
             return;
+        }
+        if let Some(missing) = self.uncached_pages(file, off, len) {
+            let ps = fadvise::page_size() as u64;
+            t.evicted_unused((missing * ps).min(len));
+        }
+    }
+
+    /// Pages of `[off, off+len)` (len > 0) not in the page cache, or `None`
+    /// when `cachestat` (Linux 6.5) is missing or fails.
+    fn uncached_pages(&self, file: &Arc<File>, off: u64, len: u64) -> Option<u64> {
+        if !self.features().cachestat.is_supported() {
+            return None;
         }
         let ps = fadvise::page_size() as u64;
         let pages = (off + len - 1) / ps - off / ps + 1;
-        if let Ok(st) = fadvise::cachestat(file.as_fd(), off, len) {
-            let missing = pages.saturating_sub(st.cached_pages);
-            t.evicted_unused((missing * ps).min(len));
-        }
+        let st = fadvise::cachestat(file.as_fd(), off, len).ok()?;
+        Some(pages.saturating_sub(st.cached_pages))
     }
 
     /// True when `cachestat` says every page of the range is cached (a page
     /// cache lookup that never waits for the disk). Without `cachestat`
     /// (kernels before 6.5) we cannot tell cheaply and say no.
     fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
-        if len == 0 {
-            return true;
-        }
-        if !self.features().cachestat.is_supported() {
-            return false;
-        }
-        let ps = fadvise::page_size() as u64;
-        let pages = (off + len - 1) / ps - off / ps + 1;
-        matches!(fadvise::cachestat(file.as_fd(), off, len), Ok(st) if st.cached_pages >= pages)
+        len == 0 || self.uncached_pages(file, off, len) == Some(0)
     }
 }
 
