@@ -8,7 +8,9 @@ use crate::harness::corpus;
 use crate::harness::*;
 use std::fs;
 use std::io::ErrorKind;
-use std::net::TcpListener;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
 use std::os::unix::fs::symlink;
 
 /// The longest control line any server here accepts is 4096 bytes
@@ -183,6 +185,35 @@ fn port_and_eprt_to_another_loopback_address_never_connect() {
             Err(e) => panic!("accept: {e}"),
         }
     }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// `--allow-foreign-data-host` is for trusted users' third-party transfers:
+/// an anonymous session's passive port must still take its data connection
+/// only from the control peer. A connection from 127.0.0.2 gets nothing; the
+/// one from 127.0.0.1 gets the file.
+#[test]
+fn foreign_host_setting_leaves_anonymous_passive_ports_closed_to_others() {
+    use crate::harness::servers::{sluice, ServeOptions};
+    use socket2::{Domain, Socket, Type};
+    let server = sluice(ServeOptions { extra_args: vec!["--allow-foreign-data-host".into()], ..Default::default() });
+    let mut c = logged_in(&server);
+    c.cmd("TYPE I");
+    let addr = c.pasv().unwrap_or_else(|r| panic!("PASV refused: {}", r.text()));
+    let foreign = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    foreign.bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into()).expect("bind 127.0.0.2");
+    foreign.connect_timeout(&addr.into(), Duration::from_secs(10)).expect("connect from 127.0.0.2");
+    let mut foreign: std::net::TcpStream = foreign.into();
+    foreign.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let own = std::net::TcpStream::connect(addr).expect("connect from 127.0.0.1");
+    own.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let t = c.transfer_in(&format!("RETR {}", server.remote_path("f4095.bin")), own);
+    assert_eq!(t.replies.last().map(|r| r.code), Some(226), "{}", c.transcript());
+    assert_eq!(t.data.len(), 4095, "{}", c.transcript());
+    let mut got = Vec::new();
+    let _ = foreign.read_to_end(&mut got);
+    assert!(got.is_empty(), "the connection from 127.0.0.2 received {} bytes", got.len());
     c.quit();
     assert_serves_fresh_session(&server);
 }

@@ -433,8 +433,8 @@ impl Session {
         let foreign_ok = self.login.is_some_and(|l| l.allow_foreign_data_host);
         let same_host = canonical(addr) == canonical(self.config.peer_addr);
         // vsftpd's rule: no FTP bounce. Data goes to the control peer, to
-        // an unprivileged port, unless third-party transfers are allowed.
-        if !foreign_ok && (!same_host || addr.port() < 1024) {
+        // an unprivileged port; third-party transfers lift only the host rule.
+        if (!foreign_ok && !same_host) || addr.port() < 1024 {
             self.reply(C::BAD_ARGUMENTS, "Data connection only to your own address, port >= 1024.");
             return;
         }

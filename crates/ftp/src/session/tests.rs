@@ -240,8 +240,12 @@ fn foreign_host_allowed_when_granted() {
     t.action();
     t.s.handle_login(Some(LoginGrant { writable: false, allow_foreign_data_host: true }));
     t.out();
-    t.send("PORT 10,0,0,1,0,80\r\n");
+    t.send("PORT 10,0,0,1,195,80\r\n");
     assert!(t.out().starts_with("200 "));
+    // Even third-party transfers never reach a privileged port (bounce to
+    // SMTP and the like).
+    t.send("PORT 10,0,0,1,0,25\r\n");
+    assert!(t.out().starts_with("501 "));
 }
 
 #[test]

@@ -214,7 +214,11 @@ impl Driver {
             Action::OpenPassive { extended } => {
                 self.passive = None;
                 self.cached = None;
-                let peer = Some(self.peer.ip()).filter(|_| !self.ctx.config.allow_foreign_data_host);
+                // Only a login granted third-party transfers (never anonymous)
+                // may have its passive port reached from another host.
+                let foreign_ok = self.ctx.config.allow_foreign_data_host
+                    && self.login.as_ref().is_some_and(|(_, l, _)| !l.anonymous);
+                let peer = Some(self.peer.ip()).filter(|_| !foreign_ok);
                 match Passive::open(self.local.ip(), self.ctx.config.pasv_ports, peer) {
                     Ok(p) => {
                         let addr = p.local_addr().ok().map(|a| match self.ctx.config.pasv_address {
