@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sluice_engine::Cancel;
 use sluice_ftp::command::TransferMode;
@@ -28,6 +28,9 @@ const MAX_PENDING_INPUT: usize = 4 * sluice_ftp::limits::MAX_LINE;
 
 /// Greeting sent on connect.
 const GREETING: &str = "Sluice FTP server ready.";
+/// vsftpd's `delay_failed_login`: a refused password is answered only after
+/// this long, so guessing costs a client time (other sessions go on).
+const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
 
 struct Driver {
     ctx: Arc<FtpContext>,
@@ -207,6 +210,7 @@ impl Driver {
                     }
                     None => {
                         tracing::info!(user = %user, "login refused");
+                        tokio::time::sleep(FAILED_LOGIN_DELAY).await;
                         self.session.handle_login(None);
                     }
                 }
