@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # HTTP benchmark: `sluice serve` against nginx on loopback, by hand.
 #
-#   bench/http.sh [SLUICE_BIN]      (default: target/release/sluice)
+#   bench/http.sh [SLUICE_BIN] [LABEL=BIN[,VAR=VALUE...][,--flag[=value]...]]...
+#
+# SLUICE_BIN defaults to target/release/sluice (label "sluice"); more
+# sluice configurations (another binary, env, flags; the syntax of
+# bench/dlcost.py) are measured in the same run, e.g.
+#   bench/http.sh target/release/sluice before=/tmp/sluice-old \
+#       shared=target/release/sluice,--runtime=shared,SLUICE_WORKERS=2
 #
 # 1. Throughput: a warm (page-cached) 2 GiB file fetched by curl to
 #    /dev/null, from sluice (--data-path sendfile and copy) and from nginx
@@ -13,12 +19,16 @@
 #    nginx with as many worker processes as sluice has runtime workers
 #    (one per core).
 # Each measurement runs RUNS times (default 3); the table shows
-# min / median / max. Env: RUNS, DURATION (wrk seconds, default 10),
-# BIG_MIB (default 2048), KEEP=1 keeps the temp dir.
+# min / median / max. The wrk runs interleave the servers (run 1 of each,
+# then run 2, ...) so machine noise spreads over all of them. Env: RUNS,
+# DURATION (wrk seconds, default 10), BIG_MIB (default 2048), SKIP_BIG=1
+# (small files only), KEEP=1 keeps the temp dir.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 SLUICE=${1:-${SLUICE_BIN:-$here/target/release/sluice}}
+configs=("sluice=$SLUICE")
+[ $# -gt 1 ] && configs+=("${@:2}")
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10}
 BIG_MIB=${BIG_MIB:-2048}
@@ -76,10 +86,25 @@ ctx_switches() {
     echo "$n"
 }
 
-start_sluice() { # data_path -> sets port, pid
+start_sluice() { # config data_path -> sets port, pid, label
+    local spec=$1 bin envs=() flags=() part
+    label=${spec%%=*}
+    IFS=, read -r -a parts <<<"${spec#*=}"
+    bin=${parts[0]}
+    for part in "${parts[@]:1}"; do
+        case $part in
+        --*=*) flags+=("${part%%=*}" "${part#*=}") ;;
+        --*) flags+=("$part") ;;
+        *) envs+=("$part") ;;
+        esac
+    done
+    [ -x "$bin" ] || { echo "bench/http.sh: no sluice binary at $bin" >&2; exit 1; }
+    # A config's own --data-path wins over the test's.
+    local dp=(--data-path "$2")
+    [[ " ${flags[*]} " == *" --data-path "* ]] && dp=()
     port=$(free_port)
-    "$SLUICE" serve "$root" --no-ftp --http "127.0.0.1:$port" --data-path "$1" \
-        --http-max-connections 4096 >"$work/sluice-$1.out" 2>"$work/sluice-$1.err" &
+    env "${envs[@]}" "$bin" serve "$root" --no-ftp --http "127.0.0.1:$port" "${dp[@]}" \
+        --http-max-connections 4096 "${flags[@]}" >"$work/$label-$2.out" 2>"$work/$label-$2.err" &
     pid=$!
     pids+=("$pid")
     wait_port "$port"
@@ -138,12 +163,9 @@ PY
     done
 }
 
-small() { # label
-    local url="http://127.0.0.1:$port/small"
-    wrk -t "$WORKERS" -c 256 -d 2s "$url" >/dev/null # warm-up
-    for i in $(seq "$RUNS"); do
-        wrk -t "$WORKERS" -c 256 -d "${DURATION}s" --latency "$url" >"$work/wrk.out"
-        python3 - "$1" "$work/wrk.out" >>"$results" <<'PY'
+small_run() { # label port
+    wrk -t "$WORKERS" -c 256 -d "${DURATION}s" --latency "http://127.0.0.1:$2/small" >"$work/wrk.out"
+    python3 - "$1" "$work/wrk.out" >>"$results" <<'PY'
 import re, sys
 label, path = sys.argv[1:]
 text = open(path).read()
@@ -156,20 +178,39 @@ print(f"{label}\tp99 ms\t{float(m.group(1)) * scale:.2f}")
 if errors or "Socket errors" in text:
     print(f"{label}\terrors\t1", file=sys.stderr)
 PY
-        echo "  $1 run $i: $(tail -2 "$results" | cut -f2,3 | tr '\t\n' ' ')" >&2
-    done
+    echo "  $1 run $3: $(tail -2 "$results" | cut -f2,3 | tr '\t\n' ' ')" >&2
 }
 
-echo "# throughput: ${BIG_MIB} MiB, curl, $RUNS runs each" >&2
-for dp in sendfile copy; do
-    start_sluice "$dp"; throughput "sluice ($dp)"; stop
+if [ "${SKIP_BIG:-0}" != 1 ]; then
+    echo "# throughput: ${BIG_MIB} MiB, curl, $RUNS runs each" >&2
+    first=1
+    for c in "${configs[@]}"; do
+        dps=(sendfile)
+        [ $first = 1 ] && dps+=(copy)
+        first=0
+        for dp in "${dps[@]}"; do
+            start_sluice "$c" "$dp"; throughput "$label ($dp)"; stop
+        done
+    done
+    for sf in on off; do
+        start_nginx "$sf"; throughput "nginx (sendfile $sf)"; stop
+    done
+fi
+echo "# 64 KiB, wrk -c 256 -t $WORKERS, ${DURATION}s, $RUNS runs each, interleaved" >&2
+labels=() ports=()
+for c in "${configs[@]}"; do
+    start_sluice "$c" sendfile; labels+=("$label (sendfile)"); ports+=("$port")
 done
-for sf in on off; do
-    start_nginx "$sf"; throughput "nginx (sendfile $sf)"; stop
+start_nginx on; labels+=("nginx (sendfile on, $WORKERS workers)"); ports+=("$port")
+for k in "${!ports[@]}"; do
+    wrk -t "$WORKERS" -c 256 -d 2s "http://127.0.0.1:${ports[$k]}/small" >/dev/null # warm-up
 done
-echo "# 64 KiB, wrk -c 256 -t $WORKERS, ${DURATION}s, $RUNS runs each" >&2
-start_sluice sendfile; small "sluice (sendfile)"; stop
-start_nginx on; small "nginx (sendfile on, $WORKERS workers)"; stop
+for i in $(seq "$RUNS"); do
+    for k in "${!ports[@]}"; do
+        small_run "${labels[$k]}" "${ports[$k]}" "$i"
+    done
+done
+uptime >&2
 
 python3 - "$results" <<'PY'
 import sys, statistics

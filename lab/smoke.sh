@@ -24,9 +24,10 @@ for e in $("$T/sluice-lab" list | awk '{print $1}'); do
     echo "== lab smoke: $e"
     if "$T/sluice-lab" run "$e" --smoke >/dev/null; then
         passed=$((passed + 1))
-        # Every configured server must have produced numbers: a "failed" note fails the smoke.
-        if grep -q "failed" "lab/results/$e/smoke/results.md"; then
-            echo "lab smoke: $e ran but some transfers failed:"; grep "failed" "lab/results/$e/smoke/results.md"
+        # Every configured server must have produced numbers: a "failed" note fails the smoke
+        # (rows marked optional in the experiment, e.g. a flag still being added, excepted).
+        if grep "failed" "lab/results/$e/smoke/results.md" | grep -qv "(optional row)"; then
+            echo "lab smoke: $e ran but some transfers failed:"; grep "failed" "lab/results/$e/smoke/results.md" | grep -v "(optional row)"
             passed=$((passed - 1)); failed=$((failed + 1))
         fi
     else

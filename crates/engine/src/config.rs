@@ -13,6 +13,14 @@ pub enum DataPath {
     Sendfile,
     /// `pread` into pooled buffers off the event loop, then `send`/`writev`.
     Copy,
+    /// `splice(2)` from the page cache through a 1 MiB pipe of the
+    /// transfer's own into the socket: `sendfile` with bigger steps
+    /// (see `splice_pump.rs`).
+    Splice,
+    /// A baseline, not a contender: each transfer on an OS thread of its
+    /// own that sleeps until its socket is writable and `sendfile`s, with
+    /// no event loop and no `TCP_NOTSENT_LOWAT` (vsftpd-style).
+    Blocking,
 }
 
 impl FromStr for DataPath {
@@ -21,6 +29,8 @@ impl FromStr for DataPath {
         match s.trim().to_ascii_lowercase().as_str() {
             "sendfile" => Ok(DataPath::Sendfile),
             "copy" => Ok(DataPath::Copy),
+            "splice" => Ok(DataPath::Splice),
+            "blocking" => Ok(DataPath::Blocking),
             _ => Err(ParseDataPathError(s.to_string())),
         }
     }
@@ -31,11 +41,13 @@ impl fmt::Display for DataPath {
         f.write_str(match self {
             DataPath::Sendfile => "sendfile",
             DataPath::Copy => "copy",
+            DataPath::Splice => "splice",
+            DataPath::Blocking => "blocking",
         })
     }
 }
 
-/// A data-path string that is neither "sendfile" nor "copy".
+/// A data-path string that is not "sendfile", "copy" or "blocking".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseDataPathError(pub String);
 
@@ -43,7 +55,7 @@ impl fmt::Display for ParseDataPathError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown data path {:?} (expected \"sendfile\" or \"copy\")",
+            "unknown data path {:?} (expected \"sendfile\", \"splice\", \"copy\" or \"blocking\")",
             self.0
         )
     }
@@ -71,7 +83,13 @@ pub struct EngineConfig {
     /// Size of one pooled read buffer (copy path and uploads).
     pub read_buffer_size: usize,
     /// `TCP_NOTSENT_LOWAT` for data sockets; `None` leaves the kernel default.
+    /// With `refill_time` set this is the ceiling of the per-connection mark.
     pub notsent_lowat: Option<u32>,
+    /// Size each connection's `TCP_NOTSENT_LOWAT` from its measured rate so
+    /// one refill covers about this long (the socket wakes its sender when
+    /// unsent data falls below half the mark), within `notsent_lowat` and a
+    /// share of the kernel's TCP memory (`refill.rs`). `None`: a fixed mark.
+    pub refill_time: Option<Duration>,
     /// `SO_SNDBUF` for data sockets; `None` keeps kernel autotuning (or
     /// `send_buffer_max`).
     pub send_buffer: Option<usize>,
@@ -133,7 +151,16 @@ pub struct EngineConfig {
     /// Least time between two `TCP_INFO` samples of one connection taken
     /// when its socket is full (one `getsockopt`; starving connections are
     /// sampled more often, at an eighth of this).
-    pub sample_interval: Duration,
+    pub sample_interval: Duration,    /// `tcp` mode: device-friendly read size, bytes. A connection's
+    /// read-ahead window is at least this, so slow connections get few
+    /// large reads instead of many small ones (a read below the disk's
+    /// bandwidth / IOPS costs a whole I/O). 0 turns the floor off.
+    pub prefetch_min_read: u64,
+    /// `tcp` mode: drop a file's pages from the page cache once
+    /// the peer has acknowledged them (`POSIX_FADV_DONTNEED`), unless
+    /// another transfer has the same file open, so the cache holds
+    /// read-ahead that is still to be sent rather than data already sent.
+    pub prefetch_drop_sent: bool,
 }
 
 impl Default for EngineConfig {
@@ -159,6 +186,11 @@ impl Default for EngineConfig {
             // nginx), while on a host with larger buffers it still bounds
             // unsent data per connection.
             notsent_lowat: Some(8 << 20),
+            // Rate-sized marks, measured (lab send-wakeups, 300 readers at
+            // 1 Mbit/s): a fixed 8 MiB mark and buffer per connection put
+            // the host's TCP memory over `tcp_mem` pressure, where a socket
+            // reports writable but refuses data: 35-47k wake-ups per GiB.
+            refill_time: Some(Duration::from_secs(4)),
             send_buffer: None,
             // On, measured (bench/dlcost.py, 2 GiB warm loopback, one worker):
             // the lab's wmem_max of 4 MiB grants an 8 MiB buffer against 4 MiB
@@ -187,11 +219,15 @@ impl Default for EngineConfig {
             prefetch: PrefetchMode::Kernel,
             prefetch_budget: 256 << 20,
             prefetch_h_max: 1 << 20,
-            // K = disk threads: each thread has one read, none waits behind
-            // a stale decision in the pool's channel.
-            prefetch_queue_depth: 2,
+            // K ~ IOPS x read latency (lab: 150 x ~30 ms); the planner runs
+            // K disk threads of its own, one read each, so none waits behind
+            // a stale decision in a pool's channel.
+            prefetch_queue_depth: 6,
             cancel: true,
             sample_interval: Duration::from_millis(100),
+            // 150 IOPS x 256 KiB = 39 MB/s: the lab disk's bandwidth.
+            prefetch_min_read: 256 << 10,
+            prefetch_drop_sent: true,
         }
     }
 }
@@ -205,6 +241,8 @@ mod tests {
         assert_eq!("sendfile".parse::<DataPath>().unwrap(), DataPath::Sendfile);
         assert_eq!(" Copy ".parse::<DataPath>().unwrap(), DataPath::Copy);
         assert!("mmap".parse::<DataPath>().is_err());
+        assert_eq!("blocking".parse::<DataPath>().unwrap(), DataPath::Blocking);
+        assert_eq!(DataPath::Blocking.to_string(), "blocking");
         assert_eq!(
             DataPath::Sendfile.to_string().parse::<DataPath>().unwrap(),
             DataPath::Sendfile

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use crate::plan::TpfCounters;
 
@@ -29,6 +30,10 @@ pub struct Counters {
     prefetch_bytes_discarded: AtomicU64,
     evicted_unused: AtomicU64,
     flow_samples: AtomicU64,
+    /// Counters of work running where these cannot be borrowed (a blocking
+    /// sender's own thread): read into every snapshot while attached, folded
+    /// in when detached, so a transfer's counters stay live.
+    mirrors: Mutex<Vec<Arc<Counters>>>,
 }
 
 /// A point-in-time copy of [`Counters`].
@@ -46,7 +51,8 @@ pub struct CountersSnapshot {
     pub send_calls: u64,
     /// `recv` calls that returned bytes.
     pub recv_calls: u64,
-    /// Times a sender or receiver had to wait for socket readiness.
+    /// Times a sender resumed after waiting (socket readiness, a timer, a
+    /// disk job; not its own yields), or a receiver waited for readiness.
     pub wakeups: u64,
     /// Times a sender yielded after its quantum though its socket had room.
     pub yields: u64,
@@ -84,8 +90,72 @@ impl Counters {
         Self::default()
     }
 
-    /// Reads all counters (each individually atomic, not as a set).
+    /// Reads all counters (each individually atomic, not as a set),
+    /// including those of attached mirrors.
     pub fn snapshot(&self) -> CountersSnapshot {
+        let mut s = self.own_snapshot();
+        for m in self.lock_mirrors().iter() {
+            s.add(&m.snapshot());
+        }
+        s
+    }
+
+    fn lock_mirrors(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Counters>>> {
+        // Plain data behind the lock: a panic elsewhere leaves it usable.
+        self.mirrors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `m`'s counts part of every snapshot of `self` until [`detach`].
+    ///
+    /// [`detach`]: Counters::detach
+    pub(crate) fn attach(&self, m: &Arc<Counters>) {
+        self.lock_mirrors().push(Arc::clone(m));
+    }
+
+    /// Folds `m`'s counts into `self` and stops reading it (one lock, so a
+    /// snapshot never sees them twice or not at all).
+    pub(crate) fn detach(&self, m: &Arc<Counters>) {
+        let mut v = self.lock_mirrors();
+        if let Some(i) = v.iter().position(|x| Arc::ptr_eq(x, m)) {
+            v.swap_remove(i);
+            self.add_snapshot(&m.snapshot());
+        }
+    }
+
+    fn add_snapshot(&self, s: &CountersSnapshot) {
+        let mine = self.atomics();
+        for (a, (_, _, v)) in mine.iter().zip(s.fields()) {
+            a.fetch_add(v, Relaxed);
+        }
+    }
+
+    /// The atomics in the order of [`CountersSnapshot::fields`].
+    fn atomics(&self) -> [&AtomicU64; 20] {
+        [
+            &self.bytes_sent,
+            &self.bytes_read_disk,
+            &self.bytes_received,
+            &self.bytes_written_disk,
+            &self.send_calls,
+            &self.recv_calls,
+            &self.wakeups,
+            &self.yields,
+            &self.eagains,
+            &self.disk_reads,
+            &self.disk_writes,
+            &self.prefetch_reads,
+            &self.prefetch_bytes_planned,
+            &self.prefetch_reads_cancelled,
+            &self.prefetch_bytes_cancelled,
+            &self.prefetch_reads_delayed,
+            &self.prefetch_reads_skipped,
+            &self.prefetch_bytes_discarded,
+            &self.evicted_unused,
+            &self.flow_samples,
+        ]
+    }
+
+    fn own_snapshot(&self) -> CountersSnapshot {
         CountersSnapshot {
             bytes_sent: self.bytes_sent.load(Relaxed),
             bytes_read_disk: self.bytes_read_disk.load(Relaxed),
@@ -142,6 +212,40 @@ impl Counters {
 }
 
 impl CountersSnapshot {
+    /// Adds every field of `o`.
+    pub fn add(&mut self, o: &CountersSnapshot) {
+        let f = o.fields();
+        let mine = self.fields_mut();
+        for (m, (_, _, v)) in mine.into_iter().zip(f) {
+            *m += v;
+        }
+    }
+
+    fn fields_mut(&mut self) -> [&mut u64; 20] {
+        [
+            &mut self.bytes_sent,
+            &mut self.bytes_read_disk,
+            &mut self.bytes_received,
+            &mut self.bytes_written_disk,
+            &mut self.send_calls,
+            &mut self.recv_calls,
+            &mut self.wakeups,
+            &mut self.yields,
+            &mut self.eagains,
+            &mut self.disk_reads,
+            &mut self.disk_writes,
+            &mut self.prefetch_reads,
+            &mut self.prefetch_bytes_planned,
+            &mut self.prefetch_reads_cancelled,
+            &mut self.prefetch_bytes_cancelled,
+            &mut self.prefetch_reads_delayed,
+            &mut self.prefetch_reads_skipped,
+            &mut self.prefetch_bytes_discarded,
+            &mut self.evicted_unused,
+            &mut self.flow_samples,
+        ]
+    }
+
     /// Adds the planner's and scheduler's totals (engine-wide snapshot).
     pub(crate) fn add_tpf(&mut self, c: &TpfCounters) {
         self.prefetch_reads += c.reads_issued;
@@ -184,7 +288,11 @@ impl CountersSnapshot {
                 "Socket recv calls that returned bytes.",
                 self.recv_calls,
             ),
-            ("wakeups", "Waits for socket readiness.", self.wakeups),
+            (
+                "wakeups",
+                "Times a sender resumed after waiting (socket, timer, disk job) or a receiver waited.",
+                self.wakeups,
+            ),
             ("yields", "Sender yields after a quantum.", self.yields),
             ("eagains", "Calls that returned EAGAIN.", self.eagains),
             ("disk_reads", "Disk read jobs completed.", self.disk_reads),

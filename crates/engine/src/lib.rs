@@ -29,11 +29,15 @@ mod error;
 pub mod plan;
 mod prefetch;
 mod recv;
+mod refill;
 pub mod sched;
 mod send;
+mod send_blocking;
 mod send_sendfile;
 mod socket;
+mod splice_pump;
 mod tuning;
+mod wake;
 
 use std::fs::File;
 use std::sync::Arc;
@@ -47,7 +51,7 @@ pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
-pub use tuning::parse_size;
+pub use tuning::{parse_notsent_lowat, parse_refill_time, parse_size, SendBufferChoice};
 
 use counters::Tally;
 use disk::DiskPool;
@@ -68,6 +72,8 @@ struct Inner {
     disk: DiskPool,
     /// The tpf planner and scheduler; `None` in `kernel` prefetch mode.
     prefetch: Option<Hub>,
+    /// Connections sending with rate-sized marks (`refill.rs`).
+    senders: refill::Senders,
 }
 
 impl Engine {
@@ -84,7 +90,9 @@ impl Engine {
     pub fn try_new(config: EngineConfig) -> std::io::Result<Engine> {
         let features = Features::probe();
         let mut config = config;
-        if config.data_path == DataPath::Sendfile && !features.sendfile.is_supported() {
+        if matches!(config.data_path, DataPath::Sendfile | DataPath::Splice)
+            && !features.sendfile.is_supported()
+        {
             tracing::info!("sendfile unsupported here; using the copy data path");
             config.data_path = DataPath::Copy;
         }
@@ -99,6 +107,7 @@ impl Engine {
                 buffers,
                 disk,
                 prefetch,
+                senders: refill::Senders::default(),
             }),
         })
     }

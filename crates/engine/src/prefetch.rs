@@ -18,6 +18,21 @@
 //!
 //! The hub's mutex is never held across an `.await`; completions and the
 //! delay-queue timer run as small tokio tasks that take it briefly.
+//!
+//! Memory: the planner's budget follows the room the process's memory
+//! cgroup leaves for the page cache (`memory.rs`), re-read every second, and
+//! shrinks while taken chunks turn out evicted (`cachestat`); files fed by
+//! the planner are opened `POSIX_FADV_RANDOM` so the kernel adds no
+//! read-ahead of its own; acknowledged pages of a file no other feed has
+//! open are dropped (`DONTNEED`) so the cache holds unsent read-ahead.
+
+mod feed;
+mod memory;
+mod pagecache;
+
+pub(crate) use feed::Feed;
+
+use pagecache::read_range;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -28,21 +43,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sluice_platform::{fadvise, tcp};
-use tokio::net::TcpStream;
+use sluice_platform::fadvise;
 use tokio::sync::Notify;
 
-use crate::buffers::{BufferPool, PoolBuf};
-use crate::counters::{Counters, Tally};
-use crate::plan::{CaState, ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters};
+use crate::buffers::PoolBuf;
+use crate::plan::{ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters};
 use crate::sched::{Prefetcher, ReqId, SchedConfig, Submission};
-use crate::send::read_full_at;
+use crate::disk::DiskPool;
 use crate::{Cancel, Engine, EngineConfig, EngineError};
 
 /// `TCP_CLOSE` in `tcpi_state`: the connection was reset or fully closed.
 const TCP_STATE_CLOSE: u8 = 7;
 /// Starving connections are sampled this many times more often.
 const STARVING_SAMPLE_DIV: u32 = 8;
+/// Share of the page-cache room (cgroup limit minus memory that is not
+/// cache) the read-ahead budget, socket-pinned pages included, may use: the
+/// rest is for sent pages not yet dropped, metadata and the binary.
+const BUDGET_OF_ROOM: f64 = 0.7;
+/// How often the room is measured again.
+const BUDGET_EVERY: Duration = Duration::from_secs(1);
 
 /// The engine's prefetch state (absent in `kernel` mode).
 #[derive(Debug)]
@@ -52,6 +71,16 @@ pub(crate) struct Hub {
     next_conn: AtomicU64,
     eager_cancel: bool,
     sample_every: Duration,
+    /// Configured budget (an upper bound on the measured one).
+    budget_cap: u64,
+    /// Milliseconds since `start` of the next budget measurement.
+    budget_next_ms: AtomicU64,
+    drop_sent: bool,
+    /// Disk threads of the planner's own, one per read it keeps submitted
+    /// (`K`), when the engine's general pool has fewer than `K` threads (it
+    /// would cap how many reads are in the device at once); `None`: the
+    /// engine's pool.
+    disk: Option<DiskPool>,
 }
 
 #[derive(Debug)]
@@ -64,6 +93,9 @@ struct State {
     timer_at: Option<Duration>,
     /// What the last feed on a connection knew, for the next one on it.
     streams: HashMap<StreamKey, Carry>,
+    /// Open feeds per file (device, inode): pages of a file another feed
+    /// reads are never dropped behind a sender.
+    files: HashMap<(u64, u64), usize>,
 }
 
 /// A data connection, by its two addresses (unique while it is open).
@@ -96,6 +128,8 @@ struct Slot {
     eof: Option<u64>,
     failed: Option<io::Error>,
     notify: Arc<Notify>,
+    /// The file's (device, inode), if `fstat` worked.
+    inode: Option<(u64, u64)>,
 }
 
 /// Bytes read for a feed: `len` bytes from the offset it was asked for, in
@@ -120,7 +154,8 @@ impl Hub {
         if cfg.prefetch == PrefetchMode::Kernel {
             return None;
         }
-        let k = cfg.prefetch_queue_depth.max(1);
+        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        let k = env("SLUICE_PREFETCH_QUEUE_DEPTH").map_or(cfg.prefetch_queue_depth, |v| v as usize).max(1);
         let h_max = cfg.prefetch_h_max.max(4096);
         let plan = PlanConfig {
             mode: cfg.prefetch,
@@ -135,6 +170,14 @@ impl Hub {
             queue_depth: k,
             max_merge: h_max,
         };
+        let mut plan = plan;
+        plan.device_read = env("SLUICE_PREFETCH_MIN_READ").unwrap_or(cfg.prefetch_min_read);
+        plan.count_socket = true;
+        let budget_cap = plan.budget;
+        plan.budget = measured_budget(budget_cap);
+        // `fixed` stays the conventional baseline: no dropping behind it.
+        let drop_sent = cfg.prefetch == PrefetchMode::Tcp
+            && env("SLUICE_PREFETCH_DROP_SENT").map_or(cfg.prefetch_drop_sent, |v| v != 0);
         Some(Hub {
             state: Mutex::new(State {
                 pf: Prefetcher::new(plan, sched),
@@ -142,12 +185,49 @@ impl Hub {
                 reqs: HashMap::new(),
                 timer_at: None,
                 streams: HashMap::new(),
+                files: HashMap::new(),
             }),
             start: Instant::now(),
             next_conn: AtomicU64::new(1),
             eager_cancel: cfg.cancel,
             sample_every: cfg.sample_interval.max(Duration::from_millis(1)),
+            budget_cap,
+            disk: (k > cfg.disk_threads).then(|| DiskPool::new(k, k).ok()).flatten(),
+            budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
+            drop_sent,
         })
+    }
+
+    /// Measures the memory room again if a second has passed (outside the
+    /// lock: it reads three small files).
+    fn refresh_budget(&self) {
+        let now_ms = self.now().as_millis() as u64;
+        let next = self.budget_next_ms.load(Ordering::Relaxed);
+        if now_ms < next
+            || self
+                .budget_next_ms
+                .compare_exchange(next, now_ms + BUDGET_EVERY.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let b = measured_budget(self.budget_cap);
+        let mut st = self.lock();
+        st.pf.set_budget(b);
+        let (p, q) = (st.pf.planner(), st.pf.scheduler());
+        tracing::debug!(
+            budget = b,
+            in_use = p.budget(),
+            used = p.used(),
+            socket = p.socket_held(),
+            target_ms = p.target().as_millis() as u64,
+            service_ms = p.service_time().map_or(0, |d| d.as_millis() as u64),
+            latency_ms = p.read_latency().map_or(0, |d| d.as_millis() as u64),
+            queued = q.queued(),
+            submitted = q.submitted(),
+            reads = st.pf.counters().reads_issued,
+            "prefetch"
+        );
     }
 
     fn now(&self) -> Duration {
@@ -227,7 +307,18 @@ impl Hub {
     ) -> (ConnId, Arc<Notify>, Option<Carry>) {
         let id = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
         let notify = Arc::new(Notify::new());
+        // The planner decides what is read: a sendfile over a page it did
+        // not bring in (evicted) reads just that page, not a second
+        // read-ahead window of the kernel's.
+        let _ = fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::Random);
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            file.metadata().ok().map(|m| (m.dev(), m.ino()))
+        };
         let mut st = self.lock();
+        if let Some(k) = inode {
+            *st.files.entry(k).or_insert(0) += 1;
+        }
         let carry = key
             .and_then(|k| st.streams.remove(&k))
             .filter(|c| c.at.elapsed() < CARRY_TTL);
@@ -240,6 +331,7 @@ impl Hub {
                 eof: None,
                 failed: None,
                 notify: Arc::clone(&notify),
+                inode,
             },
         );
         st.pf.handle_open(self.now(), id, start, end);
@@ -286,9 +378,21 @@ impl Hub {
         self.pump(engine, &mut st);
     }
 
-    fn sample(&self, engine: &Engine, id: ConnId, s: &FlowSample) {
+    /// A sample for `id`. Returns whether `id`'s file is read by this feed
+    /// alone (its acknowledged pages may be dropped).
+    fn sample(&self, engine: &Engine, id: ConnId, s: &FlowSample) -> bool {
+        self.refresh_budget();
         let mut st = self.lock();
         st.pf.handle_sample(self.now(), id, s);
+        self.pump(engine, &mut st);
+        let inode = st.conns.get(&id).and_then(|s| s.inode);
+        inode.is_some_and(|k| st.files.get(&k).copied() == Some(1))
+    }
+
+    /// A chunk of `id` was found partly evicted when it was taken.
+    fn pressure(&self, engine: &Engine, id: ConnId, bytes: u64) {
+        let mut st = self.lock();
+        st.pf.handle_pressure(self.now(), id, bytes);
         self.pump(engine, &mut st);
     }
 
@@ -299,6 +403,14 @@ impl Hub {
             let mut st = self.lock();
             let c = st.pf.handle_close(id);
             let slot = st.conns.remove(&id);
+            if let Some(k) = slot.as_ref().and_then(|s| s.inode) {
+                if let Some(n) = st.files.get_mut(&k) {
+                    *n -= 1;
+                    if *n == 0 {
+                        st.files.remove(&k);
+                    }
+                }
+            }
             self.pump(engine, &mut st);
             (c, slot)
         };
@@ -356,11 +468,12 @@ impl Hub {
 async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, token: Cancel) {
     let pool = Arc::clone(engine.buffers());
     let (off, len) = (sub.req.offset, sub.req.len);
-    let submitted = engine
-        .inner
-        .disk
-        .submit(&token, move || read_range(&file, &pool, off, len, copy))
-        .await;
+    let job = move || read_range(&file, &pool, off, len, copy);
+    let own = engine.inner.prefetch.as_ref().and_then(|h| h.disk.as_ref());
+    let submitted = match own {
+        Some(disk) => disk.submit(&token, job).await,
+        None => engine.inner.disk.submit(&token, job).await,
+    };
     let r = match submitted {
         Ok(ticket) => ticket.await,
         Err(e) => Err(e),
@@ -370,230 +483,12 @@ async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, 
     }
 }
 
-/// On a disk thread: reads `len` bytes at `off` into pooled buffers (copy)
-/// or through one scratch buffer into the page cache (sendfile). Returns
-/// the bytes read; fewer than `len` means the file ends there.
-fn read_range(
-    file: &File,
-    pool: &Arc<BufferPool>,
-    off: u64,
-    len: u64,
-    copy: bool,
-) -> io::Result<(u64, Vec<PoolBuf>)> {
-    let mut bufs = Vec::new();
-    // WILLNEED first reads exactly the planned range and leaves no
-    // read-ahead marks, so the pread below finds cached pages and the
-    // kernel's own read-ahead (8 MiB windows on the lab disk) never reads
-    // past what the planner asked for. Measured: without it the copy path's
-    // planned 1 MiB preads made the kernel read about twice the planned bytes.
-    let _ = fadvise::fadvise(file.as_fd(), off, len, fadvise::Advice::WillNeed);
-    let mut scratch = (!copy).then(|| pool.take());
-    let mut done = 0u64;
-    while done < len {
-        let mut buf = match scratch.take() {
-            Some(s) => s,
-            None => pool.take(),
-        };
-        let want = (buf.len() as u64).min(len - done) as usize;
-        let n = read_full_at(file, &mut buf[..want], off + done)?;
-        done += n as u64;
-        if copy {
-            if n > 0 {
-                bufs.push(buf);
-            }
-        } else {
-            scratch = Some(buf);
-        }
-        if n < want {
-            break;
-        }
-    }
-    Ok((done, bufs))
-}
-
-/// A sender's handle on the hub for one range; closing it (drop) cancels
-/// what is left and adds its counters to the transfer's.
-pub(crate) struct Feed<'a> {
-    engine: &'a Engine,
-    hub: &'a Hub,
-    id: ConnId,
-    notify: Arc<Notify>,
-    local: &'a Counters,
-    last_sample: Option<Instant>,
-    /// `tcpi_bytes_acked` and when it was read, for the rate estimate.
-    anchor: Option<(u64, Instant)>,
-    /// A rate has been measured (over one full `sample_interval`).
-    rated: bool,
-    /// The sender waited for disk data since the rate interval began: the
-    /// acked rate then shows our supply, a lower bound on the reader's.
-    starved: bool,
-    key: Option<StreamKey>,
-    /// The last rate measured, carried to the next feed on this connection.
-    last_rate: Option<u64>,
-}
-
-impl Engine {
-    /// A feed for `start..end` of `file`, or `None` in `kernel` mode.
-    pub(crate) fn feed<'a>(
-        &'a self,
-        conn: &TcpStream,
-        file: &Arc<File>,
-        start: u64,
-        end: u64,
-        copy: bool,
-        local: &'a Counters,
-    ) -> Option<Feed<'a>> {
-        let hub = self.inner.prefetch.as_ref()?;
-        let key = conn.local_addr().ok().zip(conn.peer_addr().ok());
-        let (id, notify, carry) = hub.open(self, file, start, end, copy, key);
-        let last_rate = carry.and_then(|c| c.rate);
-        Some(Feed {
-            engine: self,
-            hub,
-            id,
-            notify,
-            local,
-            last_sample: None,
-            anchor: carry.and_then(|c| c.anchor),
-            rated: last_rate.is_some(),
-            starved: false,
-            key,
-            last_rate,
-        })
+/// The read-ahead budget: `BUDGET_OF_ROOM` of the page-cache room the
+/// process has now, at most `cap` (the configured budget).
+fn measured_budget(cap: u64) -> u64 {
+    match memory::cache_room() {
+        Some(room) => cap.min((room as f64 * BUDGET_OF_ROOM) as u64),
+        None => cap,
     }
 }
 
-impl Feed<'_> {
-    /// Waits for the chunk that starts at `pos` (the sender's offset).
-    pub(crate) async fn next(
-        &mut self,
-        conn: &TcpStream,
-        pos: u64,
-        cancel: &Cancel,
-    ) -> Result<Chunk, EngineError> {
-        let idle = self.engine.config().idle_timeout;
-        let deadline = tokio::time::Instant::now() + idle;
-        loop {
-            match self.hub.take(self.id, pos) {
-                Take::Ready(c) => {
-                    self.local.add_disk_read(c.len);
-                    return Ok(c);
-                }
-                Take::Failed(e) => return Err(e),
-                Take::Wait => self.starved = true,
-            }
-            // Starving: a fresh sample shows the planner the drained socket.
-            self.sample(conn, true)?;
-            let nap = self.hub.sample_every / STARVING_SAMPLE_DIV;
-            tokio::select! {
-                _ = self.notify.notified() => {}
-                _ = tokio::time::sleep(nap) => {}
-                _ = tokio::time::sleep_until(deadline) => return Err(EngineError::Idle),
-                _ = cancel.cancelled() => return Err(EngineError::Cancelled),
-            }
-        }
-    }
-
-    /// `n` bytes of the range went into the socket.
-    pub(crate) fn sent(&self, n: u64) {
-        self.hub.sent(self.engine, self.id, n);
-    }
-
-    /// Feeds a `TCP_INFO` sample to the planner if the last one is old
-    /// enough; a connection found reset/closed ends the transfer.
-    pub(crate) fn sample(&mut self, conn: &TcpStream, starving: bool) -> Result<(), EngineError> {
-        let every = if starving {
-            self.hub.sample_every / STARVING_SAMPLE_DIV
-        } else {
-            self.hub.sample_every
-        };
-        if self.last_sample.is_some_and(|l| l.elapsed() < every) {
-            return Ok(());
-        }
-        self.last_sample = Some(Instant::now());
-        let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
-            return Ok(()); // not TCP (tests on other sockets): plan blind
-        };
-        if info.state == TCP_STATE_CLOSE {
-            return Err(EngineError::Connection(
-                io::ErrorKind::ConnectionReset.into(),
-            ));
-        }
-        // The rate is bytes acked per second between two samples, not the
-        // kernel's `tcpi_delivery_rate`: a receive-window-limited reader on a
-        // short path acks each small window in microseconds, so the kernel's
-        // per-flight samples can show the link's burst rate rather than how
-        // fast the reader drains; what was acked over a span cannot.
-        // Measured over at least a whole interval, whatever the sampling
-        // cadence: over a few ms the acked count moves in window-sized steps.
-        let now = Instant::now();
-        let mut fresh = None;
-        // Application-limited means *we* had nothing to send (waited for the
-        // disk). The kernel's `delivery_rate_app_limited` also fires when the
-        // send buffer, not the reader, is the limit, which would keep the
-        // estimate from ever coming down; it is not used.
-        let mut app_limited = false;
-        match self.anchor {
-            None => self.anchor = Some((info.bytes_acked, now)),
-            Some((acked, at)) => {
-                let dt = now.duration_since(at);
-                if dt >= self.hub.sample_every {
-                    let bytes = info.bytes_acked.saturating_sub(acked) as f64;
-                    fresh = Some((bytes / dt.as_secs_f64()) as u64);
-                    self.last_rate = fresh;
-                    self.anchor = Some((info.bytes_acked, now));
-                    app_limited = std::mem::take(&mut self.starved);
-                }
-            }
-        }
-        let mut sample = flow_sample(&info, fresh.unwrap_or(0), app_limited);
-        if fresh.is_none() {
-            if !self.rated {
-                // Before the first whole interval the planner keeps its initial rate.
-                return Ok(());
-            }
-            // No new rate: an app-limited 0 leaves the estimate as it is, and
-            // the queue lengths still reach the planner.
-            sample.app_limited = true;
-        }
-        self.rated = true;
-        let t = Tally {
-            global: &self.engine.inner.counters,
-            local: self.local,
-        };
-        t.flow_samples(1);
-        self.hub.sample(self.engine, self.id, &sample);
-        Ok(())
-    }
-}
-
-impl Drop for Feed<'_> {
-    fn drop(&mut self) {
-        let c = self.hub.close(self.engine, self.id);
-        self.local.add_tpf(&c);
-        if let Some(key) = self.key {
-            let carry = Carry {
-                rate: self.last_rate,
-                anchor: self.anchor,
-                at: Instant::now(),
-            };
-            self.hub.remember(key, carry);
-        }
-    }
-}
-
-/// What the planner needs from `TCP_INFO`. Close and reset are not set
-/// here: the sender sees them as errors and drops its feed.
-fn flow_sample(i: &tcp::TcpInfo, rate: u64, app_limited: bool) -> FlowSample {
-    FlowSample {
-        delivery_rate: rate,
-        app_limited,
-        rtt: Duration::from_micros(u64::from(i.rtt_us)),
-        cwnd: i.snd_cwnd,
-        notsent_bytes: u64::from(i.notsent_bytes),
-        unacked_bytes: u64::from(i.unacked) * u64::from(i.snd_mss),
-        total_retrans: i.total_retrans,
-        ca_state: CaState::from_raw(i.ca_state),
-        ..FlowSample::default()
-    }
-}

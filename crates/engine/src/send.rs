@@ -5,6 +5,8 @@
 //! `EAGAIN`; with `TCP_NOTSENT_LOWAT` set, writability means "the kernel's
 //! unsent queue has drained below the mark", so one wake-up refills a lot.
 //! After `send_quantum` bytes without a wait a sender yields the loop.
+//! Every resume after a wait is counted as a wake-up (`wake.rs`); the
+//! `blocking` data path (`send_blocking.rs`) runs on a thread of its own.
 //!
 //! Copy path: a chunk is read with `RWF_NOWAIT` on the loop when its pages
 //! are cached (no thread hop, no wait), else on a disk thread; the next
@@ -29,6 +31,7 @@ use crate::buffers::PoolBuf;
 use crate::counters::{Counters, Tally};
 use crate::disk::Ticket;
 use crate::prefetch::Feed;
+use crate::wake::{counted, yield_turn};
 use crate::{Cancel, DataPath, Engine, EngineError};
 
 /// A chunk read for the copy path: ready now (page cache) or on a disk thread.
@@ -57,13 +60,19 @@ impl Engine {
             self.send_bytes(conn, prefix, counters, cancel).await?;
             return Ok(0);
         }
+        let t = self.tally(counters);
         match self.config().data_path {
             DataPath::Copy => {
-                self.send_copy(conn, file, offset, len, prefix, counters, cancel)
-                    .await
+                let f = self.send_copy(conn, file, offset, len, prefix, counters, cancel);
+                counted(f, t).await
             }
-            DataPath::Sendfile => {
-                self.send_sendfile(conn, file, offset, len, prefix, counters, cancel)
+            DataPath::Sendfile | DataPath::Splice => {
+                let f = self.send_sendfile(conn, file, offset, len, prefix, counters, cancel);
+                counted(f, t).await
+            }
+            // Its own thread counts its own wake-ups; this task sleeps once.
+            DataPath::Blocking => {
+                self.send_blocking(conn, file, offset, len, prefix, counters, cancel)
                     .await
             }
         }
@@ -77,15 +86,9 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<(), EngineError> {
-        write_all(
-            conn,
-            [bytes, &[]],
-            self.tally(counters),
-            cancel,
-            self.config().idle_timeout,
-        )
-        .await
-        .map(|_| ())
+        let t = self.tally(counters);
+        let f = write_all(conn, [bytes, &[]], t, cancel, self.config().idle_timeout);
+        counted(f, t).await.map(|_| ())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -268,8 +271,7 @@ impl Turn {
         self.used += n;
         if self.used >= self.quantum {
             self.used = 0;
-            t.yields(1);
-            tokio::task::yield_now().await;
+            yield_turn(t).await;
         }
     }
 }
@@ -291,8 +293,8 @@ pub(crate) async fn wait_writable(
     cancel: &Cancel,
     idle: Duration,
 ) -> Result<(), EngineError> {
+    // The wake-up itself is counted by `wake::counted` around the send.
     t.eagains(1);
-    t.wakeups(1);
     tokio::select! {
         r = tokio::time::timeout(idle, conn.writable()) => match r {
             Ok(r) => r.map_err(EngineError::Connection),
@@ -422,6 +424,7 @@ pub(crate) mod tests {
             (DataPath::Copy, true),
             (DataPath::Copy, false),
             (DataPath::Sendfile, true),
+            (DataPath::Splice, true),
         ] {
             let e = engine(path, inline);
             let (got, c) = send_and_collect(&e, &data, 12_345, 2_000_000, b"HDR").await;
@@ -506,7 +509,7 @@ pub(crate) mod tests {
                 tokio::spawn(
                     async move { e2.send_file(&tx, &file, 0, 32 << 20, &[], &k, &c2).await },
                 );
-            while counters.snapshot().wakeups == 0 {
+            while counters.snapshot().eagains == 0 {
                 tokio::task::yield_now().await;
             }
             cancel.cancel();

@@ -2,6 +2,8 @@
 //!
 //! A prefix goes first with `MSG_MORE` (the kernel holds it
 //! to coalesce with the payload), then `sendfile` in `chunk_size` calls.
+//! The socket's `TCP_NOTSENT_LOWAT` follows the connection's rate
+//! (`refill.rs`), so each wake-up refills about `refill_time` of data.
 //! In `tcp` and `fixed` prefetch modes `sendfile` only runs over ranges the
 //! planner's disk jobs have already read into the page cache (through a
 //! scratch buffer, off the loop; see `prefetch.rs`), and `cachestat` tells
@@ -22,6 +24,8 @@ use tokio::net::TcpStream;
 
 use crate::counters::{Counters, Tally};
 use crate::send::{check, wait_writable, Turn};
+use crate::splice_pump::SplicePump;
+use crate::DataPath;
 use crate::{Cancel, Engine, EngineError};
 
 impl Engine {
@@ -40,6 +44,10 @@ impl Engine {
         let cfg = self.config();
         let idle = cfg.idle_timeout;
         let end = offset + len;
+        // Rate-sized NOTSENT_LOWAT (refill.rs), resized after wake-ups.
+        let mut refill = self.refill(conn);
+        // Wake-ups in a row that found no room (see `pressure_pause`).
+        let mut empty_wakes = 0u64;
         // The prefix goes with MSG_MORE, so the kernel holds it back and
         // coalesces it with the first sendfile bytes into full segments.
         let mut rest = prefix;
@@ -58,6 +66,7 @@ impl Engine {
             }
         }
         let mut turn = Turn::new(cfg.send_quantum);
+        let mut pump = self.splice_pump();
         let mut feed = self.feed(conn, file, offset, end, false, counters);
         let mut pos = offset;
         // Without a feed (`kernel` mode) sendfile takes pages as they come
@@ -74,6 +83,7 @@ impl Engine {
             }
             let want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
             if feed.is_none()
+                && pump.as_ref().is_none_or(|p| p.held() == 0)
                 && cfg.sendfile_resident_check
                 && self.features().cachestat.is_supported()
                 && !self.is_resident(file, pos, want as u64)
@@ -90,22 +100,31 @@ impl Engine {
                 continue;
             }
             let mut off = pos;
-            match conn.try_io(Interest::WRITABLE, || {
-                sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want)
+            match conn.try_io(Interest::WRITABLE, || match pump.as_mut() {
+                Some(p) => p.send(conn.as_fd(), file.as_fd(), &mut off, want),
+                None => sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want),
             }) {
                 Ok(0) => return Err(EngineError::ShortFile { at: pos }),
                 Ok(n) => {
                     t.sent(n as u64);
                     t.send_calls(1);
                     pos += n as u64;
+                    empty_wakes = 0;
                     if let Some(f) = &feed {
                         f.sent(n as u64);
                     }
                     turn.pushed(n as u64, t).await;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if empty_wakes > 0 {
+                        pressure_pause(empty_wakes, cancel).await?;
+                    }
+                    empty_wakes += 1;
                     wait_writable(conn, t, cancel, idle).await?;
                     turn.waited();
+                    if let Some(r) = refill.as_mut() {
+                        r.woke(conn);
+                    }
                     if let Some(f) = feed.as_mut() {
                         f.sample(conn, false)?;
                     }
@@ -123,6 +142,17 @@ impl Engine {
             }
         }
         Ok(pos - offset)
+    }
+
+    /// The splice data path's pipe, or `None` for plain `sendfile` (also
+    /// when no pipe can be made: out of descriptors is no reason to fail).
+    fn splice_pump(&self) -> Option<SplicePump> {
+        if self.config().data_path != DataPath::Splice {
+            return None;
+        }
+        SplicePump::new()
+            .inspect_err(|e| tracing::debug!("no pipe for splice ({e}); using sendfile"))
+            .ok()
     }
 
     /// Counts pages of a range the planner read that are gone from the page
@@ -155,6 +185,18 @@ impl Engine {
     /// (kernels before 6.5) we cannot tell cheaply and say no.
     fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
         len == 0 || self.uncached_pages(file, off, len) == Some(0)
+    }
+}
+
+/// After a wake-up that found no room: under TCP memory pressure
+/// (`tcp_mem`) a socket reports writable on every ACK while refusing data.
+/// A blocking sender sleeps a random 2 jiffies to HZ/5 there
+/// (`sk_stream_wait_memory`); this pauses likewise instead of spinning.
+async fn pressure_pause(n: u64, cancel: &Cancel) -> Result<(), EngineError> {
+    let ms = 2 + (n.wrapping_mul(2654435761) >> 7) % 200;
+    tokio::select! {
+        _ = tokio::time::sleep(std::time::Duration::from_millis(ms)) => Ok(()),
+        _ = cancel.cancelled() => Err(EngineError::Cancelled),
     }
 }
 

@@ -468,3 +468,141 @@ proptest::proptest! {
         random_sequence(seed, mode);
     }
 }
+
+/// The lab's tpf-mixed-rates at a fifth of its size (disk, clients and
+/// memory scaled alike, same offered load / disk bandwidth of 0.75).
+fn mixed_rates_lab(device_read: u64) -> tpf_world::Report {
+    let cache = 48 << 20;
+    let cfg = WorldConfig {
+        plan: PlanConfig {
+            budget: cache * 7 / 10,
+            device_read,
+            count_socket: true,
+            queue_depth: 2,
+            ..PlanConfig::default()
+        },
+        sched: SchedConfig { queue_depth: 2, max_merge: 1 << 20 },
+        cache,
+        // The fake disk adds seek and transfer times (blkio takes the larger
+        // of the two): at 10 MB/s and 60 seeks/s the 6 MB/s offered leaves
+        // about 24 seeks/s, reads must average >= 250 kB, as in the lab.
+        iops: 60.0,
+        disk_bw: 10e6,
+        duration: secs(60.0),
+        ..WorldConfig::default()
+    };
+    let mut w = World::new(cfg, specs(36, 60));
+    w.check = true;
+    w.run()
+}
+
+/// Share of the time after warm-up (50 s) a class's connections were fed.
+fn class_share(r: &tpf_world::Report, class: usize, secs_run: f64) -> f64 {
+    let v: Vec<&tpf_world::ConnReport> = r.conns.iter().filter(|c| c.class == class).collect();
+    let starved: f64 = v.iter().map(|c| c.starved.as_secs_f64()).sum();
+    1.0 - starved / (v.len() as f64 * (secs_run - 10.0))
+}
+
+#[test]
+fn device_sized_reads_keep_the_fast_class_fed_on_a_seek_bound_disk() {
+    let r = mixed_rates_lab(256 << 10);
+    let fast = class_share(&r, 0, 60.0);
+    let slow = class_share(&r, 1, 60.0);
+    eprintln!("device_read 256k: fast {fast:.3} slow {slow:.3} reads {} evicted {}", r.disk_reads, r.evicted_unused);
+    let old = mixed_rates_lab(0);
+    eprintln!(
+        "device_read 0:    fast {:.3} slow {:.3} reads {} evicted {}",
+        class_share(&old, 0, 60.0),
+        class_share(&old, 1, 60.0),
+        old.disk_reads,
+        old.evicted_unused
+    );
+    assert_eq!(r.evicted_unused, 0);
+    assert!(fast >= 0.95, "fast class at {fast}");
+    assert!(slow >= 0.95, "slow class at {slow}");
+    // Fewer, larger reads than with rate-sized windows alone.
+    assert!(r.disk_reads < old.disk_reads, "{} vs {}", r.disk_reads, old.disk_reads);
+}
+
+#[test]
+fn device_sized_reads_still_respect_h_max() {
+    let h = 64 << 10;
+    let cfg = PlanConfig { h_max: h, device_read: 256 << 10, ..PlanConfig::default() };
+    let mut p = Planner::new(cfg);
+    p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 30);
+    p.handle_sample(Duration::ZERO, ConnId(1), &sample(SLOW));
+    let mut total = 0;
+    while let Some(r) = p.poll_read(Duration::ZERO) {
+        assert!(r.len <= h, "{r:?}");
+        total += r.len;
+    }
+    // Reads go on while at most half the window is buffered.
+    assert!(total > 128 << 10 && total <= 256 << 10, "{total}");
+}
+
+#[test]
+fn a_slow_connection_gets_one_device_sized_read_not_many_small_ones() {
+    let cfg = PlanConfig { budget: 64 << 20, device_read: 256 << 10, ..PlanConfig::default() };
+    let mut p = Planner::new(cfg);
+    let t = Duration::ZERO;
+    p.handle_open(t, ConnId(1), 0, 1 << 30);
+    p.handle_sample(t, ConnId(1), &sample(SLOW));
+    let r = p.poll_read(t).expect("a read");
+    assert!(r.len >= 256 << 10, "read of {}", r.len);
+    assert_eq!(p.poll_read(t), None, "one read covers the window");
+    // Half of it sent: still above half the window, no read yet.
+    p.handle_read_done(secs(0.1), &r, r.len, secs(0.05));
+    p.handle_sent(ConnId(1), r.len / 4);
+    assert_eq!(p.poll_read(secs(0.1)), None);
+    // Mostly sent: the next read is again a large one.
+    p.handle_sent(ConnId(1), r.len / 2);
+    let n = p.poll_read(secs(0.2)).expect("a second read");
+    assert!(n.len >= 128 << 10 && n.offset == r.offset + r.len, "{n:?}");
+}
+
+#[test]
+fn socket_bytes_count_against_the_budget_when_asked() {
+    let budget = 4 << 20;
+    for count_socket in [false, true] {
+        let cfg = PlanConfig { budget, count_socket, min_target: secs(20.0), initial_target: secs(20.0), ..PlanConfig::default() };
+        let mut p = Planner::new(cfg);
+        let t = Duration::ZERO;
+        p.handle_open(t, ConnId(1), 0, 1 << 30);
+        let s = FlowSample { unacked_bytes: 3 << 20, ..sample(FAST) };
+        p.handle_sample(t, ConnId(1), &s);
+        assert_eq!(p.socket_held(), 3 << 20);
+        while p.poll_read(t).is_some() {}
+        if count_socket {
+            assert!(p.used() + p.socket_held() <= budget, "used {}", p.used());
+        } else {
+            assert!(p.used() > 1 << 20, "used {}", p.used());
+        }
+        p.handle_close(ConnId(1));
+        assert_eq!((p.used(), p.socket_held()), (0, 0));
+    }
+}
+
+#[test]
+fn evictions_shrink_the_budget_at_once_and_it_grows_back_when_quiet() {
+    let mut p = Planner::new(PlanConfig { budget: 100 << 20, ..PlanConfig::default() });
+    p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 30);
+    assert_eq!(p.budget(), 100 << 20);
+    p.handle_pressure(secs(1.0), ConnId(1), 4096);
+    let cut = p.budget();
+    assert!(cut < 100 << 20);
+    assert_eq!(p.counters().bytes_evicted_unused, 4096);
+    for i in 0..20 {
+        p.handle_pressure(secs(1.0 + f64::from(i) * 0.1), ConnId(1), 4096);
+    }
+    assert!(p.budget() >= 50 << 20, "floor: {}", p.budget());
+    // Still within the quiet period: no growth.
+    let _ = p.poll_read(secs(3.5));
+    let low = p.budget();
+    let _ = p.poll_read(secs(30.0));
+    assert!(p.budget() > low);
+    let _ = p.poll_read(secs(200.0));
+    assert_eq!(p.budget(), 100 << 20);
+    // A smaller measured budget applies to new reads at once.
+    p.set_budget(1 << 20);
+    assert_eq!(p.budget(), 1 << 20);
+}

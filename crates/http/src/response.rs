@@ -118,6 +118,25 @@ impl Status {
     }
 }
 
+/// Calls `f` with `now` as an IMF-fixdate. The text only changes once a
+/// second, so each thread keeps the last one it formatted (nginx keeps
+/// one per second too): most responses copy it instead of formatting.
+fn with_http_date(now: SystemTime, f: impl FnOnce(&str)) {
+    use std::cell::RefCell;
+    use std::time::UNIX_EPOCH;
+    thread_local! {
+        static LAST: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != secs || last.1.is_empty() {
+            *last = (secs, httpdate::fmt_http_date(now));
+        }
+        f(&last.1);
+    });
+}
+
 /// Builds one response head: status line, fields, blank line.
 #[derive(Debug, Clone)]
 pub struct HeadBuilder {
@@ -145,7 +164,9 @@ impl HeadBuilder {
         http10: bool,
     ) -> HeadBuilder {
         let mut h = HeadBuilder::new(status);
-        h.field("Date", &httpdate::fmt_http_date(now));
+        with_http_date(now, |date| {
+            h.field("Date", date);
+        });
         if !server.is_empty() {
             h.field("Server", server);
         }
@@ -212,5 +233,17 @@ mod tests {
                 .unwrap();
         assert!(h10.starts_with("HTTP/1.1 404 Not Found\r\n"));
         assert!(h10.contains("Connection: keep-alive\r\n") && !h10.contains("Server"));
+    }
+
+    #[test]
+    fn the_remembered_date_follows_the_clock() {
+        let t = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        let date = |now| {
+            let head = HeadBuilder::common(Status::Ok, now, "", true, false).finish();
+            String::from_utf8(head).unwrap()
+        };
+        assert!(date(t).contains("Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"));
+        assert!(date(t + Duration::from_millis(900)).contains("08:49:37 GMT"));
+        assert!(date(t + Duration::from_secs(1)).contains("08:49:38 GMT"));
     }
 }

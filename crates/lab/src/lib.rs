@@ -9,6 +9,7 @@ pub mod units;
 pub mod cgroup;
 pub mod experiment;
 pub mod load;
+pub mod pagetrace;
 pub mod prereq;
 pub mod probe;
 pub mod report;

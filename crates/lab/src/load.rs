@@ -38,6 +38,9 @@ pub struct DownloadSpec {
     pub abort_after_s: Option<f64>,
     /// `SO_RCVBUF` to set before connecting (None: kernel autotuning).
     pub rcvbuf: Option<usize>,
+    /// Caller's id, copied into the result (results of several generators are merged).
+    #[serde(default)]
+    pub id: u32,
 }
 
 /// The whole workload.
@@ -49,6 +52,9 @@ pub struct LoadSpec {
     pub sample_ms: u64,
     /// Stop everything this many seconds after the start (None: run to completion).
     pub deadline_s: Option<f64>,
+    /// Record every download's received bytes at each sample (`DownloadResult::series`).
+    #[serde(default)]
+    pub client_series: bool,
 }
 
 /// Outcome of one download.
@@ -72,6 +78,15 @@ pub struct DownloadResult {
     pub cut: bool,
     /// What went wrong, if anything.
     pub error: Option<String>,
+    /// Id from the spec.
+    #[serde(default)]
+    pub id: u32,
+    /// With `client_series`: bytes received at the end of each sampling
+    /// interval (entry k at (k+1) * sample_ms): the kernel's count for the
+    /// socket (TCP_INFO bytes_received, in-order bytes the client's TCP has
+    /// taken, read by the application or not), at most 20 ms old.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<u64>,
 }
 
 impl DownloadResult {
@@ -93,13 +108,26 @@ pub struct LoadReport {
     pub sample_ms: u64,
     /// Wall time of the whole run.
     pub wall_s: f64,
+    /// CLOCK_MONOTONIC seconds of the run start (bin 0 starts here).
+    #[serde(default)]
+    pub t0_mono_s: f64,
+}
+
+/// CLOCK_MONOTONIC now, in seconds (the clock of `Instant` and of the `mono` trace clock).
+pub fn mono_now_s() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9).unwrap_or(f64::NAN)
 }
 
 struct Ctx {
     t0: Instant,
     deadline: Option<Instant>,
     counter: Arc<AtomicU64>,
+    /// This download's received bytes (kernel count), when series are recorded.
+    received: Option<Arc<AtomicU64>>,
 }
+
+/// How stale a download's kernel received count may get.
+const RECEIVED_TICK: Duration = Duration::from_millis(20);
 
 enum Stop {
     Done,
@@ -110,6 +138,7 @@ enum Stop {
 /// Runs the workload and returns the report.
 pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
     let t0 = Instant::now();
+    let t0_mono_s = mono_now_s();
     let deadline = spec.deadline_s.map(|s| t0 + Duration::from_secs_f64(s));
     let mut classes: BTreeMap<String, Arc<AtomicU64>> = BTreeMap::new();
     for d in &spec.downloads {
@@ -117,10 +146,13 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
     }
     let done = Arc::new(AtomicBool::new(false));
     let sample = Duration::from_millis(spec.sample_ms.max(10));
+    let per_dl: Vec<Arc<AtomicU64>> = if spec.client_series { spec.downloads.iter().map(|_| Arc::default()).collect() } else { Vec::new() };
     let sampler = {
         let classes = classes.clone();
         let done = done.clone();
+        let per_dl = per_dl.clone();
         std::thread::spawn(move || {
+            let mut series: Vec<Vec<u64>> = per_dl.iter().map(|_| Vec::new()).collect();
             let mut last: BTreeMap<String, u64> = classes.keys().map(|k| (k.clone(), 0)).collect();
             let mut tl: BTreeMap<String, Vec<u64>> = classes.keys().map(|k| (k.clone(), Vec::new())).collect();
             let mut next = Instant::now() + sample;
@@ -134,8 +166,11 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
                     let l = last.get_mut(k).map(|l| std::mem::replace(l, v)).unwrap_or(0);
                     tl.entry(k.clone()).or_default().push(v - l);
                 }
+                for (s, c) in series.iter_mut().zip(&per_dl) {
+                    s.push(c.load(Ordering::Relaxed));
+                }
                 if finished {
-                    return tl;
+                    return (tl, series);
                 }
             }
         })
@@ -144,16 +179,20 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
         .downloads
         .iter()
         .cloned()
-        .map(|d| {
-            let ctx = Ctx { t0, deadline, counter: classes[&d.class].clone() };
+        .enumerate()
+        .map(|(i, d)| {
+            let ctx = Ctx { t0, deadline, counter: classes[&d.class].clone(), received: per_dl.get(i).cloned() };
             std::thread::Builder::new().stack_size(256 * 1024).spawn(move || one(&d, &ctx))
         })
         .collect::<std::io::Result<_>>()?;
-    let results: Vec<DownloadResult> =
+    let mut results: Vec<DownloadResult> =
         handles.into_iter().map(|h| h.join().map_err(|_| anyhow!("download thread panicked"))).collect::<Result<_>>()?;
     done.store(true, Ordering::Relaxed);
-    let timeline = sampler.join().map_err(|_| anyhow!("sampler panicked"))?;
-    Ok(LoadReport { results, timeline, sample_ms: sample.as_millis() as u64, wall_s: t0.elapsed().as_secs_f64() })
+    let (timeline, series) = sampler.join().map_err(|_| anyhow!("sampler panicked"))?;
+    for (r, s) in results.iter_mut().zip(series) {
+        r.series = s;
+    }
+    Ok(LoadReport { results, timeline, sample_ms: sample.as_millis() as u64, wall_s: t0.elapsed().as_secs_f64(), t0_mono_s })
 }
 
 fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
@@ -170,6 +209,8 @@ fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
         aborted: false,
         cut: false,
         error: None,
+        id: d.id,
+        series: Vec::new(),
     };
     let abort_at = d.abort_after_s.map(|s| started + Duration::from_secs_f64(s));
     let out = if d.url.starts_with("ftp://") {
@@ -273,7 +314,7 @@ fn ftp_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Downl
     let data_addr = SocketAddr::new(addr.ip(), pasv_port(&l)?);
     let mut data = connect(data_addr, d.rcvbuf)?;
     ftp_cmd(&mut ctl, &mut rd, &format!("RETR {path}"), &[125, 150])?;
-    let stop = pump(&mut data, d, ctx, abort_at, r, None)?;
+    let stop = pump(&mut data, d, ctx, abort_at, r, None, 0)?;
     match stop {
         Stop::Done => {
             drop(data);
@@ -281,7 +322,7 @@ fn ftp_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Downl
             if c != 226 && c != 250 {
                 bail!("after transfer: {l}");
             }
-            r.complete = r.expected.map_or(true, |e| e == r.bytes);
+            r.complete = r.expected.is_none_or(|e| e == r.bytes);
             let _ = ctl.write_all(b"QUIT\r\n");
         }
         Stop::Aborted | Stop::Cut => {
@@ -311,6 +352,7 @@ fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Down
         }
         head.push(b[0]);
     }
+    let head_len = head.len() as u64;
     let head = String::from_utf8_lossy(&head);
     let status = head.lines().next().unwrap_or("");
     if status.split_whitespace().nth(1) != Some("200") {
@@ -320,9 +362,9 @@ fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Down
         .lines()
         .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.trim().to_string()))
         .and_then(|v| v.parse().ok());
-    let stop = pump(&mut s, d, ctx, abort_at, r, r.expected)?;
+    let stop = pump(&mut s, d, ctx, abort_at, r, r.expected, head_len)?;
     match stop {
-        Stop::Done => r.complete = r.expected.map_or(true, |e| e == r.bytes),
+        Stop::Done => r.complete = r.expected.is_none_or(|e| e == r.bytes),
         Stop::Aborted | Stop::Cut => rst(&s),
     }
     Ok(())
@@ -334,8 +376,10 @@ fn rst(s: &TcpStream) {
     let _ = s.shutdown(std::net::Shutdown::Both);
 }
 
-/// Reads the body until EOF (or `limit` bytes), honouring rate, abort and deadline.
-fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult, limit: Option<u64>) -> Result<Stop> {
+/// Reads the body until EOF (or `limit` bytes), honouring rate, abort and
+/// deadline; `head` bytes came before the body on this connection (HTTP).
+#[allow(clippy::too_many_arguments)]
+fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult, limit: Option<u64>, head: u64) -> Result<Stop> {
     s.set_read_timeout(Some(POLL_TICK))?;
     let chunk = match d.rate_bps {
         // About 20 reads per second when rate-limited, so pacing is smooth.
@@ -345,8 +389,19 @@ fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant
     let mut buf = vec![0u8; chunk];
     let began = Instant::now();
     let mut idle_since = Instant::now();
+    let mut noted = began - RECEIVED_TICK;
     loop {
         let now = Instant::now();
+        if let Some(c) = &ctx.received {
+            if now.duration_since(noted) >= RECEIVED_TICK {
+                noted = now;
+                // The kernel's in-order received count; the application's when TCP_INFO fails.
+                let k = sluice_platform::tcp::tcp_info(std::os::fd::AsFd::as_fd(&*s)).map(|i| i.bytes_received.saturating_sub(head)).unwrap_or(r.bytes);
+                // The FIN takes a sequence number too: never beyond the announced size.
+                let k = r.expected.map_or(k, |e| k.min(e));
+                c.store(k.max(r.bytes), Ordering::Relaxed);
+            }
+        }
         if abort_at.is_some_and(|a| now >= a) {
             r.aborted = true;
             return Ok(Stop::Aborted);
@@ -373,6 +428,9 @@ fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant
             Ok(n) => {
                 r.bytes += n as u64;
                 ctx.counter.fetch_add(n as u64, Ordering::Relaxed);
+                if let Some(c) = &ctx.received {
+                    c.fetch_max(r.bytes, Ordering::Relaxed);
+                }
                 idle_since = Instant::now();
             }
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
@@ -456,13 +514,19 @@ mod tests {
                 rate_bps: None,
                 abort_after_s: None,
                 rcvbuf: None,
+                id: 9,
             }],
             sample_ms: 50,
             deadline_s: Some(30.0),
+            client_series: true,
         };
         let rep = run(&spec).unwrap();
         assert_eq!(rep.results[0].bytes, 100_000, "{:?}", rep.results[0].error);
         assert!(rep.results[0].complete);
         assert_eq!(rep.timeline["c"].iter().sum::<u64>(), 100_000);
+        // The per-download series ends at the whole body (the last sample follows the end).
+        assert_eq!(rep.results[0].id, 9);
+        assert_eq!(rep.results[0].series.last().copied(), Some(100_000));
+        assert!(rep.results[0].series.windows(2).all(|w| w[0] <= w[1]));
     }
 }

@@ -107,7 +107,8 @@ fn main() -> Result<()> {
             let work = PathBuf::from("/var/tmp/sluice-lab/work").join(&name);
             std::fs::create_dir_all(&work)?;
             let command = std::env::args().map(|a| if a.contains('/') { a.rsplit('/').next().unwrap_or(&a).to_string() } else { a }).collect::<Vec<_>>().join(" ");
-            let ctx = Ctx { exp, smoke, repeat, out: out.clone(), work, command };
+            let merge = servers.is_some() || step.is_some();
+            let ctx = Ctx { exp, smoke, repeat, out: out.clone(), work, command, merge };
             match ctx.exp.kind.as_str() {
                 "linkem-validation" => run_validation::run(&ctx)?,
                 "transfers" => run_transfers::run(&ctx)?,

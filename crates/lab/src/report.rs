@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Median of a sample (upper median for even sizes, so it is a measured value).
 pub fn median(v: &[f64]) -> f64 {
@@ -39,7 +39,7 @@ pub fn num(v: f64) -> String {
 }
 
 /// One row: a configuration in a group, with repeated measurements per column.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// First column (e.g. the case).
     pub group: String,
@@ -49,10 +49,13 @@ pub struct Row {
     pub values: BTreeMap<String, Vec<f64>>,
     /// Free text (failures, "n/a").
     pub note: String,
+    /// Id of the run (`RunInfo::id`) the row's numbers come from.
+    #[serde(default)]
+    pub run: String,
 }
 
 /// A table with fixed columns.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Table {
     /// Heading.
     pub title: String,
@@ -74,7 +77,7 @@ impl Table {
         if let Some(i) = self.rows.iter().position(|r| r.group == group && r.config == config) {
             return &mut self.rows[i];
         }
-        self.rows.push(Row { group: group.into(), config: config.into(), values: BTreeMap::new(), note: String::new() });
+        self.rows.push(Row { group: group.into(), config: config.into(), values: BTreeMap::new(), note: String::new(), run: String::new() });
         self.rows.last_mut().expect("just pushed")
     }
 
@@ -102,10 +105,13 @@ impl Table {
         r.values.get(column).filter(|v| !v.is_empty()).map(|v| median(v))
     }
 
-    /// Markdown: each cell "median (min-max, n)" or the single value.
+    /// Markdown: each cell "median (min-max, n)" or the single value; a
+    /// "run" column when rows come from different runs.
     pub fn markdown(&self) -> String {
-        let mut s = format!("### {}\n\n| {} | {} | {} | notes |\n|---|---|", self.title, self.keys.0, self.keys.1, self.columns.join(" | "));
-        s.push_str(&"---|".repeat(self.columns.len() + 1));
+        let runs = self.rows.iter().any(|r| !r.run.is_empty());
+        let run_head = if runs { " run |" } else { "" };
+        let mut s = format!("### {}\n\n| {} | {} |{run_head} {} | notes |\n|---|---|", self.title, self.keys.0, self.keys.1, self.columns.join(" | "));
+        s.push_str(&"---|".repeat(self.columns.len() + 1 + runs as usize));
         s.push('\n');
         for r in &self.rows {
             let cells: Vec<String> = self
@@ -121,7 +127,8 @@ impl Table {
                     }
                 })
                 .collect();
-            let _ = writeln!(s, "| {} | {} | {} | {} |", r.group, r.config, cells.join(" | "), r.note);
+            let run = if runs { format!(" {} |", r.run) } else { String::new() };
+            let _ = writeln!(s, "| {} | {} |{run} {} | {} |", r.group, r.config, cells.join(" | "), r.note);
         }
         s
     }
@@ -234,6 +241,155 @@ pub fn write(dir: &Path, title: &str, preamble: &str, tables: &[Table], raw: &se
     Ok(())
 }
 
+/// Where a set of rows came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// "R1", "R2", ... (assigned when results are written).
+    pub id: String,
+    /// The command line.
+    pub command: String,
+    /// When it finished, with the load average then.
+    pub finished: String,
+    /// The Sluice binary (path and build time), if Sluice ran.
+    pub binary: String,
+}
+
+/// Results as stored in results.json.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stored {
+    /// Experiment name.
+    #[serde(default)]
+    pub title: String,
+    /// The tables.
+    #[serde(default)]
+    pub tables: Vec<Table>,
+    /// Raw per-run numbers (objects with "group" and "server" where merging applies).
+    #[serde(default)]
+    pub raw: serde_json::Value,
+    /// The runs rows refer to.
+    #[serde(default)]
+    pub runs: Vec<RunInfo>,
+}
+
+/// Provenance of rows from a results.md written before runs were recorded:
+/// its "Command:", "Finished:" and "Sluice binary:" lines.
+pub fn run_from_markdown(md: &str, id: &str) -> RunInfo {
+    let field = |k: &str| md.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().trim_end_matches("  ").trim().to_string()).unwrap_or_default();
+    RunInfo { id: id.into(), command: field("Command:").trim_matches('`').to_string(), finished: field("Finished:"), binary: field("Sluice binary:") }
+}
+
+fn raw_key(v: &serde_json::Value) -> Option<(String, String)> {
+    Some((v.get("group")?.as_str()?.to_string(), v.get("server").or(v.get("config"))?.as_str()?.to_string()))
+}
+
+/// Merges a new run into stored results: rows (group, config) of `new`
+/// replace the same rows of `old` (in place), other old rows stay; raw
+/// entries of replaced rows go; runs no row refers to any more go.
+pub fn merge(old: Stored, new_tables: &[Table], new_raw: &serde_json::Value, mut run: RunInfo) -> Stored {
+    let next = old.runs.iter().filter_map(|r| r.id.strip_prefix('R')?.parse::<u32>().ok()).max().unwrap_or(0) + 1;
+    run.id = format!("R{next}");
+    let mut tables = old.tables;
+    let mut replaced = std::collections::BTreeSet::new();
+    for nt in new_tables {
+        let i = match tables.iter().position(|t| t.title == nt.title) {
+            Some(i) => i,
+            None => {
+                tables.push(Table { rows: Vec::new(), ..nt.clone() });
+                tables.len() - 1
+            }
+        };
+        let t = &mut tables[i];
+        let mut cols = nt.columns.clone();
+        cols.extend(t.columns.iter().filter(|c| !nt.columns.contains(c)).cloned());
+        t.columns = cols;
+        for r in &nt.rows {
+            let mut r = r.clone();
+            r.run = run.id.clone();
+            replaced.insert((r.group.clone(), r.config.clone()));
+            match t.rows.iter().position(|o| o.group == r.group && o.config == r.config) {
+                Some(j) => t.rows[j] = r,
+                // A new row goes after the last of its group.
+                None => match t.rows.iter().rposition(|o| o.group == r.group) {
+                    Some(j) => t.rows.insert(j + 1, r),
+                    None => t.rows.push(r),
+                },
+            }
+        }
+        // Columns no row has any more (renamed since) go.
+        let rows = &t.rows;
+        t.columns.retain(|c| rows.iter().any(|r| r.values.contains_key(c)));
+    }
+    let mut raw: Vec<serde_json::Value> = match old.raw {
+        serde_json::Value::Array(a) => a.into_iter().filter(|v| raw_key(v).is_none_or(|k| !replaced.contains(&k))).collect(),
+        _ => Vec::new(),
+    };
+    if let serde_json::Value::Array(a) = new_raw {
+        raw.extend(a.iter().cloned().map(|mut v| {
+            if let Some(o) = v.as_object_mut() {
+                o.insert("run_id".into(), serde_json::Value::String(run.id.clone()));
+            }
+            v
+        }));
+    }
+    let mut runs = old.runs;
+    runs.push(run);
+    runs.retain(|r| tables.iter().any(|t| t.rows.iter().any(|x| x.run == r.id)));
+    Stored { title: old.title, tables, raw: serde_json::Value::Array(raw), runs }
+}
+
+/// Writes results.md and results.json, merging into what `dir` holds when
+/// `keep_others` (a run of some servers or steps only): the rows this run
+/// produced replace theirs, every other row stays with the run it came from.
+/// Returns the stored (merged) results.
+/// `post` runs on every merged table before it is written (columns that
+/// compare rows, e.g. against a baseline row of an earlier run).
+#[allow(clippy::too_many_arguments)]
+pub fn write_merged(dir: &Path, title: &str, preamble: &str, tables: &[Table], raw: &serde_json::Value, run: RunInfo, keep_others: bool, post: &dyn Fn(&mut Table)) -> Result<Stored> {
+    std::fs::create_dir_all(dir)?;
+    let mut old = Stored { title: title.into(), raw: serde_json::Value::Array(Vec::new()), ..Default::default() };
+    let jp = dir.join("results.json");
+    if keep_others && jp.exists() {
+        let text = std::fs::read_to_string(&jp)?;
+        match serde_json::from_str::<Stored>(&text) {
+            Ok(mut s) => {
+                if s.tables.iter().any(|t| t.rows.iter().any(|r| r.run.is_empty())) {
+                    // Written before runs were recorded: one run described by the old results.md.
+                    let md = std::fs::read_to_string(dir.join("results.md")).unwrap_or_default();
+                    let id = format!("R{}", s.runs.len() + 1);
+                    for t in &mut s.tables {
+                        for r in t.rows.iter_mut().filter(|r| r.run.is_empty()) {
+                            r.run = id.clone();
+                        }
+                    }
+                    s.runs.push(run_from_markdown(&md, &id));
+                }
+                s.title = title.into();
+                old = s;
+            }
+            Err(e) => eprintln!("warning: {} not merged (unreadable: {e}); rows of other servers are dropped", jp.display()),
+        }
+    }
+    let mut stored = merge(old, tables, raw, run);
+    for t in &mut stored.tables {
+        post(t);
+    }
+    let mut md = format!("# {title}\n\n{preamble}\n\n");
+    if stored.runs.len() > 1 || keep_others {
+        md.push_str("Rows come from these runs (column \"run\"; a later run of some servers or steps replaces only their rows):\n\n| run | command | finished (load average) | Sluice binary |\n|---|---|---|---|\n");
+        for r in &stored.runs {
+            let _ = writeln!(md, "| {} | `{}` | {} | {} |", r.id, r.command, r.finished, r.binary);
+        }
+        md.push('\n');
+    }
+    for t in &stored.tables {
+        md.push_str(&t.markdown());
+        md.push('\n');
+    }
+    std::fs::write(dir.join("results.md"), md)?;
+    std::fs::write(&jp, serde_json::to_string_pretty(&stored)?)?;
+    Ok(stored)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +405,56 @@ mod tests {
         assert!(md.contains("| c | s | 2.00 (1.00–3.00, n=3) |"), "{md}");
         assert_eq!(t.median_of("c", "s", "MB/s"), Some(2.0));
         assert_eq!(mmm(&[5.0]), (5.0, 5.0, 5.0));
+    }
+
+    fn table(rows: &[(&str, &str, f64)]) -> Table {
+        let mut t = Table::new("x", "case", "server", &["MB/s"]);
+        for (g, s, v) in rows {
+            t.add(g, s, "MB/s", *v);
+        }
+        t
+    }
+
+    #[test]
+    fn merging_replaces_only_the_rows_that_ran() {
+        let run = |c: &str| RunInfo { command: c.into(), ..Default::default() };
+        let raw = |rows: &[(&str, &str)]| serde_json::Value::Array(rows.iter().map(|(g, s)| serde_json::json!({"group": g, "server": s})).collect());
+        let first = merge(Stored::default(), &[table(&[("a", "nginx", 1.0), ("a", "sluice", 2.0), ("b", "sluice", 3.0)])], &raw(&[("a", "nginx"), ("a", "sluice"), ("b", "sluice")]), run("all"));
+        assert_eq!(first.runs.len(), 1);
+        assert!(first.tables[0].rows.iter().all(|r| r.run == "R1"));
+        // A later run of sluice in group a only.
+        let mut t2 = table(&[("a", "sluice", 20.0)]);
+        t2.columns.push("new col".into());
+        t2.add("a", "sluice", "new col", 5.0);
+        let second = merge(first, &[t2], &raw(&[("a", "sluice")]), run("sluice only"));
+        let t = &second.tables[0];
+        assert_eq!(t.rows.len(), 3);
+        assert_eq!((t.rows[1].config.as_str(), t.rows[1].run.as_str()), ("sluice", "R2"));
+        assert_eq!(t.median_of("a", "sluice", "MB/s"), Some(20.0));
+        assert_eq!(t.median_of("a", "nginx", "MB/s"), Some(1.0));
+        assert_eq!(t.rows[2].run, "R1");
+        // A new row of an existing group goes after that group's rows.
+        let third = merge(second.clone(), &[table(&[("a", "vsftpd", 7.0)])], &raw(&[]), run("vsftpd"));
+        let order: Vec<_> = third.tables[0].rows.iter().map(|r| (r.group.as_str(), r.config.as_str())).collect();
+        assert_eq!(order, vec![("a", "nginx"), ("a", "sluice"), ("a", "vsftpd"), ("b", "sluice")]);
+        let t = &second.tables[0];
+        assert_eq!(t.columns, vec!["MB/s".to_string(), "new col".to_string()]);
+        let keys: Vec<_> = second.raw.as_array().unwrap().iter().map(|v| (v["server"].as_str().unwrap().to_string(), v.get("run_id").and_then(|x| x.as_str()).unwrap_or("R1").to_string())).collect();
+        assert_eq!(keys.len(), 3);
+        assert!(keys.contains(&("sluice".into(), "R2".into())));
+        assert_eq!(second.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), vec!["R1", "R2"]);
+        assert!(t.markdown().contains("| a | sluice | R2 | 20.0 | 5.00 |  |"), "{}", t.markdown());
+        // Replacing every row of R1 drops R1 from the runs.
+        let third = merge(second, &[table(&[("a", "nginx", 1.5), ("b", "sluice", 3.5)])], &raw(&[]), run("rest"));
+        assert_eq!(third.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), vec!["R2", "R3"]);
+    }
+
+    #[test]
+    fn old_markdown_headers_give_the_provenance() {
+        let md = "# x\n\nd\n\nCommand: `sluice-lab run x --repeat 1`  \nFinished: 2026-11-22 08:09 UTC (load average then: 2.39 1.86 2.11)  \nSluice binary: /b/sluice (built 07:26)  \nKernel: k\n";
+        let r = run_from_markdown(md, "R1");
+        assert_eq!(r.command, "sluice-lab run x --repeat 1");
+        assert_eq!(r.finished, "2026-11-22 08:09 UTC (load average then: 2.39 1.86 2.11)");
+        assert_eq!(r.binary, "/b/sluice (built 07:26)");
     }
 }

@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                 topo.classes.iter().map(|c| (c.name.clone(), Some(c.ns.clone()), srv.url_for_host(&c.server_addr, &fname))).collect()
             };
             let n_abort = (clients as f64 * w.abort_fraction).round() as u32;
-            let mut specs: Vec<LoadSpec> = hosts.iter().map(|_| LoadSpec { downloads: Vec::new(), sample_ms: 1000, deadline_s: Some(duration) }).collect();
+            let mut specs: Vec<LoadSpec> = hosts.iter().map(|_| LoadSpec { downloads: Vec::new(), sample_ms: 1000, deadline_s: Some(duration), client_series: false }).collect();
             for i in 0..clients {
                 let h = i as usize % hosts.len();
                 // Aborting clients are the last ones of each class's share.
@@ -79,6 +79,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     rate_bps: (bps > 0).then_some(bps),
                     abort_after_s: aborting.then_some(duration / 2.0),
                     rcvbuf: None,
+                    id: i,
                 });
             }
             let outs: Vec<Result<crate::load::LoadReport>> = std::thread::scope(|sc| {
@@ -155,7 +156,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         }
     }
     drop(topo);
-    report::write(&ctx.out, &exp.name, &ctx.preamble(), std::slice::from_ref(&table), &serde_json::Value::Array(raw))?;
+    ctx.write_report(std::slice::from_ref(&table), &serde_json::Value::Array(raw))?;
     report::line_chart(&ctx.out.join("throughput.png"), &format!("{}: aggregate throughput (run 1)", exp.name), "time (s)", "MB/s", &timelines)?;
     report::bar_chart(&ctx.out.join("disk-per-sent.png"), "disk bytes read per byte sent", &table, &group, COLS[1])?;
     Ok(())

@@ -4,7 +4,10 @@
 //! switches, memory; Sluice's engine counters from `--metrics`; around a
 //! reset moment, what the disk read after it and how fast survivors took the
 //! freed capacity; around link events, each class's throughput before and
-//! during; the progress of a CPU-bound spinner beside the server.
+//! during; the progress of a CPU-bound spinner beside the server; with
+//! `page_trace`, page-cache adds and deletes of the clients' files for every
+//! server (`pagetrace.rs`). Per-GiB costs (context switches, CPU, wake-ups)
+//! are taken over the steady window only.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,16 +19,27 @@ use anyhow::{Context, Result};
 
 use crate::cgroup;
 use crate::experiment::pick;
-use crate::load::{DownloadSpec, LoadReport, LoadSpec};
+use crate::load::{DownloadResult, DownloadSpec, LoadReport, LoadSpec};
+use crate::pagetrace::{self, FileWatch, TraceLog, Tracer};
 use crate::report::{self, Table};
 use crate::run_transfers::first_line;
 use crate::runner::{ensure_file, ensure_file_nth, rate, run_load, size, Ctx};
 use crate::servers::{self, Running};
-use crate::streams::{add_bins, counts_at, parse_prometheus, sample_at, spread_pick, time_to_reach, window_rate, window_sum, ServerSample, StreamClass};
+use crate::streams::{
+    add_bins, counts_at, fair_share, mean_in, parse_prometheus, rebin, sample_at, spread_pick, time_to_reach, window_rate, window_sum, ServerSample, StreamClass,
+};
 use crate::topology::{ns_command, Topology};
 use crate::units::parse_duration;
 
 const GIB: f64 = (1u64 << 30) as f64;
+/// Share of the pre-reset aggregate the survivors must reach ("new fair share").
+const FAIR_FRACTION: f64 = 0.95;
+/// Cores of the lab machine the spinner's fair share is computed for.
+fn cores() -> f64 {
+    std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(1.0)
+}
+/// How often the sampler reads the number of runnable tasks.
+const RUNNABLE_TICK: Duration = Duration::from_millis(100);
 /// Label suffix of the clients that are reset.
 const RESET: &str = " (reset)";
 
@@ -71,6 +85,7 @@ fn put(t: &mut Table, group: &str, server: &str, col: &str, v: f64) {
 struct Client {
     class: usize,
     fname: String,
+    file: PathBuf,
     start_s: f64,
     reset: bool,
 }
@@ -78,9 +93,15 @@ struct Client {
 struct Params {
     dur: f64,
     steady: f64,
+    /// Server sampling interval.
     dt: f64,
+    /// Client bins (class timelines, per-client series).
+    cdt: f64,
+    /// Bins in the fair-share window.
+    fair_bins: usize,
     abort_at: Option<f64>,
     events: Vec<(f64, Option<String>, String)>,
+    page_trace: bool,
 }
 
 /// Runs the experiment and writes its report.
@@ -95,17 +116,21 @@ pub fn run(ctx: &Ctx) -> Result<()> {
         dur: secs(&sp.duration, sp.smoke_duration.as_ref())?,
         steady: secs(&sp.steady_from, sp.smoke_steady_from.as_ref())?,
         dt: parse_duration(&sp.sample)?.as_secs_f64(),
+        cdt: parse_duration(sp.client_sample.as_deref().unwrap_or(&sp.sample))?.as_secs_f64(),
+        fair_bins: 1,
+        page_trace: sp.page_trace,
         abort_at: match &sp.abort_at {
             Some(a) if abort_n > 0 => Some(secs(a, sp.smoke_abort_at.as_ref())?),
             _ => None,
         },
         events: sp.events.iter().map(|e| Ok((secs(&e.at, e.smoke_at.as_ref())?, e.link.clone(), e.set.clone()))).collect::<Result<_>>()?,
     };
+    let mut p = p;
+    p.fair_bins = ((parse_duration(&sp.fair_window)?.as_secs_f64() / p.cdt).round() as usize).max(1);
     let limits = ctx.limits()?;
     let device = limits.device.clone();
     let mut table = Table::new(&exp.name, "workload", "server", &[]);
     let mut raw = Vec::new();
-    let mut plots = 0;
     std::fs::create_dir_all(&ctx.out)?;
     for path in &exp.paths {
         let classes: Vec<&StreamClass> = sp.classes.iter().filter(|c| c.path.as_deref().is_none_or(|p| p == path.name)).collect();
@@ -132,10 +157,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     };
                     let fname = f.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
                     if !files.contains(&f) {
-                        files.push(f);
+                        files.push(f.clone());
                     }
                     // Every class arrives spread over the whole arrival time, interleaved.
-                    clients.push(Client { class: ci, fname, start_s: spread * j as f64 / counts[ci].max(1) as f64, reset: false });
+                    clients.push(Client { class: ci, fname, file: f, start_s: spread * j as f64 / counts[ci].max(1) as f64, reset: false });
                 }
             }
             if p.abort_at.is_some() {
@@ -149,7 +174,6 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                 .map(|(c, n)| format!("{n} x {} {}", if c.rate == "0" { "unlimited" } else { c.rate.as_str() }, c.name))
                 .collect();
             let group = format!("{}: {}, {:.0} s", path.name, desc.join(" + "), p.dur);
-            let mut series = Vec::new();
             for (si, server) in exp.servers.iter().enumerate() {
                 if !servers::check(std::slice::from_ref(server)).is_empty() {
                     table.note(&group, &server.name, "not run: program missing");
@@ -176,13 +200,19 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     let srv = match servers::start(&spec, &exp.data.dir, topo.server_ns.as_deref(), &topo.server_addr, port, &limits, &ctx.work) {
                         Ok(s) => s,
                         Err(e) => {
-                            table.note(&group, &server.name, &format!("server failed to start: {}", first_line(&format!("{e:#}"))));
+                            let why = first_line(&format!("{e:#}"));
+                            let why = why.chars().take(300).collect::<String>();
+                            if server.optional {
+                                table.note(&group, &server.name, &format!("did not start (optional row): {why}"));
+                            } else {
+                                table.note(&group, &server.name, &format!("server failed to start: {why}"));
+                            }
                             break;
                         }
                     };
                     let out = run_once(ctx, &topo, &srv, &classes, &clients, &p, metrics.then_some(mport), sp.spinner, device.as_deref());
                     let usage = srv.stop(device.as_deref())?;
-                    let (r, samples, spun, event_log) = match out {
+                    let (r, samples, spun, event_log, once) = match out {
                         Ok(x) => x,
                         Err(e) => {
                             table.note(&group, &server.name, &format!("failed: {}", first_line(&format!("{e:#}"))));
@@ -194,7 +224,6 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                         table.note(&group, &server.name, &format!("{} downloads failed, e.g. {}", errors.len(), first_line(e)));
                     }
                     let sent: u64 = r.results.iter().map(|d| d.bytes).sum();
-                    let gib = sent as f64 / GIB;
                     let g = group.as_str();
                     let s = server.name.as_str();
                     let t = &mut table;
@@ -207,12 +236,12 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                             add_bins(&mut survivors, bins);
                         }
                     }
-                    put(t, g, s, "total MB/s (steady)", window_rate(&all, p.dt, p.steady, p.dur));
+                    put(t, g, s, "total MB/s (steady)", window_rate(&all, p.cdt, p.steady, p.dur));
                     put(t, g, s, "total MB/s (whole run)", sent as f64 / 1e6 / r.wall_s.max(1e-9));
                     for (ci, c) in classes.iter().enumerate() {
                         let n = clients.iter().filter(|x| x.class == ci && !x.reset).count();
                         let bins = r.timeline.get(&c.name).cloned().unwrap_or_default();
-                        let per = window_rate(&bins, p.dt, p.steady, p.dur) * 8.0 / n.max(1) as f64;
+                        let per = window_rate(&bins, p.cdt, p.steady, p.dur) * 8.0 / n.max(1) as f64;
                         put(t, g, s, &format!("{} Mbit/s per client (steady)", c.name), per);
                         if c.rate != "0" {
                             put(t, g, s, &format!("{} % of rate", c.name), per * 1e6 / rate(&c.rate)? as f64 * 100.0);
@@ -220,18 +249,35 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     }
                     put(t, g, s, "disk MB read", usage.cgroup.disk_read_bytes as f64 / 1e6);
                     put(t, g, s, "disk read / sent", usage.cgroup.disk_read_bytes as f64 / sent.max(1) as f64);
-                    put(t, g, s, "server CPU s/GiB", usage.cgroup.cpu_s / gib.max(1e-9));
-                    put(t, g, s, "server ctx switches/GiB", usage.ctx_switches as f64 / gib.max(1e-9));
+                    // Per-GiB costs over the steady window only (ramp-up and the tail excluded).
+                    let (steady_bytes, _) = window_sum(&all, p.cdt, p.steady, p.dur);
+                    let steady_gib = (steady_bytes as f64 / GIB).max(1e-9);
+                    let delta = |f: &dyn Fn(&ServerSample) -> f64| match (sample_at(&samples, p.steady), sample_at(&samples, p.dur)) {
+                        (Some(a), Some(b)) if b.t_s > a.t_s => f(b) - f(a),
+                        _ => f64::NAN,
+                    };
+                    put(t, g, s, "server CPU s/GiB (steady)", delta(&|x| x.cpu_s) / steady_gib);
+                    let ctx_steady = servers::ctx_in_window(&usage.ctx_intervals, once.perf_offset_s, p.steady, p.dur);
+                    put(t, g, s, "server ctx switches/GiB (steady)", ctx_steady as f64 / steady_gib);
                     put(t, g, s, "server mem max MiB", usage.cgroup.mem_max_bytes as f64 / 1048576.0);
                     let last = samples.last().cloned().unwrap_or_default();
                     let ctr = |k: &str| last.counters.get(k).copied().map(|v| v as f64).unwrap_or(f64::NAN);
                     if metrics {
                         put(t, g, s, "evicted unused MB (sluice)", ctr("evicted_unused") / 1e6);
-                        put(t, g, s, "wakeups/GiB (sluice)", ctr("wakeups") / gib.max(1e-9));
+                        let w = delta(&|x| x.counters.get("wakeups").copied().map(|v| v as f64).unwrap_or(f64::NAN));
+                        put(t, g, s, "wakeups/GiB (sluice, steady)", w / steady_gib);
+                    }
+                    if let Some(tr) = &once.trace {
+                        trace_columns(t, g, s, tr, &clients, &r.results, &once, &p);
                     }
                     if let (Some(b), Some(spun)) = (baseline, spun) {
+                        let n = mean_in(&once.runnable, p.steady, p.dur);
+                        let fair = fair_share(cores(), n);
                         put(t, g, s, "spinner Miter/s alone", b / 1e6);
                         put(t, g, s, "spinner % of alone", spun / b * 100.0);
+                        put(t, g, s, "runnable tasks (steady mean)", n);
+                        put(t, g, s, "spinner fair share % of alone", fair * 100.0);
+                        put(t, g, s, "spinner % of fair share", spun / b / fair * 100.0);
                     }
                     if let Some(at) = p.abort_at {
                         abort_columns(t, g, s, &p, at, &all, &survivors, &samples, metrics);
@@ -239,10 +285,10 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     if let Some(&(at, _, _)) = p.events.first() {
                         let until = p.events.get(1).map(|e| e.0).unwrap_or(p.dur);
                         let before = (at - (until - at).max(5.0)).max(p.steady.min(at));
-                        let (all_before, all_during) = (window_rate(&all, p.dt, before, at), window_rate(&all, p.dt, at, until));
+                        let (all_before, all_during) = (window_rate(&all, p.cdt, before, at), window_rate(&all, p.cdt, at, until));
                         for c in &classes {
                             let bins = r.timeline.get(&c.name).cloned().unwrap_or_default();
-                            let (b, d) = (window_rate(&bins, p.dt, before, at), window_rate(&bins, p.dt, at, until));
+                            let (b, d) = (window_rate(&bins, p.cdt, before, at), window_rate(&bins, p.cdt, at, until));
                             put(t, g, s, &format!("{} MB/s before event", c.name), b);
                             put(t, g, s, &format!("{} MB/s during event", c.name), d);
                             // Disk-bound clients: a class's share of what was sent is its share of disk time.
@@ -266,48 +312,131 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                             put(t, g, s, "reads delayed during event (sluice)", d("prefetch_reads_delayed"));
                         }
                     }
-                    if rep == 0 {
-                        series.push((server.name.clone(), all.iter().enumerate().map(|(i, b)| ((i + 1) as f64 * p.dt, *b as f64 / 1e6 / p.dt)).collect::<Vec<_>>()));
+                    // Plots use 1 s bins whatever the client sampling.
+                    let k = ((1.0 / p.cdt).round() as usize).max(1);
+                    let mbps_1s: Vec<f64> = rebin(&all, k).iter().map(|b| *b as f64 / 1e6 / (k as f64 * p.cdt)).collect();
+                    let mut r = r;
+                    for d in &mut r.results {
+                        d.series = Vec::new(); // per-client series stay out of results.json (size)
                     }
                     raw.push(serde_json::json!({
                         "group": group, "server": server.name, "run": rep + 1, "usage": usage, "samples": samples,
                         "spinner_alone_per_s": baseline, "spinner_per_s": spun, "events": event_log, "load": r,
+                        "mbps_1s": mbps_1s, "trace": once.trace, "runnable": once.runnable, "perf_offset_s": once.perf_offset_s,
                     }));
                 }
             }
-            plots += 1;
-            report::line_chart(&ctx.out.join(format!("throughput-{plots}.png")), &format!("{group} (run 1)"), "time (s)", "MB/s, all clients", &series)?;
         }
         drop(topo);
     }
-    if let Some(base) = &sp.baseline {
+    table.columns.retain(|c| table.rows.iter().any(|r| r.values.contains_key(c)));
+    // "total vs X" after merging: X's row may come from another run.
+    let post = |table: &mut Table| {
+        let Some(base) = &sp.baseline else { return };
+        let col = format!("total vs {base} (medians)");
+        for r in &mut table.rows {
+            r.values.remove(&col);
+        }
         let groups: Vec<String> = table.rows.iter().map(|r| r.group.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         for g in groups {
             let Some(b) = table.median_of(&g, base, "total MB/s (steady)") else { continue };
             let rows: Vec<String> = table.rows.iter().filter(|r| r.group == g).map(|r| r.config.clone()).collect();
             for s in rows {
                 if let Some(v) = table.median_of(&g, &s, "total MB/s (steady)") {
-                    put(&mut table, &g, &s, &format!("total vs {base} (medians)"), v / b);
+                    put(table, &g, &s, &col, v / b);
                 }
             }
         }
+    };
+    let stored = ctx.write_report_with(std::slice::from_ref(&table), &serde_json::Value::Array(raw), &post)?;
+    plot(ctx, &stored)
+}
+
+/// One throughput plot per workload (group) from the stored results (so
+/// merged rows of earlier runs are drawn too): run 1 of every server.
+fn plot(ctx: &Ctx, stored: &report::Stored) -> Result<()> {
+    let raw = stored.raw.as_array().cloned().unwrap_or_default();
+    let mut groups: Vec<String> = Vec::new();
+    for t in &stored.tables {
+        for r in &t.rows {
+            if !groups.contains(&r.group) {
+                groups.push(r.group.clone());
+            }
+        }
     }
-    table.columns.retain(|c| table.rows.iter().any(|r| r.values.contains_key(c)));
-    report::write(&ctx.out, &exp.name, &ctx.preamble(), std::slice::from_ref(&table), &serde_json::Value::Array(raw))?;
+    for (i, g) in groups.iter().enumerate() {
+        let mut series = Vec::new();
+        for v in raw.iter().filter(|v| v["group"].as_str() == Some(g) && v["run"].as_u64() == Some(1)) {
+            let name = v["server"].as_str().unwrap_or("?").to_string();
+            let pts: Vec<(f64, f64)> = match v.get("mbps_1s").and_then(|x| x.as_array()) {
+                Some(a) => a.iter().enumerate().map(|(i, y)| ((i + 1) as f64, y.as_f64().unwrap_or(0.0))).collect(),
+                // Rows stored before mbps_1s: the class timelines at their own bins.
+                None => {
+                    let dt = v["load"]["sample_ms"].as_f64().unwrap_or(1000.0) / 1000.0;
+                    let mut all: Vec<u64> = Vec::new();
+                    for b in v["load"]["timeline"].as_object().into_iter().flat_map(|o| o.values()) {
+                        let bins: Vec<u64> = b.as_array().into_iter().flatten().filter_map(|x| x.as_u64()).collect();
+                        add_bins(&mut all, &bins);
+                    }
+                    all.iter().enumerate().map(|(i, b)| ((i + 1) as f64 * dt, *b as f64 / 1e6 / dt)).collect()
+                }
+            };
+            series.push((name, pts));
+        }
+        report::line_chart(&ctx.out.join(format!("throughput-{}.png", i + 1)), &format!("{g} (run 1)"), "time (s)", "MB/s, all clients", &series)?;
+    }
     Ok(())
+}
+
+/// Page-trace columns: reads and bytes into the cache after the resets for
+/// the reset clients' files, and read-ahead evicted before its client had it.
+#[allow(clippy::too_many_arguments)]
+fn trace_columns(t: &mut Table, g: &str, s: &str, tr: &TraceLog, clients: &[Client], results: &[DownloadResult], once: &OnceExtra, p: &Params) {
+    let t0 = once.t0_mono_s;
+    let mut watches: BTreeMap<u64, FileWatch> = BTreeMap::new();
+    let mut reset_inos = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        let (Some(ino), Some(r)) = (once.inos.get(i).copied().flatten(), results.iter().find(|r| r.id as usize == i)) else { continue };
+        let received: Vec<(f64, u64)> = r.series.iter().enumerate().map(|(k, v)| (t0 + (k + 1) as f64 * p.cdt, *v)).collect();
+        let final_received = r.series.last().copied().unwrap_or(0).max(r.bytes);
+        let reset_at = (c.reset && r.aborted).then_some(t0 + r.end_s);
+        if reset_at.is_some() {
+            reset_inos.push(ino);
+        }
+        watches.insert(ino, FileWatch { reset_at, received, final_received });
+    }
+    let stats = pagetrace::analyze_all(&tr.events, &watches);
+    let sum = |f: &dyn Fn(&pagetrace::FileStats) -> u64| stats.values().map(f).sum::<u64>() as f64;
+    put(t, g, s, "trace: MB into page cache", sum(&|x| x.added) / 1e6);
+    put(t, g, s, "trace: MB evicted before received", sum(&|x| x.evicted_unreceived) / 1e6);
+    put(t, g, s, "trace: MB evicted never received", sum(&|x| x.evicted_never_received) / 1e6);
+    put(t, g, s, "trace: MB read twice", sum(&|x| x.read_twice) / 1e6);
+    if !reset_inos.is_empty() {
+        let n = reset_inos.len() as f64;
+        let reads: u64 = reset_inos.iter().filter_map(|i| stats.get(i)).map(|x| x.reads_after_reset).sum();
+        let bytes: u64 = reset_inos.iter().filter_map(|i| stats.get(i)).map(|x| x.bytes_after_reset).sum();
+        let with_reads = reset_inos.iter().filter_map(|i| stats.get(i)).filter(|x| x.reads_after_reset > 0).count();
+        put(t, g, s, "trace: reads per reset conn after reset", reads as f64 / n);
+        put(t, g, s, "trace: KB read per reset conn after reset", bytes as f64 / 1e3 / n);
+        put(t, g, s, "trace: reset conns with reads after", with_reads as f64);
+    }
+    put(t, g, s, "trace: events/s", tr.lines as f64 / tr.secs.max(1e-9));
+    if tr.lost > 0 {
+        t.note(g, s, &format!("trace lost {} events (counts incomplete)", tr.lost));
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn abort_columns(t: &mut Table, g: &str, s: &str, p: &Params, at: f64, all: &[u64], survivors: &[u64], samples: &[ServerSample], metrics: bool) {
-    let before_from = (at - 10.0).max(p.steady.min(at - p.dt));
-    let capacity = window_rate(all, p.dt, before_from, at);
+    let before_from = (at - 10.0).max(p.steady.min(at - p.cdt));
+    let capacity = window_rate(all, p.cdt, before_from, at);
     put(t, g, s, "all MB/s before reset", capacity);
-    put(t, g, s, "survivors MB/s before reset", window_rate(survivors, p.dt, before_from, at));
-    put(t, g, s, "survivors MB/s after reset", window_rate(survivors, p.dt, at, p.dur));
-    put(t, g, s, "s to new fair share", time_to_reach(survivors, p.dt, at, 0.95 * capacity));
+    put(t, g, s, "survivors MB/s before reset", window_rate(survivors, p.cdt, before_from, at));
+    put(t, g, s, "survivors MB/s after reset", window_rate(survivors, p.cdt, at, p.dur));
+    put(t, g, s, "s to new fair share", time_to_reach(survivors, p.cdt, at, FAIR_FRACTION * capacity, p.fair_bins));
     let (Some(x), Some(y)) = (sample_at(samples, at), samples.last()) else { return };
     let disk_after = y.disk_read_bytes.saturating_sub(x.disk_read_bytes) as f64;
-    let (need, _) = window_sum(survivors, p.dt, at, p.dur);
+    let (need, _) = window_sum(survivors, p.cdt, at, p.dur);
     put(t, g, s, "disk MB after reset", disk_after / 1e6);
     put(t, g, s, "disk after reset / survivors' bytes", disk_after / need.max(1) as f64);
     if metrics {
@@ -319,7 +448,28 @@ fn abort_columns(t: &mut Table, g: &str, s: &str, p: &Params, at: f64, all: &[u6
     }
 }
 
-type Once = (LoadReport, Vec<ServerSample>, Option<f64>, Vec<String>);
+/// What a run measured beside the load report and server samples.
+struct OnceExtra {
+    /// CLOCK_MONOTONIC seconds of the generators' start (bin 0).
+    t0_mono_s: f64,
+    /// Seconds between perf's start and the run's start (for perf's intervals).
+    perf_offset_s: f64,
+    /// (run seconds, runnable tasks other than the sampler) every RUNNABLE_TICK.
+    runnable: Vec<(f64, f64)>,
+    /// The page trace, if on.
+    trace: Option<TraceLog>,
+    /// Inode of each client's file (with the trace).
+    inos: Vec<Option<u64>>,
+}
+
+type Once = (LoadReport, Vec<ServerSample>, Option<f64>, Vec<String>, OnceExtra);
+
+/// Runnable tasks now (/proc/loadavg's 4th field, "running/total"), less the reader itself.
+fn runnable_now() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let r: f64 = s.split_whitespace().nth(3)?.split('/').next()?.parse().ok()?;
+    Some((r - 1.0).max(0.0))
+}
 
 /// One run against a started server: generators (one per client namespace),
 /// the server sampler, link events and the spinner, all started together.
@@ -327,7 +477,8 @@ type Once = (LoadReport, Vec<ServerSample>, Option<f64>, Vec<String>);
 fn run_once(ctx: &Ctx, topo: &Topology, srv: &Running, classes: &[&StreamClass], clients: &[Client], p: &Params, mport: Option<u16>, spinner: bool, device: Option<&str>) -> Result<Once> {
     // (namespace, spec) per client namespace.
     let mut specs: Vec<(Option<String>, LoadSpec)> = Vec::new();
-    for c in clients {
+    let series = p.page_trace || p.abort_at.is_some();
+    for (id, c) in clients.iter().enumerate() {
         let cl = classes[c.class];
         let (ns, url) = if topo.classes.is_empty() {
             (topo.client_ns.clone(), srv.url_for(&c.fname))
@@ -343,31 +494,55 @@ fn run_once(ctx: &Ctx, topo: &Topology, srv: &Running, classes: &[&StreamClass],
             rate_bps: bps,
             abort_after_s: if c.reset { p.abort_at.map(|a| (a - c.start_s).max(0.0)) } else { None },
             rcvbuf: None,
+            id: id as u32,
         };
         match specs.iter_mut().find(|(n, _)| *n == ns) {
             Some((_, s)) => s.downloads.push(d),
-            None => specs.push((ns, LoadSpec { downloads: vec![d], sample_ms: (p.dt * 1000.0) as u64, deadline_s: Some(p.dur) })),
+            None => specs.push((ns, LoadSpec { downloads: vec![d], sample_ms: (p.cdt * 1000.0).round() as u64, deadline_s: Some(p.dur), client_series: series })),
         }
     }
     let sns = topo.server_ns.as_deref();
+    let mut inos = Vec::new();
+    let tracer = if p.page_trace {
+        inos = clients.iter().map(|c| pagetrace::inode(&c.file).ok()).collect();
+        let set: std::collections::BTreeSet<u64> = inos.iter().flatten().copied().collect();
+        let dev = pagetrace::kernel_dev(&clients.first().context("no clients")?.file)?;
+        Some(Tracer::start(dev, set)?)
+    } else {
+        None
+    };
     let done = AtomicBool::new(false);
     let t0 = Instant::now();
+    let perf_offset_s = t0.duration_since(srv.started).as_secs_f64();
     let spin = if spinner { Some(spin_child(p.dur)?) } else { None };
     let (outs, samples, log) = std::thread::scope(|sc| {
         let gens: Vec<_> = specs.iter().map(|(ns, s)| sc.spawn(move || run_load(ns.as_deref(), s, &ctx.work))).collect();
         let sampler = sc.spawn(|| {
             let mut v = Vec::new();
+            let mut run = Vec::new();
             let mut next = t0;
+            let mut next_run = t0;
             loop {
                 let fin = done.load(Ordering::Relaxed);
-                let disk = srv.usage(device).map(|u| u.disk_read_bytes).unwrap_or(0);
+                let u = srv.usage(device).ok();
                 let counters = mport.map(|m| scrape(sns, m)).unwrap_or_default();
-                v.push(ServerSample { t_s: t0.elapsed().as_secs_f64(), disk_read_bytes: disk, counters });
+                v.push(ServerSample {
+                    t_s: t0.elapsed().as_secs_f64(),
+                    disk_read_bytes: u.as_ref().map(|u| u.disk_read_bytes).unwrap_or(0),
+                    counters,
+                    cpu_s: u.as_ref().map(|u| u.cpu_s).unwrap_or(f64::NAN),
+                });
                 if fin {
-                    return v;
+                    return (v, run);
                 }
                 next += Duration::from_secs_f64(p.dt);
                 while Instant::now() < next && !done.load(Ordering::Relaxed) {
+                    if Instant::now() >= next_run {
+                        next_run += RUNNABLE_TICK;
+                        if let Some(n) = runnable_now() {
+                            run.push((t0.elapsed().as_secs_f64(), n));
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -399,15 +574,30 @@ fn run_once(ctx: &Ctx, topo: &Topology, srv: &Running, classes: &[&StreamClass],
         (outs, sampler.join().unwrap_or_default(), events.join().unwrap_or_default())
     });
     let spun = spin.map(|c| spin_result(c, p.dur));
+    let (mut samples, runnable) = samples;
     // One more sample once the server has seen every reset: Sluice adds a
     // transfer's counts to the engine totals when the transfer ends.
-    let mut samples = samples;
     std::thread::sleep(Duration::from_millis(1000));
-    let disk = srv.usage(device).map(|u| u.disk_read_bytes).unwrap_or(0);
-    samples.push(ServerSample { t_s: t0.elapsed().as_secs_f64(), disk_read_bytes: disk, counters: mport.map(|m| scrape(sns, m)).unwrap_or_default() });
+    let u = srv.usage(device).ok();
+    samples.push(ServerSample {
+        t_s: t0.elapsed().as_secs_f64(),
+        disk_read_bytes: u.as_ref().map(|u| u.disk_read_bytes).unwrap_or(0),
+        counters: mport.map(|m| scrape(sns, m)).unwrap_or_default(),
+        cpu_s: u.as_ref().map(|u| u.cpu_s).unwrap_or(f64::NAN),
+    });
+    let trace = match tracer {
+        Some(tr) => {
+            let log = tr.finish()?;
+            eprintln!("  page trace: {} events in {:.0} s ({:.0}/s), {} of watched files, {} lost", log.lines, log.secs, log.lines as f64 / log.secs.max(1e-9), log.events.len(), log.lost);
+            Some(log)
+        }
+        None => None,
+    };
     let mut merged: Option<LoadReport> = None;
+    let mut t0_mono_s = f64::INFINITY;
     for o in outs {
         let r = o?;
+        t0_mono_s = t0_mono_s.min(r.t0_mono_s);
         merged = Some(match merged {
             None => r,
             Some(mut a) => {
@@ -420,5 +610,5 @@ fn run_once(ctx: &Ctx, topo: &Topology, srv: &Running, classes: &[&StreamClass],
             }
         });
     }
-    Ok((merged.context("no clients")?, samples, spun, log))
+    Ok((merged.context("no clients")?, samples, spun, log, OnceExtra { t0_mono_s, perf_offset_s, runnable, trace, inos }))
 }

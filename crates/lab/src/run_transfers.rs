@@ -116,7 +116,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     }
     // Unused metric columns (e.g. socket memory on loopback) are dropped.
     table.columns.retain(|c| table.rows.iter().any(|r| r.values.contains_key(c)));
-    report::write(&ctx.out, &exp.name, &ctx.preamble(), std::slice::from_ref(&table), &serde_json::Value::Array(raw))?;
+    ctx.write_report(std::slice::from_ref(&table), &serde_json::Value::Array(raw))?;
     let groups: Vec<String> = table.rows.iter().map(|r| r.group.clone()).fold(Vec::new(), |mut v, g| {
         if !v.contains(&g) {
             v.push(g)

@@ -42,7 +42,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             let med = median(&rep_.rtt_ms);
             let (lo, _, hi) = report::mmm(&rep_.rtt_ms);
             let err = med - want;
-            let g = format!("{rtt}");
+            let g = rtt.to_string();
             let r = format!("{}", rep + 1);
             rtt_t.add(&g, &r, "median ms", med);
             rtt_t.add(&g, &r, "min ms", lo);
@@ -93,7 +93,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
     }
     drop(topo);
     let tables = vec![rtt_t, rate_t];
-    report::write(&ctx.out, &ctx.exp.name, &ctx.preamble(), &tables, &serde_json::Value::Array(raw))?;
+    ctx.write_report(&tables, &serde_json::Value::Array(raw))?;
     let ideal_r: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, p.0)).collect();
     report::line_chart(&ctx.out.join("rtt.png"), "linkem: measured vs configured RTT", "configured RTT (ms)", "measured RTT (ms)", &[("measured (median)".into(), pts.clone()), ("ideal".into(), ideal_r)])?;
     let ideal: Vec<(f64, f64)> = rpts.iter().map(|p| (p.0, p.0)).collect();

@@ -29,6 +29,8 @@ pub struct Ctx {
     pub work: PathBuf,
     /// The command line that started this run (for the report).
     pub command: String,
+    /// Only some servers or steps ran (--servers, --step): keep the other rows of the stored results.
+    pub merge: bool,
 }
 
 impl Ctx {
@@ -54,23 +56,41 @@ impl Ctx {
         v
     }
 
-    /// Header of results.md: what ran, how, when.
-    pub fn preamble(&self) -> String {
-        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    /// This run's provenance (id assigned when results are written).
+    pub fn run_info(&self) -> crate::report::RunInfo {
         let when = crate::cmd::run("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let load: String = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
-        let sluice = if self.exp.servers.iter().any(|s| s.kind == "sluice") {
+        let binary = if self.exp.servers.iter().any(|s| s.kind == "sluice") {
             match sluice_bin() {
                 Some(p) => {
                     let m = crate::cmd::run("date", &["-u", "-r", &p.display().to_string(), "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
-                    format!("  \nSluice binary: {} (built {})", p.display(), m.trim())
+                    format!("{} (built {})", p.display(), m.trim())
                 }
-                None => "  \nSluice binary: not found (sluice rows not run)".into(),
+                None => "not found (sluice rows not run)".into(),
             }
         } else {
-            String::new()
+            "-".into()
         };
+        crate::report::RunInfo { id: String::new(), command: self.command.clone(), finished: format!("{} (load average then: {load})", when.trim()), binary }
+    }
+
+    /// Writes the report, merged into the stored results when only some servers or steps ran.
+    pub fn write_report(&self, tables: &[crate::report::Table], raw: &serde_json::Value) -> Result<crate::report::Stored> {
+        self.write_report_with(tables, raw, &|_| {})
+    }
+
+    /// As `write_report`, with `post` run on each merged table before it is written.
+    pub fn write_report_with(&self, tables: &[crate::report::Table], raw: &serde_json::Value, post: &dyn Fn(&mut crate::report::Table)) -> Result<crate::report::Stored> {
+        crate::report::write_merged(&self.out, &self.exp.name, &self.preamble(), tables, raw, self.run_info(), self.merge, post)
+    }
+
+    /// Header of results.md: what ran, how, when.
+    pub fn preamble(&self) -> String {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let info = self.run_info();
+        let (when, load) = info.finished.split_once(" (load average then: ").map(|(a, b)| (a.to_string(), b.trim_end_matches(')').to_string())).unwrap_or_default();
+        let sluice = if info.binary == "-" { String::new() } else { format!("  \nSluice binary: {}", info.binary) };
         format!(
             "{}\n\nCommand: `{}`  \nFinished: {} (load average then: {load}){sluice}  \nKernel: {}, {} CPUs. Repetitions per configuration: {}{}. \
              Cells are `median (min–max, n=runs)`; with n=2 the median shown is the upper value.",
@@ -217,10 +237,11 @@ pub fn run_load(ns: Option<&str>, spec: &LoadSpec, work: &Path) -> Result<LoadRe
 pub fn simple_load(url: &str, n: u32, class: &str) -> LoadSpec {
     LoadSpec {
         downloads: (0..n)
-            .map(|_| crate::load::DownloadSpec { url: url.into(), class: class.into(), start_s: 0.0, rate_bps: None, abort_after_s: None, rcvbuf: None })
+            .map(|_| crate::load::DownloadSpec { url: url.into(), class: class.into(), start_s: 0.0, rate_bps: None, abort_after_s: None, rcvbuf: None, id: 0 })
             .collect(),
         sample_ms: 200,
         deadline_s: None,
+        client_series: false,
     }
 }
 

@@ -30,6 +30,11 @@ pub struct ServerSpec {
     /// `SLUICE_NOTSENT_LOWAT=off`, engine tuning.rs).
     #[serde(default)]
     pub env: Vec<String>,
+    /// A row that may not start yet (e.g. a flag the binary under test does
+    /// not have yet): its failure to start is reported in the table as
+    /// "did not start (optional row)" and does not fail lab/smoke.sh.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 impl ServerSpec {
@@ -76,6 +81,8 @@ pub struct Running {
     log: PathBuf,
     /// Path prefix of files in URLs: gridftp serves real paths (restricted by -rp).
     prefix: String,
+    /// When perf (and with it the interval clock of `ctx_intervals`) started.
+    pub started: Instant,
 }
 
 /// What a server used between start and stop.
@@ -85,6 +92,31 @@ pub struct ServerUsage {
     pub cgroup: Usage,
     /// Context switches of every thread and child (perf stat).
     pub ctx_switches: u64,
+    /// (seconds since `Running::started`, context switches in the interval
+    /// ending then), one per `PERF_INTERVAL_MS` (perf stat -I).
+    pub ctx_intervals: Vec<(f64, u64)>,
+}
+
+/// perf stat's counting interval: context switches over a steady window come from these.
+pub const PERF_INTERVAL_MS: u32 = 500;
+
+/// perf stat -x, -I output: (time, count) per interval ("<not counted>" is 0).
+pub fn parse_perf_intervals(text: &str) -> Vec<(f64, u64)> {
+    text.lines()
+        .filter(|l| l.contains("context-switches"))
+        .filter_map(|l| {
+            let mut f = l.split(',');
+            let t: f64 = f.next()?.trim().parse().ok()?;
+            let n = f.next()?.trim().parse::<u64>().unwrap_or(0);
+            Some((t, n))
+        })
+        .collect()
+}
+
+/// Context switches in intervals ending in (from_s, to_s] of run time, with
+/// the run starting `offset_s` after perf did.
+pub fn ctx_in_window(iv: &[(f64, u64)], offset_s: f64, from_s: f64, to_s: f64) -> u64 {
+    iv.iter().filter(|(t, _)| t - offset_s > from_s + 1e-9 && t - offset_s <= to_s + 1e-9).map(|x| x.1).sum()
 }
 
 fn kv(args: &[String], key: &str) -> Option<String> {
@@ -184,6 +216,8 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
         "-e".into(),
         "context-switches".into(),
         "-x,".into(),
+        "-I".into(),
+        PERF_INTERVAL_MS.to_string(),
         "-o".into(),
         perf_out.display().to_string(),
         "--".into(),
@@ -193,9 +227,10 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
     ];
     let log = wd.join("server.log");
     let lf = fs::File::create(&log)?;
+    let started = Instant::now();
     let child = ns_command(None, &full).stdin(Stdio::null()).stdout(lf.try_clone()?).stderr(lf).spawn().context("starting perf/server")?;
     let prefix = if spec.kind == "gridftp" { root_s.trim_end_matches('/').to_string() } else { String::new() };
-    let mut r = Running { child, group, perf_out, port, addr: addr.to_string(), scheme: spec.scheme(), log, prefix };
+    let mut r = Running { child, group, perf_out, port, addr: addr.to_string(), scheme: spec.scheme(), log, prefix, started };
     r.wait_listening(ns)?;
     Ok(r)
 }
@@ -282,13 +317,9 @@ impl Running {
             std::thread::sleep(Duration::from_millis(20));
         }
         let perf = fs::read_to_string(&self.perf_out).unwrap_or_default();
-        let ctx = perf
-            .lines()
-            .find(|l| l.contains("context-switches"))
-            .and_then(|l| l.split(',').next())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        Ok(ServerUsage { cgroup: cg, ctx_switches: ctx })
+        let ctx_intervals = parse_perf_intervals(&perf);
+        let ctx = ctx_intervals.iter().map(|x| x.1).sum();
+        Ok(ServerUsage { cgroup: cg, ctx_switches: ctx, ctx_intervals })
     }
 }
 
@@ -306,4 +337,22 @@ pub fn check(specs: &[ServerSpec]) -> Vec<String> {
         }
     }
     missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_intervals_and_windows() {
+        let text = "# started on x\n\n     0.500414388,2,,context-switches,1222696,100.00,,\n     1.001084510,<not counted>,,context-switches,0,100.00,,\n     1.502861779,7,,context-switches,61973,100.00,,\n     2.003,5,,context-switches,1,100.00,,\n";
+        let iv = parse_perf_intervals(text);
+        assert_eq!(iv.len(), 4);
+        assert_eq!(iv[1], (1.00108451, 0));
+        // The run started 0.5 s after perf: run-time window (0.1, 1.01] holds
+        // the intervals ending at perf times 1.0 and 1.5 (run times 0.5, 1.0).
+        assert_eq!(ctx_in_window(&iv, 0.5, 0.1, 1.01), 7);
+        assert_eq!(ctx_in_window(&iv, 0.0, 0.0, 10.0), 14);
+        assert_eq!(ctx_in_window(&iv, 0.0, 1.6, 10.0), 5);
+    }
 }

@@ -34,9 +34,21 @@ pub struct StreamsSpec {
     /// "per-client" (every client reads its own file) or "shared" (one file per size).
     #[serde(default = "shared")]
     pub files: String,
-    /// Sampling interval of throughput, disk bytes and engine counters.
+    /// Sampling interval of disk bytes, CPU and engine counters (the server side).
     #[serde(default = "second")]
     pub sample: String,
+    /// Sampling interval of the clients' received bytes (per class and, with
+    /// resets or `page_trace`, per client); default: `sample`.
+    pub client_sample: Option<String>,
+    /// Window of the "new fair share" test after a reset: the survivors'
+    /// aggregate over this sliding window must reach 95 % of the aggregate before.
+    #[serde(default = "half_second")]
+    pub fair_window: String,
+    /// Trace page-cache adds and deletes of the clients' files (tracefs
+    /// filemap events; needs `files = "per-client"`): disk reads after a
+    /// reset and read-ahead evicted before its client received it, for every server.
+    #[serde(default)]
+    pub page_trace: bool,
     /// Reset (RST) this many clients, spread evenly over all classes, at `abort_at`.
     #[serde(default)]
     pub abort_count: u32,
@@ -71,6 +83,9 @@ fn shared() -> String {
 }
 fn second() -> String {
     "1s".into()
+}
+fn half_second() -> String {
+    "500ms".into()
 }
 
 /// `[[streams.class]]`: clients of one kind.
@@ -116,7 +131,7 @@ pub struct LinkEvent {
 impl StreamsSpec {
     /// Checks values that would otherwise fail only mid-run.
     pub fn check(&self) -> Result<()> {
-        for d in [Some(&self.duration), self.smoke_duration.as_ref(), Some(&self.arrival_spread), Some(&self.steady_from), Some(&self.sample)]
+        for d in [Some(&self.duration), self.smoke_duration.as_ref(), Some(&self.arrival_spread), Some(&self.steady_from), Some(&self.sample), self.client_sample.as_ref(), Some(&self.fair_window)]
             .into_iter()
             .flatten()
             .chain(self.abort_at.iter())
@@ -125,6 +140,9 @@ impl StreamsSpec {
         }
         if !matches!(self.files.as_str(), "shared" | "per-client") {
             bail!("files = {:?}: expected shared or per-client", self.files);
+        }
+        if self.page_trace && self.files != "per-client" {
+            bail!("page_trace needs files = \"per-client\" (a traced file must belong to one client)");
         }
         if self.abort_count > 0 && self.abort_at.is_none() {
             bail!("abort_count needs abort_at");
@@ -184,20 +202,48 @@ pub fn window_sum(bins: &[u64], dt_s: f64, from_s: f64, to_s: f64) -> (u64, f64)
     (bytes, n as f64 * dt_s)
 }
 
-/// Seconds after `at_s` until the rate of `bins` (averaged over two bins)
-/// first reaches `target` MB/s; NaN when it never does.
-pub fn time_to_reach(bins: &[u64], dt_s: f64, at_s: f64, target: f64) -> f64 {
-    for i in 0..bins.len().saturating_sub(1) {
+/// Seconds from `at_s` to the end of the first window of `window` bins
+/// (sliding by one bin, starting at or after `at_s`) whose average rate
+/// reaches `target` MB/s; NaN when none does. The smallest value is one
+/// window (plus the part of the bin `at_s` falls in).
+pub fn time_to_reach(bins: &[u64], dt_s: f64, at_s: f64, target: f64, window: usize) -> f64 {
+    let w = window.max(1);
+    for i in 0..bins.len().saturating_sub(w - 1) {
         let lo = i as f64 * dt_s;
         if lo < at_s - 1e-9 {
             continue;
         }
-        let r = (bins[i] + bins[i + 1]) as f64 / 1e6 / (2.0 * dt_s);
+        let r = bins[i..i + w].iter().sum::<u64>() as f64 / 1e6 / (w as f64 * dt_s);
         if r >= target {
-            return lo + 2.0 * dt_s - at_s;
+            return lo + w as f64 * dt_s - at_s;
         }
     }
     f64::NAN
+}
+
+/// Sums groups of `k` bins (coarser bins for plots).
+pub fn rebin(bins: &[u64], k: usize) -> Vec<u64> {
+    bins.chunks(k.max(1)).map(|c| c.iter().sum()).collect()
+}
+
+/// Mean of the values whose times lie in [from_s, to_s]; NaN when none do.
+pub fn mean_in(points: &[(f64, f64)], from_s: f64, to_s: f64) -> f64 {
+    let v: Vec<f64> = points.iter().filter(|(t, _)| *t >= from_s - 1e-9 && *t <= to_s + 1e-9).map(|x| x.1).collect();
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// A CPU-bound task's fair share of one core with `runnable` tasks (itself
+/// included) on `cores` cores: min(1, cores / runnable).
+pub fn fair_share(cores: f64, runnable: f64) -> f64 {
+    if runnable <= 0.0 || !runnable.is_finite() {
+        f64::NAN
+    } else {
+        (cores / runnable).min(1.0)
+    }
 }
 
 /// Adds bins element-wise.
@@ -231,10 +277,13 @@ pub struct ServerSample {
     pub disk_read_bytes: u64,
     /// Engine counters (Sluice with metrics), empty otherwise.
     pub counters: BTreeMap<String, u64>,
+    /// Server CPU seconds so far (cpuacct).
+    #[serde(default)]
+    pub cpu_s: f64,
 }
 
 /// Value of `f` in the last sample at or before `t_s` (the first sample when none is).
-pub fn sample_at<'a>(samples: &'a [ServerSample], t_s: f64) -> Option<&'a ServerSample> {
+pub fn sample_at(samples: &[ServerSample], t_s: f64) -> Option<&ServerSample> {
     samples.iter().take_while(|s| s.t_s <= t_s + 1e-9).last().or(samples.first())
 }
 
@@ -253,11 +302,29 @@ mod tests {
     }
 
     #[test]
-    fn time_to_reach_uses_two_bin_averages() {
+    fn time_to_reach_uses_sliding_windows() {
         let bins = [4_000_000, 4_000_000, 1_000_000, 3_000_000, 5_000_000, 5_000_000];
-        // From t=2: (1+3)/2 = 2, (3+5)/2 = 4 -> reached at the end of bin 4 (t=5).
-        assert_eq!(time_to_reach(&bins, 1.0, 2.0, 4.0), 3.0);
-        assert!(time_to_reach(&bins, 1.0, 2.0, 6.0).is_nan());
+        // From t=2, two-bin windows: (1+3)/2 = 2, (3+5)/2 = 4 -> reached at the end of bin 4 (t=5).
+        assert_eq!(time_to_reach(&bins, 1.0, 2.0, 4.0, 2), 3.0);
+        assert!(time_to_reach(&bins, 1.0, 2.0, 6.0, 2).is_nan());
+        // 100 ms bins, 500 ms window (5 bins), reset at 1.0 s: MB/s per window of 5 x 0.1 s.
+        let mut fine = vec![400_000u64; 10]; // 4 MB/s before
+        fine.extend([0, 100_000, 400_000, 400_000, 400_000, 400_000, 400_000, 400_000]);
+        // Windows from bin 10: 1.3/0.5=2.6, 1.7/.5=3.4, 2.0/0.5=4.0 (bins 12..16) -> end at 1.7 s.
+        let t = time_to_reach(&fine, 0.1, 1.0, 3.9, 5);
+        assert!((t - 0.7).abs() < 1e-9, "{t}");
+        // A window of one bin is the plain first bin reaching the target.
+        assert!((time_to_reach(&fine, 0.1, 1.0, 3.9, 1) - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rebins_means_and_fair_shares() {
+        assert_eq!(rebin(&[1, 2, 3, 4, 5], 2), vec![3, 7, 5]);
+        assert!((mean_in(&[(0.0, 9.0), (1.0, 2.0), (2.0, 4.0)], 1.0, 2.0) - 3.0).abs() < 1e-9);
+        assert!(mean_in(&[], 0.0, 1.0).is_nan());
+        assert_eq!(fair_share(2.0, 1.0), 1.0);
+        assert_eq!(fair_share(2.0, 8.0), 0.25);
+        assert!(fair_share(2.0, 0.0).is_nan());
     }
 
     #[test]

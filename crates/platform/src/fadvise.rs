@@ -19,6 +19,12 @@ pub enum Advice {
     DontNeed,
     /// `POSIX_FADV_NOREUSE`: data is accessed once.
     NoReuse,
+    /// `POSIX_FADV_RANDOM`: no kernel read-ahead on this open file; a read
+    /// of an uncached page brings in just the pages asked for. `WILLNEED`
+    /// still reads the whole range it names.
+    Random,
+    /// `POSIX_FADV_NORMAL`: the kernel's default read-ahead again.
+    Normal,
 }
 
 /// Gives the kernel an access-pattern hint for `len` bytes at `offset`
@@ -29,6 +35,8 @@ pub fn fadvise(fd: BorrowedFd<'_>, offset: u64, len: u64, advice: Advice) -> io:
         Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
         Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
         Advice::NoReuse => libc::POSIX_FADV_NOREUSE,
+        Advice::Random => libc::POSIX_FADV_RANDOM,
+        Advice::Normal => libc::POSIX_FADV_NORMAL,
     };
     let off = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -128,6 +136,8 @@ mod tests {
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&[1u8; 65536]).unwrap();
         fadvise(f.as_fd(), 0, 0, Advice::Sequential).unwrap();
+        fadvise(f.as_fd(), 0, 0, Advice::Random).unwrap();
+        fadvise(f.as_fd(), 0, 0, Advice::Normal).unwrap();
         fadvise(f.as_fd(), 0, 65536, Advice::WillNeed).unwrap();
         readahead(f.as_fd(), 0, 65536).unwrap();
     }

@@ -247,6 +247,21 @@ impl SendBufferLimits {
     }
 }
 
+/// `net.ipv4.tcp_mem` in pages: below the first value TCP memory is not
+/// under pressure; above the second it is (sockets then get writable
+/// wake-ups they cannot use); the third is the hard limit. Global to the host.
+pub fn tcp_mem_pages() -> io::Result<[u64; 3]> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem")?;
+    parse_tcp_mem(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unreadable tcp_mem"))
+}
+
+/// Parses the contents of `/proc/sys/net/ipv4/tcp_mem`.
+pub fn parse_tcp_mem(text: &str) -> Option<[u64; 3]> {
+    let mut it = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
 /// Sets `SO_RCVBUF` (switches off receive autotuning for this socket);
 /// returns the effective size read back.
 pub fn set_recv_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
@@ -412,5 +427,12 @@ mod tests {
         let mut got = Vec::new();
         s.read_to_end(&mut got).unwrap();
         assert_eq!(got, b"hello");
+    }
+
+    #[test]
+    fn tcp_mem_parses() {
+        assert_eq!(parse_tcp_mem("287901\t383868\t575802\n"), Some([287901, 383868, 575802]));
+        assert_eq!(parse_tcp_mem("1 2"), None);
+        assert!(tcp_mem_pages().is_ok());
     }
 }

@@ -16,11 +16,15 @@
 //! idle_timeout = 300            # --idle-timeout, seconds
 //! pasv_ports = "50000-50100"    # --pasv-ports
 //! pasv_address = "203.0.113.7"  # --pasv-address (what PASV announces)
-//! data_path = "sendfile"        # --data-path copy|sendfile (default: the engine's)
+//! data_path = "sendfile"        # --data-path copy|sendfile|blocking (default: the engine's)
+//! notsent_lowat = "8M"          # --notsent-lowat BYTES|off (TCP_NOTSENT_LOWAT of data sockets)
+//! send_buffer = "max"           # --send-buffer BYTES|auto|max (SO_SNDBUF of data sockets)
+//! refill_time = 4               # --refill-time SECS|off (rate-sized NOTSENT_LOWAT; off: fixed)
 //! allow_foreign_data_host = false
 //! prefetch = "kernel"           # --prefetch tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
+//! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
 //!
 //! [[user]]
 //! name = "alice"
@@ -79,12 +83,30 @@ pub struct ServeArgs {
     /// local address (for NAT). Listeners still bind the local address.
     #[arg(long, value_name = "ADDR")]
     pub pasv_address: Option<IpAddr>,
-    /// How file data reaches the socket: `copy` (pread + send) or
-    /// `sendfile` (zero copy), to measure one against the other [default:
-    /// the engine's, `sendfile`: with 8 MiB NOTSENT_LOWAT and a fixed send
-    /// buffer it measured half the CPU per GiB of `copy` on the lab VM].
-    #[arg(long, value_name = "copy|sendfile")]
+    /// How file data reaches the socket: `copy` (pread + send),
+    /// `sendfile` (zero copy), or `blocking` (a baseline: one OS thread per
+    /// transfer doing sendfile, no event loop, no NOTSENT_LOWAT), to
+    /// measure one against the other [default: the engine's, `sendfile`:
+    /// with 8 MiB NOTSENT_LOWAT and a fixed send buffer it measured half
+    /// the CPU per GiB of `copy` on the lab VM].
+    #[arg(long, value_name = "copy|sendfile|blocking")]
     pub data_path: Option<String>,
+    /// TCP_NOTSENT_LOWAT of data sockets: a size (`8M`, `131072`) or `off`
+    /// [default: the engine's, 8M]. The env var SLUICE_NOTSENT_LOWAT, if
+    /// set, overrides it (docs/TUNING.md).
+    #[arg(long, value_name = "BYTES|off")]
+    pub notsent_lowat: Option<String>,
+    /// SO_SNDBUF of data sockets: a size, `auto` (kernel autotuning) or
+    /// `max` (net.core.wmem_max when that is at least autotuning's ceiling)
+    /// [default: the engine's, max]. SLUICE_SNDBUF, if set, overrides it.
+    #[arg(long, value_name = "BYTES|auto|max")]
+    pub send_buffer: Option<String>,
+    /// Size each data connection's TCP_NOTSENT_LOWAT from its measured
+    /// rate so one wake-up of its sender refills about SECS seconds of
+    /// data (`--notsent-lowat` is then the ceiling), or `off` for a fixed
+    /// mark [default: the engine's, 4]. SLUICE_REFILL_TIME overrides it.
+    #[arg(long, value_name = "SECS|off")]
+    pub refill_time: Option<String>,
     /// Allow PORT/EPRT to hosts other than the control peer (GridFTP
     /// third-party transfers). Off by default: it enables FTP bounce.
     #[arg(long)]
@@ -104,6 +126,11 @@ pub struct ServeArgs {
     /// is printed on stdout as `metrics listening on ADDR`.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Event loops: `per-core` (one single-threaded loop per worker
+    /// thread, each with its own HTTP listener) or `shared` (one
+    /// multi-thread work-stealing runtime) [default: see crate::runtime].
+    #[arg(long, value_name = "per-core|shared")]
+    pub runtime: Option<String>,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -139,6 +166,9 @@ struct FileConfig {
     pasv_ports: Option<String>,
     pasv_address: Option<String>,
     data_path: Option<String>,
+    notsent_lowat: Option<SizeKey>,
+    send_buffer: Option<SizeKey>,
+    refill_time: Option<SizeKey>,
     allow_foreign_data_host: Option<bool>,
     prefetch: Option<String>,
     cancel: Option<bool>,
@@ -151,8 +181,31 @@ struct FileConfig {
     http_keepalive_timeout: Option<u64>,
     http_send_timeout: Option<u64>,
     http_max_connections: Option<usize>,
+    http_open_cache: Option<u64>,
+    runtime: Option<String>,
     #[serde(default, rename = "user")]
     users: Vec<UserConfig>,
+}
+
+/// A size or time key in the file: `notsent_lowat = 131072`, `= "128K"`,
+/// `= "off"`, `refill_time = 0.5`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum SizeKey {
+    Bytes(u64),
+    // `refill_time = 0.5`.
+    Seconds(f64),
+    Text(String),
+}
+
+impl SizeKey {
+    fn text(self) -> String {
+        match self {
+            SizeKey::Bytes(n) => n.to_string(),
+            SizeKey::Seconds(x) => x.to_string(),
+            SizeKey::Text(s) => s,
+        }
+    }
 }
 
 /// Everything the server runs with, flags and file merged and checked.
@@ -174,8 +227,15 @@ pub struct ServeConfig {
     pub pasv_ports: Option<(u16, u16)>,
     /// Address PASV announces.
     pub pasv_address: Option<IpAddr>,
-    /// sendfile or copy.
+    /// sendfile, copy or blocking.
     pub data_path: DataPath,
+    /// `TCP_NOTSENT_LOWAT` for data sockets if given (`Some(None)`: off);
+    /// `None` keeps the engine's default.
+    pub notsent_lowat: Option<Option<u32>>,
+    /// `SO_SNDBUF` choice for data sockets if given; `None`: the engine's.
+    pub send_buffer: Option<sluice_engine::SendBufferChoice>,
+    /// Rate-sized mark's refill time if given (`Some(None)`: off).
+    pub refill_time: Option<Option<Duration>>,
     /// PORT/EPRT may name other hosts.
     pub allow_foreign_data_host: bool,
     /// Download read-ahead mode (engine `prefetch`).
@@ -190,11 +250,78 @@ pub struct ServeConfig {
     pub http: Option<crate::http::HttpSettings>,
     /// Serve FTP (false with --no-ftp).
     pub ftp_enabled: bool,
+    /// Event-loop structure (`--runtime`, key `runtime`; crate::runtime).
+    pub runtime: crate::runtime::RuntimeKind,
 }
 
 impl ServeConfig {
-    /// Merges `args` over the config file it names (if any).
+    /// Merges `args` over the config file it names (if any), and hands the
+    /// engine settings to the engine (see [`ServeConfig::export_engine_env`]).
     pub fn load(args: &ServeArgs) -> Result<ServeConfig> {
+        let c = Self::merge(args)?;
+        c.export_engine_env();
+        Ok(c)
+    }
+
+    /// Applies the engine settings from flags and file to `base` (the
+    /// engine's defaults with env overrides); a `SLUICE_*` variable set in
+    /// the environment still wins.
+    pub fn engine_config(&self, base: sluice_engine::EngineConfig) -> sluice_engine::EngineConfig {
+        let mut e = base;
+        e.data_path = self.data_path;
+        e.prefetch = self.prefetch;
+        e.cancel = self.cancel;
+        if std::env::var_os("SLUICE_NOTSENT_LOWAT").is_none() {
+            if let Some(l) = self.notsent_lowat {
+                e.notsent_lowat = l;
+            }
+        }
+        if std::env::var_os("SLUICE_SNDBUF").is_none() {
+            if let Some(b) = self.send_buffer {
+                e.set_send_buffer(b);
+            }
+        }
+        if std::env::var_os("SLUICE_REFILL_TIME").is_none() {
+            if let Some(t) = self.refill_time {
+                e.refill_time = t;
+            }
+        }
+        e
+    }
+
+    /// The server builds its engine from `EngineConfig::default()
+    /// .with_env_overrides()` plus `data_path`, `prefetch` and `cancel`;
+    /// `--notsent-lowat` and `--send-buffer` reach it as the environment
+    /// variables the engine already reads (set only where the operator has
+    /// not set them: the environment stays the override). Called once at
+    /// start-up, before any thread exists.
+    fn export_engine_env(&self) {
+        if let Some(l) = self.notsent_lowat {
+            if std::env::var_os("SLUICE_NOTSENT_LOWAT").is_none() {
+                let v = l.map_or_else(|| "off".to_string(), |n| n.to_string());
+                std::env::set_var("SLUICE_NOTSENT_LOWAT", v);
+            }
+        }
+        if let Some(b) = self.send_buffer {
+            if std::env::var_os("SLUICE_SNDBUF").is_none() {
+                let v = match b {
+                    sluice_engine::SendBufferChoice::Auto => "auto".to_string(),
+                    sluice_engine::SendBufferChoice::Max => "max".to_string(),
+                    sluice_engine::SendBufferChoice::Bytes(n) => n.to_string(),
+                };
+                std::env::set_var("SLUICE_SNDBUF", v);
+            }
+        }
+        if let Some(t) = self.refill_time {
+            if std::env::var_os("SLUICE_REFILL_TIME").is_none() {
+                let v = t.map_or_else(|| "off".to_string(), |d| d.as_secs_f64().to_string());
+                std::env::set_var("SLUICE_REFILL_TIME", v);
+            }
+        }
+    }
+
+    /// Merges `args` over the config file it names (if any); no side effects.
+    pub fn merge(args: &ServeArgs) -> Result<ServeConfig> {
         let file = match &args.config {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
@@ -226,6 +353,26 @@ impl ServeConfig {
             // One default, the engine's (chosen by measurement there).
             None => sluice_engine::EngineConfig::default().data_path,
             Some(s) => s.parse::<DataPath>().map_err(|e| anyhow::anyhow!("{e}"))?,
+        };
+        let notsent_lowat = match args.notsent_lowat.clone().or(file.notsent_lowat.map(SizeKey::text)) {
+            None => None,
+            Some(s) => Some(sluice_engine::parse_notsent_lowat(&s).ok_or_else(|| {
+                anyhow::anyhow!("notsent_lowat {s:?}: expected a size below 4G (e.g. 8M) or off")
+            })?),
+        };
+        let send_buffer = match args.send_buffer.clone().or(file.send_buffer.map(SizeKey::text)) {
+            None => None,
+            Some(s) => Some(
+                sluice_engine::SendBufferChoice::parse(&s)
+                    .ok_or_else(|| anyhow::anyhow!("send_buffer {s:?}: expected a size (e.g. 4M), auto or max"))?,
+            ),
+        };
+        let refill_time = match args.refill_time.clone().or(file.refill_time.map(SizeKey::text)) {
+            None => None,
+            Some(s) => Some(
+                sluice_engine::parse_refill_time(&s)
+                    .ok_or_else(|| anyhow::anyhow!("refill_time {s:?}: expected seconds (e.g. 4 or 0.5) or off"))?,
+            ),
         };
         let prefetch = match args.prefetch.clone().or(file.prefetch) {
             None => sluice_engine::EngineConfig::default().prefetch,
@@ -270,6 +417,9 @@ impl ServeConfig {
             pasv_ports,
             pasv_address,
             data_path,
+            notsent_lowat,
+            send_buffer,
+            refill_time,
             allow_foreign_data_host: args.allow_foreign_data_host
                 || file.allow_foreign_data_host.unwrap_or(false),
             prefetch,
@@ -284,9 +434,11 @@ impl ServeConfig {
                     http_keepalive_timeout: file.http_keepalive_timeout,
                     http_send_timeout: file.http_send_timeout,
                     http_max_connections: file.http_max_connections,
+                    http_open_cache: file.http_open_cache,
                 },
             )?,
             ftp_enabled: !(args.http.no_ftp || file.no_ftp.unwrap_or(false)),
+            runtime: crate::runtime::RuntimeKind::choose(args.runtime.as_deref(), file.runtime.as_deref())?,
             users: file.users,
         })
     }
@@ -384,5 +536,34 @@ mod tests {
         assert_eq!((c.prefetch, c.cancel), (sluice_engine::PrefetchMode::Tcp, true));
         assert!(ServeConfig::load(&ServeArgs { prefetch: Some("auto".into()), ..base.clone() }).is_err());
         assert!(ServeConfig::load(&ServeArgs { cancel: Some("maybe".into()), ..base }).is_err());
+    }
+
+    #[test]
+    fn blocking_data_path_and_send_knobs_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "data_path = \"blocking\"\nnotsent_lowat = 131072\nsend_buffer = \"auto\"\n").unwrap();
+        let base = ServeArgs { dir: Some(dir.path().to_path_buf()), config: Some(path), ..Default::default() };
+        let c = ServeConfig::merge(&base).unwrap();
+        assert_eq!(c.data_path, DataPath::Blocking);
+        assert_eq!(c.notsent_lowat, Some(Some(128 << 10)));
+        assert_eq!(c.send_buffer, Some(sluice_engine::SendBufferChoice::Auto));
+        let flags = ServeArgs { notsent_lowat: Some("off".into()), send_buffer: Some("2M".into()), ..base.clone() };
+        let c = ServeConfig::merge(&flags).unwrap();
+        assert_eq!(c.notsent_lowat, Some(None));
+        assert_eq!(c.send_buffer, Some(sluice_engine::SendBufferChoice::Bytes(2 << 20)));
+        let e = c.engine_config(sluice_engine::EngineConfig::default());
+        if std::env::var_os("SLUICE_NOTSENT_LOWAT").is_none() {
+            assert_eq!(e.notsent_lowat, None);
+        }
+        if std::env::var_os("SLUICE_SNDBUF").is_none() {
+            assert_eq!((e.send_buffer, e.send_buffer_max), (Some(2 << 20), false));
+        }
+        assert_eq!(e.data_path, DataPath::Blocking);
+        assert!(ServeConfig::merge(&ServeArgs { notsent_lowat: Some("lots".into()), ..base.clone() }).is_err());
+        assert!(ServeConfig::merge(&ServeArgs { send_buffer: Some("0".into()), ..base.clone() }).is_err());
+        assert!(ServeConfig::merge(&ServeArgs { refill_time: Some("soon".into()), ..base.clone() }).is_err());
+        let c = ServeConfig::merge(&ServeArgs { refill_time: Some("off".into()), ..base }).unwrap();
+        assert_eq!(c.refill_time, Some(None));
     }
 }

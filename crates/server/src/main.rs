@@ -17,8 +17,10 @@ mod config;
 mod data;
 mod ftp;
 mod http;
+mod logbuf;
 mod metrics;
 mod ops;
+mod runtime;
 mod upload;
 mod xferlog;
 
@@ -88,8 +90,9 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+        .with_writer(logbuf::LogWriter)
         .try_init();
+    logbuf::install_panic_flush();
 }
 
 fn serve(args: config::ServeArgs) -> Result<()> {
@@ -98,86 +101,75 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     // Fail now, not at the first login, if the root cannot be served.
     sluice_platform::fs::ServedRoot::open(&cfg.root)
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
-    let rt = build_runtime()?;
-    rt.block_on(async move {
-        let engine = Engine::try_new(EngineConfig {
-            data_path: cfg.data_path,
-            prefetch: cfg.prefetch,
-            cancel: cfg.cancel,
-            // SLUICE_NOTSENT_LOWAT, SLUICE_CHUNK_SIZE, ... (engine tuning.rs).
-            ..EngineConfig::default().with_env_overrides()
-        })
-            .context("cannot start the engine")?;
-        if let Some(addr) = cfg.metrics {
-            metrics::start(addr, engine.clone()).await?;
-        }
-        // HTTP front door (crate::http) on the same engine; --no-ftp serves it alone.
-        let http_task = http::start(&cfg, &engine).await?;
-        if !cfg.ftp_enabled {
-            return http::serve_alone(http_task).await;
-        }
-        let listener = ftp::bind(cfg.ftp).await.with_context(|| format!("cannot listen on {}", cfg.ftp))?;
-        let addr = listener.local_addr()?;
-        tracing::info!(
-            root = %cfg.root.display(),
-            writable = cfg.writable,
-            data_path = %engine.config().data_path,
-            max_sessions = cfg.max_sessions,
-            "serving"
-        );
-        {
-            // Tests parse this line to learn the port when given port 0.
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "ftp listening on {addr}")?;
-            out.flush()?;
-        }
-        let ctx = Arc::new(ftp::FtpContext { users: auth::Users::new(&cfg), config: cfg, engine });
-        let ftp_task = tokio::spawn(ftp::run(ctx, listener));
-        tokio::select! {
-            _ = ftp_task => {}
-            _ = http::finished(http_task) => {}
+    let kind = cfg.runtime;
+    let workers = runtime::workers()?;
+    let rt = runtime::build_main(kind, workers)?;
+    let r = rt.block_on(serve_on(cfg, kind, workers));
+    // Whatever access and transfer lines are still gathered.
+    logbuf::flush();
+    r
+}
+
+/// Everything `serve` runs, on the main runtime (loop 0 for `per-core`).
+async fn serve_on(cfg: config::ServeConfig, kind: runtime::RuntimeKind, workers: usize) -> Result<()> {
+    let engine = Engine::try_new(cfg.engine_config(
+        // SLUICE_NOTSENT_LOWAT, SLUICE_CHUNK_SIZE, ... (engine tuning.rs).
+        EngineConfig::default().with_env_overrides(),
+    ))
+    .context("cannot start the engine")?;
+    if let Some(addr) = cfg.metrics {
+        metrics::start(addr, engine.clone()).await?;
+    }
+    // HTTP front door (crate::http) on the same engine; with `per-core`
+    // its connections are spread over all the loops.
+    let loops = if kind == runtime::RuntimeKind::PerCore { workers } else { 1 };
+    let http_task = http::start(&cfg, &engine, loops).await?;
+    if !cfg.ftp_enabled {
+        return http::serve_alone(http_task, stop_signal()).await;
+    }
+    let listener = ftp::bind(cfg.ftp).await.with_context(|| format!("cannot listen on {}", cfg.ftp))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        root = %cfg.root.display(),
+        writable = cfg.writable,
+        data_path = %engine.config().data_path,
+        max_sessions = cfg.max_sessions,
+        runtime = kind.as_str(),
+        workers,
+        "serving"
+    );
+    {
+        // Tests parse this line to learn the port when given port 0.
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ftp listening on {addr}")?;
+        out.flush()?;
+    }
+    let ctx = Arc::new(ftp::FtpContext { users: auth::Users::new(&cfg), config: cfg, engine });
+    // FTP sessions (and their data transfers) live on this loop; see
+    // crate::runtime for why and what it would take to spread them.
+    let ftp_task = tokio::spawn(ftp::run(ctx, listener));
+    tokio::select! {
+        _ = ftp_task => {}
+        _ = http::finished(http_task) => {}
+        _ = stop_signal() => {}
+    }
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM: stop serving (the caller writes out the gathered
+/// log lines before the process ends).
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+            _ = term.recv() => tracing::info!("terminated; stopping"),
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("interrupted; stopping");
         }
-        Ok(())
-    })
-}
-
-/// The tokio runtime that runs every session. `SLUICE_RUNTIME` picks it:
-/// `multi` (default; work stealing) or `current` (one event-loop thread;
-/// disk reads stay on the engine's own threads). `SLUICE_WORKERS` sets the
-/// multi-thread worker count, by default half the cores (at least one);
-/// `SLUICE_EVENT_INTERVAL` how many tasks a worker polls between checks of
-/// the I/O driver (tokio's default 61).
-///
-/// Why half the cores, measured (bench/dlcost.py, 2 cores, warm 2 GiB over
-/// loopback, sendfile): a sender spends its time in the kernel's TCP work,
-/// and each peer (and the kernel's network processing) needs a core too; a
-/// worker per core then mostly adds cross-thread wake-ups and steals. One
-/// worker instead of two cut server context switches per GiB from ~775 to
-/// ~440 for one stream and ~410 to ~330 for 16 concurrent downloads, with
-/// the same MB/s. Only measured on 2 cores: revisit on larger hosts.
-fn build_runtime() -> Result<tokio::runtime::Runtime> {
-    let kind = std::env::var("SLUICE_RUNTIME").unwrap_or_default();
-    let mut b = match kind.trim() {
-        "" | "multi" => tokio::runtime::Builder::new_multi_thread(),
-        "current" => tokio::runtime::Builder::new_current_thread(),
-        other => anyhow::bail!("SLUICE_RUNTIME={other:?}: expected multi or current"),
-    };
-    if kind.trim() != "current" {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = env_number("SLUICE_WORKERS")?.unwrap_or(cores / 2);
-        b.worker_threads(workers.max(1));
-    }
-    if let Some(n) = env_number("SLUICE_EVENT_INTERVAL")? {
-        b.event_interval(n.max(1) as u32);
-    }
-    b.enable_all().thread_name("sluice").build().context("cannot start the runtime")
-}
-
-fn env_number(key: &str) -> Result<Option<usize>> {
-    match std::env::var(key) {
-        Ok(v) => v.trim().parse().map(Some).with_context(|| format!("{key}={v:?}: not a number")),
-        Err(_) => Ok(None),
     }
 }
 

@@ -20,6 +20,12 @@ pub struct TpfCounters {
     pub bytes_cancelled: u64,
     /// Reads moved to the delay queue after a cwnd cut (scheduler).
     pub reads_delayed: u64,
+    /// Reads that reached the disk after their connection had closed or
+    /// been reset (already submitted and not cancelled in time): the
+    /// tpf-abort target is fewer than one per aborted connection.
+    pub reads_after_close: u64,
+    /// Bytes those reads brought in, thrown away.
+    pub bytes_after_close: u64,
 }
 
 impl AddAssign for TpfCounters {
@@ -30,6 +36,8 @@ impl AddAssign for TpfCounters {
         self.reads_cancelled += o.reads_cancelled;
         self.bytes_cancelled += o.bytes_cancelled;
         self.reads_delayed += o.reads_delayed;
+        self.reads_after_close += o.reads_after_close;
+        self.bytes_after_close += o.bytes_after_close;
     }
 }
 
@@ -46,6 +54,8 @@ mod tests {
             reads_cancelled: 4,
             bytes_cancelled: 5,
             reads_delayed: 6,
+            reads_after_close: 7,
+            bytes_after_close: 8,
         };
         let mut sum = one;
         sum += one;
@@ -55,5 +65,7 @@ mod tests {
         assert_eq!(sum.reads_cancelled, 8);
         assert_eq!(sum.bytes_cancelled, 10);
         assert_eq!(sum.reads_delayed, 12);
+        assert_eq!(sum.reads_after_close, 14);
+        assert_eq!(sum.bytes_after_close, 16);
     }
 }

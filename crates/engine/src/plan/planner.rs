@@ -15,6 +15,19 @@
 //!   so every connection's share holds a full `T` and nothing is read that
 //!   would have to be evicted before it is sent.
 //!
+//! Two additions for a seek-bound disk and a memory cgroup:
+//! - a connection's window is `max(T * B_n, device_read)` and it gets a read
+//!   when less than `trigger` of its window is buffered: on a disk that
+//!   charges a whole I/O for a small read (lab: 150 IOPS, 40 MB/s, so reads
+//!   under ~270 kB waste disk time), a slow connection gets one large read
+//!   every few seconds rather than many small ones; its share of the budget
+//!   is raised to one `device_read`;
+//! - the budget is the memory really there: the caller sets it from the
+//!   cgroup's room ([`Planner::set_budget`]), pages pinned in sockets count
+//!   against it (`count_socket`), and read-ahead found evicted before it was
+//!   sent cuts the budget in use at once ([`Planner::handle_pressure`]); it
+//!   grows back slowly after a quiet spell.
+//!
 //! Accounting: `used = sum(cached + in_flight) <= budget` always in `Tcp`
 //! mode. `Fixed` mode ignores both rate and budget on purpose (baseline).
 
@@ -30,6 +43,15 @@ use super::{ConnId, PrefetchMode, ReadRequest};
 const MIN_RATE: u64 = 1024;
 /// Weight of a new service-time or latency measurement: 1/8, as TCP's srtt.
 const EWMA_WEIGHT: f64 = 0.125;
+/// Each report of read-ahead evicted before it was sent shrinks the budget
+/// in use to this fraction of itself (the memory was not really there)...
+const PRESSURE_CUT: f64 = 0.9;
+/// ...but never below this fraction of the configured budget.
+const PRESSURE_FLOOR: f64 = 0.5;
+/// After this long without evictions the budget grows back...
+const PRESSURE_QUIET: Duration = Duration::from_secs(2);
+/// ...by this fraction of the configured budget per second.
+const PRESSURE_RECOVERY_PER_S: f64 = 0.02;
 
 /// Planner tuning. `Default` is the engine's default.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +83,15 @@ pub struct PlanConfig {
     pub page: u64,
     /// A connection gets a read when `T_n <= trigger * T` (the paper: 1/2).
     pub trigger: f64,
+    /// Device-friendly read size: a connection's window is at least this
+    /// many bytes, so a slow connection's reads are few and large (a read
+    /// smaller than the disk's bandwidth / IOPS costs a whole I/O slot for
+    /// little data). Its budget share is raised to this too. 0: off.
+    pub device_read: u64,
+    /// Count the bytes waiting in each connection's socket (unsent and
+    /// unacknowledged, from its last sample) against the budget: with
+    /// `sendfile` they are page-cache pages pinned by the socket.
+    pub count_socket: bool,
 }
 
 impl Default for PlanConfig {
@@ -78,6 +109,8 @@ impl Default for PlanConfig {
             initial_rate: 125_000,
             page: 4096,
             trigger: 0.5,
+            device_read: 0,
+            count_socket: false,
         }
     }
 }
@@ -94,6 +127,8 @@ struct Conn {
     in_flight: u64,
     /// Ranges read once and evicted before being sent: read again first.
     holes: VecDeque<(u64, u64)>,
+    /// Bytes in its socket (unsent + unacknowledged) at the last sample.
+    socket: u64,
     sampler: Sampler,
     sampled: bool,
     epoch: u64,
@@ -119,6 +154,13 @@ pub struct Planner {
     latency_s: Option<f64>,
     totals: TpfCounters,
     epochs: u64,
+    /// Sum of every open connection's `socket` bytes.
+    socket_held: u64,
+    /// Fraction of `cfg.budget` in use (cut by evictions, grows back).
+    budget_scale: f64,
+    /// Last eviction report and last recovery step.
+    last_pressure: Option<Duration>,
+    last_recover: Duration,
 }
 
 impl Planner {
@@ -132,7 +174,57 @@ impl Planner {
             latency_s: None,
             totals: TpfCounters::default(),
             epochs: 0,
+            socket_held: 0,
+            budget_scale: 1.0,
+            last_pressure: None,
+            last_recover: Duration::ZERO,
         }
+    }
+
+    /// The read-ahead memory available to the process changed (the caller
+    /// measures it: cgroup limit minus memory not in the page cache).
+    /// Holdings above a smaller budget drain as they are sent.
+    pub fn set_budget(&mut self, budget: u64) {
+        self.cfg.budget = budget;
+    }
+
+    /// The budget in use now: the configured one, shrunk while pages of
+    /// the planner's own reads are being evicted before they are sent.
+    pub fn budget(&self) -> u64 {
+        (self.cfg.budget as f64 * self.budget_scale) as u64
+    }
+
+    /// `bytes` of read-ahead were found evicted before they were sent
+    /// (the caller checks residency when it takes a chunk; the bytes are
+    /// sent anyway, so nothing is re-planned): the memory the budget
+    /// assumed is not there, so the budget in use shrinks at once and
+    /// grows back slowly once evictions stop.
+    pub fn handle_pressure(&mut self, now: Duration, conn: ConnId, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.budget_scale = (self.budget_scale * PRESSURE_CUT).max(PRESSURE_FLOOR);
+        self.last_pressure = Some(now);
+        self.last_recover = now;
+        self.totals.bytes_evicted_unused += bytes;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.counters.bytes_evicted_unused += bytes;
+        }
+    }
+
+    /// Grows the budget back after a quiet spell (see `handle_pressure`).
+    fn recover(&mut self, now: Duration) {
+        let dt = now.saturating_sub(self.last_recover);
+        self.last_recover = self.last_recover.max(now);
+        let quiet = self.last_pressure.is_none_or(|p| now.saturating_sub(p) >= PRESSURE_QUIET);
+        if quiet && self.budget_scale < 1.0 {
+            self.budget_scale = (self.budget_scale + PRESSURE_RECOVERY_PER_S * dt.as_secs_f64()).min(1.0);
+        }
+    }
+
+    /// Bytes in all open connections' sockets at their last samples.
+    pub fn socket_held(&self) -> u64 {
+        self.socket_held
     }
 
     /// The configuration in use.
@@ -153,6 +245,7 @@ impl Planner {
                 cached: 0,
                 in_flight: 0,
                 holes: VecDeque::new(),
+                socket: 0,
                 sampler: Sampler::new(),
                 sampled: false,
                 epoch: self.epochs,
@@ -171,6 +264,9 @@ impl Planner {
         };
         let st = c.sampler.update(now, s);
         c.sampled = true;
+        let socket = st.pending + st.unacked;
+        self.socket_held = self.socket_held - c.socket + socket;
+        c.socket = socket;
         if st.events.is_gone() {
             self.handle_close(conn);
         }
@@ -230,6 +326,7 @@ impl Planner {
     pub fn handle_close(&mut self, conn: ConnId) -> Option<TpfCounters> {
         let c = self.conns.remove(&conn)?;
         self.used -= c.holding();
+        self.socket_held -= c.socket;
         Some(c.counters)
     }
 
@@ -240,6 +337,7 @@ impl Planner {
         if self.cfg.mode == PrefetchMode::Kernel {
             return None;
         }
+        self.recover(now);
         let target = self.target();
         let net = self.net_rate();
         // Most urgent first; O(connections) per read, fine for thousands.
@@ -298,7 +396,7 @@ impl Planner {
             let len = hole.min(cfg.h_max);
             // Re-reads obey the budget too in Tcp mode; Fixed never looks.
             return match cfg.mode {
-                PrefetchMode::Tcp if self.used + len > cfg.budget => 0,
+                PrefetchMode::Tcp if self.used + self.socket_bytes() + len > self.budget() => 0,
                 _ => len,
             };
         }
@@ -314,25 +412,44 @@ impl Planner {
             }
             PrefetchMode::Tcp => {
                 let t = target.as_secs_f64();
-                if tn > t * cfg.trigger {
+                let rate = self.rate_of(c) as f64;
+                let budget = self.budget();
+                // The window a connection keeps buffered: `T` at its rate,
+                // but at least one device-friendly read.
+                let window = ((t * rate) as u64).max(cfg.device_read);
+                let tw = window as f64 / rate;
+                if tn > tw * cfg.trigger {
                     return 0;
                 }
-                let rate = self.rate_of(c) as f64;
-                let floor = cfg.min_read.min(remaining);
-                let want = (((t - tn) * rate) as u64).min(cfg.h_max).max(floor);
-                let free = cfg.budget.saturating_sub(self.used);
-                let share = ((cfg.budget as f64) * rate / net.max(1.0)) as u64;
-                let share = share.saturating_sub(c.holding());
+                let floor = cfg.min_read.max(cfg.device_read / 2).min(cfg.h_max).min(remaining);
+                let buffered = (tn * rate) as u64;
+                let want = window.saturating_sub(buffered).min(cfg.h_max).max(floor);
+                let free = budget.saturating_sub(self.used + self.socket_bytes());
+                let share = ((budget as f64) * rate / net.max(1.0)) as u64;
+                let share = share.max(cfg.device_read.min(budget)).saturating_sub(c.holding());
                 let mut len = want.min(free).min(share).min(remaining);
                 if len < remaining {
                     len -= len % cfg.page.max(1);
                 }
-                // Wait for a worthwhile read unless starvation is near.
-                if len == 0 || (len < floor && tn > t * cfg.trigger / 2.0) {
+                // Wait for a worthwhile read; near starvation half of one
+                // will do, but never a crumb (each read costs a whole I/O,
+                // and crumbs under memory pressure made the lab's disk
+                // IOPS-bound: ~30 kB reads at 600/s).
+                let near = tn <= tw * cfg.trigger / 2.0;
+                if len == 0 || (len < floor && !near) || (len < floor / 2 && near) {
                     return 0;
                 }
                 len
             }
+        }
+    }
+
+    /// Socket bytes counted against the budget (0 unless `count_socket`).
+    fn socket_bytes(&self) -> u64 {
+        if self.cfg.count_socket {
+            self.socket_held
+        } else {
+            0
         }
     }
 
@@ -341,7 +458,8 @@ impl Planner {
         let td = self.disk_target();
         let net = self.net_rate();
         if net > 0.0 {
-            td.min(Duration::from_secs_f64(self.cfg.budget as f64 / net))
+            let mem = self.budget().saturating_sub(self.socket_bytes());
+            td.min(Duration::from_secs_f64(mem as f64 / net))
         } else {
             td
         }

@@ -14,12 +14,18 @@ use crate::plan::{ConnId, FlowSample, FlowState, PlanConfig, Planner, TpfCounter
 pub struct Prefetcher {
     planner: Planner,
     sched: Scheduler,
+    /// Reads that ran on the disk after their connection was gone.
+    after_close: TpfCounters,
 }
 
 impl Prefetcher {
     /// A prefetcher with no connections.
     pub fn new(plan: PlanConfig, sched: SchedConfig) -> Prefetcher {
-        Prefetcher { planner: Planner::new(plan), sched: Scheduler::new(sched) }
+        Prefetcher {
+            planner: Planner::new(plan),
+            sched: Scheduler::new(sched),
+            after_close: TpfCounters::default(),
+        }
     }
 
     /// The planner (read-only: targets, holdings, counters).
@@ -61,6 +67,17 @@ impl Prefetcher {
         self.planner.handle_evicted(conn, offset, len);
     }
 
+    /// Read-ahead of `conn` was found evicted as it was about to be sent
+    /// (it is sent anyway): shrink the budget in use.
+    pub fn handle_pressure(&mut self, now: Duration, conn: ConnId, bytes: u64) {
+        self.planner.handle_pressure(now, conn, bytes);
+    }
+
+    /// The memory the read-ahead budget may use (bytes) changed.
+    pub fn set_budget(&mut self, budget: u64) {
+        self.planner.set_budget(budget);
+    }
+
     /// The transfer on `conn` ended (done, aborted or failed): cancel its
     /// reads and free its budget now. Returns its counters.
     pub fn handle_close(&mut self, conn: ConnId) -> TpfCounters {
@@ -72,9 +89,15 @@ impl Prefetcher {
 
     /// A submitted read finished with `bytes_read` bytes (0 on error or for
     /// one cancelled in the kernel). `cancelled` in the result means the
-    /// bytes are unwanted: drop them.
+    /// bytes are unwanted: drop them. A cancelled read that still brought
+    /// bytes in reached the disk after its connection was gone and is
+    /// counted in `reads_after_close`.
     pub fn handle_complete(&mut self, now: Duration, id: ReqId, bytes_read: u64) -> Option<Completion> {
         let c = self.sched.handle_complete(now, id)?;
+        if c.cancelled && bytes_read > 0 {
+            self.after_close.reads_after_close += 1;
+            self.after_close.bytes_after_close += bytes_read;
+        }
         // A cancelled read's connection is gone (its budget already freed),
         // and its time says nothing about the disk if the kernel dropped it.
         if !c.cancelled {
@@ -107,6 +130,7 @@ impl Prefetcher {
     pub fn counters(&self) -> TpfCounters {
         let mut c = self.planner.counters();
         c += self.sched.counters();
+        c += self.after_close;
         c
     }
 }
@@ -131,5 +155,25 @@ mod tests {
         assert!(done.cancelled);
         assert_eq!(p.planner().used(), 0);
         assert_eq!(p.poll_submit(t), None);
+        assert_eq!(p.counters().reads_after_close, 0, "it read nothing");
+    }
+
+    #[test]
+    fn a_read_that_ran_after_close_is_counted_once() {
+        let mut p = Prefetcher::new(PlanConfig::default(), SchedConfig { queue_depth: 2, max_merge: 0 });
+        let t = Duration::ZERO;
+        p.handle_open(t, ConnId(1), 0, 1 << 30);
+        p.handle_sample(t, ConnId(1), &FlowSample { delivery_rate: 10_000_000, cwnd: 10, ..FlowSample::default() });
+        let a = p.poll_submit(t).expect("a read");
+        let b = p.poll_submit(t).expect("a second read");
+        p.handle_close(ConnId(1));
+        assert_eq!(p.poll_cancel(), Some(a.id));
+        assert_eq!(p.poll_cancel(), Some(b.id));
+        // `a` was already on the disk and ran; `b` was skipped in time.
+        assert!(p.handle_complete(t, a.id, 4096).unwrap().cancelled);
+        assert!(p.handle_complete(t, b.id, 0).unwrap().cancelled);
+        let c = p.counters();
+        assert_eq!((c.reads_after_close, c.bytes_after_close), (1, 4096));
+        assert_eq!(p.poll_submit(t), None, "nothing planned for a closed connection");
     }
 }

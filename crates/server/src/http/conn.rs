@@ -83,7 +83,6 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
         buf.drain(..used);
         let time = SystemTime::now();
         let Found { resource, file } = find(&ctx, &req).await;
-        let file = file.map(Arc::new);
         let plan = respond(&req, resource, time, &opts);
         let counters = Counters::new();
         let sent = send_plan(
@@ -147,8 +146,20 @@ async fn read_head(
     }
 }
 
-/// Resolves the request's path on an engine disk thread.
+/// Finds the request's file in the open-file cache (one `fstat` here on
+/// the loop), else resolves the path on an engine disk thread (which may
+/// wait on the disk) and caches a file it opened.
 async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
+    let rel = req.path.relative();
+    if let Some(hit) = ctx.open_files.get(rel, std::time::Instant::now()) {
+        return Found {
+            resource: Resource::File {
+                len: hit.len,
+                mtime: hit.mtime,
+            },
+            file: Some(hit.file),
+        };
+    }
     let c = Arc::clone(ctx);
     let path = req.path.clone();
     match ctx
@@ -156,7 +167,13 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
         .run_blocking(&Cancel::new(), move || resolve(&c.root, &path))
         .await
     {
-        Ok(found) => found,
+        Ok(found) => {
+            match &found.file {
+                Some(f) => ctx.open_files.put(rel, f, std::time::Instant::now()),
+                None => ctx.open_files.forget(rel),
+            }
+            found
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot resolve on a disk thread");
             Found {
@@ -253,6 +270,7 @@ mod tests {
             keepalive_timeout: Duration::from_secs(30),
             send_timeout: Duration::from_secs(30),
             max_connections: 8,
+            open_cache: Duration::from_secs(1),
         };
         let engine = Engine::new(EngineConfig {
             data_path: path,
@@ -303,6 +321,43 @@ mod tests {
             );
             // Last: the whole file, ending the stream.
             assert!(out.ends_with(&data), "{path}");
+        }
+    }
+
+    /// `--runtime per-core`: loop 0 accepts and hands every other
+    /// connection to a second loop on its own thread; both serve.
+    #[tokio::test]
+    async fn connections_handed_to_another_loop_are_served() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"hello").unwrap();
+        let settings = HttpSettings {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            explicit: true,
+            header_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
+            max_connections: 8,
+            open_cache: Duration::from_secs(1),
+        };
+        let ctx = Arc::new(HttpContext::new(
+            ServedRoot::open(dir.path()).unwrap(),
+            settings,
+            Engine::new(EngineConfig::default()),
+        ));
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let c = Arc::clone(&ctx);
+        std::thread::spawn(move || {
+            crate::runtime::build_loop()
+                .unwrap()
+                .block_on(super::super::serve_handed(c, Some(rx)))
+        });
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(super::super::run_spread(ctx, l, vec![tx]));
+        for _ in 0..4 {
+            let out = exchange(addr, b"GET /f HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").await;
+            assert!(out.starts_with(b"HTTP/1.1 200 "), "{}", String::from_utf8_lossy(&out));
+            assert!(out.ends_with(b"\r\n\r\nhello"));
         }
     }
 

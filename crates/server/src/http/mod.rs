@@ -16,6 +16,7 @@
 //! sockets, clocks (the three deadlines below) and the access log.
 
 pub mod conn;
+pub mod open_files;
 pub mod resolve;
 pub mod send;
 pub mod settings;
@@ -32,7 +33,7 @@ use sluice_http::{respond_status, Status};
 use sluice_platform::fs::ServedRoot;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -55,6 +56,10 @@ pub struct HttpContext {
     pub engine: Engine,
     /// Per-connection seeds for multipart boundaries.
     next_conn: AtomicU64,
+    /// The connection limit, shared by every event loop's accept loop.
+    gate: Arc<Semaphore>,
+    /// Open files by path (`--http-open-cache`).
+    pub open_files: open_files::OpenFiles,
 }
 
 impl HttpContext {
@@ -62,6 +67,11 @@ impl HttpContext {
     pub fn new(root: ServedRoot, settings: HttpSettings, engine: Engine) -> HttpContext {
         HttpContext {
             root,
+            gate: Arc::new(Semaphore::new(settings.max_connections)),
+            open_files: open_files::OpenFiles::new(
+                settings.open_cache,
+                open_files::MAX_OPEN_FILES,
+            ),
             settings,
             engine,
             next_conn: AtomicU64::new(1),
@@ -74,12 +84,28 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
+/// A connection accepted on loop 0 and handed to another event loop.
+#[derive(Debug)]
+pub struct Handover {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    permit: OwnedSemaphorePermit,
+}
+
 /// Starts the HTTP front door next to FTP, if configured: binds, prints
 /// `http listening on ADDR` on stdout (tests parse it when given port 0)
-/// and spawns the accept loop. When the *default* address is taken (say,
+/// and spawns the accept loop on this runtime. With `loops` above one
+/// (`--runtime per-core`) it starts `loops - 1` more event-loop threads
+/// and hands accepted connections round-robin to all loops, this one
+/// included ([`run_spread`]). When the *default* address is taken (say,
 /// by another `sluice serve` started without `--http`), it warns and
 /// runs without HTTP; an address given explicitly must bind.
-pub async fn start(cfg: &ServeConfig, engine: &Engine) -> anyhow::Result<Option<JoinHandle<()>>> {
+pub async fn start(
+    cfg: &ServeConfig,
+    engine: &Engine,
+    loops: usize,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
     };
@@ -110,7 +136,26 @@ pub async fn start(cfg: &ServeConfig, engine: &Engine) -> anyhow::Result<Option<
         out.flush()?;
     }
     let ctx = Arc::new(HttpContext::new(root, settings, engine.clone()));
-    Ok(Some(tokio::spawn(run(ctx, listener))))
+    let mut others = Vec::new();
+    let mut inboxes = Vec::new();
+    for _ in 1..loops.max(1) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        others.push(tx);
+        inboxes.push(Some(rx));
+    }
+    if !inboxes.is_empty() {
+        let inboxes = Arc::new(std::sync::Mutex::new(inboxes));
+        let c = Arc::clone(&ctx);
+        crate::runtime::spawn_loops(loops, move |i| {
+            let rx = inboxes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(i - 1)
+                .and_then(Option::take);
+            serve_handed(Arc::clone(&c), rx)
+        })?;
+    }
+    Ok(Some(tokio::spawn(run_spread(ctx, listener, others))))
 }
 
 /// Resolves when the HTTP accept loop ends (never, unless it panicked);
@@ -126,22 +171,65 @@ pub async fn finished(task: Option<JoinHandle<()>>) {
     }
 }
 
-/// `--no-ftp`: HTTP alone, until it stops or Ctrl-C.
-pub async fn serve_alone(task: Option<JoinHandle<()>>) -> anyhow::Result<()> {
+/// `--no-ftp`: HTTP alone, until it stops or `stop` resolves (Ctrl-C,
+/// SIGTERM).
+pub async fn serve_alone(
+    task: Option<JoinHandle<()>>,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     if task.is_none() {
         anyhow::bail!("nothing to serve: FTP is off (--no-ftp) and HTTP is not listening");
     }
     tokio::select! {
         _ = finished(task) => {}
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+        _ = stop => {}
     }
     Ok(())
 }
 
 /// Accepts connections forever; each gets its own task, so a slow client
-/// only ever holds its own task, never a worker thread.
+/// only ever holds its own task, never a worker thread. (The server
+/// starts [`run_spread`] through [`start`]; tests call this.)
+#[cfg(test)]
 pub async fn run(ctx: Arc<HttpContext>, listener: TcpListener) {
-    let gate = Arc::new(Semaphore::new(ctx.settings.max_connections));
+    run_spread(ctx, listener, Vec::new()).await
+}
+
+/// Serves the connections loop 0 hands to this loop, each in its own
+/// task here, until the acceptor is gone.
+async fn serve_handed(ctx: Arc<HttpContext>, rx: Option<mpsc::UnboundedReceiver<Handover>>) {
+    let Some(mut rx) = rx else { return };
+    while let Some(h) = rx.recv().await {
+        let span = tracing::debug_span!("http", id = h.id, peer = %h.peer);
+        match TcpStream::from_std(h.stream) {
+            Ok(stream) => {
+                let ctx = Arc::clone(&ctx);
+                let permit = h.permit;
+                tokio::spawn(
+                    async move {
+                        conn::serve(ctx, stream, h.peer, h.id).await;
+                        drop(permit);
+                    }
+                    .instrument(span),
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot take over an HTTP connection"),
+        }
+    }
+}
+
+/// The accept loop: each connection is served on this loop or handed to
+/// one of `others` (the other event loops), in turn. Round-robin keeps
+/// the loops evenly loaded where a shared listening socket would let
+/// whichever loop wakes first take a burst of connections; it costs one
+/// cross-thread wake-up per connection, none per request.
+pub async fn run_spread(
+    ctx: Arc<HttpContext>,
+    listener: TcpListener,
+    others: Vec<mpsc::UnboundedSender<Handover>>,
+) {
+    let gate = Arc::clone(&ctx.gate);
+    let mut turn = 0usize;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -156,6 +244,19 @@ pub async fn run(ctx: Arc<HttpContext>, listener: TcpListener) {
         let span = tracing::debug_span!("http", id, %peer);
         match Arc::clone(&gate).try_acquire_owned() {
             Ok(permit) => {
+                turn = (turn + 1) % (others.len() + 1);
+                if let Some(tx) = turn.checked_sub(1).and_then(|k| others.get(k)) {
+                    match stream.into_std() {
+                        Ok(stream) => {
+                            let h = Handover { stream, peer, id, permit };
+                            if tx.send(h).is_err() {
+                                tracing::warn!(%peer, "event loop gone; connection dropped");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot hand an HTTP connection over"),
+                    }
+                    continue;
+                }
                 let ctx = Arc::clone(&ctx);
                 tokio::spawn(
                     async move {

@@ -5,6 +5,7 @@
 //! on the disk.
 
 use std::fs::File;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_http::{DirEntry, EntryKind, Resource, VirtualPath};
@@ -19,8 +20,9 @@ use crate::upload::is_internal_name;
 pub struct Found {
     /// The facts `respond` decides on.
     pub resource: Resource,
-    /// The open file, for `Resource::File`.
-    pub file: Option<File>,
+    /// The open file, for `Resource::File` (shared: the open-file cache
+    /// may hand the same descriptor to later requests).
+    pub file: Option<Arc<File>>,
 }
 
 /// Resolves `path` beneath `root`.
@@ -42,7 +44,7 @@ pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
                     len: m.len(),
                     mtime: m.modified().unwrap_or(UNIX_EPOCH),
                 },
-                file: Some(file),
+                file: Some(Arc::new(file)),
             },
             Err(e) => {
                 tracing::warn!(path = rel, error = %e, "fstat failed");

@@ -59,6 +59,13 @@ pub async fn send_plan(
     let cancel = Cancel::new();
     let work = send_segments(engine, conn, plan, file, counters, &cancel);
     tokio::pin!(work);
+    // Most small answers are taken by the socket at once: finish those
+    // without arming the watchdog's timer at all.
+    tokio::select! {
+        biased;
+        r = &mut work => return r,
+        _ = std::future::ready(()) => {}
+    }
     let tick = WATCHDOG_TICK.min(send_timeout);
     let mut last = counters.snapshot().bytes_sent;
     let mut quiet = Duration::ZERO;
@@ -90,6 +97,14 @@ async fn send_segments(
     counters: &Counters,
     cancel: &Cancel,
 ) -> Result<(), SendError> {
+    // The common answer, head and one file range: no copy of the head.
+    if let [Segment::File { offset, len }] = plan.body[..] {
+        let f = file.ok_or(SendError::NoFile)?;
+        engine
+            .send_file(conn, f, offset, len, &plan.head, counters, cancel)
+            .await?;
+        return Ok(());
+    }
     // Bytes waiting to go out in front of the next file range: the head,
     // then (multipart) each part's header, so each reaches the kernel in
     // the same call as the file bytes that follow it.

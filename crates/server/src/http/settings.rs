@@ -12,6 +12,7 @@
 //! http_keepalive_timeout = 60    # seconds an idle keep-alive connection stays
 //! http_send_timeout = 60         # seconds a body may go without progress
 //! http_max_connections = 1024
+//! http_open_cache = 1            # seconds an open file is reused by path; 0: off
 //! ```
 
 use std::net::SocketAddr;
@@ -30,6 +31,10 @@ pub const DEFAULT_KEEPALIVE_SECS: u64 = 60;
 pub const DEFAULT_SEND_SECS: u64 = 60;
 /// Most concurrent HTTP connections; more get 503.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Seconds an open file is reused for requests of the same path before
+/// the path is resolved again (see `open_files.rs`; nginx's
+/// `open_file_cache_valid` is 60 s, off by default).
+pub const DEFAULT_OPEN_CACHE_SECS: u64 = 1;
 
 /// `sluice serve` flags of the HTTP front door.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -58,6 +63,11 @@ pub struct HttpArgs {
     /// Most concurrent HTTP connections; more get 503 [default: 1024].
     #[arg(long, value_name = "N")]
     pub http_max_connections: Option<usize>,
+    /// Seconds an open file is reused by later requests for the same path
+    /// (re-checked with fstat each time; a deleted or replaced file is
+    /// noticed at once); 0 opens every request anew [default: 1].
+    #[arg(long, value_name = "SECS")]
+    pub http_open_cache: Option<u64>,
 }
 
 /// The same keys, as read from the config file.
@@ -75,6 +85,8 @@ pub struct HttpFileKeys {
     pub http_send_timeout: Option<u64>,
     /// `http_max_connections`
     pub http_max_connections: Option<usize>,
+    /// `http_open_cache`
+    pub http_open_cache: Option<u64>,
 }
 
 /// What the HTTP front door runs with.
@@ -93,6 +105,8 @@ pub struct HttpSettings {
     pub send_timeout: Duration,
     /// Connection limit.
     pub max_connections: usize,
+    /// How long an open file is reused by path; zero: not at all.
+    pub open_cache: Duration,
 }
 
 /// Merges flags over file keys; `Ok(None)` when HTTP is switched off.
@@ -144,6 +158,11 @@ pub fn merge(args: &HttpArgs, file: &HttpFileKeys) -> Result<Option<HttpSettings
             "http_send_timeout",
         )?,
         max_connections,
+        open_cache: Duration::from_secs(
+            args.http_open_cache
+                .or(file.http_open_cache)
+                .unwrap_or(DEFAULT_OPEN_CACHE_SECS),
+        ),
     }))
 }
 
@@ -158,14 +177,17 @@ mod tests {
             .unwrap();
         assert_eq!(s.addr, DEFAULT_HTTP.parse().unwrap());
         assert_eq!(s.header_timeout, Duration::from_secs(DEFAULT_HEADER_SECS));
+        assert_eq!(s.open_cache, Duration::from_secs(DEFAULT_OPEN_CACHE_SECS));
         let file = HttpFileKeys {
             http: Some("127.0.0.1:9000".into()),
             http_send_timeout: Some(5),
+            http_open_cache: Some(0),
             ..Default::default()
         };
         let s = merge(&HttpArgs::default(), &file).unwrap().unwrap();
         assert_eq!(s.addr, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(s.send_timeout, Duration::from_secs(5));
+        assert_eq!(s.open_cache, Duration::ZERO);
         let args = HttpArgs {
             http: Some("127.0.0.1:0".parse().unwrap()),
             http_send_timeout: Some(7),

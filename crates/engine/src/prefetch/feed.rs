@@ -1,0 +1,231 @@
+//! A sender's side of the hub: [`Feed`] hands out the chunks read for its
+//! range, reports bytes sent, samples the socket for the planner, and drops
+//! acknowledged pages of files no other feed reads.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_platform::{fadvise, tcp};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use super::pagecache::{missing_bytes, DropBehind};
+use super::{Carry, Chunk, Hub, StreamKey, Take, STARVING_SAMPLE_DIV, TCP_STATE_CLOSE};
+use crate::counters::{Counters, Tally};
+use crate::plan::{CaState, ConnId, FlowSample};
+use crate::{Cancel, Engine, EngineError};
+
+/// A sender's handle on the hub for one range; closing it (drop) cancels
+/// what is left and adds its counters to the transfer's.
+pub(crate) struct Feed<'a> {
+    engine: &'a Engine,
+    hub: &'a Hub,
+    id: ConnId,
+    notify: Arc<Notify>,
+    local: &'a Counters,
+    last_sample: Option<Instant>,
+    /// `tcpi_bytes_acked` and when it was read, for the rate estimate.
+    anchor: Option<(u64, Instant)>,
+    /// A rate has been measured (over one full `sample_interval`).
+    rated: bool,
+    /// The sender waited for disk data since the rate interval began: the
+    /// acked rate then shows our supply, a lower bound on the reader's.
+    starved: bool,
+    key: Option<StreamKey>,
+    /// The last rate measured, carried to the next feed on this connection.
+    last_rate: Option<u64>,
+    /// The sender's offset (start + bytes reported sent); atomic only so
+    /// `sent` can keep taking `&self`.
+    pos: AtomicU64,
+    /// Acknowledged pages dropped so far (sendfile path, `drop_sent`).
+    behind: Option<DropBehind>,
+    file: Arc<File>,
+}
+
+impl Engine {
+    /// A feed for `start..end` of `file`, or `None` in `kernel` mode.
+    pub(crate) fn feed<'a>(
+        &'a self,
+        conn: &TcpStream,
+        file: &Arc<File>,
+        start: u64,
+        end: u64,
+        copy: bool,
+        local: &'a Counters,
+    ) -> Option<Feed<'a>> {
+        let hub = self.inner.prefetch.as_ref()?;
+        let key = conn.local_addr().ok().zip(conn.peer_addr().ok());
+        let (id, notify, carry) = hub.open(self, file, start, end, copy, key);
+        let last_rate = carry.and_then(|c| c.rate);
+        Some(Feed {
+            engine: self,
+            hub,
+            id,
+            notify,
+            local,
+            last_sample: None,
+            anchor: carry.and_then(|c| c.anchor),
+            rated: last_rate.is_some(),
+            starved: false,
+            key,
+            last_rate,
+            pos: AtomicU64::new(start),
+            behind: (!copy && hub.drop_sent).then(|| DropBehind::new(start, fadvise::page_size() as u64)),
+            file: Arc::clone(file),
+        })
+    }
+}
+
+impl Feed<'_> {
+    /// Waits for the chunk that starts at `pos` (the sender's offset).
+    pub(crate) async fn next(
+        &mut self,
+        conn: &TcpStream,
+        pos: u64,
+        cancel: &Cancel,
+    ) -> Result<Chunk, EngineError> {
+        let idle = self.engine.config().idle_timeout;
+        let deadline = tokio::time::Instant::now() + idle;
+        loop {
+            match self.hub.take(self.id, pos) {
+                Take::Ready(c) => {
+                    self.local.add_disk_read(c.len);
+                    if c.bufs.is_empty() {
+                        // Page-cache chunk: evicted before it was sent means
+                        // the budget is larger than the memory really there.
+                        let gone = missing_bytes(&self.file, pos, c.len);
+                        if gone > 0 {
+                            self.hub.pressure(self.engine, self.id, gone);
+                        }
+                    }
+                    return Ok(c);
+                }
+                Take::Failed(e) => return Err(e),
+                Take::Wait => self.starved = true,
+            }
+            // Starving: a fresh sample shows the planner the drained socket.
+            self.sample(conn, true)?;
+            let nap = self.hub.sample_every / STARVING_SAMPLE_DIV;
+            tokio::select! {
+                _ = self.notify.notified() => {}
+                _ = tokio::time::sleep(nap) => {}
+                _ = tokio::time::sleep_until(deadline) => return Err(EngineError::Idle),
+                _ = cancel.cancelled() => return Err(EngineError::Cancelled),
+            }
+        }
+    }
+
+    /// `n` bytes of the range went into the socket.
+    pub(crate) fn sent(&self, n: u64) {
+        self.pos.fetch_add(n, Ordering::Relaxed);
+        self.hub.sent(self.engine, self.id, n);
+    }
+
+    /// Feeds a `TCP_INFO` sample to the planner if the last one is old
+    /// enough; a connection found reset/closed ends the transfer.
+    pub(crate) fn sample(&mut self, conn: &TcpStream, starving: bool) -> Result<(), EngineError> {
+        let every = if starving {
+            self.hub.sample_every / STARVING_SAMPLE_DIV
+        } else {
+            self.hub.sample_every
+        };
+        if self.last_sample.is_some_and(|l| l.elapsed() < every) {
+            return Ok(());
+        }
+        self.last_sample = Some(Instant::now());
+        let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
+            return Ok(()); // not TCP (tests on other sockets): plan blind
+        };
+        if info.state == TCP_STATE_CLOSE {
+            return Err(EngineError::Connection(
+                io::ErrorKind::ConnectionReset.into(),
+            ));
+        }
+        // The rate is bytes acked per second between two samples, not the
+        // kernel's `tcpi_delivery_rate`: a receive-window-limited reader on a
+        // short path acks each small window in microseconds, so the kernel's
+        // per-flight samples can show the link's burst rate rather than how
+        // fast the reader drains; what was acked over a span cannot.
+        // Measured over at least a whole interval, whatever the sampling
+        // cadence: over a few ms the acked count moves in window-sized steps.
+        let now = Instant::now();
+        let mut fresh = None;
+        // Application-limited means *we* had nothing to send (waited for the
+        // disk). The kernel's `delivery_rate_app_limited` also fires when the
+        // send buffer, not the reader, is the limit, which would keep the
+        // estimate from ever coming down; it is not used.
+        let mut app_limited = false;
+        match self.anchor {
+            None => self.anchor = Some((info.bytes_acked, now)),
+            Some((acked, at)) => {
+                let dt = now.duration_since(at);
+                if dt >= self.hub.sample_every {
+                    let bytes = info.bytes_acked.saturating_sub(acked) as f64;
+                    fresh = Some((bytes / dt.as_secs_f64()) as u64);
+                    self.last_rate = fresh;
+                    self.anchor = Some((info.bytes_acked, now));
+                    app_limited = std::mem::take(&mut self.starved);
+                }
+            }
+        }
+        let mut sample = flow_sample(&info, fresh.unwrap_or(0), app_limited);
+        if fresh.is_none() {
+            if !self.rated {
+                // Before the first whole interval the planner keeps its initial rate.
+                return Ok(());
+            }
+            // No new rate: an app-limited 0 leaves the estimate as it is, and
+            // the queue lengths still reach the planner.
+            sample.app_limited = true;
+        }
+        self.rated = true;
+        let t = Tally {
+            global: &self.engine.inner.counters,
+            local: self.local,
+        };
+        t.flow_samples(1);
+        let alone = self.hub.sample(self.engine, self.id, &sample);
+        if let (true, Some(b)) = (alone, self.behind.as_mut()) {
+            let in_socket = sample.notsent_bytes + sample.unacked_bytes;
+            if let Some((off, len)) = b.next(self.pos.load(Ordering::Relaxed), in_socket) {
+                let _ = fadvise::fadvise(self.file.as_fd(), off, len, fadvise::Advice::DontNeed);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Feed<'_> {
+    fn drop(&mut self) {
+        let c = self.hub.close(self.engine, self.id);
+        self.local.add_tpf(&c);
+        if let Some(key) = self.key {
+            let carry = Carry {
+                rate: self.last_rate,
+                anchor: self.anchor,
+                at: Instant::now(),
+            };
+            self.hub.remember(key, carry);
+        }
+    }
+}
+
+/// What the planner needs from `TCP_INFO`. Close and reset are not set
+/// here: the sender sees them as errors and drops its feed.
+fn flow_sample(i: &tcp::TcpInfo, rate: u64, app_limited: bool) -> FlowSample {
+    FlowSample {
+        delivery_rate: rate,
+        app_limited,
+        rtt: Duration::from_micros(u64::from(i.rtt_us)),
+        cwnd: i.snd_cwnd,
+        notsent_bytes: u64::from(i.notsent_bytes),
+        unacked_bytes: u64::from(i.unacked) * u64::from(i.snd_mss),
+        total_retrans: i.total_retrans,
+        ca_state: CaState::from_raw(i.ca_state),
+        ..FlowSample::default()
+    }
+}

@@ -1,0 +1,186 @@
+//! How `sluice serve` lays out its event loops (`--runtime`, key
+//! `runtime`, env `SLUICE_RUNTIME`; the flag wins, then the key, then
+//! the environment):
+//!
+//! - `per-core`: N single-threaded tokio runtimes on N threads, nginx
+//!   style. Loop 0 runs on the main thread: it accepts HTTP connections
+//!   and hands them round-robin to all loops (itself included), and each
+//!   connection is served to its end on its loop's thread: no work
+//!   stealing, no cross-thread wake-up per request. Loop 0 also holds the
+//!   FTP front door (its sessions and data transfers), the metrics
+//!   listener and the signal handling.
+//! - `shared`: one multi-thread work-stealing runtime with N workers
+//!   for everything (the layout before `per-core`).
+//!
+//! N is `SLUICE_WORKERS`, by default half the cores (at least one): see
+//! [`default_workers`]. `SLUICE_RUNTIME=current` (kept from before) is
+//! `per-core` with one loop. `SLUICE_EVENT_INTERVAL` sets how many tasks
+//! a loop polls between checks of the I/O driver (tokio's default 61).
+//!
+//! Why not one `SO_REUSEPORT` listener per loop: sockets with that option
+//! share a port with any other socket of the same user that sets it, so
+//! a second `sluice serve` on the default port would silently take half
+//! of this one's connections instead of failing with "address in use".
+//! Why not every loop waiting on one shared listening socket: the loop
+//! that wakes first takes a whole burst of connections (wrk's 256 at
+//! start) and the other loops idle.
+//!
+//! Why FTP stays on loop 0: `ftp::run` owns its max-sessions gate, so
+//! several accept loops would each allow `max_sessions`; spreading FTP
+//! sessions needs that gate passed in (see the report).
+//!
+//! Every loop's thread writes the gathered log lines before it sleeps
+//! (`logbuf::flush` as `on_thread_park`).
+
+use anyhow::{bail, Context, Result};
+
+/// The event-loop layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// One single-threaded loop per worker thread.
+    PerCore,
+    /// One multi-thread work-stealing runtime.
+    Shared,
+}
+
+/// The layout when nothing chooses one (see the module docs and the
+/// measurements in the report of bench/http.sh).
+pub const DEFAULT_RUNTIME: RuntimeKind = RuntimeKind::PerCore;
+
+impl RuntimeKind {
+    /// Flag over file key over `SLUICE_RUNTIME` over [`DEFAULT_RUNTIME`].
+    pub fn choose(flag: Option<&str>, key: Option<&str>) -> Result<RuntimeKind> {
+        if let Some(v) = flag.or(key) {
+            return match v.trim() {
+                "per-core" => Ok(RuntimeKind::PerCore),
+                "shared" => Ok(RuntimeKind::Shared),
+                other => bail!("runtime {other:?}: expected per-core or shared"),
+            };
+        }
+        match std::env::var("SLUICE_RUNTIME").unwrap_or_default().trim() {
+            "" => Ok(DEFAULT_RUNTIME),
+            "per-core" | "current" => Ok(RuntimeKind::PerCore),
+            "shared" | "multi" => Ok(RuntimeKind::Shared),
+            other => bail!("SLUICE_RUNTIME={other:?}: expected per-core, shared, multi or current"),
+        }
+    }
+
+    /// The flag's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::PerCore => "per-core",
+            RuntimeKind::Shared => "shared",
+        }
+    }
+}
+
+/// How many loops (`per-core`) or workers (`shared`).
+///
+/// Why half the cores by default, measured (bench/dlcost.py, 2 cores,
+/// warm 2 GiB over loopback, sendfile): a sender spends its time in the
+/// kernel's TCP work, and each peer (and the kernel's network processing)
+/// needs a core too; a worker per core then mostly adds cross-thread
+/// wake-ups and steals. One worker instead of two cut server context
+/// switches per GiB from ~775 to ~440 for one stream and ~410 to ~330 for
+/// 16 concurrent downloads, with the same MB/s. Only measured on 2 cores:
+/// revisit on larger hosts.
+pub fn workers() -> Result<usize> {
+    if std::env::var("SLUICE_RUNTIME").is_ok_and(|v| v.trim() == "current") {
+        return Ok(1);
+    }
+    Ok(env_number("SLUICE_WORKERS")?.unwrap_or_else(default_workers).max(1))
+}
+
+/// Half the cores, at least one.
+pub fn default_workers() -> usize {
+    (std::thread::available_parallelism().map_or(1, |n| n.get()) / 2).max(1)
+}
+
+/// The runtime the main thread runs: the whole multi-thread runtime
+/// (`shared`) or loop 0 (`per-core`).
+pub fn build_main(kind: RuntimeKind, workers: usize) -> Result<tokio::runtime::Runtime> {
+    match kind {
+        RuntimeKind::Shared => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(workers.max(1));
+            finish(b)
+        }
+        RuntimeKind::PerCore => build_loop(),
+    }
+}
+
+/// One single-threaded loop (`per-core`).
+pub fn build_loop() -> Result<tokio::runtime::Runtime> {
+    finish(tokio::runtime::Builder::new_current_thread())
+}
+
+fn finish(mut b: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime> {
+    if let Some(n) = env_number("SLUICE_EVENT_INTERVAL")? {
+        b.event_interval(n.max(1) as u32);
+    }
+    b.enable_all()
+        .thread_name("sluice")
+        .on_thread_park(crate::logbuf::flush)
+        .build()
+        .context("cannot start the runtime")
+}
+
+/// Starts loops 1..n on their own threads, each running `body(i)` to its
+/// end (for the HTTP accept loop: forever).
+pub fn spawn_loops<F, Fut>(n: usize, body: F) -> Result<()>
+where
+    F: Fn(usize) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    for i in 1..n {
+        let rt = build_loop()?;
+        let body = body.clone();
+        std::thread::Builder::new()
+            .name(format!("sluice-loop-{i}"))
+            .spawn(move || rt.block_on(body(i)))
+            .context("cannot start an event-loop thread")?;
+    }
+    Ok(())
+}
+
+fn env_number(key: &str) -> Result<Option<usize>> {
+    match std::env::var(key) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .with_context(|| format!("{key}={v:?}: not a number")),
+        Err(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_then_key() {
+        assert_eq!(RuntimeKind::choose(Some("shared"), Some("per-core")).unwrap(), RuntimeKind::Shared);
+        assert_eq!(RuntimeKind::choose(None, Some("per-core")).unwrap(), RuntimeKind::PerCore);
+        assert!(RuntimeKind::choose(Some("threads"), None).is_err());
+        for k in [RuntimeKind::PerCore, RuntimeKind::Shared] {
+            assert_eq!(RuntimeKind::choose(Some(k.as_str()), None).unwrap(), k);
+        }
+    }
+
+    #[test]
+    fn extra_loops_run_their_bodies() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        spawn_loops(3, move |i| {
+            let tx = tx.clone();
+            async move {
+                tokio::task::yield_now().await;
+                tx.send(i).unwrap();
+            }
+        })
+        .unwrap();
+        let mut got: Vec<usize> = (0..2).map(|_| rx.recv().unwrap()).collect();
+        got.sort();
+        assert_eq!(got, [1, 2]);
+    }
+}
