@@ -163,11 +163,14 @@ PY
     done
 }
 
-small_run() { # label port
+small_run() { # label port run pid
+    local c0 x0 c1 x1
+    c0=$(cpu_ticks "$4"); x0=$(ctx_switches "$4")
     wrk -t "$WORKERS" -c 256 -d "${DURATION}s" --latency "http://127.0.0.1:$2/small" >"$work/wrk.out"
-    python3 - "$1" "$work/wrk.out" >>"$results" <<'PY'
+    c1=$(cpu_ticks "$4"); x1=$(ctx_switches "$4")
+    python3 - "$1" "$work/wrk.out" "$((c1 - c0))" "$((x1 - x0))" "$(getconf CLK_TCK)" >>"$results" <<'PY'
 import re, sys
-label, path = sys.argv[1:]
+label, path, ticks, ctx, hz = sys.argv[1:]
 text = open(path).read()
 rps = float(re.search(r"Requests/sec:\s*([\d.]+)", text).group(1))
 m = re.search(r"^\s*99%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
@@ -175,10 +178,15 @@ scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 print(f"{label}\treq/s (64 KiB, c=256)\t{rps:.0f}")
 print(f"{label}\tp99 ms\t{float(m.group(1)) * scale:.2f}")
+# Server CPU and context switches per request: steadier than req/s when
+# other work shares the machine.
+n = int(re.search(r"(\d+) requests in", text).group(1))
+print(f"{label}\tserver CPU us/req\t{int(ticks) / int(hz) * 1e6 / max(n, 1):.1f}")
+print(f"{label}\tserver ctx sw/req\t{int(ctx) / max(n, 1):.3f}")
 if errors or "Socket errors" in text:
     print(f"{label}\terrors\t1", file=sys.stderr)
 PY
-    echo "  $1 run $3: $(tail -2 "$results" | cut -f2,3 | tr '\t\n' ' ')" >&2
+    echo "  $1 run $3: $(tail -4 "$results" | cut -f2,3 | tr '\t\n' ' ')" >&2
 }
 
 if [ "${SKIP_BIG:-0}" != 1 ]; then
@@ -197,17 +205,17 @@ if [ "${SKIP_BIG:-0}" != 1 ]; then
     done
 fi
 echo "# 64 KiB, wrk -c 256 -t $WORKERS, ${DURATION}s, $RUNS runs each, interleaved" >&2
-labels=() ports=()
+labels=() ports=() spids=()
 for c in "${configs[@]}"; do
-    start_sluice "$c" sendfile; labels+=("$label (sendfile)"); ports+=("$port")
+    start_sluice "$c" sendfile; labels+=("$label (sendfile)"); ports+=("$port"); spids+=("$pid")
 done
-start_nginx on; labels+=("nginx (sendfile on, $WORKERS workers)"); ports+=("$port")
+start_nginx on; labels+=("nginx (sendfile on, $WORKERS workers)"); ports+=("$port"); spids+=("$pid")
 for k in "${!ports[@]}"; do
     wrk -t "$WORKERS" -c 256 -d 2s "http://127.0.0.1:${ports[$k]}/small" >/dev/null # warm-up
 done
 for i in $(seq "$RUNS"); do
     for k in "${!ports[@]}"; do
-        small_run "${labels[$k]}" "${ports[$k]}" "$i"
+        small_run "${labels[$k]}" "${ports[$k]}" "$i" "${spids[$k]}"
     done
 done
 uptime >&2
@@ -227,6 +235,6 @@ print("| server | metric | min | median | max |")
 print("|---|---|---:|---:|---:|")
 for key in order:
     v = rows[key]
-    fmt = (lambda x: f"{x:.3f}") if max(v) < 10 else (lambda x: f"{x:.0f}")
+    fmt = (lambda x: f"{x:.3f}") if max(v) < 10 else (lambda x: f"{x:.1f}") if max(v) < 100 else (lambda x: f"{x:.0f}")
     print(f"| {key[0]} | {key[1]} | {fmt(min(v))} | {fmt(statistics.median(v))} | {fmt(max(v))} |")
 PY

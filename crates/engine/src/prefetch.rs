@@ -157,24 +157,30 @@ impl Hub {
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
         let k = env("SLUICE_PREFETCH_QUEUE_DEPTH").map_or(cfg.prefetch_queue_depth, |v| v as usize).max(1);
         let h_max = cfg.prefetch_h_max.max(4096);
+        let budget_cap = cfg.prefetch_budget;
         let plan = PlanConfig {
             mode: cfg.prefetch,
-            budget: cfg.prefetch_budget,
+            budget: measured_budget(budget_cap),
             h_max,
             fixed_window: (cfg.sendfile_prefetch as u64).max(4096),
             queue_depth: k,
             page: fadvise::page_size() as u64,
+            device_read: env("SLUICE_PREFETCH_MIN_READ").unwrap_or(cfg.prefetch_min_read),
+            // With sendfile the socket holds page-cache pages.
+            count_socket: true,
             ..PlanConfig::default()
         };
         let sched = SchedConfig {
             queue_depth: k,
             max_merge: h_max,
         };
-        let mut plan = plan;
-        plan.device_read = env("SLUICE_PREFETCH_MIN_READ").unwrap_or(cfg.prefetch_min_read);
-        plan.count_socket = true;
-        let budget_cap = plan.budget;
-        plan.budget = measured_budget(budget_cap);
+        tracing::info!(
+            budget = plan.budget,
+            room = memory::cache_room(),
+            device_read = plan.device_read,
+            queue_depth = k,
+            "prefetch planner"
+        );
         // `fixed` stays the conventional baseline: no dropping behind it.
         let drop_sent = cfg.prefetch == PrefetchMode::Tcp
             && env("SLUICE_PREFETCH_DROP_SENT").map_or(cfg.prefetch_drop_sent, |v| v != 0);

@@ -13,10 +13,12 @@
 //! `refill_time`), at least [`MIN_MARK`], at most the configured
 //! `notsent_lowat`, and at most an equal share of a budget of half the
 //! kernel's no-pressure TCP memory (`tcp_mem[0]`) among the connections
-//! sending. The rate is bytes acknowledged per second between two
-//! wake-ups at least [`RATE_SPAN`] apart (one `TCP_INFO` call, only on a
-//! wake-up: no timer). A new connection starts at [`START_MARK`] until it
-//! has a rate.
+//! sending. The rate is bytes acknowledged per second since the last
+//! measurement, taken at a wake-up at least two round trips later (one
+//! `TCP_INFO` call, only on a wake-up: no timer). A new connection starts
+//! at [`START_MARK`] until it has a rate; a fast one gets it within a few
+//! wake-ups (measured: with a 250 ms span, 20 loopback streams woke ~150
+//! times each at the start mark, 9x the wake-ups per GiB of a fixed mark).
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -32,8 +34,11 @@ use crate::Engine;
 pub(crate) const MIN_MARK: u64 = 128 << 10;
 /// Mark of a connection without a measured rate yet.
 pub(crate) const START_MARK: u64 = 1 << 20;
-/// Shortest span over which a rate is measured.
-const RATE_SPAN: Duration = Duration::from_millis(250);
+/// Shortest span over which a rate is measured: two round trips (acks
+/// come in window-sized steps), at least this.
+const RATE_SPAN_MIN: Duration = Duration::from_millis(20);
+/// ... and at most this, whatever the round trip.
+const RATE_SPAN_MAX: Duration = Duration::from_millis(500);
 /// Budget when `tcp_mem` cannot be read.
 const FALLBACK_BUDGET: u64 = 256 << 20;
 /// A new mark is applied only when it differs from the old by more than
@@ -51,6 +56,7 @@ pub(crate) struct Refill<'a> {
     cap: u64,
     mark: u64,
     anchor: Option<(u64, Instant)>,
+    span: Duration,
 }
 
 impl Engine {
@@ -70,8 +76,10 @@ impl Engine {
             cap,
             mark: 0,
             anchor: None,
+            span: RATE_SPAN_MAX,
         };
         r.apply(conn, r.bounded(START_MARK));
+        r.measure(conn);
         Some(r)
     }
 }
@@ -79,13 +87,22 @@ impl Engine {
 impl Refill<'_> {
     /// After a wake-up: measures the rate and resizes the mark.
     pub(crate) fn woke(&mut self, conn: &TcpStream) {
-        let now = Instant::now();
-        if self.anchor.is_some_and(|(_, at)| now.duration_since(at) < RATE_SPAN) {
+        if self
+            .anchor
+            .is_some_and(|(_, at)| at.elapsed() < self.span)
+        {
             return;
         }
+        self.measure(conn);
+    }
+
+    fn measure(&mut self, conn: &TcpStream) {
+        let now = Instant::now();
         let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
             return;
         };
+        self.span = (2 * Duration::from_micros(u64::from(info.rtt_us)))
+            .clamp(RATE_SPAN_MIN, RATE_SPAN_MAX);
         if let Some((acked, at)) = self.anchor {
             let dt = now.duration_since(at).as_secs_f64();
             let rate = info.bytes_acked.saturating_sub(acked) as f64 / dt;

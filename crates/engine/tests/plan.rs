@@ -554,8 +554,14 @@ fn a_slow_connection_gets_one_device_sized_read_not_many_small_ones() {
     p.handle_read_done(secs(0.1), &r, r.len, secs(0.05));
     p.handle_sent(ConnId(1), r.len / 4);
     assert_eq!(p.poll_read(secs(0.1)), None);
-    // Mostly sent: the next read is again a large one.
+    // Mostly sent: until a sample shows those bytes left the socket they
+    // still count as buffered (and as memory in use).
     p.handle_sent(ConnId(1), r.len / 2);
+    assert_eq!(p.socket_held(), r.len * 3 / 4);
+    assert_eq!(p.poll_read(secs(0.2)), None);
+    p.handle_sample(secs(0.2), ConnId(1), &sample(SLOW));
+    assert_eq!(p.socket_held(), 0);
+    // Then the next read is again a large one.
     let n = p.poll_read(secs(0.2)).expect("a second read");
     assert!(n.len >= 128 << 10 && n.offset == r.offset + r.len, "{n:?}");
 }

@@ -250,9 +250,21 @@ fn connect(addr: SocketAddr, rcvbuf: Option<usize>) -> Result<TcpStream> {
     Ok(s)
 }
 
+/// Control-channel replies and HTTP heads wait this long.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A read timeout (EAGAIN from SO_RCVTIMEO) says what it is.
+fn timeout_named(e: std::io::Error) -> anyhow::Error {
+    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        anyhow!("no reply from the server within {} s", REPLY_TIMEOUT.as_secs())
+    } else {
+        e.into()
+    }
+}
+
 fn read_line(r: &mut impl BufRead) -> Result<String> {
     let mut line = String::new();
-    let n = r.by_ref().take(MAX_LINE as u64).read_line(&mut line)?;
+    let n = r.by_ref().take(MAX_LINE as u64).read_line(&mut line).map_err(timeout_named)?;
     if n == 0 {
         bail!("connection closed by server");
     }
@@ -296,7 +308,7 @@ fn ftp_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Downl
     let (addr, path) = split_url(&d.url, 21)?;
     let path = percent_decode(&path);
     let mut ctl = connect(addr, None)?;
-    ctl.set_read_timeout(Some(Duration::from_secs(60)))?;
+    ctl.set_read_timeout(Some(REPLY_TIMEOUT))?;
     let mut rd = BufReader::new(ctl.try_clone()?);
     let (c, l) = ftp_reply(&mut rd)?;
     if c != 220 {
@@ -336,7 +348,7 @@ fn ftp_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Downl
 fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult) -> Result<()> {
     let (addr, path) = split_url(&d.url, 80)?;
     let mut s = connect(addr, d.rcvbuf)?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    s.set_read_timeout(Some(REPLY_TIMEOUT))?;
     // One write: a server may answer (and close) after the first segment.
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: sluice-lab\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes())?;
@@ -347,7 +359,7 @@ fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Down
         if head.len() > 64 * 1024 {
             bail!("HTTP head too long");
         }
-        if s.read(&mut b)? == 0 {
+        if s.read(&mut b).map_err(timeout_named)? == 0 {
             bail!("connection closed in HTTP head");
         }
         head.push(b[0]);

@@ -433,7 +433,10 @@ fn abort_columns(t: &mut Table, g: &str, s: &str, p: &Params, at: f64, all: &[u6
     put(t, g, s, "all MB/s before reset", capacity);
     put(t, g, s, "survivors MB/s before reset", window_rate(survivors, p.cdt, before_from, at));
     put(t, g, s, "survivors MB/s after reset", window_rate(survivors, p.cdt, at, p.dur));
-    put(t, g, s, "s to new fair share", time_to_reach(survivors, p.cdt, at, FAIR_FRACTION * capacity, p.fair_bins));
+    // Nothing flowed before the reset (a stalled server): no share to regain, no number.
+    if capacity > 0.0 {
+        put(t, g, s, "s to new fair share", time_to_reach(survivors, p.cdt, at, FAIR_FRACTION * capacity, p.fair_bins));
+    }
     let (Some(x), Some(y)) = (sample_at(samples, at), samples.last()) else { return };
     let disk_after = y.disk_read_bytes.saturating_sub(x.disk_read_bytes) as f64;
     let (need, _) = window_sum(survivors, p.cdt, at, p.dur);

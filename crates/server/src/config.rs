@@ -566,4 +566,26 @@ mod tests {
         let c = ServeConfig::merge(&ServeArgs { refill_time: Some("off".into()), ..base }).unwrap();
         assert_eq!(c.refill_time, Some(None));
     }
+
+    #[test]
+    fn the_command_line_accepts_the_send_flags() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let argv = [
+            "sluice", d, "--data-path", "blocking", "--notsent-lowat", "off",
+            "--send-buffer", "auto", "--refill-time", "2",
+        ];
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let c = ServeConfig::merge(&cli.serve).unwrap();
+        assert_eq!(c.data_path, DataPath::Blocking);
+        assert_eq!(c.notsent_lowat, Some(None));
+        assert_eq!(c.send_buffer, Some(sluice_engine::SendBufferChoice::Auto));
+        assert_eq!(c.refill_time, Some(Some(Duration::from_secs(2))));
+    }
 }

@@ -39,6 +39,9 @@ static PENDING: Mutex<Pending> = Mutex::new(Pending {
     buf: Vec::new(),
     since: None,
 });
+/// Held while a batch is written, so batches reach stderr in the order
+/// they were taken; appends only ever wait for `PENDING`, never for I/O.
+static WRITING: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// Cheap check for the park hook: anything gathered?
 static DIRTY: AtomicBool = AtomicBool::new(false);
 
@@ -48,21 +51,29 @@ fn pending() -> std::sync::MutexGuard<'static, Pending> {
 
 /// Writes whatever is gathered to stderr (cheap when nothing is).
 pub fn flush() {
-    if !DIRTY.load(Ordering::Acquire) {
-        return;
+    if DIRTY.load(Ordering::Acquire) {
+        write_out(None);
     }
-    let mut p = pending();
-    write_out(&mut p);
 }
 
-fn write_out(p: &mut Pending) {
-    if !p.buf.is_empty() {
-        // Nowhere to report a failing stderr; drop the batch.
-        let _ = io::stderr().lock().write_all(&p.buf);
-        p.buf.clear();
+/// Takes the gathered batch (under `PENDING` only briefly) and writes it,
+/// then `then` (a line that must follow it), under `WRITING`.
+fn write_out(then: Option<&[u8]>) {
+    let mut out = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    {
+        let mut p = pending();
+        // The emptied buffer of the last write goes back for reuse.
+        std::mem::swap(&mut p.buf, &mut *out);
+        p.since = None;
+        DIRTY.store(false, Ordering::Release);
     }
-    p.since = None;
-    DIRTY.store(false, Ordering::Release);
+    let mut err = io::stderr().lock();
+    // Nowhere to report a failing stderr; drop the batch.
+    let _ = err.write_all(&out);
+    out.clear();
+    if let Some(line) = then {
+        let _ = err.write_all(line);
+    }
 }
 
 /// Flushes the gathered lines before the default panic message.
@@ -91,21 +102,23 @@ impl Write for EventWriter {
     }
 
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let mut p = pending();
         if self.batched {
             let now = Instant::now();
-            p.buf.extend_from_slice(bytes);
-            let since = *p.since.get_or_insert(now);
-            DIRTY.store(true, Ordering::Release);
-            if p.buf.len() >= BATCH_BYTES || now.saturating_duration_since(since) >= MAX_DELAY {
-                write_out(&mut p);
+            let full = {
+                let mut p = pending();
+                p.buf.extend_from_slice(bytes);
+                let since = *p.since.get_or_insert(now);
+                DIRTY.store(true, Ordering::Release);
+                p.buf.len() >= BATCH_BYTES || now.saturating_duration_since(since) >= MAX_DELAY
+            };
+            if full {
+                write_out(None);
             }
-            Ok(())
         } else {
             // Keep the order: what was gathered goes first.
-            write_out(&mut p);
-            io::stderr().lock().write_all(bytes)
+            write_out(Some(bytes));
         }
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -9,7 +9,9 @@
 //! [`data`] opens data connections; [`xferlog`] writes one line per
 //! transfer. Each front door is its own module with its own listener, so
 //! another (HTTP) is one more module and one more `tokio::spawn` in
-//! [`serve`].
+//! [`serve`]. [`runtime`] lays out the event loops (`--runtime per-core`
+//! or `shared`); [`logbuf`] is the stderr writer that batches access and
+//! transfer lines.
 #![forbid(unsafe_code)]
 
 mod auth;

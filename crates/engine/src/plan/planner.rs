@@ -127,8 +127,12 @@ struct Conn {
     in_flight: u64,
     /// Ranges read once and evicted before being sent: read again first.
     holes: VecDeque<(u64, u64)>,
-    /// Bytes in its socket (unsent + unacknowledged) at the last sample.
+    /// Bytes in its socket (unsent + unacknowledged) at the last sample,
+    /// plus what was sent since.
     socket: u64,
+    /// Bytes handed to the socket since the last sample: still unsent as
+    /// far as the planner can tell, until a sample says otherwise.
+    sent_since_sample: u64,
     sampler: Sampler,
     sampled: bool,
     epoch: u64,
@@ -246,6 +250,7 @@ impl Planner {
                 in_flight: 0,
                 holes: VecDeque::new(),
                 socket: 0,
+                sent_since_sample: 0,
                 sampler: Sampler::new(),
                 sampled: false,
                 epoch: self.epochs,
@@ -267,6 +272,7 @@ impl Planner {
         let socket = st.pending + st.unacked;
         self.socket_held = self.socket_held - c.socket + socket;
         c.socket = socket;
+        c.sent_since_sample = 0;
         if st.events.is_gone() {
             self.handle_close(conn);
         }
@@ -303,6 +309,12 @@ impl Planner {
             let n = bytes.min(c.cached);
             c.cached -= n;
             self.used -= n;
+            // The bytes now wait in the socket: neither the time to
+            // starvation nor the memory in use drops until a sample shows
+            // them gone.
+            c.sent_since_sample += bytes;
+            c.socket += bytes;
+            self.socket_held += bytes;
         }
     }
 
@@ -491,7 +503,7 @@ impl Planner {
     }
 
     fn starvation_secs(&self, c: &Conn) -> f64 {
-        let pending = c.sampler.state().pending;
+        let pending = c.sampler.state().pending + c.sent_since_sample;
         (pending + c.holding()) as f64 / self.rate_of(c) as f64
     }
 
