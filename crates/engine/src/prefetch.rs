@@ -56,12 +56,9 @@ use crate::{Cancel, Engine, EngineConfig, EngineError};
 const TCP_STATE_CLOSE: u8 = 7;
 /// Starving connections are sampled this many times more often.
 const STARVING_SAMPLE_DIV: u32 = 8;
-/// Share of the page-cache room (cgroup limit minus memory that is not
-/// cache) the read-ahead budget, socket-pinned pages included, may use: the
-/// rest is for sent pages not yet dropped, metadata and the binary.
-const BUDGET_OF_ROOM: f64 = 0.7;
-/// How often the room is measured again.
-const BUDGET_EVERY: Duration = Duration::from_secs(1);
+/// How often the room is measured again: cache pinned by receivers grows
+/// by up to the send rate between two measurements (see `memory.rs`).
+const BUDGET_EVERY: Duration = Duration::from_millis(250);
 
 /// The engine's prefetch state (absent in `kernel` mode).
 #[derive(Debug)]
@@ -217,12 +214,15 @@ impl Hub {
         {
             return;
         }
-        let b = measured_budget(self.budget_cap);
+        let room = memory::cache_room_and_use();
         let mut st = self.lock();
+        let tracked = st.pf.planner().cached() + st.pf.planner().socket_held();
+        let b = room.map_or(self.budget_cap, |r| memory::budget_for(r, tracked, self.budget_cap));
         st.pf.set_budget(b);
         let (p, q) = (st.pf.planner(), st.pf.scheduler());
         tracing::debug!(
             budget = b,
+            cache = room.map_or(0, |r| r.cache),
             in_use = p.budget(),
             used = p.used(),
             socket = p.socket_held(),
@@ -489,11 +489,10 @@ async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, 
     }
 }
 
-/// The read-ahead budget: `BUDGET_OF_ROOM` of the page-cache room the
-/// process has now, at most `cap` (the configured budget).
+/// The read-ahead budget before any read: see [`memory::budget_for`].
 fn measured_budget(cap: u64) -> u64 {
-    match memory::cache_room() {
-        Some(room) => cap.min((room as f64 * BUDGET_OF_ROOM) as u64),
+    match memory::cache_room_and_use() {
+        Some(room) => memory::budget_for(room, 0, cap),
         None => cap,
     }
 }

@@ -87,10 +87,7 @@ impl Engine {
 impl Refill<'_> {
     /// After a wake-up: measures the rate and resizes the mark.
     pub(crate) fn woke(&mut self, conn: &TcpStream) {
-        if self
-            .anchor
-            .is_some_and(|(_, at)| at.elapsed() < self.span)
-        {
+        if self.anchor.is_some_and(|(_, at)| at.elapsed() < self.span) {
             return;
         }
         self.measure(conn);
@@ -101,8 +98,8 @@ impl Refill<'_> {
         let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
             return;
         };
-        self.span = (2 * Duration::from_micros(u64::from(info.rtt_us)))
-            .clamp(RATE_SPAN_MIN, RATE_SPAN_MAX);
+        self.span =
+            (2 * Duration::from_micros(u64::from(info.rtt_us))).clamp(RATE_SPAN_MIN, RATE_SPAN_MAX);
         if let Some((acked, at)) = self.anchor {
             let dt = now.duration_since(at).as_secs_f64();
             let rate = info.bytes_acked.saturating_sub(acked) as f64 / dt;
@@ -186,10 +183,7 @@ mod tests {
         assert_eq!(e.inner.senders.0.load(Relaxed), 1);
         let start = r.mark();
         assert!((MIN_MARK..=START_MARK).contains(&start), "{start}");
-        assert_eq!(
-            u64::from(tcp::notsent_lowat(tx.as_fd()).unwrap()),
-            start
-        );
+        assert_eq!(u64::from(tcp::notsent_lowat(tx.as_fd()).unwrap()), start);
         // Far above the configured ceiling: capped by it (or by the share).
         assert!(r.bounded(u64::MAX) <= 8 << 20);
         assert_eq!(r.bounded(1), MIN_MARK);

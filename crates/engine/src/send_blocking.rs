@@ -199,7 +199,11 @@ impl Job {
             // Sleep on the stop socket: a hang-up ends the pause early.
             let _ = self.stop.set_read_timeout(Some(Duration::from_millis(ms)));
             match (&self.stop).read(&mut [0u8; 1]) {
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 _ => return Err(EngineError::Cancelled),
             }
             t.wakeups(1);
@@ -318,7 +322,8 @@ mod tests {
         let cancel = Cancel::new();
         let counters = Arc::new(Counters::new());
         let (k, c2, e2) = (Arc::clone(&counters), cancel.clone(), e.clone());
-        let h = tokio::spawn(async move { e2.send_file(&tx, &file, 0, 64 << 20, &[], &k, &c2).await });
+        let h =
+            tokio::spawn(async move { e2.send_file(&tx, &file, 0, 64 << 20, &[], &k, &c2).await });
         // Live: bytes show up in the transfer's and the engine's counters
         // while the thread is still blocked.
         while counters.snapshot().eagains == 0 {
@@ -341,7 +346,15 @@ mod tests {
         let file = temp_file(&pattern(64 << 20));
         let (tx, _rx) = pair().await;
         let r = e
-            .send_file(&tx, &file, 0, 64 << 20, &[], &Counters::new(), &Cancel::new())
+            .send_file(
+                &tx,
+                &file,
+                0,
+                64 << 20,
+                &[],
+                &Counters::new(),
+                &Cancel::new(),
+            )
             .await;
         assert!(matches!(r, Err(EngineError::Idle)), "{r:?}");
     }

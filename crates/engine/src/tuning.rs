@@ -192,9 +192,15 @@ mod tests {
 
     #[test]
     fn send_buffer_and_lowat_settings_parse() {
-        assert_eq!(SendBufferChoice::parse("auto"), Some(SendBufferChoice::Auto));
+        assert_eq!(
+            SendBufferChoice::parse("auto"),
+            Some(SendBufferChoice::Auto)
+        );
         assert_eq!(SendBufferChoice::parse(" MAX"), Some(SendBufferChoice::Max));
-        assert_eq!(SendBufferChoice::parse("4M"), Some(SendBufferChoice::Bytes(4 << 20)));
+        assert_eq!(
+            SendBufferChoice::parse("4M"),
+            Some(SendBufferChoice::Bytes(4 << 20))
+        );
         assert_eq!(SendBufferChoice::parse("0"), None);
         assert_eq!(SendBufferChoice::parse("lots"), None);
         assert_eq!(parse_notsent_lowat("off"), Some(None));
@@ -202,16 +208,33 @@ mod tests {
         assert_eq!(parse_notsent_lowat("8G"), None, "beyond u32");
         assert_eq!(parse_notsent_lowat("0"), None);
         assert_eq!(parse_refill_time("off"), Some(None));
-        assert_eq!(parse_refill_time("0.5"), Some(Some(std::time::Duration::from_millis(500))));
-        assert_eq!(parse_refill_time("4s"), Some(Some(std::time::Duration::from_secs(4))));
+        assert_eq!(
+            parse_refill_time("0.5"),
+            Some(Some(std::time::Duration::from_millis(500)))
+        );
+        assert_eq!(
+            parse_refill_time("4s"),
+            Some(Some(std::time::Duration::from_secs(4)))
+        );
         assert_eq!(parse_refill_time("-1"), None);
-        let r = EngineConfig::default().with_overrides(|k| (k == "SLUICE_REFILL_TIME").then(|| "off".into()));
+        let r = EngineConfig::default()
+            .with_overrides(|k| (k == "SLUICE_REFILL_TIME").then(|| "off".into()));
         assert_eq!(r.refill_time, None);
-        let auto = EngineConfig::default().with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "auto".into()));
+        let auto = EngineConfig::default()
+            .with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "auto".into()));
         assert_eq!((auto.send_buffer, auto.send_buffer_max), (None, false));
-        let fixed = EngineConfig::default().with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "1M".into()));
-        assert_eq!((fixed.send_buffer, fixed.send_buffer_max), (Some(1 << 20), false));
-        let off = EngineConfig::default().with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "off".into()));
-        assert_eq!((off.send_buffer, off.send_buffer_max), (None, true), "off keeps send_buffer_max");
+        let fixed =
+            EngineConfig::default().with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "1M".into()));
+        assert_eq!(
+            (fixed.send_buffer, fixed.send_buffer_max),
+            (Some(1 << 20), false)
+        );
+        let off = EngineConfig::default()
+            .with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "off".into()));
+        assert_eq!(
+            (off.send_buffer, off.send_buffer_max),
+            (None, true),
+            "off keeps send_buffer_max"
+        );
     }
 }

@@ -114,7 +114,9 @@ mod tests {
             let counters = Arc::new(Counters::new());
             let (k, e2) = (Arc::clone(&counters), e.clone());
             let sender = tokio::spawn(async move {
-                let r = e2.send_file(&tx, &file, 0, len, &[], &k, &Cancel::new()).await;
+                let r = e2
+                    .send_file(&tx, &file, 0, len, &[], &k, &Cancel::new())
+                    .await;
                 drop(tx);
                 r
             });
@@ -123,7 +125,10 @@ mod tests {
             }
             // Live: the engine's totals already have this transfer's bytes.
             let mid = e.counters();
-            assert!(mid.bytes_sent > 0 && mid.bytes_sent < len, "{path}/{mode}: {mid:?}");
+            assert!(
+                mid.bytes_sent > 0 && mid.bytes_sent < len,
+                "{path}/{mode}: {mid:?}"
+            );
             open_tx.send(()).unwrap();
             assert_eq!(sender.await.unwrap().unwrap(), len, "{path}/{mode}");
             assert_eq!(reader.await.unwrap(), len, "{path}/{mode}");

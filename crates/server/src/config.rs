@@ -24,7 +24,7 @@
 //! prefetch = "kernel"           # --prefetch tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
-//! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
+//! runtime = "shared"            # --runtime shared|per-core (event loops; crate::runtime)
 //!
 //! [[user]]
 //! name = "alice"
@@ -128,7 +128,7 @@ pub struct ServeArgs {
     pub metrics: Option<SocketAddr>,
     /// Event loops: `per-core` (one single-threaded loop per worker
     /// thread, each with its own HTTP listener) or `shared` (one
-    /// multi-thread work-stealing runtime) [default: see crate::runtime].
+    /// multi-thread work-stealing runtime) [default: shared].
     #[arg(long, value_name = "per-core|shared")]
     pub runtime: Option<String>,
     /// HTTP front door flags (crate::http::settings).

@@ -43,9 +43,20 @@ pub enum RuntimeKind {
     Shared,
 }
 
-/// The layout when nothing chooses one (see the module docs and the
-/// measurements in the report of bench/http.sh).
-pub const DEFAULT_RUNTIME: RuntimeKind = RuntimeKind::PerCore;
+/// The layout when nothing chooses one. Measured on the 2-core machine
+/// (bench/http.sh and bench/dlcost.py, side by side with nginx, 64 KiB
+/// over 256 keep-alive connections, SLUICE_WORKERS=2): once the HTTP
+/// path's per-request work was cut, `per-core` and `shared` tied on
+/// requests/s, server CPU per request (22-31 us) and context switches
+/// per request (0.03-0.08) within the machine's noise. In one of three
+/// runs `per-core` had the worse p99 in every round (94-184 ms against
+/// 23-90): a loop descheduled on a loaded machine stalls all of its
+/// connections, where work stealing moves them. For FTP (16 concurrent
+/// downloads) `shared` had fewer context switches per GiB (median 623
+/// against 742), and `per-core` keeps FTP on loop 0. So `shared` stays
+/// the default; `per-core` is there to measure again on bigger hosts
+/// and once FTP sessions can be spread over the loops.
+pub const DEFAULT_RUNTIME: RuntimeKind = RuntimeKind::Shared;
 
 impl RuntimeKind {
     /// Flag over file key over `SLUICE_RUNTIME` over [`DEFAULT_RUNTIME`].

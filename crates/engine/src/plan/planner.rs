@@ -522,6 +522,12 @@ impl Planner {
         self.used
     }
 
+    /// Read-ahead bytes read and not yet sent (all connections): the part
+    /// of `used` that is in memory.
+    pub fn cached(&self) -> u64 {
+        self.conns.values().map(|c| c.cached).sum()
+    }
+
     /// Totals over all connections, closed ones included.
     pub fn counters(&self) -> TpfCounters {
         self.totals
@@ -579,6 +585,22 @@ mod tests {
         assert!(r.len > 0 && r.len <= p.config().h_max);
         assert_eq!(p.used(), r.len);
         assert_eq!(p.used(), p.used_recomputed());
+    }
+
+    #[test]
+    fn cached_counts_read_and_unsent_bytes_only() {
+        let mut p = Planner::new(cfg(PrefetchMode::Tcp));
+        let t = Duration::ZERO;
+        p.handle_open(t, ConnId(1), 0, 100 << 20);
+        let r = p.poll_read(t).expect("first read");
+        assert_eq!(p.cached(), 0, "queued, not read yet");
+        p.handle_read_done(t, &r, r.len, Duration::from_millis(5));
+        assert_eq!(p.cached(), r.len);
+        p.handle_sent(ConnId(1), 4096);
+        assert_eq!(p.cached(), r.len - 4096);
+        assert_eq!(p.socket_held(), 4096, "sent bytes move to the socket");
+        p.handle_close(ConnId(1));
+        assert_eq!((p.cached(), p.socket_held()), (0, 0));
     }
 
     #[test]

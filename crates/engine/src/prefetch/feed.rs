@@ -191,7 +191,7 @@ impl Feed<'_> {
         let alone = self.hub.sample(self.engine, self.id, &sample);
         if let (true, Some(b)) = (alone, self.behind.as_mut()) {
             let in_socket = sample.notsent_bytes + sample.unacked_bytes;
-            if let Some((off, len)) = b.next(self.pos.load(Ordering::Relaxed), in_socket) {
+            if let Some((off, len)) = b.next(self.hub.now(), self.pos.load(Ordering::Relaxed), in_socket) {
                 let _ = fadvise::fadvise(self.file.as_fd(), off, len, fadvise::Advice::DontNeed);
             }
         }

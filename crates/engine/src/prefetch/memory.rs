@@ -18,6 +18,20 @@ const UNLIMITED: u64 = 1 << 60;
 /// the cgroup's usage that is not page cache, or `MemAvailable` outside a
 /// limited cgroup. `None` if neither can be read.
 pub(crate) fn cache_room() -> Option<u64> {
+    cache_room_and_use().map(|r| r.room)
+}
+
+/// The room for page cache and how much of it the page cache fills now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    /// See [`cache_room`].
+    pub(crate) room: u64,
+    /// The cgroup's page cache now (0 outside a limited cgroup: unknown).
+    pub(crate) cache: u64,
+}
+
+/// [`cache_room`] together with the page cache in it.
+pub(crate) fn cache_room_and_use() -> Option<Room> {
     let cgroup = fs::read_to_string("/proc/self/cgroup").ok();
     if let (Some(root), Some(c)) = (cgroup_fs(), cgroup.as_deref()) {
         if let Some(room) = cgroup_room(root, c) {
@@ -25,7 +39,7 @@ pub(crate) fn cache_room() -> Option<u64> {
         }
     }
     let meminfo = fs::read_to_string("/proc/meminfo").ok()?;
-    meminfo_available(&meminfo)
+    meminfo_available(&meminfo).map(|room| Room { room, cache: 0 })
 }
 
 /// Where the cgroup file systems can be read, found once. `ip netns exec`
@@ -58,7 +72,7 @@ fn cgroup_fs() -> Option<&'static Path> {
 
 /// The room in the memory cgroup named in `proc_cgroup` (the text of
 /// `/proc/self/cgroup`), under the cgroup file systems mounted at `root`.
-fn cgroup_room(root: &Path, proc_cgroup: &str) -> Option<u64> {
+fn cgroup_room(root: &Path, proc_cgroup: &str) -> Option<Room> {
     for line in proc_cgroup.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -82,12 +96,33 @@ fn cgroup_room(root: &Path, proc_cgroup: &str) -> Option<u64> {
     room(limit, usage, stat_field(&stat, "file")?)
 }
 
+/// Share of the room the read-ahead budget may use (the rest is for sent
+/// pages not yet dropped, metadata and the binary).
+const BUDGET_OF_ROOM: f64 = 0.7;
+/// Share of the room *not filled by cache the planner does not know of*
+/// that the budget may use: pages a receiver on the same host still pins
+/// (veth, loopback) or sent pages not dropped yet. Above that the cgroup
+/// reaches its limit and reclaim takes unsent read-ahead too; the tenth
+/// left over absorbs what grows between two measurements.
+const BUDGET_OF_FREE: f64 = 0.9;
+
+/// The read-ahead budget (read-ahead held plus socket-pinned pages) for
+/// `r`, when the planner knows of `tracked` bytes of the page cache (its
+/// cached read-ahead and the pages in its sockets); at most `cap`.
+pub(crate) fn budget_for(r: Room, tracked: u64, cap: u64) -> u64 {
+    let untracked = r.cache.saturating_sub(tracked);
+    let by_room = r.room as f64 * BUDGET_OF_ROOM;
+    let by_free = r.room.saturating_sub(untracked) as f64 * BUDGET_OF_FREE;
+    cap.min(by_room.min(by_free) as u64)
+}
+
 /// Limit minus non-cache usage; `None` when the group is unlimited.
-fn room(limit: u64, usage: u64, cache: u64) -> Option<u64> {
+fn room(limit: u64, usage: u64, cache: u64) -> Option<Room> {
     if limit >= UNLIMITED {
         return None;
     }
-    Some(limit.saturating_sub(usage.saturating_sub(cache)))
+    let room = limit.saturating_sub(usage.saturating_sub(cache));
+    Some(Room { room, cache: cache.min(room) })
 }
 
 fn read_u64(p: &Path) -> Option<u64> {
@@ -122,7 +157,9 @@ mod tests {
         fs::write(dir.join("memory.usage_in_bytes"), "200000000\n").unwrap();
         fs::write(dir.join("memory.stat"), "cache 5\nrss 7\ntotal_cache 150000000\n").unwrap();
         let pc = "9:pids:/\n4:memory:/lab/srv\n0::/\n";
-        assert_eq!(cgroup_room(root.path(), pc), Some(268_435_456 - 50_000_000));
+        let r = cgroup_room(root.path(), pc).expect("limited");
+        assert_eq!(r.room, 268_435_456 - 50_000_000);
+        assert_eq!(r.cache, 150_000_000);
     }
 
     #[test]
@@ -139,9 +176,23 @@ mod tests {
         fs::write(v2.join("memory.max"), "1000000\n").unwrap();
         fs::write(v2.join("memory.current"), "600000\n").unwrap();
         fs::write(v2.join("memory.stat"), "anon 1\nfile 400000\n").unwrap();
-        assert_eq!(cgroup_room(root.path(), "0::/svc\n"), Some(800_000));
+        assert_eq!(cgroup_room(root.path(), "0::/svc\n"), Some(Room { room: 800_000, cache: 400_000 }));
         fs::write(v2.join("memory.max"), "max\n").unwrap();
         assert_eq!(cgroup_room(root.path(), "0::/svc\n"), None);
+    }
+
+    #[test]
+    fn cache_the_planner_does_not_know_of_shrinks_the_budget() {
+        let r = Room { room: 1000, cache: 300 };
+        // All cache is the planner's: the room rule alone.
+        assert_eq!(budget_for(r, 300, u64::MAX), 700);
+        // 400 bytes of cache it knows nothing of (pinned by receivers or
+        // not dropped): 90 % of the 600 left.
+        let r = Room { room: 1000, cache: 500 };
+        assert_eq!(budget_for(r, 100, u64::MAX), 540);
+        assert_eq!(budget_for(r, 100, 200), 200, "the configured cap");
+        // More tracked than cached (in-flight reads, counts lagging).
+        assert_eq!(budget_for(Room { room: 1000, cache: 0 }, 500, u64::MAX), 700);
     }
 
     #[test]
