@@ -30,6 +30,8 @@ pub struct Counters {
     prefetch_bytes_discarded: AtomicU64,
     evicted_unused: AtomicU64,
     flow_samples: AtomicU64,
+    prefetch_reads_after_close: AtomicU64,
+    prefetch_bytes_after_close: AtomicU64,
     /// Counters of work running where these cannot be borrowed (a blocking
     /// sender's own thread): read into every snapshot while attached, folded
     /// in when detached, so a transfer's counters stay live.
@@ -82,6 +84,11 @@ pub struct CountersSnapshot {
     pub evicted_unused: u64,
     /// `TCP_INFO` samples taken for the planner.
     pub flow_samples: u64,
+    /// Prefetch reads that reached the disk after their connection had
+    /// closed or been reset (eager cancellation should keep this near 0).
+    pub prefetch_reads_after_close: u64,
+    /// Bytes of those reads, thrown away.
+    pub prefetch_bytes_after_close: u64,
 }
 
 impl Counters {
@@ -130,7 +137,7 @@ impl Counters {
     }
 
     /// The atomics in the order of [`CountersSnapshot::fields`].
-    fn atomics(&self) -> [&AtomicU64; 20] {
+    fn atomics(&self) -> [&AtomicU64; 22] {
         [
             &self.bytes_sent,
             &self.bytes_read_disk,
@@ -152,6 +159,8 @@ impl Counters {
             &self.prefetch_bytes_discarded,
             &self.evicted_unused,
             &self.flow_samples,
+            &self.prefetch_reads_after_close,
+            &self.prefetch_bytes_after_close,
         ]
     }
 
@@ -177,6 +186,8 @@ impl Counters {
             prefetch_bytes_discarded: self.prefetch_bytes_discarded.load(Relaxed),
             evicted_unused: self.evicted_unused.load(Relaxed),
             flow_samples: self.flow_samples.load(Relaxed),
+            prefetch_reads_after_close: self.prefetch_reads_after_close.load(Relaxed),
+            prefetch_bytes_after_close: self.prefetch_bytes_after_close.load(Relaxed),
         }
     }
 
@@ -221,7 +232,7 @@ impl CountersSnapshot {
         }
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 20] {
+    fn fields_mut(&mut self) -> [&mut u64; 22] {
         [
             &mut self.bytes_sent,
             &mut self.bytes_read_disk,
@@ -243,6 +254,8 @@ impl CountersSnapshot {
             &mut self.prefetch_bytes_discarded,
             &mut self.evicted_unused,
             &mut self.flow_samples,
+            &mut self.prefetch_reads_after_close,
+            &mut self.prefetch_bytes_after_close,
         ]
     }
 
@@ -253,10 +266,12 @@ impl CountersSnapshot {
         self.prefetch_reads_cancelled += c.reads_cancelled;
         self.prefetch_bytes_cancelled += c.bytes_cancelled;
         self.prefetch_reads_delayed += c.reads_delayed;
+        self.prefetch_reads_after_close += c.reads_after_close;
+        self.prefetch_bytes_after_close += c.bytes_after_close;
     }
 
     /// Every counter as `(name, help, value)`, in a fixed order.
-    pub fn fields(&self) -> [(&'static str, &'static str, u64); 20] {
+    pub fn fields(&self) -> [(&'static str, &'static str, u64); 22] {
         [
             (
                 "bytes_sent",
@@ -345,6 +360,16 @@ impl CountersSnapshot {
                 "flow_samples",
                 "TCP_INFO samples taken for the planner.",
                 self.flow_samples,
+            ),
+            (
+                "prefetch_reads_after_close",
+                "Prefetch reads that reached the disk after their connection had closed or been reset.",
+                self.prefetch_reads_after_close,
+            ),
+            (
+                "prefetch_bytes_after_close",
+                "Bytes of those reads, thrown away.",
+                self.prefetch_bytes_after_close,
             ),
         ]
     }
