@@ -508,7 +508,9 @@ pub(crate) mod tests {
             let cancel = Cancel::new();
             let (p2, c2, e2) = (Arc::clone(&progress), cancel.clone(), e.clone());
             let h = tokio::spawn(async move { send(&e2, spec, tx, p2, c2).await });
-            while progress.counters().snapshot().wakeups < 4 {
+            // Each stream has found its socket full (a wake-up is counted only
+            // once a waiting sender resumes, which nobody reading means never).
+            while progress.counters().snapshot().eagains < 4 {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
             assert!(
