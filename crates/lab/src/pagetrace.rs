@@ -146,7 +146,9 @@ impl Tracer {
                 bail!("tracefs not available at {TRACEFS} (mount -t tracefs nodev {TRACEFS})");
             }
         }
-        let dir = root.join("instances").join(INSTANCE);
+        // One instance per process: two tracers (a lab run and the test
+        // suite) must never share or remove each other's buffer.
+        let dir = root.join("instances").join(format!("{INSTANCE}-{}", std::process::id()));
         remove_instance(&dir);
         std::fs::create_dir(&dir).with_context(|| format!("creating tracefs instance {}", dir.display()))?;
         write(&dir.join("buffer_size_kb"), &BUFFER_KB.to_string())?;
