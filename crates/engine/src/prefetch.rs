@@ -70,6 +70,10 @@ pub(crate) struct Hub {
     sample_every: Duration,
     /// Configured budget (an upper bound on the measured one).
     budget_cap: u64,
+    /// Share of the room not filled by untracked cache the budget may use
+    /// (`SLUICE_PREFETCH_BUDGET_OF_FREE`, e.g. `memory::BUDGET_OF_FREE`);
+    /// `None` (the default) leaves untracked cache out.
+    budget_of_free: Option<f64>,
     /// Milliseconds since `start` of the next budget measurement.
     budget_next_ms: AtomicU64,
     drop_sent: bool,
@@ -195,6 +199,13 @@ impl Hub {
             eager_cancel: cfg.cancel,
             sample_every: cfg.sample_interval.max(Duration::from_millis(1)),
             budget_cap,
+            // `on` takes the measured 0.95; a number in 0..=1 sets the share.
+            budget_of_free: std::env::var("SLUICE_PREFETCH_BUDGET_OF_FREE").ok().and_then(|v| {
+                if v.trim() == "on" {
+                    return Some(memory::BUDGET_OF_FREE);
+                }
+                v.trim().parse::<f64>().ok().filter(|v| (0.0..=1.0).contains(v))
+            }),
             disk: (k > cfg.disk_threads).then(|| DiskPool::new(k, k).ok()).flatten(),
             budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
             drop_sent,
@@ -217,7 +228,7 @@ impl Hub {
         let room = memory::cache_room_and_use();
         let mut st = self.lock();
         let tracked = st.pf.planner().cached() + st.pf.planner().socket_held();
-        let b = room.map_or(self.budget_cap, |r| memory::budget_for(r, tracked, self.budget_cap));
+        let b = room.map_or(self.budget_cap, |r| memory::budget_for(r, tracked, self.budget_cap, self.budget_of_free));
         st.pf.set_budget(b);
         let (p, q) = (st.pf.planner(), st.pf.scheduler());
         tracing::debug!(
@@ -492,7 +503,7 @@ async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, 
 /// The read-ahead budget before any read: see [`memory::budget_for`].
 fn measured_budget(cap: u64) -> u64 {
     match memory::cache_room_and_use() {
-        Some(room) => memory::budget_for(room, 0, cap),
+        Some(room) => memory::budget_for(room, 0, cap, None),
         None => cap,
     }
 }

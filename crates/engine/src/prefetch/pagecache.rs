@@ -77,8 +77,12 @@ pub(super) fn missing_bytes(file: &File, off: u64, len: u64) -> u64 {
 /// did before) left every sent page cached until reclaim, and reclaim then
 /// took unsent read-ahead too (tpf-mixed-rates: 8-12 MB evicted unused). A
 /// 200 kbit/s reader drains a ~128 KiB receive buffer in ~5 s; 15 s covers
-/// that with room. Asking again is cheap: absent pages are skipped.
+/// that with room. Asking again is cheap for absent pages (skipped), not
+/// for pinned ones (each failure drains every CPU's LRU batches: asking at
+/// every sample doubled the server's CPU per GiB), hence `DROP_EVERY`.
 pub(crate) const DROP_RETRY: Duration = Duration::from_secs(15);
+/// How often one range's acknowledged pages are asked to go.
+pub(crate) const DROP_EVERY: Duration = Duration::from_secs(1);
 
 /// Which acknowledged bytes of a range to drop from the page cache.
 /// Pure arithmetic over offsets and times; the caller issues the `DONTNEED`.
@@ -90,20 +94,23 @@ pub(crate) struct DropBehind {
     /// Acknowledged offsets of recent calls, with when they were seen,
     /// oldest first (each larger than the one before).
     recent: VecDeque<(Duration, u64)>,
+    /// When pages were last asked to go.
+    last: Option<Duration>,
     page: u64,
 }
 
 impl DropBehind {
     /// Nothing dropped yet of a range starting at `start`.
     pub(crate) fn new(start: u64, page: u64) -> DropBehind {
-        DropBehind { done: start, recent: VecDeque::new(), page: page.max(1) }
+        DropBehind { done: start, recent: VecDeque::new(), last: None, page: page.max(1) }
     }
 
     /// With `sent_to` the sender's offset and `in_socket` bytes still in the
     /// socket (unsent + unacknowledged, whose pages the socket still pins),
-    /// the range to drop at `now`, whole pages only, if any: everything
-    /// acknowledged, from what was acknowledged `DROP_RETRY` ago (pages the
-    /// receiver may still have held at an earlier call are asked again).
+    /// the range to drop at `now`, whole pages only, if any (at most once
+    /// per `DROP_EVERY`): everything acknowledged, from what was
+    /// acknowledged `DROP_RETRY` ago (pages the receiver may still have
+    /// held at an earlier call are asked again).
     /// The first partial page is kept (it may hold bytes of the range
     /// before ours).
     pub(crate) fn next(&mut self, now: Duration, sent_to: u64, in_socket: u64) -> Option<(u64, u64)> {
@@ -116,13 +123,14 @@ impl DropBehind {
             self.done = self.done.max(off);
             self.recent.pop_front();
         }
-        let from = self.done.div_ceil(self.page) * self.page;
-        if to <= from {
-            return None;
-        }
         if self.recent.back().is_none_or(|&(_, off)| to > off) {
             self.recent.push_back((now, to));
         }
+        let from = self.done.div_ceil(self.page) * self.page;
+        if to <= from || self.last.is_some_and(|l| now.saturating_sub(l) < DROP_EVERY) {
+            return None;
+        }
+        self.last = Some(now);
         Some((from, to - from))
     }
 }
@@ -137,6 +145,8 @@ mod tests {
         let mut d = DropBehind::new(100, 4096);
         assert_eq!(d.next(t, 5000, 0), None, "no whole page acknowledged");
         assert_eq!(d.next(t, 20_000, 3000), Some((4096, 12288)));
+        assert_eq!(d.next(t, 40_000, 0), None, "asked within DROP_EVERY");
+        assert_eq!(d.next(DROP_EVERY, 40_000, 0), Some((4096, 32768)));
         assert_eq!(d.next(t, 10, 100), None, "a socket larger than the offset");
     }
 
@@ -151,7 +161,7 @@ mod tests {
         // 8192 was acknowledged DROP_RETRY ago: no longer asked.
         let later = DROP_RETRY + s(0);
         assert_eq!(d.next(later, 16384, 0), Some((8192, 8192)));
-        let much_later = DROP_RETRY + s(1);
+        let much_later = DROP_RETRY + s(2);
         assert_eq!(d.next(much_later, 16384, 0), None, "all asked long enough");
         assert_eq!(d.next(much_later, 20480, 0), Some((16384, 4096)));
     }
