@@ -151,7 +151,8 @@ pub struct EngineConfig {
     /// Least time between two `TCP_INFO` samples of one connection taken
     /// when its socket is full (one `getsockopt`; starving connections are
     /// sampled more often, at an eighth of this).
-    pub sample_interval: Duration,    /// `tcp` mode: device-friendly read size, bytes. A connection's
+    pub sample_interval: Duration,
+    /// `tcp` mode: device-friendly read size, bytes. A connection's
     /// read-ahead window is at least this, so slow connections get few
     /// large reads instead of many small ones (a read below the disk's
     /// bandwidth / IOPS costs a whole I/O). 0 turns the floor off.
