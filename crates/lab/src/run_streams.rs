@@ -538,6 +538,10 @@ fn run_once(ctx: &Ctx, topo: &Topology, srv: &Running, classes: &[&StreamClass],
                 if fin {
                     return (v, run);
                 }
+                // Also here: a slow scrape (a busy server) can leave no time for the loop below.
+                if let Some(n) = runnable_now() {
+                    run.push((t0.elapsed().as_secs_f64(), n));
+                }
                 next += Duration::from_secs_f64(p.dt);
                 while Instant::now() < next && !done.load(Ordering::Relaxed) {
                     if Instant::now() >= next_run {
