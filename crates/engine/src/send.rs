@@ -473,24 +473,28 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn a_stalled_reader_times_the_sender_out() {
-        let e = Engine::new(EngineConfig {
-            idle_timeout: Duration::from_millis(50),
-            ..EngineConfig::default()
-        });
-        let file = temp_file(&pattern(32 << 20));
-        let (tx, _rx) = pair().await;
-        let r = e
-            .send_file(
-                &tx,
-                &file,
-                0,
-                32 << 20,
-                &[],
-                &Counters::new(),
-                &Cancel::new(),
-            )
-            .await;
-        assert!(matches!(r, Err(EngineError::Idle)), "{r:?}");
+        // The event-loop path and the blocking thread alike.
+        for path in [DataPath::Sendfile, DataPath::Blocking] {
+            let e = Engine::new(EngineConfig {
+                data_path: path,
+                idle_timeout: Duration::from_millis(50),
+                ..EngineConfig::default()
+            });
+            let file = temp_file(&pattern(64 << 20));
+            let (tx, _rx) = pair().await;
+            let r = e
+                .send_file(
+                    &tx,
+                    &file,
+                    0,
+                    64 << 20,
+                    &[],
+                    &Counters::new(),
+                    &Cancel::new(),
+                )
+                .await;
+            assert!(matches!(r, Err(EngineError::Idle)), "{path}: {r:?}");
+        }
     }
 
     #[tokio::test]

@@ -335,27 +335,4 @@ mod tests {
         assert!(matches!(h.await.unwrap(), Err(EngineError::Cancelled)));
         assert_eq!(e.counters().bytes_sent, counters.snapshot().bytes_sent);
     }
-
-    #[tokio::test]
-    async fn blocking_path_times_out_a_stalled_reader() {
-        let e = Engine::new(EngineConfig {
-            data_path: DataPath::Blocking,
-            idle_timeout: Duration::from_millis(50),
-            ..EngineConfig::default()
-        });
-        let file = temp_file(&pattern(64 << 20));
-        let (tx, _rx) = pair().await;
-        let r = e
-            .send_file(
-                &tx,
-                &file,
-                0,
-                64 << 20,
-                &[],
-                &Counters::new(),
-                &Cancel::new(),
-            )
-            .await;
-        assert!(matches!(r, Err(EngineError::Idle)), "{r:?}");
-    }
 }
