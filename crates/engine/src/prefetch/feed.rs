@@ -109,7 +109,11 @@ impl Feed<'_> {
             }
             // Starving: a fresh sample shows the planner the drained socket.
             self.sample(conn, true)?;
-            let nap = self.hub.sample_every / STARVING_SAMPLE_DIV;
+            // The disk job's completion wakes us (`notify`); the nap only
+            // re-samples a socket that waits long, so a reset is still seen.
+            // Napping at the starving sample rate woke 300 disk-bound senders
+            // ~20 000 times a second (lab tpf-abort: 500k wake-ups per GiB).
+            let nap = self.hub.sample_every;
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
