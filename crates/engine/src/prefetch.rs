@@ -28,7 +28,7 @@
 
 mod feed;
 mod memory;
-mod pagecache;
+pub(crate) mod pagecache;
 
 pub(crate) use feed::Feed;
 
@@ -139,6 +139,9 @@ struct Slot {
 pub(crate) struct Chunk {
     pub(crate) len: u64,
     pub(crate) bufs: Vec<PoolBuf>,
+    /// Bytes of a page-cache chunk found evicted when it was taken (read
+    /// ahead, then lost before being sent); set by [`Feed::next`].
+    pub(crate) evicted: u64,
 }
 
 enum Take {
@@ -461,7 +464,7 @@ impl Hub {
                     match r {
                         Ok(Ok((n, bufs))) => {
                             if n > 0 {
-                                slot.done.insert(req.offset, Chunk { len: n, bufs });
+                                slot.done.insert(req.offset, Chunk { len: n, bufs, evicted: 0 });
                             }
                             if n < req.len {
                                 let at = req.offset + n;

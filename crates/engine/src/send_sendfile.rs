@@ -18,12 +18,13 @@ use std::io;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use sluice_platform::{fadvise, sendfile, tcp};
+use sluice_platform::{sendfile, tcp};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::counters::{Counters, Tally};
+use crate::counters::Counters;
 use crate::send::{check, wait_writable, Turn};
+use crate::prefetch::pagecache::uncached_bytes;
 use crate::splice_pump::SplicePump;
 use crate::DataPath;
 use crate::{Cancel, Engine, EngineError};
@@ -78,7 +79,9 @@ impl Engine {
                 if let Some(f) = feed.as_mut() {
                     let chunk = f.next(conn, pos, cancel).await?;
                     ready_until = pos + chunk.len;
-                    self.count_evicted(file, pos, chunk.len, t);
+                    // Read ahead, then evicted before sendfile got to it
+                    // (the feed's one cachestat of the chunk said so).
+                    t.evicted_unused(chunk.evicted);
                 }
             }
             let want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
@@ -155,36 +158,11 @@ impl Engine {
             .ok()
     }
 
-    /// Counts pages of a range the planner read that are gone from the page
-    /// cache by the time `sendfile` gets to them (read-ahead evicted before
-    /// use: a budget too large for the memory, and a second disk read).
-    fn count_evicted(&self, file: &Arc<File>, off: u64, len: u64, t: Tally<'_>) {
-        if len == 0 {
-            return;
-        }
-        if let Some(missing) = self.uncached_pages(file, off, len) {
-            let ps = fadvise::page_size() as u64;
-            t.evicted_unused((missing * ps).min(len));
-        }
-    }
-
-    /// Pages of `[off, off+len)` (len > 0) not in the page cache, or `None`
-    /// when `cachestat` (Linux 6.5) is missing or fails.
-    fn uncached_pages(&self, file: &Arc<File>, off: u64, len: u64) -> Option<u64> {
-        if !self.features().cachestat.is_supported() {
-            return None;
-        }
-        let ps = fadvise::page_size() as u64;
-        let pages = (off + len - 1) / ps - off / ps + 1;
-        let st = fadvise::cachestat(file.as_fd(), off, len).ok()?;
-        Some(pages.saturating_sub(st.cached_pages))
-    }
-
     /// True when `cachestat` says every page of the range is cached (a page
     /// cache lookup that never waits for the disk). Without `cachestat`
     /// (kernels before 6.5) we cannot tell cheaply and say no.
     fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
-        len == 0 || self.uncached_pages(file, off, len) == Some(0)
+        self.features().cachestat.is_supported() && uncached_bytes(file, off, len) == Some(0)
     }
 }
 
@@ -204,6 +182,7 @@ async fn pressure_pause(n: u64, cancel: &Cancel) -> Result<(), EngineError> {
 mod tests {
     use super::*;
     use crate::send::tests::{engine_with, pair, pattern, temp_file};
+    use sluice_platform::fadvise;
     use crate::{DataPath, PrefetchMode};
     use tokio::io::AsyncReadExt;
 

@@ -92,14 +92,14 @@ impl Feed<'_> {
         let deadline = tokio::time::Instant::now() + idle;
         loop {
             match self.hub.take(self.id, pos) {
-                Take::Ready(c) => {
+                Take::Ready(mut c) => {
                     self.local.add_disk_read(c.len);
                     if c.bufs.is_empty() {
                         // Page-cache chunk: evicted before it was sent means
                         // the budget is larger than the memory really there.
-                        let gone = missing_bytes(&self.file, pos, c.len);
-                        if gone > 0 {
-                            self.hub.pressure(self.engine, self.id, gone);
+                        c.evicted = missing_bytes(&self.file, pos, c.len);
+                        if c.evicted > 0 {
+                            self.hub.pressure(self.engine, self.id, c.evicted);
                         }
                     }
                     return Ok(c);

@@ -55,18 +55,22 @@ pub(super) fn read_range(
     Ok((done, bufs))
 }
 
-/// Bytes of `[off, off + len)` missing from the page cache (`cachestat`),
-/// 0 when it cannot be told.
-pub(super) fn missing_bytes(file: &File, off: u64, len: u64) -> u64 {
+/// Bytes of `[off, off + len)` missing from the page cache, or `None` when
+/// `cachestat` (Linux 6.5) cannot tell. The one place both the planner's
+/// eviction feedback and the kernel-mode resident check ask.
+pub(crate) fn uncached_bytes(file: &File, off: u64, len: u64) -> Option<u64> {
     if len == 0 {
-        return 0;
+        return Some(0);
     }
     let ps = fadvise::page_size() as u64;
     let pages = (off + len - 1) / ps - off / ps + 1;
-    match fadvise::cachestat(file.as_fd(), off, len) {
-        Ok(st) => (pages.saturating_sub(st.cached_pages) * ps).min(len),
-        Err(_) => 0,
-    }
+    let st = fadvise::cachestat(file.as_fd(), off, len).ok()?;
+    Some((pages.saturating_sub(st.cached_pages) * ps).min(len))
+}
+
+/// [`uncached_bytes`], 0 when it cannot be told.
+pub(super) fn missing_bytes(file: &File, off: u64, len: u64) -> u64 {
+    uncached_bytes(file, off, len).unwrap_or(0)
 }
 
 /// How long acknowledged pages are asked again to leave the page cache.
