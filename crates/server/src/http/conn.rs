@@ -260,10 +260,8 @@ mod tests {
     use sluice_platform::fs::ServedRoot;
     use tokio::net::TcpListener;
 
-    async fn server(path: DataPath, data: &[u8]) -> (tempfile::TempDir, SocketAddr) {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("f"), data).unwrap();
-        let settings = HttpSettings {
+    fn test_settings() -> HttpSettings {
+        HttpSettings {
             addr: "127.0.0.1:0".parse().unwrap(),
             explicit: true,
             header_timeout: Duration::from_secs(30),
@@ -271,7 +269,13 @@ mod tests {
             send_timeout: Duration::from_secs(30),
             max_connections: 8,
             open_cache: Duration::from_secs(1),
-        };
+        }
+    }
+
+    async fn server(path: DataPath, data: &[u8]) -> (tempfile::TempDir, SocketAddr) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), data).unwrap();
+        let settings = test_settings();
         let engine = Engine::new(EngineConfig {
             data_path: path,
             ..EngineConfig::default()
@@ -330,15 +334,7 @@ mod tests {
     async fn connections_handed_to_another_loop_are_served() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), b"hello").unwrap();
-        let settings = HttpSettings {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            explicit: true,
-            header_timeout: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(30),
-            send_timeout: Duration::from_secs(30),
-            max_connections: 8,
-            open_cache: Duration::from_secs(1),
-        };
+        let settings = test_settings();
         let ctx = Arc::new(HttpContext::new(
             ServedRoot::open(dir.path()).unwrap(),
             settings,
