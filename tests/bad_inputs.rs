@@ -3,15 +3,15 @@
 //! serves a brand-new session correctly (`assert_serves_fresh_session`).
 
 use crate::harness::control::mode_e;
-use crate::harness::servers::under_test;
 use crate::harness::corpus;
+use crate::harness::servers::under_test;
 use crate::harness::*;
 use std::fs;
 use std::io::ErrorKind;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
-use std::time::Duration;
 use std::os::unix::fs::symlink;
+use std::time::Duration;
 
 /// The longest control line any server here accepts is 4096 bytes
 /// (sluice-ftp's `limits::MAX_LINE`, as vsftpd); this is well past it.
@@ -27,9 +27,15 @@ fn logged_in(server: &FtpServer) -> Control {
 /// the server must close the session, and then still serve a fresh one.
 #[track_caller]
 fn assert_500_and_close(server: &FtpServer, mut c: Control, what: &str) {
-    let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to an {what}: {e}\n{}", c.transcript()));
+    let r = c
+        .read_reply()
+        .unwrap_or_else(|e| panic!("no reply to an {what}: {e}\n{}", c.transcript()));
     assert_code(&c, what, r.code, &[500]);
-    assert!(c.is_closed(), "the session stayed open after an {what}\n{}", c.transcript());
+    assert!(
+        c.is_closed(),
+        "the session stayed open after an {what}\n{}",
+        c.transcript()
+    );
     assert_serves_fresh_session(server);
 }
 
@@ -64,8 +70,15 @@ fn retr_gets_550(server: &FtpServer, rel: &str, what: &str) {
 #[track_caller]
 fn start_big_retr(server: &FtpServer, c: &mut Control) -> std::net::TcpStream {
     let data = c.open_passive();
-    let first = c.cmd(&format!("RETR {}", server.remote_path(&corpus().file(BIG).name)));
-    assert!(first.is_preliminary(), "RETR of the 64 MiB file did not start\n{}", c.transcript());
+    let first = c.cmd(&format!(
+        "RETR {}",
+        server.remote_path(&corpus().file(BIG).name)
+    ));
+    assert!(
+        first.is_preliminary(),
+        "RETR of the 64 MiB file did not start\n{}",
+        c.transcript()
+    );
     data
 }
 
@@ -84,8 +97,17 @@ fn mode_e_stor_is_refused(server: &FtpServer, rel: &str, payload: &[u8], what: &
     let mut c = mode_e_session(server);
     let replies = c.upload("STOR", &server.remote_path(rel), payload);
     let last = replies.last().expect("a reply");
-    assert!(last.is_error(), "STOR {what} ended with {}\n{}", last.code, c.transcript());
-    assert!(!server.local(rel).exists(), "a failed upload ({what}) was left under its final name\n{}", c.transcript());
+    assert!(
+        last.is_error(),
+        "STOR {what} ended with {}\n{}",
+        last.code,
+        c.transcript()
+    );
+    assert!(
+        !server.local(rel).exists(),
+        "a failed upload ({what}) was left under its final name\n{}",
+        c.transcript()
+    );
     c.quit();
     assert_serves_fresh_session(server);
 }
@@ -127,7 +149,17 @@ fn unterminated_line_past_the_limit_gets_500_and_close() {
 fn commands_before_login_get_530() {
     let server = under_test(false);
     let mut c = server.connect();
-    for cmd in ["PASV", "EPSV", "RETR f1.bin", "STOR x.bin", "LIST", "NLST", "CWD /", "SIZE f1.bin", "PORT 127,0,0,1,200,10"] {
+    for cmd in [
+        "PASV",
+        "EPSV",
+        "RETR f1.bin",
+        "STOR x.bin",
+        "LIST",
+        "NLST",
+        "CWD /",
+        "SIZE f1.bin",
+        "PORT 127,0,0,1,200,10",
+    ] {
         let r = c.cmd(cmd);
         assert_code(&c, &format!("`{cmd}` before login"), r.code, &[530]);
     }
@@ -143,7 +175,12 @@ fn non_anonymous_user_is_refused_with_530() {
     let server = under_test(false);
     let mut c = server.connect();
     let r = c.login("bob", "secret");
-    assert_code(&c, "USER bob / PASS secret with no user configuration", r.code, &[530]);
+    assert_code(
+        &c,
+        "USER bob / PASS secret with no user configuration",
+        r.code,
+        &[530],
+    );
     let r = c.cmd("PASV");
     assert_code(&c, "PASV after a refused login", r.code, &[530]);
     c.quit();
@@ -154,12 +191,22 @@ fn non_anonymous_user_is_refused_with_530() {
 /// is checked (no transfer is started, so nothing can leave loopback).
 #[test]
 fn port_to_foreign_host_is_refused() {
-    each_command_gets(&under_test(false), &["PORT 10,0,0,1,200,10"], "bounce to 10.0.0.1", &[500, 501, 504]);
+    each_command_gets(
+        &under_test(false),
+        &["PORT 10,0,0,1,200,10"],
+        "bounce to 10.0.0.1",
+        &[500, 501, 504],
+    );
 }
 
 #[test]
 fn eprt_to_foreign_host_is_refused() {
-    each_command_gets(&under_test(false), &["EPRT |1|10.0.0.1|51210|"], "bounce to 10.0.0.1", &[500, 501, 504]);
+    each_command_gets(
+        &under_test(false),
+        &["EPRT |1|10.0.0.1|51210|"],
+        "bounce to 10.0.0.1",
+        &[500, 501, 504],
+    );
 }
 
 /// 127.0.0.2 is another loopback address: not the control peer (127.0.0.1),
@@ -172,7 +219,10 @@ fn port_and_eprt_to_another_loopback_address_never_connect() {
     listener.set_nonblocking(true).expect("nonblocking");
     let p = listener.local_addr().expect("addr").port();
     let mut c = logged_in(&server);
-    for cmd in [format!("PORT 127,0,0,2,{},{}", p >> 8, p & 0xff), format!("EPRT |1|127.0.0.2|{p}|")] {
+    for cmd in [
+        format!("PORT 127,0,0,2,{},{}", p >> 8, p & 0xff),
+        format!("EPRT |1|127.0.0.2|{p}|"),
+    ] {
         let r = c.cmd(&cmd);
         assert_code(&c, &format!("`{cmd}`"), r.code, &[500, 501, 504]);
         let r = c.cmd(&format!("RETR {}", server.remote_path("f4095.bin")));
@@ -181,7 +231,10 @@ fn port_and_eprt_to_another_loopback_address_never_connect() {
         }
         match listener.accept() {
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Ok((_, from)) => panic!("the server connected from {from} to the refused address\n{}", c.transcript()),
+            Ok((_, from)) => panic!(
+                "the server connected from {from} to the refused address\n{}",
+                c.transcript()
+            ),
             Err(e) => panic!("accept: {e}"),
         }
     }
@@ -197,31 +250,62 @@ fn port_and_eprt_to_another_loopback_address_never_connect() {
 fn foreign_host_setting_leaves_anonymous_passive_ports_closed_to_others() {
     use crate::harness::servers::{sluice, ServeOptions};
     use socket2::{Domain, Socket, Type};
-    let server = sluice(ServeOptions { extra_args: vec!["--allow-foreign-data-host".into()], ..Default::default() });
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--allow-foreign-data-host".into()],
+        ..Default::default()
+    });
     let mut c = logged_in(&server);
     c.cmd("TYPE I");
-    let addr = c.pasv().unwrap_or_else(|r| panic!("PASV refused: {}", r.text()));
+    let addr = c
+        .pasv()
+        .unwrap_or_else(|r| panic!("PASV refused: {}", r.text()));
     let foreign = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
-    foreign.bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into()).expect("bind 127.0.0.2");
-    foreign.connect_timeout(&addr.into(), Duration::from_secs(10)).expect("connect from 127.0.0.2");
+    foreign
+        .bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into())
+        .expect("bind 127.0.0.2");
+    foreign
+        .connect_timeout(&addr.into(), Duration::from_secs(10))
+        .expect("connect from 127.0.0.2");
     let mut foreign: std::net::TcpStream = foreign.into();
-    foreign.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    foreign
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     let own = std::net::TcpStream::connect(addr).expect("connect from 127.0.0.1");
-    own.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    own.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     let t = c.transfer_in(&format!("RETR {}", server.remote_path("f4095.bin")), own);
-    assert_eq!(t.replies.last().map(|r| r.code), Some(226), "{}", c.transcript());
+    assert_eq!(
+        t.replies.last().map(|r| r.code),
+        Some(226),
+        "{}",
+        c.transcript()
+    );
     assert_eq!(t.data.len(), 4095, "{}", c.transcript());
     let mut got = Vec::new();
     let _ = foreign.read_to_end(&mut got);
-    assert!(got.is_empty(), "the connection from 127.0.0.2 received {} bytes", got.len());
+    assert!(
+        got.is_empty(),
+        "the connection from 127.0.0.2 received {} bytes",
+        got.len()
+    );
     c.quit();
     assert_serves_fresh_session(&server);
 }
 
 #[test]
 fn port_and_eprt_to_privileged_port_are_refused() {
-    let cmds = ["PORT 127,0,0,1,0,22", "PORT 127,0,0,1,3,255", "EPRT |1|127.0.0.1|22|", "EPRT |1|127.0.0.1|1023|"];
-    each_command_gets(&under_test(false), &cmds, "port below 1024", &[500, 501, 504]);
+    let cmds = [
+        "PORT 127,0,0,1,0,22",
+        "PORT 127,0,0,1,3,255",
+        "EPRT |1|127.0.0.1|22|",
+        "EPRT |1|127.0.0.1|1023|",
+    ];
+    each_command_gets(
+        &under_test(false),
+        &cmds,
+        "port below 1024",
+        &[500, 501, 504],
+    );
 }
 
 #[test]
@@ -273,11 +357,25 @@ fn rest_beyond_eof_then_retr_is_an_error() {
     let rest = c.cmd("REST 100000");
     if rest.code == 350 {
         let t = c.retr(&server.remote_path("f4095.bin"));
-        assert!(t.last().is_error(), "RETR after REST past the end (4095-byte file) ended with {}\n{}", t.last().code, c.transcript());
-        assert!(t.data.is_empty(), "{} bytes were sent from beyond the end of the file", t.data.len());
+        assert!(
+            t.last().is_error(),
+            "RETR after REST past the end (4095-byte file) ended with {}\n{}",
+            t.last().code,
+            c.transcript()
+        );
+        assert!(
+            t.data.is_empty(),
+            "{} bytes were sent from beyond the end of the file",
+            t.data.len()
+        );
     } else {
         // Refusing the REST itself (knowing no file yet) is allowed too.
-        assert!(rest.is_error(), "REST 100000 got {}\n{}", rest.code, c.transcript());
+        assert!(
+            rest.is_error(),
+            "REST 100000 got {}\n{}",
+            rest.code,
+            c.transcript()
+        );
     }
     c.quit();
     assert_serves_fresh_session(&server);
@@ -285,7 +383,13 @@ fn rest_beyond_eof_then_retr_is_an_error() {
 
 #[test]
 fn malformed_rest_gets_501() {
-    let cmds = ["REST", "REST -1", "REST abc", "REST 99999999999999999999999999", "REST 1e9"];
+    let cmds = [
+        "REST",
+        "REST -1",
+        "REST abc",
+        "REST 99999999999999999999999999",
+        "REST 1e9",
+    ];
     each_command_gets(&under_test(false), &cmds, "malformed REST", &[501]);
 }
 
@@ -298,7 +402,11 @@ fn retr_of_a_directory_gets_550() {
 
 #[test]
 fn retr_of_a_missing_file_gets_550() {
-    retr_gets_550(&under_test(false), "no-such-file.bin", "RETR of a missing file");
+    retr_gets_550(
+        &under_test(false),
+        "no-such-file.bin",
+        "RETR of a missing file",
+    );
 }
 
 /// `..` never leaves the root: every attempt is refused (or finds nothing
@@ -317,20 +425,39 @@ fn path_traversal_with_dotdot_is_refused() {
         "//..//..//etc/passwd",
     ] {
         let t = c.retr(path);
-        assert!(t.last().is_error(), "RETR {path} ended with {}\n{}", t.last().code, c.transcript());
-        assert!(t.data.is_empty() && t.data != secret, "RETR {path} sent {} bytes\n{}", t.data.len(), c.transcript());
+        assert!(
+            t.last().is_error(),
+            "RETR {path} ended with {}\n{}",
+            t.last().code,
+            c.transcript()
+        );
+        assert!(
+            t.data.is_empty() && t.data != secret,
+            "RETR {path} sent {} bytes\n{}",
+            t.data.len(),
+            c.transcript()
+        );
     }
     // CWD upwards may succeed (staying at the root) or be refused, but the
     // root stays the root.
     let _ = c.cmd("CWD ../../../../..");
     let t = c.retr("etc/passwd");
-    assert!(t.last().is_error() && t.data.is_empty(), "after CWD .., RETR etc/passwd sent {} bytes\n{}", t.data.len(), c.transcript());
+    assert!(
+        t.last().is_error() && t.data.is_empty(),
+        "after CWD .., RETR etc/passwd sent {} bytes\n{}",
+        t.data.len(),
+        c.transcript()
+    );
     let data = c.open_passive();
     let t = c.transfer_in("LIST ../../../..", data);
     let listing = String::from_utf8_lossy(&t.data);
     let names: Vec<&str> = listing.split_whitespace().collect();
     for outside in ["proc", "sys", "usr", "etc"] {
-        assert!(!names.contains(&outside), "LIST ../../../.. shows `{outside}` from outside the root:\n{listing}\n{}", c.transcript());
+        assert!(
+            !names.contains(&outside),
+            "LIST ../../../.. shows `{outside}` from outside the root:\n{listing}\n{}",
+            c.transcript()
+        );
     }
     c.quit();
     assert_serves_fresh_session(&server);
@@ -346,7 +473,13 @@ fn symlinks_pointing_outside_the_root_are_refused() {
     symlink("..", server.local("parent")).expect("symlink");
     symlink("../../../../../../../../etc/passwd", server.local("relpw")).expect("symlink");
     let mut c = logged_in(&server);
-    for path in ["pw", "etcdir/passwd", "parent/root/f1.bin", "relpw", "etcdir/../etc/passwd"] {
+    for path in [
+        "pw",
+        "etcdir/passwd",
+        "parent/root/f1.bin",
+        "relpw",
+        "etcdir/../etc/passwd",
+    ] {
         let t = c.retr(&server.remote_path(path));
         assert!(
             t.last().is_error() && t.data != secret && t.data.is_empty(),
@@ -359,7 +492,12 @@ fn symlinks_pointing_outside_the_root_are_refused() {
     let r = c.cmd(&format!("CWD {}", server.remote_path("etcdir")));
     if !r.is_error() {
         let t = c.retr("passwd");
-        assert!(t.data.is_empty(), "after CWD into a symlink to /etc, RETR passwd sent {} bytes\n{}", t.data.len(), c.transcript());
+        assert!(
+            t.data.is_empty(),
+            "after CWD into a symlink to /etc, RETR passwd sent {} bytes\n{}",
+            t.data.len(),
+            c.transcript()
+        );
     }
     c.quit();
     assert_serves_fresh_session(&server);
@@ -369,9 +507,20 @@ fn symlinks_pointing_outside_the_root_are_refused() {
 fn unknown_command_gets_500_or_502() {
     let server = under_test(false);
     let mut c = logged_in(&server);
-    for cmd in ["XYZZY", "XYZZY with arguments", &"Q".repeat(200), "RETR\u{7f}", "\u{1}\u{2}\u{3}"] {
+    for cmd in [
+        "XYZZY",
+        "XYZZY with arguments",
+        &"Q".repeat(200),
+        "RETR\u{7f}",
+        "\u{1}\u{2}\u{3}",
+    ] {
         let r = c.cmd(cmd);
-        assert_code(&c, &format!("unknown command {:?}", &cmd[..cmd.len().min(20)]), r.code, &[500, 502]);
+        assert_code(
+            &c,
+            &format!("unknown command {:?}", &cmd[..cmd.len().min(20)]),
+            r.code,
+            &[500, 502],
+        );
     }
     // The session goes on.
     let r = c.cmd("NOOP");
@@ -400,14 +549,17 @@ fn abor_during_retr_then_session_continues() {
     drop(data);
     let mut codes = Vec::new();
     while codes.len() < 4 {
-        let r = c.read_reply().unwrap_or_else(|e| panic!("no reply to ABOR: {e}\n{}", c.transcript()));
+        let r = c
+            .read_reply()
+            .unwrap_or_else(|e| panic!("no reply to ABOR: {e}\n{}", c.transcript()));
         codes.push(r.code);
         if r.code == 225 || r.code == 226 {
             break;
         }
     }
     assert!(
-        matches!(codes.last(), Some(225 | 226)) && codes.iter().all(|c| [225, 226, 426, 451].contains(c)),
+        matches!(codes.last(), Some(225 | 226))
+            && codes.iter().all(|c| [225, 226, 426, 451].contains(c)),
         "replies to ABOR mid-transfer: {codes:?} (want optional 426/451, then 225/226)\n{}",
         c.transcript()
     );
@@ -416,7 +568,11 @@ fn abor_during_retr_then_session_continues() {
     // And a new transfer on the same session works.
     let f = corpus().file(4095);
     let t = c.retr(&server.remote_path(&f.name));
-    assert!(t.last().code == 226 && corpus::sha256_bytes(&t.data) == f.sha256, "RETR after ABOR failed\n{}", c.transcript());
+    assert!(
+        t.last().code == 226 && corpus::sha256_bytes(&t.data) == f.sha256,
+        "RETR after ABOR failed\n{}",
+        c.transcript()
+    );
     c.quit();
     assert_serves_fresh_session(&server);
 }
@@ -444,7 +600,12 @@ fn clients_vanishing_mid_transfer_do_not_hurt_the_server() {
 fn mode_e_upload_with_absurd_block_length_is_refused() {
     let mut payload = mode_e::header(0, 1 << 40, 0).to_vec();
     payload.extend_from_slice(&[0x55; 1000]);
-    mode_e_stor_is_refused(&under_test(true), "bogus.bin", &payload, "with a 1 TiB MODE E block");
+    mode_e_stor_is_refused(
+        &under_test(true),
+        "bogus.bin",
+        &payload,
+        "with a 1 TiB MODE E block",
+    );
 }
 
 /// A MODE E upload cut off in the middle of a block (no EOD, no EOF) is an
@@ -453,7 +614,12 @@ fn mode_e_upload_with_absurd_block_length_is_refused() {
 fn mode_e_upload_cut_short_is_not_presented_as_complete() {
     let mut payload = mode_e::header(0, 4096, 0).to_vec();
     payload.extend_from_slice(&[0x55; 1000]);
-    mode_e_stor_is_refused(&under_test(true), "cut.bin", &payload, "of a truncated MODE E block");
+    mode_e_stor_is_refused(
+        &under_test(true),
+        "cut.bin",
+        &payload,
+        "of a truncated MODE E block",
+    );
 }
 
 /// The raw MODE E encoder above is right: the same session layout with a
@@ -465,8 +631,17 @@ fn mode_e_raw_upload_control() {
     let f = corpus().file(4095);
     let data = fs::read(&f.path).expect("read");
     let mut c = mode_e_session(&server);
-    let replies = c.upload("STOR", &server.remote_path("raw.bin"), &mode_e::single_stream(&data));
-    assert_code(&c, "STOR of one MODE E block + EOF/EOD", replies.last().expect("reply").code, &[226, 250]);
+    let replies = c.upload(
+        "STOR",
+        &server.remote_path("raw.bin"),
+        &mode_e::single_stream(&data),
+    );
+    assert_code(
+        &c,
+        "STOR of one MODE E block + EOF/EOD",
+        replies.last().expect("reply").code,
+        &[226, 250],
+    );
     compare_file(&server.local("raw.bin"), f).unwrap_or_else(|e| panic!("{e}\n{}", c.transcript()));
     c.quit();
 }

@@ -1,7 +1,7 @@
 //! The `sluice get/put/ls` client against peers (vsftpd: MODE S;
 //! globus-gridftp-server: MODE E with -p 4) and against `sluice serve`.
 
-use crate::harness::corpus::write_prefix;
+use crate::harness::corpus::{sha256_bytes, write_prefix};
 use crate::harness::servers::{gridftp, gridftp_on, sluice_ro, sluice_rw, vsftpd};
 use crate::harness::*;
 use std::fs;
@@ -72,14 +72,21 @@ fn no_part_left(mut out: Output, dest: &Path) -> Output {
 /// in its summary and leave no DEST.part.
 fn get_all(server: &FtpServer, flags: &[&str], mode: &str) {
     let what = format!("sluice get {} from {:?}", flags.join(" "), server.kind);
-    download_all_sizes(server, &what, |f, dest| no_part_left(require_summary(get(flags, &server.url(&f.name), dest), mode), dest));
+    download_all_sizes(server, &what, |f, dest| {
+        no_part_left(
+            require_summary(get(flags, &server.url(&f.name), dest), mode),
+            dest,
+        )
+    });
 }
 
 /// `sluice put [flags] FILE URL` for every size; each run must name `mode`
 /// in its summary.
 fn put_all(server: &FtpServer, flags: &[&str], mode: &str) {
     let what = format!("sluice put {} to {:?}", flags.join(" "), server.kind);
-    upload_all_sizes(server, &what, |f, rel| require_summary(put(flags, &f.path, &server.url(rel)), mode));
+    upload_all_sizes(server, &what, |f, rel| {
+        require_summary(put(flags, &f.path, &server.url(rel)), mode)
+    });
 }
 
 /// `sluice ls URL-of-root` names every file in the root; so does `ls -1`,
@@ -89,12 +96,26 @@ fn ls_names_everything(server: &FtpServer) {
     let out = sluice(&["ls", &server.url("")]);
     out.assert_success();
     for f in corpus().files() {
-        assert!(out.stdout.contains(&f.name), "`sluice ls` did not list {}\n{}", f.name, out.describe());
+        assert!(
+            out.stdout.contains(&f.name),
+            "`sluice ls` did not list {}\n{}",
+            f.name,
+            out.describe()
+        );
     }
-    assert!(out.stdout.contains("subdir"), "`sluice ls` did not list subdir\n{}", out.describe());
+    assert!(
+        out.stdout.contains("subdir"),
+        "`sluice ls` did not list subdir\n{}",
+        out.describe()
+    );
     let out = sluice(&["ls", "-1", &server.url("")]);
     out.assert_success();
-    for name in corpus().files().iter().map(|f| f.name.as_str()).chain(["subdir"]) {
+    for name in corpus()
+        .files()
+        .iter()
+        .map(|f| f.name.as_str())
+        .chain(["subdir"])
+    {
         assert!(
             out.stdout.lines().any(|l| l.trim().ends_with(name)),
             "`sluice ls -1` has no line for {name}\n{}",
@@ -123,7 +144,10 @@ fn get_continue(server: &FtpServer, flags: &[&str]) {
         let dest = dir.path().join(&f.name);
         write_prefix(&f.path, &part_path(&dest), keep);
         let flags = [&["--continue"][..], flags].concat();
-        let out = require_summary(get(&flags, &server.url(&f.name), &dest), &format!("resumed at {keep}"));
+        let out = require_summary(
+            get(&flags, &server.url(&f.name), &dest),
+            &format!("resumed at {keep}"),
+        );
         // Only the missing part crosses the wire.
         let out = require_summary(out, &format!("received {} bytes", f.size - keep));
         (dest.clone(), no_part_left(out, &dest))
@@ -139,7 +163,10 @@ fn put_continue(server: &FtpServer, flags: &[&str]) {
         let rel = format!("partial-{}", f.name);
         write_prefix(&f.path, &server.local(&rel), keep);
         let flags = [&["--continue"][..], flags].concat();
-        let out = require_summary(put(&flags, &f.path, &server.url(&rel)), &format!("resumed at {keep}"));
+        let out = require_summary(
+            put(&flags, &f.path, &server.url(&rel)),
+            &format!("resumed at {keep}"),
+        );
         (server.local(&rel), out)
     });
 }
@@ -156,10 +183,17 @@ fn verify_catches_corrupt_prefix(server: &FtpServer, flags: &[&str]) {
     let mut bytes = fs::read(&part).expect("read prefix");
     bytes[1000] ^= 0xff;
     fs::write(&part, &bytes).expect("corrupt prefix");
-    let out = get(&[&["--continue", "--verify"][..], flags].concat(), &server.url(&f.name), &dest);
+    let out = get(
+        &[&["--continue", "--verify"][..], flags].concat(),
+        &server.url(&f.name),
+        &dest,
+    );
     if out.success() {
         if let Err(e) = compare_file(&dest, f) {
-            panic!("--verify reported success for a corrupt file: {e}\n{}", out.describe());
+            panic!(
+                "--verify reported success for a corrupt file: {e}\n{}",
+                out.describe()
+            );
         }
     }
     server.assert_running();
@@ -173,8 +207,17 @@ fn missing_file_is_exit_5(server: &FtpServer, flags: &[&str]) {
     let out = get(flags, &server.url("nothing"), &dest);
     assert_exit(&out, 5);
     assert!(out.stderr.contains("sluice: "), "{}", out.describe());
-    assert!(!dest.exists(), "{} created\n{}", dest.display(), out.describe());
-    assert!(!part_path(&dest).exists(), "empty .part left behind\n{}", out.describe());
+    assert!(
+        !dest.exists(),
+        "{} created\n{}",
+        dest.display(),
+        out.describe()
+    );
+    assert!(
+        !part_path(&dest).exists(),
+        "empty .part left behind\n{}",
+        out.describe()
+    );
     server.assert_running();
 }
 
@@ -232,9 +275,84 @@ fn get_to_stdout_and_into_directory_from_vsftpd() {
     let f = corpus().file(4095);
     let out = get(&[], &s.url(&f.name), Path::new("-"));
     out.assert_success();
-    assert!(out.stdout_bytes == fs::read(&f.path).expect("read original"), "stdout is not the file\n{}", out.describe());
+    assert!(
+        out.stdout_bytes == fs::read(&f.path).expect("read original"),
+        "stdout is not the file\n{}",
+        out.describe()
+    );
     let dir = tempfile::tempdir().expect("temp dir");
-    assert_transferred(&get(&[], &s.url(&f.name), dir.path()), &dir.path().join(&f.name), f);
+    assert_transferred(
+        &get(&[], &s.url(&f.name), dir.path()),
+        &dir.path().join(&f.name),
+        f,
+    );
+}
+
+/// A device or FIFO named as DEST (say /dev/null in a benchmark) is written
+/// in place: the download must not rename a `.part` over the node. A FIFO
+/// stands in for /dev/null so a failure cannot break the machine.
+#[test]
+fn get_into_a_fifo_writes_through_it_and_leaves_it_a_fifo() {
+    use std::io::Read as _;
+    use std::os::unix::fs::FileTypeExt as _;
+    let s = sluice_ro();
+    let f = corpus().file((1 << 20) + 7);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("sink");
+    for (flags, url) in [
+        (vec!["-p", "4"], s.url(&f.name)),
+        (vec!["-p", "4"], s.http_url(&f.name)),
+    ] {
+        let st = Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("run mkfifo");
+        assert!(st.success(), "mkfifo failed");
+        let path = fifo.clone();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            fs::File::open(&path)
+                .expect("open fifo")
+                .read_to_end(&mut got)
+                .expect("read fifo");
+            got
+        });
+        let out = get(&flags, &url, &fifo);
+        out.assert_success();
+        let got = reader.join().expect("reader thread");
+        assert_eq!(
+            sha256_bytes(&got),
+            sha256_file(&f.path),
+            "{url}: bytes through the fifo differ\n{}",
+            out.describe()
+        );
+        let kind = fs::symlink_metadata(&fifo)
+            .expect("fifo still there")
+            .file_type();
+        assert!(
+            kind.is_fifo(),
+            "{url}: the fifo was replaced\n{}",
+            out.describe()
+        );
+        assert!(
+            !dir.path().join("sink.part").exists(),
+            "{url}: a .part was left"
+        );
+        fs::remove_file(&fifo).expect("remove fifo");
+    }
+    // Resuming into a device makes no sense: a usage error, not a stray file.
+    let st = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(st.success(), "mkfifo failed");
+    let out = get(&["--continue"], &s.url(&f.name), &fifo);
+    assert_exit(&out, 2);
+    assert!(
+        out.stderr.contains("regular file DEST"),
+        "{}",
+        out.describe()
+    );
 }
 
 /// vsftpd offers no CKSM: `--verify` cannot be honoured (exit 9), and the
@@ -248,8 +366,16 @@ fn verify_unavailable_from_vsftpd_is_exit_9() {
     let url = s.url(&f.name);
     let out = get(&["--verify"], &url, &dest);
     assert_exit(&out, 9);
-    assert!(out.stderr.starts_with(&format!("sluice: {url}: ")), "{}", out.describe());
-    assert!(!dest.exists(), "unverified file renamed to {}", dest.display());
+    assert!(
+        out.stderr.starts_with(&format!("sluice: {url}: ")),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        !dest.exists(),
+        "unverified file renamed to {}",
+        dest.display()
+    );
 }
 
 #[test]
@@ -267,7 +393,11 @@ fn refused_login_to_vsftpd_is_exit_4_and_password_is_hidden() {
     let url = format!("ftp://bob:s3cret@{}/x", s.addr());
     let out = get(&[], &url, &dir.path().join("x"));
     assert_exit(&out, 4);
-    assert!(!out.stderr.contains("s3cret"), "password shown\n{}", out.describe());
+    assert!(
+        !out.stderr.contains("s3cret"),
+        "password shown\n{}",
+        out.describe()
+    );
 }
 
 #[test]
@@ -282,9 +412,16 @@ fn refused_upload_to_read_only_vsftpd_is_exit_5() {
 /// Nothing listens on the port: a network error, exit 3.
 #[test]
 fn connection_refused_is_exit_3() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("probe port").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("probe port")
+        .port();
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = get(&[], &format!("ftp://127.0.0.1:{port}/x"), &dir.path().join("x"));
+    let out = get(
+        &[],
+        &format!("ftp://127.0.0.1:{port}/x"),
+        &dir.path().join("x"),
+    );
     assert_exit(&out, 3);
 }
 
@@ -378,9 +515,17 @@ fn get_continue_p4_from_gridftp_uses_recorded_prefix() {
     fs::write(&part, &bytes).expect("write junk");
     let side = dir.path().join(format!("{}.part.resume", f.name));
     fs::write(&side, "300000\n").expect("write side file");
-    let out = get(&["-p", "4", "--continue", "--verify"], &s.url(&f.name), &dest);
+    let out = get(
+        &["-p", "4", "--continue", "--verify"],
+        &s.url(&f.name),
+        &dest,
+    );
     assert_transferred(&out, &dest, f);
-    assert!(out.stderr.contains("resumed at 300000"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("resumed at 300000"),
+        "{}",
+        out.describe()
+    );
     assert!(!side.exists(), "{} left behind", side.display());
 }
 
@@ -397,7 +542,11 @@ fn ipv6_to_and_from_gridftp() {
     let url = s.url(&f.name);
     assert!(url.starts_with("ftp://[::1]:"), "{url}");
     assert_transferred(&get(&["-p", "4"], &url, &dest), &dest, f);
-    assert_transferred(&put(&["-p", "2"], &dest, &s.url("up-six")), &s.local("up-six"), f);
+    assert_transferred(
+        &put(&["-p", "2"], &dest, &s.url("up-six")),
+        &s.local("up-six"),
+        f,
+    );
     let dest_s = dir.path().join("mode-s");
     assert_transferred(&get(&[], &url, &dest_s), &dest_s, f);
     s.assert_running();
@@ -410,12 +559,20 @@ fn stats_from_gridftp_count_bytes_streams_and_stalls() {
     let Some(s) = gridftp_peer(false) else { return };
     let f = corpus().file(BIG);
     let dir = tempfile::tempdir().expect("temp dir");
-    let out = get(&["-p", "4", "--stats"], &s.url(&f.name), &dir.path().join(&f.name));
+    let out = get(
+        &["-p", "4", "--stats"],
+        &s.url(&f.name),
+        &dir.path().join(&f.name),
+    );
     out.assert_success();
     assert_eq!(stat(&out, "bytes"), BIG, "{}", out.describe());
     stat(&out, "receive_stalls");
     let streams = stat(&out, "streams");
-    assert!((1..=4).contains(&streams), "{streams} streams\n{}", out.describe());
+    assert!(
+        (1..=4).contains(&streams),
+        "{streams} streams\n{}",
+        out.describe()
+    );
 }
 
 #[test]
@@ -432,12 +589,20 @@ fn smallest_mem_cap_from_gridftp_applies_backpressure_without_loss() {
     let f = corpus().file(BIG);
     let dir = tempfile::tempdir().expect("temp dir");
     let dest = dir.path().join(&f.name);
-    let out = get(&["-p", "4", "--mem-cap", "1048576", "--stats"], &s.url(&f.name), &dest);
+    let out = get(
+        &["-p", "4", "--mem-cap", "1048576", "--stats"],
+        &s.url(&f.name),
+        &dest,
+    );
     assert_transferred(&out, &dest, f);
     // The cap bounds what sits between drain and writer: one block may
     // pass an empty budget, so the peak is at most cap + one chunk.
     let peak = stat(&out, "mem_peak");
-    assert!(peak <= (1 << 20) + (128 << 10), "mem_peak {peak}\n{}", out.describe());
+    assert!(
+        peak <= (1 << 20) + (128 << 10),
+        "mem_peak {peak}\n{}",
+        out.describe()
+    );
 }
 
 // ---- against sluice serve ----

@@ -13,7 +13,12 @@ fn curl_get(server: &FtpServer, extra: &[&str]) {
     }
     let what = format!("curl {}", extra.join(" "));
     download_all_sizes(server, &what, |f, dest| {
-        run(Command::new("curl").args(["-sS", "--fail"]).args(extra).arg("-o").arg(dest).arg(server.url(&f.name)))
+        run(Command::new("curl")
+            .args(["-sS", "--fail"])
+            .args(extra)
+            .arg("-o")
+            .arg(dest)
+            .arg(server.url(&f.name)))
     });
 }
 
@@ -80,7 +85,14 @@ fn lftp_get_all(command: &str) {
     }
     let server = under_test(false);
     download_all_sizes(&server, &format!("lftp {command}"), |f, dest| {
-        lftp(&server, &format!("{command} {} -o {}", server.remote_path(&f.name), dest.display()))
+        lftp(
+            &server,
+            &format!(
+                "{command} {} -o {}",
+                server.remote_path(&f.name),
+                dest.display()
+            ),
+        )
     });
 }
 
@@ -103,8 +115,18 @@ fn lftp_mirror_directory_tree() {
     }
     let server = under_test(false);
     let files = populate_tree(&server.root);
-    let dest = tempfile::Builder::new().prefix("sluice-mirror-").tempdir().expect("dest dir");
-    let out = lftp(&server, &format!("mirror {} {}/tree", server.remote_path("tree"), dest.path().display()));
+    let dest = tempfile::Builder::new()
+        .prefix("sluice-mirror-")
+        .tempdir()
+        .expect("dest dir");
+    let out = lftp(
+        &server,
+        &format!(
+            "mirror {} {}/tree",
+            server.remote_path("tree"),
+            dest.path().display()
+        ),
+    );
     server.assert_running();
     out.assert_success();
     let mut failures = Vec::new();
@@ -116,7 +138,11 @@ fn lftp_mirror_directory_tree() {
     if !dest.path().join("tree/empty-dir").is_dir() {
         failures.push("tree/empty-dir was not mirrored".into());
     }
-    assert!(failures.is_empty(), "lftp mirror: {failures:#?}\n{}", out.describe());
+    assert!(
+        failures.is_empty(),
+        "lftp mirror: {failures:#?}\n{}",
+        out.describe()
+    );
 }
 
 fn ftplib_get(active: bool) {
@@ -124,10 +150,20 @@ fn ftplib_get(active: bool) {
         return;
     }
     let server = under_test(false);
-    let what = if active { "ftplib active" } else { "ftplib passive" };
+    let what = if active {
+        "ftplib active"
+    } else {
+        "ftplib passive"
+    };
     download_all_sizes(&server, what, |f, dest| {
         let mut cmd = Command::new("python3");
-        cmd.arg(python_script()).args(["get", &server.port.to_string(), &server.remote_path(&f.name)]).arg(dest);
+        cmd.arg(python_script())
+            .args([
+                "get",
+                &server.port.to_string(),
+                &server.remote_path(&f.name),
+            ])
+            .arg(dest);
         if active {
             cmd.arg("--active");
         }
@@ -178,7 +214,9 @@ fn aria2c(url: &str, dest: &Path, extra: &[&str]) -> Output {
         .env("NO_PROXY", "*"));
     let text = std::fs::read_to_string(log.path()).unwrap_or_default();
     if text.contains("Timeout before receiving transfer complete") {
-        eprintln!("NOTE: aria2c missed a 226 it had already received (aria2c bug, see fn aria2c): {url}");
+        eprintln!(
+            "NOTE: aria2c missed a 226 it had already received (aria2c bug, see fn aria2c): {url}"
+        );
     }
     out
 }
@@ -189,7 +227,9 @@ fn aria2c_single_connection() {
         return;
     }
     let server = under_test(false);
-    download_all_sizes(&server, "aria2c", |f, dest| aria2c(&server.url(&f.name), dest, &[]));
+    download_all_sizes(&server, "aria2c", |f, dest| {
+        aria2c(&server.url(&f.name), dest, &[])
+    });
 }
 
 #[test]
@@ -199,7 +239,11 @@ fn aria2c_split_4_connections() {
     }
     let server = under_test(false);
     download_all_sizes(&server, "aria2c -x 4 -s 4", |f, dest| {
-        aria2c(&server.url(&f.name), dest, &["-x", "4", "-s", "4", "--min-split-size=1M"])
+        aria2c(
+            &server.url(&f.name),
+            dest,
+            &["-x", "4", "-s", "4", "--min-split-size=1M"],
+        )
     });
 }
 
@@ -208,9 +252,16 @@ fn globus_url_copy(extra: &[&str]) {
         return;
     }
     let server = under_test(false);
-    download_all_sizes(&server, &format!("globus-url-copy {}", extra.join(" ")), |f, dest| {
-        run(Command::new("globus-url-copy").args(extra).arg(server.url(&f.name)).arg(format!("file://{}", dest.display())))
-    });
+    download_all_sizes(
+        &server,
+        &format!("globus-url-copy {}", extra.join(" ")),
+        |f, dest| {
+            run(Command::new("globus-url-copy")
+                .args(extra)
+                .arg(server.url(&f.name))
+                .arg(format!("file://{}", dest.display())))
+        },
+    );
 }
 
 #[test]
@@ -239,26 +290,50 @@ fn globus_url_copy_p4_partial_ranges() {
     let server = sluice_ro();
     let f = corpus().file(BIG);
     let want = std::fs::read(&f.path).expect("read corpus file");
-    let dir = tempfile::Builder::new().prefix("sluice-partial-").tempdir().expect("dest dir");
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-partial-")
+        .tempdir()
+        .expect("dest dir");
     let mut failures = Vec::new();
-    for (i, (offset, len)) in [(1_234_567u64, Some(5_000_000u64)), (BIG / 2 + 1, None), (4095, Some(1))].into_iter().enumerate() {
+    for (i, (offset, len)) in [
+        (1_234_567u64, Some(5_000_000u64)),
+        (BIG / 2 + 1, None),
+        (4095, Some(1)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let dest = dir.path().join(format!("part-{i}"));
         let mut cmd = Command::new("globus-url-copy");
         cmd.args(["-p", "4", "-partial-offset", &offset.to_string()]);
         if let Some(n) = len {
             cmd.args(["-partial-length", &n.to_string()]);
         }
-        let out = run(cmd.arg(server.url(&f.name)).arg(format!("file://{}", dest.display())));
+        let out = run(cmd
+            .arg(server.url(&f.name))
+            .arg(format!("file://{}", dest.display())));
         let end = len.map_or(BIG, |n| offset + n) as usize;
         match std::fs::read(&dest) {
-            _ if !out.success() => failures.push(format!("{offset}+{len:?}: client failed\n{}", out.describe())),
-            Ok(got) if got.len() == end && got[offset as usize..] == want[offset as usize..end] => {}
-            Ok(got) => failures.push(format!("{offset}+{len:?}: wrong bytes ({} long, want {end})\n{}", got.len(), out.describe())),
+            _ if !out.success() => failures.push(format!(
+                "{offset}+{len:?}: client failed\n{}",
+                out.describe()
+            )),
+            Ok(got) if got.len() == end && got[offset as usize..] == want[offset as usize..end] => {
+            }
+            Ok(got) => failures.push(format!(
+                "{offset}+{len:?}: wrong bytes ({} long, want {end})\n{}",
+                got.len(),
+                out.describe()
+            )),
             Err(e) => failures.push(format!("{offset}+{len:?}: {e}")),
         }
     }
     server.assert_running();
-    assert!(failures.is_empty(), "globus-url-copy -partial-offset:\n{}", failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "globus-url-copy -partial-offset:\n{}",
+        failures.join("\n\n")
+    );
 }
 
 /// Several clients fetch the same 64 MiB file at the same time (the case
@@ -270,12 +345,17 @@ fn concurrent_clients_of_the_same_big_file() {
     }
     let server = under_test(false);
     let f = corpus().file(BIG);
-    let dir = tempfile::Builder::new().prefix("sluice-conc-").tempdir().expect("dest dir");
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-conc-")
+        .tempdir()
+        .expect("dest dir");
     let mut jobs: Vec<(std::path::PathBuf, Command)> = Vec::new();
     for i in 0..4 {
         let dest = dir.path().join(format!("curl-{i}.bin"));
         let mut cmd = Command::new("curl");
-        cmd.args(["-sS", "--fail", "-o"]).arg(&dest).arg(server.url(&f.name));
+        cmd.args(["-sS", "--fail", "-o"])
+            .arg(&dest)
+            .arg(server.url(&f.name));
         jobs.push((dest, cmd));
     }
     for i in 0..2 {
@@ -285,7 +365,8 @@ fn concurrent_clients_of_the_same_big_file() {
         if server.kind != Kind::Vsftpd {
             cmd.args(["-p", "4"]);
         }
-        cmd.arg(server.url(&f.name)).arg(format!("file://{}", dest.display()));
+        cmd.arg(server.url(&f.name))
+            .arg(format!("file://{}", dest.display()));
         jobs.push((dest, cmd));
     }
     let results: Vec<(std::path::PathBuf, Output)> = std::thread::scope(|s| {
@@ -293,7 +374,10 @@ fn concurrent_clients_of_the_same_big_file() {
             .into_iter()
             .map(|(dest, mut cmd)| s.spawn(move || (dest, run(&mut cmd))))
             .collect();
-        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect()
     });
     server.assert_running();
     let failures: Vec<String> = results
@@ -302,11 +386,19 @@ fn concurrent_clients_of_the_same_big_file() {
             if !out.success() {
                 Some(format!("client failed\n{}", out.describe()))
             } else {
-                compare_file(dest, f).err().map(|e| format!("{e}\n{}", out.describe()))
+                compare_file(dest, f)
+                    .err()
+                    .map(|e| format!("{e}\n{}", out.describe()))
             }
         })
         .collect();
-    assert!(failures.is_empty(), "{} of {} concurrent downloads failed:\n{}", failures.len(), results.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} concurrent downloads failed:\n{}",
+        failures.len(),
+        results.len(),
+        failures.join("\n\n")
+    );
 }
 
 /// IPv6 loopback: the data connection can only be set up with EPSV/EPRT.
@@ -324,9 +416,18 @@ fn curl_over_ipv6_loopback_epsv_and_eprt() {
         ..Default::default()
     });
     for extra in [&["--ftp-pasv"][..], &["--ftp-port", "-"][..]] {
-        download_all_sizes(&server, &format!("curl {} over ::1", extra.join(" ")), |f, dest| {
-            run(Command::new("curl").args(["-sS", "--fail", "-g"]).args(extra).arg("-o").arg(dest).arg(server.url(&f.name)))
-        });
+        download_all_sizes(
+            &server,
+            &format!("curl {} over ::1", extra.join(" ")),
+            |f, dest| {
+                run(Command::new("curl")
+                    .args(["-sS", "--fail", "-g"])
+                    .args(extra)
+                    .arg("-o")
+                    .arg(dest)
+                    .arg(server.url(&f.name)))
+            },
+        );
     }
     assert_serves_fresh_session(&server);
 }

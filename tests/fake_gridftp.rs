@@ -73,7 +73,10 @@ fn start(data: Vec<u8>, script: Script, cksm: String) -> Fake {
             match verb.as_str() {
                 "USER" => say(&mut w, "331 password\r\n"),
                 "PASS" => say(&mut w, "230 in\r\n"),
-                "FEAT" => say(&mut w, "211-Features\r\n CKSM SHA256\r\n PARALLEL\r\n211 End\r\n"),
+                "FEAT" => say(
+                    &mut w,
+                    "211-Features\r\n CKSM SHA256\r\n PARALLEL\r\n211 End\r\n",
+                ),
                 "SIZE" => say(&mut w, &format!("213 {}\r\n", data.len())),
                 "PORT" => {
                     // PORT's argument is the h1,h2,h3,h4,p1,p2 of a 227 reply.
@@ -107,7 +110,10 @@ fn start_honest(data: &[u8], script: Script) -> Fake {
 /// Two data connections; blocks in reverse order, alternating; block 1
 /// sent twice; every header written in two pieces with a pause between.
 fn send_scrambled(data: &[u8], to: SocketAddr, script: Script) {
-    let mut conns = [TcpStream::connect(to).unwrap(), TcpStream::connect(to).unwrap()];
+    let mut conns = [
+        TcpStream::connect(to).unwrap(),
+        TcpStream::connect(to).unwrap(),
+    ];
     for c in &conns {
         c.set_nodelay(true).unwrap();
     }
@@ -133,8 +139,16 @@ fn send_scrambled(data: &[u8], to: SocketAddr, script: Script) {
     }
     // Both streams end with EOD and close; stream 0 also says EOF: 2 EODs
     // to expect.
-    conns[1].write_all(&mode_e::header(mode_e::EOD | mode_e::CLOSE, 0, 0)).unwrap();
-    conns[0].write_all(&mode_e::header(mode_e::EOF | mode_e::EOD | mode_e::CLOSE, 0, 2)).unwrap();
+    conns[1]
+        .write_all(&mode_e::header(mode_e::EOD | mode_e::CLOSE, 0, 0))
+        .unwrap();
+    conns[0]
+        .write_all(&mode_e::header(
+            mode_e::EOF | mode_e::EOD | mode_e::CLOSE,
+            0,
+            2,
+        ))
+        .unwrap();
 }
 
 /// `sluice get -p 2 [flags] URL DEST`.
@@ -154,7 +168,11 @@ fn scrambled_mode_e_blocks_reassemble_and_verify() {
     let o = get_p2(&["--verify", "--stats"], &fake.url(), &dest);
     o.assert_success();
     assert_eq!(std::fs::read(&dest).unwrap(), data);
-    for line in ["stats: duplicate_bytes 1000", "stats: streams 2", "stats: perf_markers 1"] {
+    for line in [
+        "stats: duplicate_bytes 1000",
+        "stats: streams 2",
+        "stats: perf_markers 1",
+    ] {
         assert!(o.stderr.contains(line), "no `{line}`\n{}", o.describe());
     }
     fake.finish();
@@ -166,7 +184,12 @@ fn scrambled_blocks_to_stdout_come_out_in_order() {
     let fake = start_honest(&data, Script::Scrambled);
     let o = get_p2(&[], &fake.url(), Path::new("-"));
     o.assert_success();
-    assert!(o.stdout_bytes == data, "stdout is not the file ({} bytes)\n{}", o.stdout_bytes.len(), o.describe());
+    assert!(
+        o.stdout_bytes == data,
+        "stdout is not the file ({} bytes)\n{}",
+        o.stdout_bytes.len(),
+        o.describe()
+    );
     fake.finish();
 }
 
@@ -179,8 +202,16 @@ fn checksum_mismatch_is_exit_8_and_keeps_only_the_part() {
     let url = fake.url();
     let o = get_p2(&["--verify"], &url, &dest);
     assert_exit(&o, 8);
-    assert!(o.stderr.starts_with(&format!("sluice: {url}: checksum mismatch")), "{}", o.describe());
-    assert!(!dest.exists(), "an unverified file must not get the final name");
+    assert!(
+        o.stderr
+            .starts_with(&format!("sluice: {url}: checksum mismatch")),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        !dest.exists(),
+        "an unverified file must not get the final name"
+    );
     assert!(dir.path().join("out.part").exists());
     fake.finish();
 }
@@ -207,12 +238,19 @@ fn credentials_are_decoded_and_sent_in_user_pass() {
     let url = format!("ftp://us%40er:p%3Aw%20x@127.0.0.1:{}/dir%20a/f", fake.port);
     let o = get_p2(&[], &url, &dir.path().join("out"));
     o.assert_success();
-    assert!(!o.stderr.contains("p:w x"), "password leaked\n{}", o.describe());
+    assert!(
+        !o.stderr.contains("p:w x"),
+        "password leaked\n{}",
+        o.describe()
+    );
     let log = fake.finish();
     assert_eq!(log[0], "USER us@er");
     assert_eq!(log[1], "PASS p:w x");
     assert!(log.contains(&"RETR /dir a/f".to_string()), "{log:?}");
-    assert!(log.contains(&"OPTS RETR Parallelism=2,2,2;".to_string()), "{log:?}");
+    assert!(
+        log.contains(&"OPTS RETR Parallelism=2,2,2;".to_string()),
+        "{log:?}"
+    );
 }
 
 #[test]

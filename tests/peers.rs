@@ -12,7 +12,10 @@ fn vsftpd_serves_every_size_to_curl() {
     }
     let server = vsftpd(false);
     download_all_sizes(&server, "curl from vsftpd", |f, dest| {
-        run(Command::new("curl").args(["-sS", "--fail", "-o"]).arg(dest).arg(server.url(&f.name)))
+        run(Command::new("curl")
+            .args(["-sS", "--fail", "-o"])
+            .arg(dest)
+            .arg(server.url(&f.name)))
     });
 }
 
@@ -31,11 +34,15 @@ fn gridftp_serves_every_size_to_globus_url_copy_p4() {
         return;
     }
     let server = gridftp(false);
-    download_all_sizes(&server, "globus-url-copy -p 4 from globus-gridftp-server", |f, dest| {
-        run(Command::new("globus-url-copy")
-            .args(["-p", "4", &server.url(&f.name)])
-            .arg(format!("file://{}", dest.display())))
-    });
+    download_all_sizes(
+        &server,
+        "globus-url-copy -p 4 from globus-gridftp-server",
+        |f, dest| {
+            run(Command::new("globus-url-copy")
+                .args(["-p", "4", &server.url(&f.name)])
+                .arg(format!("file://{}", dest.display())))
+        },
+    );
 }
 
 #[test]
@@ -53,12 +60,16 @@ fn gridftp_accepts_uploads_from_globus_url_copy() {
         return;
     }
     let server = gridftp(true);
-    upload_all_sizes(&server, "globus-url-copy -p 4 to globus-gridftp-server", |f, rel| {
-        run(Command::new("globus-url-copy")
-            .args(["-p", "4"])
-            .arg(format!("file://{}", f.path.display()))
-            .arg(server.url(rel)))
-    });
+    upload_all_sizes(
+        &server,
+        "globus-url-copy -p 4 to globus-gridftp-server",
+        |f, rel| {
+            run(Command::new("globus-url-copy")
+                .args(["-p", "4"])
+                .arg(format!("file://{}", f.path.display()))
+                .arg(server.url(rel)))
+        },
+    );
 }
 
 /// The raw MODE E encoder the bad-input tests use, checked against the
@@ -75,7 +86,17 @@ fn gridftp_accepts_a_raw_mode_e_upload() {
     c.login_anonymous();
     let r = c.cmd("MODE E");
     assert_eq!(r.code, 200, "{}", c.transcript());
-    let replies = c.upload("STOR", &server.remote_path("raw-mode-e.bin"), &crate::harness::control::mode_e::single_stream(&data));
-    assert_eq!(replies.last().map(|r| r.code), Some(226), "{}", c.transcript());
-    compare_file(&server.local("raw-mode-e.bin"), f).unwrap_or_else(|e| panic!("{e}\n{}", c.transcript()));
+    let replies = c.upload(
+        "STOR",
+        &server.remote_path("raw-mode-e.bin"),
+        &crate::harness::control::mode_e::single_stream(&data),
+    );
+    assert_eq!(
+        replies.last().map(|r| r.code),
+        Some(226),
+        "{}",
+        c.transcript()
+    );
+    compare_file(&server.local("raw-mode-e.bin"), f)
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.transcript()));
 }

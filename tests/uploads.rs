@@ -17,7 +17,10 @@ fn curl_upload_every_size() {
     }
     let server = under_test(true);
     upload_all_sizes(&server, "curl -T", |f, rel| {
-        run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(server.url(rel)))
+        run(Command::new("curl")
+            .args(["-sS", "--fail", "-T"])
+            .arg(&f.path)
+            .arg(server.url(rel)))
     });
 }
 
@@ -29,7 +32,10 @@ fn curl_upload_overwrites_existing_file() {
     let server = under_test(true);
     // f1.bin already exists (1 byte); replace it with the 1 MiB + 7 file.
     let f = corpus().file((1 << 20) + 7);
-    let out = run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(server.url("f1.bin")));
+    let out = run(Command::new("curl")
+        .args(["-sS", "--fail", "-T"])
+        .arg(&f.path)
+        .arg(server.url("f1.bin")));
     out.assert_success();
     if let Err(e) = compare_file(&server.local("f1.bin"), f) {
         panic!("after overwriting: {e}\n{}", out.describe());
@@ -81,7 +87,10 @@ fn curl_resumes_download_of_truncated_file() {
     resume_cases(&server, "download resume", &cases, |f, keep| {
         let dest = dir.path().join(&f.name);
         write_prefix(&f.path, &dest, keep);
-        let out = run(Command::new("curl").args(["-sS", "--fail", "-C", "-", "-o"]).arg(&dest).arg(server.url(&f.name)));
+        let out = run(Command::new("curl")
+            .args(["-sS", "--fail", "-C", "-", "-o"])
+            .arg(&dest)
+            .arg(server.url(&f.name)));
         (dest, out)
     });
 }
@@ -98,7 +107,10 @@ fn curl_resumes_upload_of_partial_file() {
     resume_cases(&server, "upload resume", &cases, |f, keep| {
         let rel = format!("partial-{}", f.name);
         write_prefix(&f.path, &server.local(&rel), keep);
-        let out = run(Command::new("curl").args(["-sS", "--fail", "-C", "-", "-T"]).arg(&f.path).arg(server.url(&rel)));
+        let out = run(Command::new("curl")
+            .args(["-sS", "--fail", "-C", "-", "-T"])
+            .arg(&f.path)
+            .arg(server.url(&rel)));
         (server.local(&rel), out)
     });
 }
@@ -108,9 +120,16 @@ fn globus_upload(extra: &[&str]) {
         return;
     }
     let server = under_test(true);
-    upload_all_sizes(&server, &format!("globus-url-copy {} upload", extra.join(" ")), |f, rel| {
-        run(Command::new("globus-url-copy").args(extra).arg(format!("file://{}", f.path.display())).arg(server.url(rel)))
-    });
+    upload_all_sizes(
+        &server,
+        &format!("globus-url-copy {} upload", extra.join(" ")),
+        |f, rel| {
+            run(Command::new("globus-url-copy")
+                .args(extra)
+                .arg(format!("file://{}", f.path.display()))
+                .arg(server.url(rel)))
+        },
+    );
 }
 
 #[test]
@@ -132,7 +151,10 @@ fn globus_url_copy_fast_p4_uploads_a_tree() {
         return;
     }
     let server = sluice_rw();
-    let src = tempfile::Builder::new().prefix("sluice-tree-").tempdir().expect("src dir");
+    let src = tempfile::Builder::new()
+        .prefix("sluice-tree-")
+        .tempdir()
+        .expect("src dir");
     let files = populate_tree(src.path());
     let out = run(Command::new("globus-url-copy")
         .args(["-fast", "-p", "4", "-r", "-cd"])
@@ -149,7 +171,12 @@ fn globus_url_copy_fast_p4_uploads_a_tree() {
         }
     }
     server.assert_running();
-    assert!(failures.is_empty(), "-fast tree upload:\n{}\n{}", failures.join("\n"), out.describe());
+    assert!(
+        failures.is_empty(),
+        "-fast tree upload:\n{}\n{}",
+        failures.join("\n"),
+        out.describe()
+    );
 }
 
 /// APPE and ESTO A k in MODE E: block offsets count from the end of the
@@ -164,12 +191,28 @@ fn mode_e_appe_and_esto_place_blocks_after_the_base() {
     assert_eq!(c.cmd("TYPE I").code, 200);
     assert_eq!(c.cmd("MODE E").code, 200);
     let replies = c.upload("APPE", "grow", &mode_e::single_stream(b"abcdef"));
-    assert_eq!(replies.last().map(|r| r.code), Some(226), "APPE\n{}", c.transcript());
-    assert_eq!(fs::read(server.local("grow")).expect("read"), b"0123456789abcdef");
+    assert_eq!(
+        replies.last().map(|r| r.code),
+        Some(226),
+        "APPE\n{}",
+        c.transcript()
+    );
+    assert_eq!(
+        fs::read(server.local("grow")).expect("read"),
+        b"0123456789abcdef"
+    );
     // ESTO A 4: bytes land at 4 + their block offset, the rest is kept.
     let replies = c.upload("ESTO A 4", "grow", &mode_e::single_stream(b"WXYZ"));
-    assert_eq!(replies.last().map(|r| r.code), Some(226), "ESTO\n{}", c.transcript());
-    assert_eq!(fs::read(server.local("grow")).expect("read"), b"0123WXYZ89abcdef");
+    assert_eq!(
+        replies.last().map(|r| r.code),
+        Some(226),
+        "ESTO\n{}",
+        c.transcript()
+    );
+    assert_eq!(
+        fs::read(server.local("grow")).expect("read"),
+        b"0123WXYZ89abcdef"
+    );
     c.quit();
     server.assert_running();
 }
@@ -181,7 +224,12 @@ fn tree_names(dir: &Path) -> BTreeSet<String> {
     while let Some(d) = stack.pop() {
         for e in fs::read_dir(&d).expect("read_dir").flatten() {
             let p = e.path();
-            out.insert(p.strip_prefix(dir).expect("under dir").display().to_string());
+            out.insert(
+                p.strip_prefix(dir)
+                    .expect("under dir")
+                    .display()
+                    .to_string(),
+            );
             if e.file_type().is_ok_and(|t| t.is_dir()) {
                 stack.push(p);
             }
@@ -199,8 +247,17 @@ fn read_only_server_refuses_stor_and_leaves_no_file() {
     let replies = c.upload("STOR", &server.remote_path("new.bin"), b"must not land");
     let last = replies.last().expect("a reply").code;
     assert_code(&c, "STOR on a read-only server", last, &[550, 553]);
-    assert!(!server.local("new.bin").exists(), "new.bin was created\n{}", c.transcript());
-    assert_eq!(before, tree_names(&server.root), "the served tree changed\n{}", c.transcript());
+    assert!(
+        !server.local("new.bin").exists(),
+        "new.bin was created\n{}",
+        c.transcript()
+    );
+    assert_eq!(
+        before,
+        tree_names(&server.root),
+        "the served tree changed\n{}",
+        c.transcript()
+    );
     c.quit();
     assert_serves_fresh_session(&server);
 }
@@ -216,7 +273,12 @@ fn read_only_server_refuses_other_writes() {
     for verb in ["STOR", "APPE"] {
         let replies = c.upload(verb, &server.remote_path(&f1.name), b"garbage");
         let last = replies.last().expect("a reply").code;
-        assert_code(&c, &format!("{verb} over an existing file"), last, &[550, 553]);
+        assert_code(
+            &c,
+            &format!("{verb} over an existing file"),
+            last,
+            &[550, 553],
+        );
     }
     // Deleting, renaming and making directories: any permanent refusal.
     for cmd in [
@@ -225,10 +287,24 @@ fn read_only_server_refuses_other_writes() {
         format!("RNFR {}", server.remote_path(&f1.name)),
     ] {
         let r = c.cmd(&cmd);
-        assert!((500..600).contains(&r.code), "`{cmd}` got {}, expected a 5xx refusal\n{}", r.code, c.transcript());
+        assert!(
+            (500..600).contains(&r.code),
+            "`{cmd}` got {}, expected a 5xx refusal\n{}",
+            r.code,
+            c.transcript()
+        );
     }
-    assert_eq!(before, tree_names(&server.root), "the served tree changed\n{}", c.transcript());
-    assert_eq!(sha256_file(&server.local(&f1.name)), f1.sha256, "f1.bin was modified");
+    assert_eq!(
+        before,
+        tree_names(&server.root),
+        "the served tree changed\n{}",
+        c.transcript()
+    );
+    assert_eq!(
+        sha256_file(&server.local(&f1.name)),
+        f1.sha256,
+        "f1.bin was modified"
+    );
     c.quit();
     assert_serves_fresh_session(&server);
 }
@@ -248,12 +324,18 @@ fn concurrent_uploads_of_distinct_files() {
                 let rel = format!("conc-{}", f.name);
                 let url = server.url(&rel);
                 s.spawn(move || {
-                    let out = run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(url));
+                    let out = run(Command::new("curl")
+                        .args(["-sS", "--fail", "-T"])
+                        .arg(&f.path)
+                        .arg(url));
                     (f, rel, out)
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect()
     });
     server.assert_running();
     let failures: Vec<String> = results
@@ -262,11 +344,17 @@ fn concurrent_uploads_of_distinct_files() {
             if !out.success() {
                 Some(format!("client failed\n{}", out.describe()))
             } else {
-                compare_file(&server.local(rel), f).err().map(|e| format!("{e}\n{}", out.describe()))
+                compare_file(&server.local(rel), f)
+                    .err()
+                    .map(|e| format!("{e}\n{}", out.describe()))
             }
         })
         .collect();
-    assert!(failures.is_empty(), "concurrent uploads:\n{}", failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "concurrent uploads:\n{}",
+        failures.join("\n\n")
+    );
 }
 
 /// Two uploads to the same name at once: whatever the interleaving, the
@@ -285,10 +373,18 @@ fn concurrent_uploads_to_one_name_never_mix() {
             .into_iter()
             .map(|f| {
                 let url = url.clone();
-                s.spawn(move || run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&f.path).arg(url)))
+                s.spawn(move || {
+                    run(Command::new("curl")
+                        .args(["-sS", "--fail", "-T"])
+                        .arg(&f.path)
+                        .arg(url))
+                })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect()
     });
     server.assert_running();
     let landed = server.local("contended.bin");
@@ -314,15 +410,33 @@ fn download_during_overwrite_gets_old_or_new() {
     let dir = tempfile::tempdir().expect("temp dir");
     let dest = dir.path().join("read.bin");
     let (get, put) = std::thread::scope(|s| {
-        let get = s.spawn(|| run(Command::new("curl").args(["-sS", "--fail", "-o"]).arg(&dest).arg(server.url(&old.name))));
-        let put = s.spawn(|| run(Command::new("curl").args(["-sS", "--fail", "-T"]).arg(&new.path).arg(server.url(&old.name))));
-        (get.join().expect("get thread"), put.join().expect("put thread"))
+        let get = s.spawn(|| {
+            run(Command::new("curl")
+                .args(["-sS", "--fail", "-o"])
+                .arg(&dest)
+                .arg(server.url(&old.name)))
+        });
+        let put = s.spawn(|| {
+            run(Command::new("curl")
+                .args(["-sS", "--fail", "-T"])
+                .arg(&new.path)
+                .arg(server.url(&old.name)))
+        });
+        (
+            get.join().expect("get thread"),
+            put.join().expect("put thread"),
+        )
     });
     server.assert_running();
     put.assert_success();
-    compare_file(&server.local(&old.name), new).unwrap_or_else(|e| panic!("after the overwrite: {e}\n{}", put.describe()));
+    compare_file(&server.local(&old.name), new)
+        .unwrap_or_else(|e| panic!("after the overwrite: {e}\n{}", put.describe()));
     if get.success() {
         let got = sha256_file(&dest);
-        assert!(got == old.sha256 || got == new.sha256, "the download got a mix of old and new content\n{}", get.describe());
+        assert!(
+            got == old.sha256 || got == new.sha256,
+            "the download got a mix of old and new content\n{}",
+            get.describe()
+        );
     }
 }

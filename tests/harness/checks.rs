@@ -10,16 +10,33 @@ use std::path::{Path, PathBuf};
 /// result with the original. All sizes are tried; the panic lists every
 /// size that failed, with the client's output.
 #[track_caller]
-pub fn download_all_sizes(server: &FtpServer, what: &str, fetch: impl Fn(&TestFile, &Path) -> Output) {
-    let dir = tempfile::Builder::new().prefix("sluice-dl-").tempdir().expect("download dir");
+pub fn download_all_sizes(
+    server: &FtpServer,
+    what: &str,
+    fetch: impl Fn(&TestFile, &Path) -> Output,
+) {
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-dl-")
+        .tempdir()
+        .expect("download dir");
     let mut failures = Vec::new();
     for f in corpus().files() {
         let dest = dir.path().join(&f.name);
         let out = fetch(f, &dest);
         if !out.success() {
-            failures.push(format!("{} ({} B): client failed\n{}", f.name, f.size, out.describe()));
+            failures.push(format!(
+                "{} ({} B): client failed\n{}",
+                f.name,
+                f.size,
+                out.describe()
+            ));
         } else if let Err(e) = compare_file(&dest, f) {
-            failures.push(format!("{} ({} B): wrong content: {e}\n{}", f.name, f.size, out.describe()));
+            failures.push(format!(
+                "{} ({} B): wrong content: {e}\n{}",
+                f.name,
+                f.size,
+                out.describe()
+            ));
         }
     }
     server.assert_running();
@@ -35,9 +52,19 @@ pub fn upload_all_sizes(server: &FtpServer, what: &str, send: impl Fn(&TestFile,
         let rel = format!("up-{}", f.name);
         let out = send(f, &rel);
         if !out.success() {
-            failures.push(format!("{} ({} B): client failed\n{}", f.name, f.size, out.describe()));
+            failures.push(format!(
+                "{} ({} B): client failed\n{}",
+                f.name,
+                f.size,
+                out.describe()
+            ));
         } else if let Err(e) = compare_file(&server.local(&rel), f) {
-            failures.push(format!("{} ({} B): wrong content on the server: {e}\n{}", f.name, f.size, out.describe()));
+            failures.push(format!(
+                "{} ({} B): wrong content on the server: {e}\n{}",
+                f.name,
+                f.size,
+                out.describe()
+            ));
         }
     }
     server.assert_running();
@@ -49,13 +76,22 @@ pub fn upload_all_sizes(server: &FtpServer, what: &str, send: impl Fn(&TestFile,
 /// the client and returns where the whole file must now be, with the
 /// run's output. Every case is tried; the panic lists each one that failed.
 #[track_caller]
-pub fn resume_cases(server: &FtpServer, what: &str, cases: &[(u64, u64)], resume: impl Fn(&TestFile, u64) -> (PathBuf, Output)) {
+pub fn resume_cases(
+    server: &FtpServer,
+    what: &str,
+    cases: &[(u64, u64)],
+    resume: impl Fn(&TestFile, u64) -> (PathBuf, Output),
+) {
     let mut failures = Vec::new();
     for &(size, keep) in cases {
         let f = corpus().file(size);
         let (path, out) = resume(f, keep);
         if !out.success() {
-            failures.push(format!("{} from {keep}: client failed\n{}", f.name, out.describe()));
+            failures.push(format!(
+                "{} from {keep}: client failed\n{}",
+                f.name,
+                out.describe()
+            ));
         } else if let Err(e) = compare_file(&path, f) {
             failures.push(format!("{} from {keep}: {e}\n{}", f.name, out.describe()));
         }
@@ -77,7 +113,12 @@ pub fn assert_transferred(out: &Output, path: &Path, f: &TestFile) {
 /// Panics, with the client's output, unless it exited with `code`.
 #[track_caller]
 pub fn assert_exit(out: &Output, code: i32) {
-    assert_eq!(out.status.and_then(|s| s.code()), Some(code), "expected exit {code}\n{}", out.describe());
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(code),
+        "expected exit {code}\n{}",
+        out.describe()
+    );
 }
 
 #[track_caller]
@@ -102,7 +143,9 @@ pub fn assert_serves_fresh_session(server: &FtpServer) {
     let f = corpus().file(4095);
     let t = c.retr(&server.remote_path(&f.name));
     assert!(
-        matches!(t.last().code, 226 | 250) && t.data.len() as u64 == f.size && super::corpus::sha256_bytes(&t.data) == f.sha256,
+        matches!(t.last().code, 226 | 250)
+            && t.data.len() as u64 == f.size
+            && super::corpus::sha256_bytes(&t.data) == f.sha256,
         "a fresh session after the bad input could not download {} ({} bytes received)\n{}",
         f.name,
         t.data.len(),
@@ -115,5 +158,9 @@ pub fn assert_serves_fresh_session(server: &FtpServer) {
 /// Asserts `code` is one of `allowed`, showing the transcript if not.
 #[track_caller]
 pub fn assert_code(c: &super::control::Control, what: &str, got: u16, allowed: &[u16]) {
-    assert!(allowed.contains(&got), "{what}: got reply {got}, expected one of {allowed:?}\ntranscript:\n{}", c.transcript());
+    assert!(
+        allowed.contains(&got),
+        "{what}: got reply {got}, expected one of {allowed:?}\ntranscript:\n{}",
+        c.transcript()
+    );
 }

@@ -42,7 +42,9 @@ pub struct Transfer {
 impl Transfer {
     /// The last (completion or refusal) reply.
     pub fn last(&self) -> &Reply {
-        self.replies.last().expect("a transfer has at least one reply")
+        self.replies
+            .last()
+            .expect("a transfer has at least one reply")
     }
 }
 
@@ -69,11 +71,17 @@ impl Control {
             stream,
             reader,
             transcript: Vec::new(),
-            greeting: Reply { code: 0, lines: vec![] },
+            greeting: Reply {
+                code: 0,
+                lines: vec![],
+            },
         };
         let g = c.read_reply()?;
         if g.code != 220 {
-            return Err(io::Error::other(format!("greeting was not 220: {}", g.text())));
+            return Err(io::Error::other(format!(
+                "greeting was not 220: {}",
+                g.text()
+            )));
         }
         c.greeting = g;
         Ok(c)
@@ -97,7 +105,14 @@ impl Control {
     /// Sends raw bytes as they are.
     pub fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
         let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(80)]).into_owned();
-        self.transcript.push(format!(">>> {shown}{}", if bytes.len() > 80 { format!("... ({} bytes)", bytes.len()) } else { String::new() }));
+        self.transcript.push(format!(
+            ">>> {shown}{}",
+            if bytes.len() > 80 {
+                format!("... ({} bytes)", bytes.len())
+            } else {
+                String::new()
+            }
+        ));
         self.stream.write_all(bytes)
     }
 
@@ -125,12 +140,19 @@ impl Control {
 
     fn read_line(&mut self) -> io::Result<String> {
         let mut buf = Vec::new();
-        let n = (&mut self.reader).take(MAX_REPLY_LINE).read_until(b'\n', &mut buf)?;
+        let n = (&mut self.reader)
+            .take(MAX_REPLY_LINE)
+            .read_until(b'\n', &mut buf)?;
         if n == 0 {
             self.transcript.push("<<< (connection closed)".into());
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "control connection closed"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "control connection closed",
+            ));
         }
-        let line = String::from_utf8_lossy(&buf).trim_end_matches(['\r', '\n']).to_string();
+        let line = String::from_utf8_lossy(&buf)
+            .trim_end_matches(['\r', '\n'])
+            .to_string();
         self.transcript.push(format!("<<< {line}"));
         Ok(line)
     }
@@ -201,8 +223,9 @@ impl Control {
             Ok(a) => a,
             Err(r) => panic!("passive mode refused: {}\n{}", r.text(), self.transcript()),
         };
-        let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
-            .unwrap_or_else(|e| panic!("connect to PASV address {addr}: {e}\n{}", self.transcript()));
+        let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).unwrap_or_else(|e| {
+            panic!("connect to PASV address {addr}: {e}\n{}", self.transcript())
+        });
         s.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
         s.set_write_timeout(Some(IO_TIMEOUT)).expect("timeout");
         s
@@ -224,12 +247,18 @@ impl Control {
         let mut bytes = Vec::new();
         if first.is_preliminary() {
             if let Err(e) = data.read_to_end(&mut bytes) {
-                self.transcript.push(format!("(data read error after {} bytes: {e})", bytes.len()));
+                self.transcript.push(format!(
+                    "(data read error after {} bytes: {e})",
+                    bytes.len()
+                ));
             }
             drop(data);
             self.read_final(&mut replies, command);
         }
-        Transfer { replies, data: bytes }
+        Transfer {
+            replies,
+            data: bytes,
+        }
     }
 
     /// PASV, connect, `STOR path` (or another upload verb), send `payload`
@@ -273,8 +302,18 @@ impl Control {
         loop {
             match self.reader.read(&mut buf) {
                 Ok(0) => return true,
-                Ok(n) => self.transcript.push(format!("<<< (extra) {}", String::from_utf8_lossy(&buf[..n]).trim_end())),
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return false,
+                Ok(n) => self.transcript.push(format!(
+                    "<<< (extra) {}",
+                    String::from_utf8_lossy(&buf[..n]).trim_end()
+                )),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return false
+                }
                 Err(_) => return true,
             }
         }
@@ -298,7 +337,10 @@ fn parse_code(line: &str) -> Option<u16> {
 }
 
 fn bad_reply(line: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("not an FTP reply line: {line:?}"))
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("not an FTP reply line: {line:?}"),
+    )
 }
 
 /// The address in `227 Entering Passive Mode (h1,h2,h3,h4,p1,p2)`.
@@ -346,7 +388,10 @@ mod tests {
 
     #[test]
     fn parses_229() {
-        assert_eq!(parse_229("229 Entering Extended Passive Mode (|||50000|)"), Some(50000));
+        assert_eq!(
+            parse_229("229 Entering Extended Passive Mode (|||50000|)"),
+            Some(50000)
+        );
         assert_eq!(parse_229("229 ok (!!!21!)"), Some(21));
         assert_eq!(parse_229("229 (|||x|)"), None);
         assert_eq!(parse_229("229 no parens"), None);

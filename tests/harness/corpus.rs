@@ -76,7 +76,12 @@ pub fn corpus() -> &'static Corpus {
                 let path = dir.path().join(&name);
                 write_pseudo_random(&path, size, size ^ 0x5eed);
                 fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).expect("chmod");
-                TestFile { sha256: sha256_file(&path), name, size, path }
+                TestFile {
+                    sha256: sha256_file(&path),
+                    name,
+                    size,
+                    path,
+                }
             })
             .collect();
         Corpus { dir, files }
@@ -88,11 +93,17 @@ const CORPUS_PREFIX: &str = "sluice-corpus-";
 /// Removes corpus directories left by earlier test processes that have
 /// exited (`sluice-corpus-PID-xxxx` with no /proc/PID).
 fn remove_stale_corpora() {
-    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else { return };
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(CORPUS_PREFIX) else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(rest) = name.strip_prefix(CORPUS_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         if !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = fs::remove_dir_all(e.path());
         }
@@ -117,7 +128,9 @@ impl SplitMix64 {
 /// themselves (same generator as the files).
 pub fn pseudo_random_bytes(size: usize, seed: u64) -> Vec<u8> {
     let mut rng = SplitMix64(seed);
-    let mut v: Vec<u8> = (0..size.div_ceil(8)).flat_map(|_| rng.next().to_le_bytes()).collect();
+    let mut v: Vec<u8> = (0..size.div_ceil(8))
+        .flat_map(|_| rng.next().to_le_bytes())
+        .collect();
     v.truncate(size);
     v
 }
@@ -145,7 +158,9 @@ pub fn sha256_file(path: &Path) -> String {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let n = f
+            .read(&mut buf)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         if n == 0 {
             break;
         }
@@ -169,7 +184,9 @@ pub fn compare_file(path: &Path, expected: &TestFile) -> Result<(), String> {
             path.display(),
             meta.len(),
             expected.size,
-            first_difference(path, &expected.path).map(|o| format!(", first difference at byte {o}")).unwrap_or_default()
+            first_difference(path, &expected.path)
+                .map(|o| format!(", first difference at byte {o}"))
+                .unwrap_or_default()
         ));
     }
     let got = sha256_file(path);
@@ -254,7 +271,14 @@ pub fn populate_tree(dir: &Path) -> Vec<(String, &'static TestFile)> {
         out.push((rel.to_string(), f));
     }
     fs::create_dir_all(dir.join("tree/empty-dir")).expect("mkdir empty-dir");
-    for d in ["tree", "tree/a", "tree/a/deeper", "tree/b", "tree/b/c", "tree/empty-dir"] {
+    for d in [
+        "tree",
+        "tree/a",
+        "tree/a/deeper",
+        "tree/b",
+        "tree/b/c",
+        "tree/empty-dir",
+    ] {
         fs::set_permissions(dir.join(d), fs::Permissions::from_mode(0o755)).expect("chmod tree");
     }
     out
@@ -264,7 +288,11 @@ pub fn populate_tree(dir: &Path) -> Vec<(String, &'static TestFile)> {
 /// server running as `ftp` may append to it).
 pub fn write_prefix(src: &Path, dest: &Path, len: u64) {
     let mut data = Vec::new();
-    File::open(src).expect("open src").take(len).read_to_end(&mut data).expect("read prefix");
+    File::open(src)
+        .expect("open src")
+        .take(len)
+        .read_to_end(&mut data)
+        .expect("read prefix");
     fs::write(dest, &data).expect("write prefix");
     fs::set_permissions(dest, fs::Permissions::from_mode(0o666)).expect("chmod prefix");
 }

@@ -26,7 +26,10 @@ pub fn sluice_bin() -> String {
 
 /// The ftplib helper script (tests/python/ftp_transfer.py).
 pub fn python_script() -> String {
-    format!("{}/../../tests/python/ftp_transfer.py", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/../../tests/python/ftp_transfer.py",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 /// True when env SLUICE_REQUIRE_PEERS=1: a missing peer tool is then a
@@ -56,7 +59,11 @@ const NEEDS_ROOT: [&str; 2] = ["vsftpd", "globus-gridftp-server"];
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -109,7 +116,11 @@ impl Output {
         } else {
             format!("{:?}", self.status)
         };
-        let problem = self.problem.as_ref().map(|p| format!("\nproblem: {p}")).unwrap_or_default();
+        let problem = self
+            .problem
+            .as_ref()
+            .map(|p| format!("\nproblem: {p}"))
+            .unwrap_or_default();
         format!(
             "command: {}\nstatus: {} after {:.1}s{problem}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             self.cmdline,
@@ -190,7 +201,16 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     let stdout_bytes = read_all(&mut out);
     let stdout = String::from_utf8_lossy(&stdout_bytes).into_owned();
     let stderr = String::from_utf8_lossy(&read_all(&mut err)).into_owned();
-    Output { cmdline, status, timed_out, elapsed, problem: None, stdout, stdout_bytes, stderr }
+    Output {
+        cmdline,
+        status,
+        timed_out,
+        elapsed,
+        problem: None,
+        stdout,
+        stdout_bytes,
+        stderr,
+    }
 }
 
 /// `run_with_timeout` with the standard client timeout.
@@ -228,12 +248,19 @@ impl ProcessGuard {
     /// Spawns `cmd` as the leader of a new process group.
     pub fn spawn(cmd: &mut Command) -> std::io::Result<ProcessGuard> {
         let child = cmd.process_group(0).spawn()?;
-        Ok(ProcessGuard { pid: child.id(), child: Mutex::new(child) })
+        Ok(ProcessGuard {
+            pid: child.id(),
+            child: Mutex::new(child),
+        })
     }
 
     /// The child's stdout, if it was piped and not yet taken.
     pub fn take_stdout(&self) -> Option<std::process::ChildStdout> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner()).stdout.take()
+        self.child
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stdout
+            .take()
     }
 
     /// `Some(status)` once the process has exited.

@@ -75,7 +75,11 @@ impl FtpServer {
     #[track_caller]
     pub fn assert_running(&self) {
         if let Some(status) = self.proc.exited() {
-            panic!("{:?} server exited ({status})\n{}", self.kind, self.log_tail());
+            panic!(
+                "{:?} server exited ({status})\n{}",
+                self.kind,
+                self.log_tail()
+            );
         }
     }
 
@@ -86,7 +90,10 @@ impl FtpServer {
         assert_eq!(self.kind, Kind::Sluice, "only sluice serves HTTP here");
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let found = self.log.lock().ok().and_then(|l| l.lines().find_map(|line| port_after(line, "http listening on ")));
+            let found = self.log.lock().ok().and_then(|l| {
+                l.lines()
+                    .find_map(|line| port_after(line, "http listening on "))
+            });
             if let Some(p) = found {
                 return p;
             }
@@ -99,7 +106,11 @@ impl FtpServer {
 
     /// `http://HOST:PORT/rel` on the HTTP front door.
     pub fn http_url(&self, rel: &str) -> String {
-        format!("http://{}/{}", SocketAddr::new(self.host, self.http_port()), rel)
+        format!(
+            "http://{}/{}",
+            SocketAddr::new(self.host, self.http_port()),
+            rel
+        )
     }
 
     /// The server's process id.
@@ -110,7 +121,9 @@ impl FtpServer {
     /// The end of what the server printed (stdout and stderr).
     pub fn log_tail(&self) -> String {
         let out = self.log.lock().map(|s| s.clone()).unwrap_or_default();
-        let err = fs::read(&self.stderr_path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let err = fs::read(&self.stderr_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         format!(
             "--- {:?} server stdout ---\n{}\n--- {:?} server stderr ---\n{}",
             self.kind,
@@ -137,11 +150,18 @@ impl Drop for FtpServer {
 /// Makes a temp root readable (and, if `writable`, writable) by the
 /// unprivileged user a peer server switches to.
 fn make_root(writable: bool) -> (TempDir, PathBuf) {
-    let top = tempfile::Builder::new().prefix("sluice-srv-").tempdir().expect("server temp dir");
+    let top = tempfile::Builder::new()
+        .prefix("sluice-srv-")
+        .tempdir()
+        .expect("server temp dir");
     fs::set_permissions(top.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
     let root = top.path().join("root");
     fs::create_dir(&root).expect("mkdir root");
-    fs::set_permissions(&root, fs::Permissions::from_mode(if writable { 0o777 } else { 0o755 })).expect("chmod");
+    fs::set_permissions(
+        &root,
+        fs::Permissions::from_mode(if writable { 0o777 } else { 0o755 }),
+    )
+    .expect("chmod");
     populate(&root, writable);
     let root = fs::canonicalize(&root).expect("canonical root");
     (top, root)
@@ -162,7 +182,9 @@ pub fn sluice(opts: ServeOptions) -> FtpServer {
     let (top, root) = make_root(opts.writable);
     let stderr_path = top.path().join("sluice.stderr");
     let mut cmd = Command::new(super::process::sluice_bin());
-    let listen = opts.listen.unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+    let listen = opts
+        .listen
+        .unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
     // Both front doors on free ports: the HTTP default (8080) would collide
     // between tests running in parallel.
     cmd.arg("serve")
@@ -175,8 +197,20 @@ pub fn sluice(opts: ServeOptions) -> FtpServer {
         cmd.arg("--writable");
     }
     cmd.args(&opts.extra_args);
-    let (proc, log, port) = spawn_and_find_port(cmd, &stderr_path, |line| port_after(line, "ftp listening on "));
-    FtpServer { kind: Kind::Sluice, host: listen.ip(), port, root, prefix: String::new(), log, stderr_path, proc, _dirs: vec![top] }
+    let (proc, log, port) = spawn_and_find_port(cmd, &stderr_path, |line| {
+        port_after(line, "ftp listening on ")
+    });
+    FtpServer {
+        kind: Kind::Sluice,
+        host: listen.ip(),
+        port,
+        root,
+        prefix: String::new(),
+        log,
+        stderr_path,
+        proc,
+        _dirs: vec![top],
+    }
 }
 
 /// The port of the address after `marker` in `line`
@@ -184,7 +218,11 @@ pub fn sluice(opts: ServeOptions) -> FtpServer {
 fn port_after(line: &str, marker: &str) -> Option<u16> {
     let rest = &line[line.find(marker)? + marker.len()..];
     let addr = rest.split_whitespace().next()?;
-    addr.rsplit(':').next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()
+    addr.rsplit(':')
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()
 }
 
 /// Starts a read-only `sluice serve`.
@@ -194,7 +232,10 @@ pub fn sluice_ro() -> FtpServer {
 
 /// Starts a `sluice serve --writable`.
 pub fn sluice_rw() -> FtpServer {
-    sluice(ServeOptions { writable: true, ..Default::default() })
+    sluice(ServeOptions {
+        writable: true,
+        ..Default::default()
+    })
 }
 
 /// The FTP server the download/upload/bad-input suites test: `sluice serve`,
@@ -205,7 +246,10 @@ pub fn under_test(writable: bool) -> FtpServer {
     match std::env::var("SLUICE_ITEST_SERVER").as_deref() {
         Ok("vsftpd") => vsftpd(writable),
         Ok("globus") | Ok("gridftp") => gridftp(writable),
-        _ => sluice(ServeOptions { writable, ..Default::default() }),
+        _ => sluice(ServeOptions {
+            writable,
+            ..Default::default()
+        }),
     }
 }
 
@@ -218,8 +262,11 @@ fn spawn_and_find_port(
     find_port: impl Fn(&str) -> Option<u16> + Send + 'static,
 ) -> (ProcessGuard, Arc<Mutex<String>>, u16) {
     let stderr = fs::File::create(stderr_path).expect("server stderr file");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr);
-    let proc = ProcessGuard::spawn(&mut cmd).unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    let proc = ProcessGuard::spawn(&mut cmd)
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
     let stdout = proc.take_stdout().expect("server stdout is piped");
     let log = Arc::new(Mutex::new(String::new()));
     let (tx, rx) = mpsc::channel();
@@ -259,12 +306,17 @@ fn spawn_and_find_port(
             }
             format!("exited ({status}) before announcing its port")
         } else if Instant::now() > deadline {
-            format!("did not announce its port within {}s", START_TIMEOUT.as_secs())
+            format!(
+                "did not announce its port within {}s",
+                START_TIMEOUT.as_secs()
+            )
         } else {
             continue;
         };
         let out = log.lock().map(|s| s.clone()).unwrap_or_default();
-        let err = fs::read(stderr_path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        let err = fs::read(stderr_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         panic!(
             "server {:?} {why}\n--- stdout ---\n{}\n--- stderr ---\n{}",
             cmd.get_program(),
@@ -277,7 +329,10 @@ fn spawn_and_find_port(
 /// A port that was free a moment ago, for peers that cannot bind port 0
 /// and report it. The caller retries if another process takes it first.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind probe").port()
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind probe")
+        .port()
 }
 
 /// Waits until `port` greets with 220 (or the process dies / time runs out).
@@ -307,7 +362,10 @@ pub fn vsftpd(writable: bool) -> FtpServer {
     // vsftpd refuses an anonymous chroot the `ftp` user can write to, so a
     // writable server is chrooted one level up and clients use `/root/...`.
     let (chroot, prefix) = if writable {
-        (top.path().canonicalize().expect("canonical top"), "/root".to_string())
+        (
+            top.path().canonicalize().expect("canonical top"),
+            "/root".to_string(),
+        )
     } else {
         (root.clone(), String::new())
     };
@@ -335,7 +393,10 @@ pub fn vsftpd(writable: bool) -> FtpServer {
         fs::write(&conf, text).expect("write vsftpd.conf");
         let stderr = fs::File::create(&stderr_path).expect("vsftpd stderr file");
         let mut cmd = Command::new(&bin);
-        cmd.arg(&conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+        cmd.arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
         let proc = ProcessGuard::spawn(&mut cmd).expect("start vsftpd");
         match wait_for_greeting(&proc, port) {
             Ok(()) => {
@@ -369,7 +430,8 @@ pub fn gridftp(writable: bool) -> FtpServer {
 
 /// `gridftp` with the control listener on `host` (127.0.0.1 or ::1).
 pub fn gridftp_on(host: IpAddr, writable: bool) -> FtpServer {
-    let bin = find_tool("globus-gridftp-server").expect("globus-gridftp-server is installed (check with require_tool first)");
+    let bin = find_tool("globus-gridftp-server")
+        .expect("globus-gridftp-server is installed (check with require_tool first)");
     let (top, root) = make_root(writable);
     let empty_conf = top.path().join("empty.conf");
     fs::write(&empty_conf, "").expect("write empty config");
@@ -386,8 +448,23 @@ pub fn gridftp_on(host: IpAddr, writable: bool) -> FtpServer {
     // root, while sessions run as `ftp`).
     // "Server listening at localhost:PORT"
     let (proc, log, port) = spawn_and_find_port(cmd, &stderr_path, |line| {
-        line.strip_prefix("Server listening at ")?.rsplit(':').next()?.trim().parse().ok()
+        line.strip_prefix("Server listening at ")?
+            .rsplit(':')
+            .next()?
+            .trim()
+            .parse()
+            .ok()
     });
     let prefix = root.to_string_lossy().into_owned();
-    FtpServer { kind: Kind::GridFtp, host, port, root, prefix, log, stderr_path, proc, _dirs: vec![top] }
+    FtpServer {
+        kind: Kind::GridFtp,
+        host,
+        port,
+        root,
+        prefix,
+        log,
+        stderr_path,
+        proc,
+        _dirs: vec![top],
+    }
 }

@@ -418,7 +418,11 @@ impl<'a> DrainLoop<'a> {
         match &mut st.framer {
             Framer::S { next } => *next += n as u64,
             Framer::E(dec, base) => {
-                if dec.consume_payload(n as u64).and_then(|o| o.checked_add(*base)) != Some(offset) {
+                if dec
+                    .consume_payload(n as u64)
+                    .and_then(|o| o.checked_add(*base))
+                    != Some(offset)
+                {
                     return Err(ClientError::Bug("MODE E payload accounting".into()));
                 }
             }

@@ -7,6 +7,7 @@ const NICE: i32 = -10;
 
 /// Raises the current thread's priority; the error says why it could not.
 pub fn raise_current_thread() -> Result<(), String> {
-    sluice_platform::thread::set_current_thread_nice(NICE)
-        .map_err(|e| format!("cannot set nice {NICE} on the drain thread (needs root or CAP_SYS_NICE): {e}"))
+    sluice_platform::thread::set_current_thread_nice(NICE).map_err(|e| {
+        format!("cannot set nice {NICE} on the drain thread (needs root or CAP_SYS_NICE): {e}")
+    })
 }

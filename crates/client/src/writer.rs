@@ -108,6 +108,15 @@ pub enum Sink {
     File(File),
     /// Standard output, written in order.
     Stdout,
+    /// A device or FIFO named as DEST (say /dev/null), written in order.
+    Device(File),
+}
+
+impl Sink {
+    /// Written front to back rather than at each block's offset.
+    fn in_order(&self) -> bool {
+        !matches!(self, Sink::File(_))
+    }
 }
 
 /// What the writer knew when it finished.
@@ -212,14 +221,14 @@ fn write_loop(
 ) -> Result<WriterReport> {
     let mut re = match cfg.sink {
         Sink::File(_) => Reassembly::seekable(0..cfg.already, cfg.size),
-        Sink::Stdout => Reassembly::in_order(cfg.size, cfg.mem_cap),
+        Sink::Stdout | Sink::Device(_) => Reassembly::in_order(cfg.size, cfg.mem_cap),
     };
     let mut stdout = std::io::stdout().lock();
     let mut saved_prefix = re.prefix();
     for block in rx {
         let n = block.data.len() as u64;
         let placed = re.handle_block(block.offset, block.data);
-        if matches!(cfg.sink, Sink::Stdout) {
+        if cfg.sink.in_order() {
             // Held blocks wait in the reassembly window, bounded on its own;
             // keeping them in the budget could wedge the drain thread.
             budget.release(n, stats);
@@ -238,10 +247,15 @@ fn write_loop(
                 Sink::Stdout => stdout
                     .write_all(&w.data)
                     .map_err(|e| ClientError::local("write to stdout", e))?,
+                Sink::Device(f) => {
+                    let mut f: &File = f;
+                    f.write_all(&w.data)
+                        .map_err(|e| ClientError::local("write", e))?;
+                }
             }
             Stats::add(&stats.bytes_written, len);
         }
-        if matches!(cfg.sink, Sink::File(_)) {
+        if !cfg.sink.in_order() {
             budget.release(n, stats);
         }
         stats.duplicate_bytes.store(re.duplicate_bytes(), Relaxed);
@@ -296,6 +310,15 @@ pub fn open_part(part: &std::path::Path, keep: u64) -> Result<File> {
     f.set_len(keep)
         .map_err(|e| ClientError::local(format!("truncate {}", part.display()), e))?;
     Ok(f)
+}
+
+/// Opens a device or FIFO named as DEST, as it is: no truncation, no
+/// `.part` renamed over it.
+pub fn open_device(p: &std::path::Path) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .map_err(|e| ClientError::local(format!("open {}", p.display()), e))
 }
 
 #[cfg(test)]

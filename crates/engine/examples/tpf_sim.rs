@@ -29,7 +29,12 @@ fn specs(events_at: Option<Duration>) -> Vec<ConnSpec> {
     let mut v = Vec::new();
     for i in 0..480usize {
         let (rate, class) = if i < 180 { (FAST, 0) } else { (SLOW, 1) };
-        let mut s = ConnSpec { rate, class, reset_at: None, cut_at: None };
+        let mut s = ConnSpec {
+            rate,
+            class,
+            reset_at: None,
+            cut_at: None,
+        };
         if let Some(t) = events_at {
             // Every 20th connection resets (15 % = 3 in 20), 4 in 20 get a cut.
             match i % 20 {
@@ -43,14 +48,23 @@ fn specs(events_at: Option<Duration>) -> Vec<ConnSpec> {
     v
 }
 
-fn run(label: &str, mode: PrefetchMode, window: u64, secs: u64, events_at: Option<Duration>) -> (String, Report) {
+fn run(
+    label: &str,
+    mode: PrefetchMode,
+    window: u64,
+    secs: u64,
+    events_at: Option<Duration>,
+) -> (String, Report) {
     let budget = 256 << 20;
     let cfg = WorldConfig {
         plan: PlanConfig {
             mode,
             budget,
             fixed_window: window,
-            trigger: std::env::var("TPF_TRIGGER").ok().and_then(|v| v.parse().ok()).unwrap_or(0.5),
+            trigger: std::env::var("TPF_TRIGGER")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.5),
             ..PlanConfig::default()
         },
         cache: budget,
@@ -69,11 +83,17 @@ fn class_kbps(r: &Report, class: usize, secs: f64, survivors_only: bool) -> f64 
         .iter()
         .filter(|c| c.class == class && (!survivors_only || c.starved != Duration::MAX))
         .collect();
-    v.iter().map(|c| c.delivered as f64 * 8.0 / 1000.0 / secs).sum::<f64>() / v.len() as f64
+    v.iter()
+        .map(|c| c.delivered as f64 * 8.0 / 1000.0 / secs)
+        .sum::<f64>()
+        / v.len() as f64
 }
 
 fn main() {
-    let secs: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(60);
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(60);
     let modes = [
         ("tcp", PrefetchMode::Tcp, 128 << 10),
         ("fixed-128K", PrefetchMode::Fixed, 128 << 10),
@@ -85,14 +105,26 @@ fn main() {
     println!();
     println!(
         "{:<12} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9}",
-        "mode", "fast kb/s", "slow kb/s", "net MB/s", "disk MB", "reads", "evict MB", "starve s", "max MiB"
+        "mode",
+        "fast kb/s",
+        "slow kb/s",
+        "net MB/s",
+        "disk MB",
+        "reads",
+        "evict MB",
+        "starve s",
+        "max MiB"
     );
     let f = secs as f64;
     let only = std::env::var("TPF_ONLY").ok();
-    let modes: Vec<_> = modes.iter().filter(|m| only.as_deref().is_none_or(|o| o == m.0)).collect();
+    let modes: Vec<_> = modes
+        .iter()
+        .filter(|m| only.as_deref().is_none_or(|o| o == m.0))
+        .collect();
     for &&(label, mode, w) in &modes {
         let (l, r) = run(label, mode, w, secs, None);
-        let starve: f64 = r.conns.iter().map(|c| c.starved.as_secs_f64()).sum::<f64>() / r.conns.len() as f64;
+        let starve: f64 =
+            r.conns.iter().map(|c| c.starved.as_secs_f64()).sum::<f64>() / r.conns.len() as f64;
         let net: u64 = r.conns.iter().map(|c| c.delivered).sum();
         println!(
             "{:<12} {:>10.0} {:>10.0} {:>9.2} {:>9.0} {:>8} {:>10.1} {:>9.1} {:>9.0}",
@@ -108,7 +140,10 @@ fn main() {
         );
     }
     println!();
-    println!("Same, with 15 % of connections reset and 20 % cwnd-halved at {} s:", secs / 2);
+    println!(
+        "Same, with 15 % of connections reset and 20 % cwnd-halved at {} s:",
+        secs / 2
+    );
     println!(
         "{:<12} {:>10} {:>10} {:>12} {:>10} {:>10} {:>10}",
         "mode", "fast kb/s", "slow kb/s", "read-after-RST", "cancelled", "cancel MB", "delayed"

@@ -47,9 +47,9 @@ use sluice_platform::fadvise;
 use tokio::sync::Notify;
 
 use crate::buffers::PoolBuf;
+use crate::disk::DiskPool;
 use crate::plan::{ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters};
 use crate::sched::{Prefetcher, ReqId, SchedConfig, Submission};
-use crate::disk::DiskPool;
 use crate::{Cancel, Engine, EngineConfig, EngineError};
 
 /// `TCP_CLOSE` in `tcpi_state`: the connection was reset or fully closed.
@@ -159,7 +159,9 @@ impl Hub {
             return None;
         }
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        let k = env("SLUICE_PREFETCH_QUEUE_DEPTH").map_or(cfg.prefetch_queue_depth, |v| v as usize).max(1);
+        let k = env("SLUICE_PREFETCH_QUEUE_DEPTH")
+            .map_or(cfg.prefetch_queue_depth, |v| v as usize)
+            .max(1);
         let h_max = cfg.prefetch_h_max.max(4096);
         let budget_cap = cfg.prefetch_budget;
         let plan = PlanConfig {
@@ -203,13 +205,20 @@ impl Hub {
             sample_every: cfg.sample_interval.max(Duration::from_millis(1)),
             budget_cap,
             // `on` takes the measured 0.95; a number in 0..=1 sets the share.
-            budget_of_free: std::env::var("SLUICE_PREFETCH_BUDGET_OF_FREE").ok().and_then(|v| {
-                if v.trim() == "on" {
-                    return Some(memory::BUDGET_OF_FREE);
-                }
-                v.trim().parse::<f64>().ok().filter(|v| (0.0..=1.0).contains(v))
-            }),
-            disk: (k > cfg.disk_threads).then(|| DiskPool::new(k, k).ok()).flatten(),
+            budget_of_free: std::env::var("SLUICE_PREFETCH_BUDGET_OF_FREE")
+                .ok()
+                .and_then(|v| {
+                    if v.trim() == "on" {
+                        return Some(memory::BUDGET_OF_FREE);
+                    }
+                    v.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|v| (0.0..=1.0).contains(v))
+                }),
+            disk: (k > cfg.disk_threads)
+                .then(|| DiskPool::new(k, k).ok())
+                .flatten(),
             budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
             drop_sent,
         })
@@ -223,7 +232,12 @@ impl Hub {
         if now_ms < next
             || self
                 .budget_next_ms
-                .compare_exchange(next, now_ms + BUDGET_EVERY.as_millis() as u64, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(
+                    next,
+                    now_ms + BUDGET_EVERY.as_millis() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
                 .is_err()
         {
             return;
@@ -231,7 +245,9 @@ impl Hub {
         let room = memory::cache_room_and_use();
         let mut st = self.lock();
         let tracked = st.pf.planner().cached() + st.pf.planner().socket_held();
-        let b = room.map_or(self.budget_cap, |r| memory::budget_for(r, tracked, self.budget_cap, self.budget_of_free));
+        let b = room.map_or(self.budget_cap, |r| {
+            memory::budget_for(r, tracked, self.budget_cap, self.budget_of_free)
+        });
         st.pf.set_budget(b);
         let (p, q) = (st.pf.planner(), st.pf.scheduler());
         tracing::debug!(
@@ -464,7 +480,14 @@ impl Hub {
                     match r {
                         Ok(Ok((n, bufs))) => {
                             if n > 0 {
-                                slot.done.insert(req.offset, Chunk { len: n, bufs, evicted: 0 });
+                                slot.done.insert(
+                                    req.offset,
+                                    Chunk {
+                                        len: n,
+                                        bufs,
+                                        evicted: 0,
+                                    },
+                                );
                             }
                             if n < req.len {
                                 let at = req.offset + n;
@@ -510,4 +533,3 @@ fn measured_budget(cap: u64) -> u64 {
         None => cap,
     }
 }
-

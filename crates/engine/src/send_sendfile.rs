@@ -23,8 +23,8 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::counters::Counters;
-use crate::send::{check, wait_writable, Turn};
 use crate::prefetch::pagecache::uncached_bytes;
+use crate::send::{check, wait_writable, Turn};
 use crate::splice_pump::SplicePump;
 use crate::DataPath;
 use crate::{Cancel, Engine, EngineError};
@@ -182,8 +182,8 @@ async fn pressure_pause(n: u64, cancel: &Cancel) -> Result<(), EngineError> {
 mod tests {
     use super::*;
     use crate::send::tests::{engine_with, pair, pattern, temp_file};
-    use sluice_platform::fadvise;
     use crate::{DataPath, PrefetchMode};
+    use sluice_platform::fadvise;
     use tokio::io::AsyncReadExt;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,7 +25,10 @@ pub(crate) struct SplicePump {
 
 impl SplicePump {
     pub(crate) fn new() -> io::Result<SplicePump> {
-        Ok(SplicePump { pipe: Pipe::with_capacity(PIPE_BYTES)?, held: 0 })
+        Ok(SplicePump {
+            pipe: Pipe::with_capacity(PIPE_BYTES)?,
+            held: 0,
+        })
     }
 
     /// Moves up to `want` bytes of `file` from `*offset` into `sock`, and
@@ -44,15 +47,37 @@ impl SplicePump {
             let len = want.min(self.pipe.capacity());
             // The pipe is empty, so only the file side can hold this call up,
             // and callers hand us only page-cache-resident ranges.
-            let flags = SpliceFlags { nonblock: true, more: false, move_pages: false };
-            let n = splice(file, Some(&mut from), self.pipe.write_end(), None, len, flags)?;
+            let flags = SpliceFlags {
+                nonblock: true,
+                more: false,
+                move_pages: false,
+            };
+            let n = splice(
+                file,
+                Some(&mut from),
+                self.pipe.write_end(),
+                None,
+                len,
+                flags,
+            )?;
             if n == 0 {
                 return Ok(0);
             }
             self.held = n;
         }
-        let flags = SpliceFlags { nonblock: true, more: false, move_pages: false };
-        let n = splice(self.pipe.read_end(), None, sock, None, self.held.min(want.max(1)), flags)?;
+        let flags = SpliceFlags {
+            nonblock: true,
+            more: false,
+            move_pages: false,
+        };
+        let n = splice(
+            self.pipe.read_end(),
+            None,
+            sock,
+            None,
+            self.held.min(want.max(1)),
+            flags,
+        )?;
         self.held -= n;
         *offset += n as u64;
         Ok(n)
@@ -73,7 +98,9 @@ mod tests {
     use std::os::fd::AsFd;
 
     fn pattern(n: usize) -> Vec<u8> {
-        (0..n as u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()
+        (0..n as u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect()
     }
 
     #[test]
@@ -115,7 +142,10 @@ mod tests {
         let got = reader.join().unwrap();
         assert_eq!(got.len() as u64, end - start);
         assert!(got == data[start as usize..end as usize], "bytes differ");
-        assert!(saw_held, "the socket never filled: the test did not test the pipe's leftovers");
+        assert!(
+            saw_held,
+            "the socket never filled: the test did not test the pipe's leftovers"
+        );
     }
 
     #[test]

@@ -22,16 +22,30 @@ fn secs(s: f64) -> Duration {
 fn specs(fast: usize, slow: usize) -> Vec<ConnSpec> {
     let mut v = Vec::new();
     for _ in 0..fast {
-        v.push(ConnSpec { rate: FAST, class: 0, reset_at: None, cut_at: None });
+        v.push(ConnSpec {
+            rate: FAST,
+            class: 0,
+            reset_at: None,
+            cut_at: None,
+        });
     }
     for _ in 0..slow {
-        v.push(ConnSpec { rate: SLOW, class: 1, reset_at: None, cut_at: None });
+        v.push(ConnSpec {
+            rate: SLOW,
+            class: 1,
+            reset_at: None,
+            cut_at: None,
+        });
     }
     v
 }
 
 fn sample(rate: u64) -> FlowSample {
-    FlowSample { delivery_rate: rate, cwnd: 10, ..FlowSample::default() }
+    FlowSample {
+        delivery_rate: rate,
+        cwnd: 10,
+        ..FlowSample::default()
+    }
 }
 
 #[test]
@@ -39,7 +53,11 @@ fn mixed_rates_get_read_ahead_in_proportion_and_never_starve() {
     let cfg = WorldConfig {
         // A mostly idle disk gives a short T_D; a 4 s floor makes the
         // read-ahead large next to the 64 KiB socket buffers, so the shares show.
-        plan: PlanConfig { budget: 64 << 20, min_target: secs(4.0), ..PlanConfig::default() },
+        plan: PlanConfig {
+            budget: 64 << 20,
+            min_target: secs(4.0),
+            ..PlanConfig::default()
+        },
         duration: secs(40.0),
         ..WorldConfig::default()
     };
@@ -50,13 +68,21 @@ fn mixed_rates_get_read_ahead_in_proportion_and_never_starve() {
         assert_eq!(c.starved, Duration::ZERO, "a connection starved: {c:?}");
     }
     let mean = |class| {
-        let v: Vec<f64> = r.conns.iter().filter(|c| c.class == class).map(|c| c.mean_buffered).collect();
+        let v: Vec<f64> = r
+            .conns
+            .iter()
+            .filter(|c| c.class == class)
+            .map(|c| c.mean_buffered)
+            .collect();
         v.iter().sum::<f64>() / v.len() as f64
     };
     let ratio = mean(0) / mean(1);
     // Rates are 5:1; data buffered ahead (socket + read-ahead, the paper's
     // D1+D2+D3) should follow, blurred a little by page rounding.
-    assert!((4.0..=6.0).contains(&ratio), "buffered ratio fast/slow = {ratio}");
+    assert!(
+        (4.0..=6.0).contains(&ratio),
+        "buffered ratio fast/slow = {ratio}"
+    );
     assert_eq!(r.evicted_unused, 0);
 }
 
@@ -64,7 +90,10 @@ fn mixed_rates_get_read_ahead_in_proportion_and_never_starve() {
 fn under_memory_pressure_the_budget_holds_and_nothing_is_evicted_unused() {
     let budget = 24 << 20;
     let cfg = WorldConfig {
-        plan: PlanConfig { budget, ..PlanConfig::default() },
+        plan: PlanConfig {
+            budget,
+            ..PlanConfig::default()
+        },
         cache: budget,
         iops: 60.0,
         disk_bw: 10e6,
@@ -75,7 +104,11 @@ fn under_memory_pressure_the_budget_holds_and_nothing_is_evicted_unused() {
     w.check = true;
     let r = w.run();
     assert!(r.max_planner_used <= budget);
-    assert!(r.max_planner_used > budget / 2, "budget not used: {}", r.max_planner_used);
+    assert!(
+        r.max_planner_used > budget / 2,
+        "budget not used: {}",
+        r.max_planner_used
+    );
     assert_eq!(r.evicted_unused, 0);
     assert_eq!(r.counters.bytes_evicted_unused, 0);
 }
@@ -84,18 +117,30 @@ fn under_memory_pressure_the_budget_holds_and_nothing_is_evicted_unused() {
 fn fixed_mode_reads_fixed_windows_and_thrashes_a_small_cache() {
     let window = 1 << 20;
     let cfg = WorldConfig {
-        plan: PlanConfig { mode: PrefetchMode::Fixed, fixed_window: window, budget: 8 << 20, ..PlanConfig::default() },
+        plan: PlanConfig {
+            mode: PrefetchMode::Fixed,
+            fixed_window: window,
+            budget: 8 << 20,
+            ..PlanConfig::default()
+        },
         cache: 8 << 20,
         duration: secs(20.0),
         ..WorldConfig::default()
     };
     // 20 connections x up to 2 MiB each cannot fit an 8 MiB cache.
     let r = World::new(cfg, specs(10, 10)).run();
-    assert!(r.evicted_unused > 0, "fixed read-ahead should overrun a small cache");
+    assert!(
+        r.evicted_unused > 0,
+        "fixed read-ahead should overrun a small cache"
+    );
     assert_eq!(r.counters.bytes_evicted_unused, r.evicted_unused);
 
     // The reads themselves: one window each, whatever the rate.
-    let mut p = Planner::new(PlanConfig { mode: PrefetchMode::Fixed, fixed_window: window, ..PlanConfig::default() });
+    let mut p = Planner::new(PlanConfig {
+        mode: PrefetchMode::Fixed,
+        fixed_window: window,
+        ..PlanConfig::default()
+    });
     let t = Duration::ZERO;
     p.handle_open(t, ConnId(1), 0, 10 << 20);
     p.handle_open(t, ConnId(2), 0, 10 << 20);
@@ -109,12 +154,18 @@ fn fixed_mode_reads_fixed_windows_and_thrashes_a_small_cache() {
 
 #[test]
 fn kernel_mode_issues_nothing_and_the_kernel_model_still_delivers() {
-    let mut p = Planner::new(PlanConfig { mode: PrefetchMode::Kernel, ..PlanConfig::default() });
+    let mut p = Planner::new(PlanConfig {
+        mode: PrefetchMode::Kernel,
+        ..PlanConfig::default()
+    });
     p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 30);
     p.handle_sample(Duration::ZERO, ConnId(1), &sample(FAST));
     assert_eq!(p.poll_read(Duration::ZERO), None);
     let cfg = WorldConfig {
-        plan: PlanConfig { mode: PrefetchMode::Kernel, ..PlanConfig::default() },
+        plan: PlanConfig {
+            mode: PrefetchMode::Kernel,
+            ..PlanConfig::default()
+        },
         duration: secs(10.0),
         ..WorldConfig::default()
     };
@@ -144,7 +195,10 @@ fn tcp_mode_reads_in_proportion_to_rate() {
 #[test]
 fn one_read_never_exceeds_h_max() {
     let h = 256 << 10;
-    let mut p = Planner::new(PlanConfig { h_max: h, ..PlanConfig::default() });
+    let mut p = Planner::new(PlanConfig {
+        h_max: h,
+        ..PlanConfig::default()
+    });
     p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 30);
     p.handle_sample(Duration::ZERO, ConnId(1), &sample(100_000_000));
     let mut n = 0;
@@ -159,7 +213,10 @@ fn one_read_never_exceeds_h_max() {
 fn a_reset_drops_queued_reads_and_frees_budget_in_the_same_step() {
     let t = Duration::ZERO;
     let mut p = Planner::new(PlanConfig::default());
-    let mut s = Scheduler::new(SchedConfig { queue_depth: 1, max_merge: 0 });
+    let mut s = Scheduler::new(SchedConfig {
+        queue_depth: 1,
+        max_merge: 0,
+    });
     for c in 1..=2 {
         p.handle_open(t, ConnId(c), 0, 1 << 30);
         p.handle_sample(t, ConnId(c), &sample(FAST));
@@ -171,7 +228,14 @@ fn a_reset_drops_queued_reads_and_frees_budget_in_the_same_step() {
     let victim = sub.req.conn;
     let other = ConnId(3 - victim.0);
     let other_holding = p.holding(other).unwrap();
-    let st = p.handle_sample(t, victim, &FlowSample { reset: true, ..sample(0) });
+    let st = p.handle_sample(
+        t,
+        victim,
+        &FlowSample {
+            reset: true,
+            ..sample(0)
+        },
+    );
     assert!(st.events.reset);
     let d = s.handle_conn_gone(victim);
     // Same step: budget back, queued reads gone, the submitted one to cancel.
@@ -187,16 +251,30 @@ fn a_reset_drops_queued_reads_and_frees_budget_in_the_same_step() {
     assert!(c.cancelled);
     p.handle_read_done(secs(0.01), &c.req, c.req.len, c.service_time);
     assert_eq!(p.used(), other_holding);
-    assert_eq!(p.poll_read(secs(0.01)), None, "no read for a reset connection");
+    assert_eq!(
+        p.poll_read(secs(0.01)),
+        None,
+        "no read for a reset connection"
+    );
 }
 
 fn req(conn: u64, deadline: f64) -> ReadRequest {
-    ReadRequest { conn: ConnId(conn), offset: 0, len: 4096, deadline: secs(deadline), issued_at: Duration::ZERO, epoch: 0 }
+    ReadRequest {
+        conn: ConnId(conn),
+        offset: 0,
+        len: 4096,
+        deadline: secs(deadline),
+        issued_at: Duration::ZERO,
+        epoch: 0,
+    }
 }
 
 #[test]
 fn a_cwnd_cut_delays_reads_until_the_delay_ends() {
-    let mut s = Scheduler::new(SchedConfig { queue_depth: 1, max_merge: 0 });
+    let mut s = Scheduler::new(SchedConfig {
+        queue_depth: 1,
+        max_merge: 0,
+    });
     let t0 = Duration::ZERO;
     let busy = s.handle_request(t0, req(9, 0.0));
     assert_eq!(s.poll_submit(t0).unwrap().id, busy);
@@ -225,7 +303,10 @@ fn a_cwnd_cut_delays_reads_until_the_delay_ends() {
 
 #[test]
 fn delayed_reads_come_back_when_the_delay_ends_while_the_disk_is_busy() {
-    let mut s = Scheduler::new(SchedConfig { queue_depth: 1, max_merge: 0 });
+    let mut s = Scheduler::new(SchedConfig {
+        queue_depth: 1,
+        max_merge: 0,
+    });
     let t0 = Duration::ZERO;
     let first = s.handle_request(t0, req(9, 0.0));
     s.poll_submit(t0).unwrap();
@@ -238,12 +319,19 @@ fn delayed_reads_come_back_when_the_delay_ends_while_the_disk_is_busy() {
     assert_eq!(a.req.conn, ConnId(9), "still delayed at 0.5 s");
     s.handle_complete(secs(1.0), a.id).unwrap();
     let b = s.poll_submit(secs(1.0)).unwrap();
-    assert_eq!(b.req.conn, ConnId(1), "back after 1 s with the earliest deadline");
+    assert_eq!(
+        b.req.conn,
+        ConnId(1),
+        "back after 1 s with the earliest deadline"
+    );
 }
 
 #[test]
 fn a_cwnd_cut_on_an_idle_disk_changes_nothing() {
-    let mut s = Scheduler::new(SchedConfig { queue_depth: 4, max_merge: 0 });
+    let mut s = Scheduler::new(SchedConfig {
+        queue_depth: 4,
+        max_merge: 0,
+    });
     assert_eq!(s.handle_cwnd_cut(Duration::ZERO, ConnId(1), secs(1.0)), 0);
     s.handle_request(Duration::ZERO, req(1, 1.0));
     assert_eq!(s.delayed(), 0);
@@ -255,11 +343,22 @@ fn a_cwnd_cut_halves_the_planned_rate_at_once() {
     let mut p = Planner::new(PlanConfig::default());
     let t = Duration::ZERO;
     p.handle_open(t, ConnId(1), 0, 1 << 30);
-    p.handle_sample(t, ConnId(1), &FlowSample { cwnd: 20, ..sample(FAST) });
+    p.handle_sample(
+        t,
+        ConnId(1),
+        &FlowSample {
+            cwnd: 20,
+            ..sample(FAST)
+        },
+    );
     let st = p.handle_sample(
         secs(0.1),
         ConnId(1),
-        &FlowSample { cwnd: 10, ca_state: CaState::Recovery, ..sample(FAST) },
+        &FlowSample {
+            cwnd: 10,
+            ca_state: CaState::Recovery,
+            ..sample(FAST)
+        },
     );
     assert!(st.events.cwnd_cut);
     assert!(st.rate < FAST * 7 / 10, "rate after cut {}", st.rate);
@@ -276,7 +375,10 @@ fn world_with_resets_and_cuts_keeps_invariants() {
         }
     }
     let cfg = WorldConfig {
-        plan: PlanConfig { budget: 16 << 20, ..PlanConfig::default() },
+        plan: PlanConfig {
+            budget: 16 << 20,
+            ..PlanConfig::default()
+        },
         cache: 16 << 20,
         // 3 MB/s of demand against a disk that gives about 2: overloaded.
         iops: 30.0,
@@ -293,7 +395,12 @@ fn world_with_resets_and_cuts_keeps_invariants() {
     assert!(r.counters.reads_cancelled > 0, "{:?}", r.counters);
     assert!(r.counters.reads_delayed > 0, "{:?}", r.counters);
     // Survivors keep being served after the events.
-    assert!(r.conns.iter().enumerate().filter(|(i, _)| i % 5 != 0).all(|(_, c)| c.delivered > 0));
+    assert!(r
+        .conns
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 5 != 0)
+        .all(|(_, c)| c.delivered > 0));
 }
 
 // ---- Property tests over random input sequences -------------------------
@@ -325,15 +432,27 @@ fn gone(
     let before = outstanding.len();
     outstanding.retain(|id, r| r.conn != conn || in_kernel.contains(id));
     let d = s.handle_conn_gone(conn);
-    assert_eq!(d.queued as usize, before - outstanding.len(), "dropped count");
+    assert_eq!(
+        d.queued as usize,
+        before - outstanding.len(),
+        "dropped count"
+    );
 }
 
 fn random_sequence(seed: u64, mode: PrefetchMode) {
     let mut rng = Rng(seed | 1);
     let budget = (1 + rng.below(32)) << 20;
-    let mut p = Planner::new(PlanConfig { mode, budget, h_max: (64 + rng.below(1024)) << 10, ..PlanConfig::default() });
+    let mut p = Planner::new(PlanConfig {
+        mode,
+        budget,
+        h_max: (64 + rng.below(1024)) << 10,
+        ..PlanConfig::default()
+    });
     let k = 1 + rng.below(6) as usize;
-    let mut s = Scheduler::new(SchedConfig { queue_depth: k, max_merge: rng.below(2) << 20 });
+    let mut s = Scheduler::new(SchedConfig {
+        queue_depth: k,
+        max_merge: rng.below(2) << 20,
+    });
     let conns = 1 + rng.below(12);
     let mut open = vec![false; conns as usize];
     let mut now = Duration::ZERO;
@@ -379,7 +498,11 @@ fn random_sequence(seed: u64, mode: PrefetchMode) {
                 let id = in_kernel.swap_remove(i);
                 let done = s.handle_complete(now, id).expect("submitted id completes");
                 outstanding.remove(&id);
-                let got = if rng.below(10) == 0 { rng.below(done.req.len + 1) } else { done.req.len };
+                let got = if rng.below(10) == 0 {
+                    rng.below(done.req.len + 1)
+                } else {
+                    done.req.len
+                };
                 let was_open = p.is_open(done.req.conn);
                 p.handle_read_done(now, &done.req, got, done.service_time);
                 if !done.cancelled && was_open {
@@ -403,7 +526,10 @@ fn random_sequence(seed: u64, mode: PrefetchMode) {
             }
         }
         while let Some(r) = p.poll_read(now) {
-            assert!(open[r.conn.0 as usize], "seed {seed} step {step}: read for a closed connection");
+            assert!(
+                open[r.conn.0 as usize],
+                "seed {seed} step {step}: read for a closed connection"
+            );
             assert!(r.len > 0 && (mode == PrefetchMode::Fixed || r.len <= p.config().h_max));
             let id = s.handle_request(now, r);
             outstanding.insert(id, r);
@@ -415,7 +541,8 @@ fn random_sequence(seed: u64, mode: PrefetchMode) {
             // Half the cancels succeed in the kernel at once.
             if rng.below(2) == 0 {
                 in_kernel.retain(|&x| x != id);
-                s.handle_complete(now, id).expect("cancel of a submitted id");
+                s.handle_complete(now, id)
+                    .expect("cancel of a submitted id");
                 outstanding.remove(&id);
             }
         }
@@ -424,13 +551,20 @@ fn random_sequence(seed: u64, mode: PrefetchMode) {
             in_kernel.push(sub.id);
         }
         // Invariants after every step.
-        assert_eq!(p.used(), p.used_recomputed(), "seed {seed} step {step}: accounting");
+        assert_eq!(
+            p.used(),
+            p.used_recomputed(),
+            "seed {seed} step {step}: accounting"
+        );
         if mode == PrefetchMode::Tcp {
             assert!(p.used() <= budget, "seed {seed} step {step}: budget");
         }
         for (i, &o) in open.iter().enumerate() {
             if !o {
-                assert!(!s.holds(ConnId(i as u64)), "seed {seed} step {step}: reads kept for closed conn");
+                assert!(
+                    !s.holds(ConnId(i as u64)),
+                    "seed {seed} step {step}: reads kept for closed conn"
+                );
                 assert!(!p.is_open(ConnId(i as u64)));
             }
         }
@@ -452,8 +586,16 @@ fn random_sequence(seed: u64, mode: PrefetchMode) {
             break;
         }
     }
-    assert_eq!((s.queued(), s.delayed(), s.submitted()), (0, 0, 0), "seed {seed}: requests stuck");
-    assert!(outstanding.is_empty(), "seed {seed}: {} requests never ended", outstanding.len());
+    assert_eq!(
+        (s.queued(), s.delayed(), s.submitted()),
+        (0, 0, 0),
+        "seed {seed}: requests stuck"
+    );
+    assert!(
+        outstanding.is_empty(),
+        "seed {seed}: {} requests never ended",
+        outstanding.len()
+    );
 }
 
 proptest::proptest! {
@@ -481,7 +623,10 @@ fn mixed_rates_lab(device_read: u64) -> tpf_world::Report {
             queue_depth: 2,
             ..PlanConfig::default()
         },
-        sched: SchedConfig { queue_depth: 2, max_merge: 1 << 20 },
+        sched: SchedConfig {
+            queue_depth: 2,
+            max_merge: 1 << 20,
+        },
         cache,
         // The fake disk adds seek and transfer times (blkio takes the larger
         // of the two): at 10 MB/s and 60 seeks/s the 6 MB/s offered leaves
@@ -508,7 +653,10 @@ fn device_sized_reads_keep_the_fast_class_fed_on_a_seek_bound_disk() {
     let r = mixed_rates_lab(256 << 10);
     let fast = class_share(&r, 0, 60.0);
     let slow = class_share(&r, 1, 60.0);
-    eprintln!("device_read 256k: fast {fast:.3} slow {slow:.3} reads {} evicted {}", r.disk_reads, r.evicted_unused);
+    eprintln!(
+        "device_read 256k: fast {fast:.3} slow {slow:.3} reads {} evicted {}",
+        r.disk_reads, r.evicted_unused
+    );
     let old = mixed_rates_lab(0);
     eprintln!(
         "device_read 0:    fast {:.3} slow {:.3} reads {} evicted {}",
@@ -521,13 +669,22 @@ fn device_sized_reads_keep_the_fast_class_fed_on_a_seek_bound_disk() {
     assert!(fast >= 0.95, "fast class at {fast}");
     assert!(slow >= 0.95, "slow class at {slow}");
     // Fewer, larger reads than with rate-sized windows alone.
-    assert!(r.disk_reads < old.disk_reads, "{} vs {}", r.disk_reads, old.disk_reads);
+    assert!(
+        r.disk_reads < old.disk_reads,
+        "{} vs {}",
+        r.disk_reads,
+        old.disk_reads
+    );
 }
 
 #[test]
 fn device_sized_reads_still_respect_h_max() {
     let h = 64 << 10;
-    let cfg = PlanConfig { h_max: h, device_read: 256 << 10, ..PlanConfig::default() };
+    let cfg = PlanConfig {
+        h_max: h,
+        device_read: 256 << 10,
+        ..PlanConfig::default()
+    };
     let mut p = Planner::new(cfg);
     p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 30);
     p.handle_sample(Duration::ZERO, ConnId(1), &sample(SLOW));
@@ -542,7 +699,11 @@ fn device_sized_reads_still_respect_h_max() {
 
 #[test]
 fn a_slow_connection_gets_one_device_sized_read_not_many_small_ones() {
-    let cfg = PlanConfig { budget: 64 << 20, device_read: 256 << 10, ..PlanConfig::default() };
+    let cfg = PlanConfig {
+        budget: 64 << 20,
+        device_read: 256 << 10,
+        ..PlanConfig::default()
+    };
     let mut p = Planner::new(cfg);
     let t = Duration::ZERO;
     p.handle_open(t, ConnId(1), 0, 1 << 30);
@@ -570,11 +731,20 @@ fn a_slow_connection_gets_one_device_sized_read_not_many_small_ones() {
 fn socket_bytes_count_against_the_budget_when_asked() {
     let budget = 4 << 20;
     for count_socket in [false, true] {
-        let cfg = PlanConfig { budget, count_socket, min_target: secs(20.0), initial_target: secs(20.0), ..PlanConfig::default() };
+        let cfg = PlanConfig {
+            budget,
+            count_socket,
+            min_target: secs(20.0),
+            initial_target: secs(20.0),
+            ..PlanConfig::default()
+        };
         let mut p = Planner::new(cfg);
         let t = Duration::ZERO;
         p.handle_open(t, ConnId(1), 0, 1 << 30);
-        let s = FlowSample { unacked_bytes: 3 << 20, ..sample(FAST) };
+        let s = FlowSample {
+            unacked_bytes: 3 << 20,
+            ..sample(FAST)
+        };
         p.handle_sample(t, ConnId(1), &s);
         assert_eq!(p.socket_held(), 3 << 20);
         while p.poll_read(t).is_some() {}
@@ -590,7 +760,10 @@ fn socket_bytes_count_against_the_budget_when_asked() {
 
 #[test]
 fn evictions_shrink_the_budget_at_once_and_it_grows_back_when_quiet() {
-    let mut p = Planner::new(PlanConfig { budget: 100 << 20, ..PlanConfig::default() });
+    let mut p = Planner::new(PlanConfig {
+        budget: 100 << 20,
+        ..PlanConfig::default()
+    });
     p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 30);
     assert_eq!(p.budget(), 100 << 20);
     p.handle_pressure(secs(1.0), ConnId(1), 4096);

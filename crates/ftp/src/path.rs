@@ -125,7 +125,10 @@ mod tests {
         assert_eq!(cwd.resolve("/x//y/").unwrap().as_str(), "/x/y");
         assert_eq!(cwd.resolve("..").unwrap().as_str(), "/a");
         assert_eq!(cwd.resolve("./../../..").unwrap().as_str(), "/");
-        assert_eq!(cwd.resolve("../../../../etc/passwd").unwrap().as_str(), "/etc/passwd");
+        assert_eq!(
+            cwd.resolve("../../../../etc/passwd").unwrap().as_str(),
+            "/etc/passwd"
+        );
         assert_eq!(cwd.resolve("").unwrap().as_str(), "/a/b");
     }
 

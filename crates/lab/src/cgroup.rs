@@ -52,20 +52,32 @@ pub fn check() -> Result<()> {
 impl Group {
     /// Creates (or resets) the groups `sluice-lab/NAME`.
     pub fn create(name: &str, limits: &Limits) -> Result<Group> {
-        let g = Group { name: format!("sluice-lab/{name}") };
+        let g = Group {
+            name: format!("sluice-lab/{name}"),
+        };
         g.destroy_quiet();
         for c in CONTROLLERS {
-            fs::create_dir_all(g.dir(c)).with_context(|| format!("creating cgroup {}", g.dir(c).display()))?;
+            fs::create_dir_all(g.dir(c))
+                .with_context(|| format!("creating cgroup {}", g.dir(c).display()))?;
         }
         if let Some(m) = limits.memory_bytes {
-            write(&g.dir("memory").join("memory.limit_in_bytes"), &m.to_string())?;
+            write(
+                &g.dir("memory").join("memory.limit_in_bytes"),
+                &m.to_string(),
+            )?;
         }
         if let Some(dev) = &limits.device {
             if let Some(b) = limits.read_bps {
-                write(&g.dir("blkio").join("blkio.throttle.read_bps_device"), &format!("{dev} {b}"))?;
+                write(
+                    &g.dir("blkio").join("blkio.throttle.read_bps_device"),
+                    &format!("{dev} {b}"),
+                )?;
             }
             if let Some(i) = limits.read_iops {
-                write(&g.dir("blkio").join("blkio.throttle.read_iops_device"), &format!("{dev} {i}"))?;
+                write(
+                    &g.dir("blkio").join("blkio.throttle.read_iops_device"),
+                    &format!("{dev} {i}"),
+                )?;
             }
         } else if limits.read_bps.is_some() || limits.read_iops.is_some() {
             bail!("a disk throttle needs the device of the data directory");
@@ -80,13 +92,20 @@ impl Group {
     /// Shell prefix that moves the shell into every group and then `exec`s the
     /// command, so the server and all its children are accounted from the start.
     pub fn enter_prefix(&self) -> String {
-        CONTROLLERS.iter().map(|c| format!("echo $$ > {}/cgroup.procs && ", self.dir(c).display())).collect()
+        CONTROLLERS
+            .iter()
+            .map(|c| format!("echo $$ > {}/cgroup.procs && ", self.dir(c).display()))
+            .collect()
     }
 
     /// Current usage counters.
     pub fn usage(&self, device: Option<&str>) -> Result<Usage> {
-        let cpu_ns: u64 = read(&self.dir("cpuacct").join("cpuacct.usage"))?.trim().parse()?;
-        let mem: u64 = read(&self.dir("memory").join("memory.max_usage_in_bytes"))?.trim().parse()?;
+        let cpu_ns: u64 = read(&self.dir("cpuacct").join("cpuacct.usage"))?
+            .trim()
+            .parse()?;
+        let mem: u64 = read(&self.dir("memory").join("memory.max_usage_in_bytes"))?
+            .trim()
+            .parse()?;
         let mut disk = 0;
         let svc = read(&self.dir("blkio").join("blkio.throttle.io_service_bytes"))?;
         for l in svc.lines() {
@@ -95,7 +114,11 @@ impl Group {
                 disk += f[2].parse::<u64>().unwrap_or(0);
             }
         }
-        Ok(Usage { cpu_s: cpu_ns as f64 / 1e9, disk_read_bytes: disk, mem_max_bytes: mem })
+        Ok(Usage {
+            cpu_s: cpu_ns as f64 / 1e9,
+            disk_read_bytes: disk,
+            mem_max_bytes: mem,
+        })
     }
 
     /// The file listing the group's processes.
@@ -105,7 +128,11 @@ impl Group {
 
     /// Process ids currently in the group.
     pub fn pids(&self) -> Vec<u32> {
-        read(&self.dir("cpuacct").join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+        read(&self.dir("cpuacct").join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
     }
 
     /// Kills what is left in the group and removes it.
@@ -114,7 +141,9 @@ impl Group {
             let d = self.dir(c);
             if let Ok(p) = fs::read_to_string(d.join("cgroup.procs")) {
                 for pid in p.lines() {
-                    let _ = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+                    let _ = std::process::Command::new("kill")
+                        .args(["-9", pid.trim()])
+                        .status();
                 }
             }
             // Empty the page cache charged here before removing the group.
@@ -143,13 +172,22 @@ fn read(p: &Path) -> Result<String> {
 pub fn device_of(path: &Path) -> Result<String> {
     use std::os::unix::fs::MetadataExt;
     let dev = fs::metadata(path)?.dev();
-    let (maj, min) = (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff), (dev & 0xff) | ((dev >> 12) & !0xff));
+    let (maj, min) = (
+        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
+        (dev & 0xff) | ((dev >> 12) & !0xff),
+    );
     let want = format!("{maj}:{min}");
     let mi = read(Path::new("/proc/self/mountinfo"))?;
-    if mi.lines().any(|l| l.split_whitespace().nth(2) == Some(want.as_str())) {
+    if mi
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some(want.as_str()))
+    {
         Ok(want)
     } else {
-        bail!("device {want} of {} not found in /proc/self/mountinfo", path.display())
+        bail!(
+            "device {want} of {} not found in /proc/self/mountinfo",
+            path.display()
+        )
     }
 }
 

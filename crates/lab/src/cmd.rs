@@ -25,7 +25,12 @@ pub fn run(prog: &str, args: &[&str]) -> Result<String> {
 
 /// Like [`run`] but ignores failure (cleanup of things that may not exist).
 pub fn run_quiet(prog: &str, args: &[&str]) {
-    let _ = Command::new(prog).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let _ = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// Runs a shell snippet with `sh -c`.

@@ -86,7 +86,10 @@ fn warm() -> String {
 
 impl Default for DataSpec {
     fn default() -> Self {
-        DataSpec { dir: default_data_dir(), cache: warm() }
+        DataSpec {
+            dir: default_data_dir(),
+            cache: warm(),
+        }
     }
 }
 
@@ -204,7 +207,10 @@ pub fn repo_root() -> Result<PathBuf> {
 /// All experiments, sorted by name.
 pub fn list(root: &Path) -> Result<Vec<Experiment>> {
     let mut v = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(root.join("lab/experiments"))?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    let mut entries: Vec<_> = std::fs::read_dir(root.join("lab/experiments"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
     entries.sort();
     for p in entries {
         if p.extension().is_some_and(|e| e == "toml") {
@@ -217,18 +223,32 @@ pub fn list(root: &Path) -> Result<Vec<Experiment>> {
 /// Loads and checks one experiment file.
 pub fn load(p: &Path) -> Result<Experiment> {
     let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-    let e: Experiment = toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-    let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let e: Experiment =
+        toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+    let stem = p
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if e.name != stem {
-        bail!("{}: name {:?} does not match the file name", p.display(), e.name);
+        bail!(
+            "{}: name {:?} does not match the file name",
+            p.display(),
+            e.name
+        );
     }
     match e.kind.as_str() {
-        "linkem-validation" if e.validation.is_none() => bail!("{}: needs a [validation] table", p.display()),
-        "many-clients" if e.workload.is_none() => bail!("{}: needs a [workload] table", p.display()),
+        "linkem-validation" if e.validation.is_none() => {
+            bail!("{}: needs a [validation] table", p.display())
+        }
+        "many-clients" if e.workload.is_none() => {
+            bail!("{}: needs a [workload] table", p.display())
+        }
         "transfers" if e.cases.is_empty() => bail!("{}: needs [[case]] entries", p.display()),
         "streams" => match &e.streams {
             None => bail!("{}: needs a [streams] table", p.display()),
-            Some(s) => s.check().with_context(|| format!("{}: [streams]", p.display()))?,
+            Some(s) => s
+                .check()
+                .with_context(|| format!("{}: [streams]", p.display()))?,
         },
         "linkem-validation" | "many-clients" | "transfers" => {}
         k => bail!("{}: unknown kind {k:?}", p.display()),
@@ -275,18 +295,41 @@ mod tests {
     #[test]
     fn streams_experiments_have_smoke_sizes() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        for e in list(&root).unwrap().into_iter().filter(|e| e.kind == "streams") {
+        for e in list(&root)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == "streams")
+        {
             let s = e.streams.as_ref().unwrap();
             // lab/smoke.sh runs every experiment: each smoke run stays short.
-            let d = crate::units::parse_duration(s.smoke_duration.as_deref().unwrap_or(&s.duration)).unwrap();
-            assert!(d <= MAX_SMOKE_DURATION, "{}: smoke_duration {d:?} is a config value over the limit", e.name);
+            let d =
+                crate::units::parse_duration(s.smoke_duration.as_deref().unwrap_or(&s.duration))
+                    .unwrap();
+            assert!(
+                d <= MAX_SMOKE_DURATION,
+                "{}: smoke_duration {d:?} is a config value over the limit",
+                e.name
+            );
             for c in &s.classes {
-                assert!(c.smoke_clients.is_some() && c.smoke_size.is_some(), "{}: class {} has no smoke size", e.name, c.name);
+                assert!(
+                    c.smoke_clients.is_some() && c.smoke_size.is_some(),
+                    "{}: class {} has no smoke size",
+                    e.name,
+                    c.name
+                );
             }
             if s.abort_count > 0 {
-                assert!(s.smoke_abort_count.is_some() && s.smoke_abort_at.is_some(), "{}", e.name);
+                assert!(
+                    s.smoke_abort_count.is_some() && s.smoke_abort_at.is_some(),
+                    "{}",
+                    e.name
+                );
             }
-            assert!(s.events.iter().all(|ev| ev.smoke_at.is_some()), "{}", e.name);
+            assert!(
+                s.events.iter().all(|ev| ev.smoke_at.is_some()),
+                "{}",
+                e.name
+            );
         }
     }
 

@@ -3,11 +3,10 @@
 //! behind `sluice-lab`.
 #![forbid(unsafe_code)]
 
-pub mod cmd;
-pub mod linkem;
-pub mod units;
 pub mod cgroup;
+pub mod cmd;
 pub mod experiment;
+pub mod linkem;
 pub mod load;
 pub mod pagetrace;
 pub mod prereq;
@@ -22,3 +21,4 @@ pub mod servers;
 pub mod sockets;
 pub mod streams;
 pub mod topology;
+pub mod units;

@@ -115,7 +115,9 @@ pub struct LoadReport {
 
 /// CLOCK_MONOTONIC now, in seconds (the clock of `Instant` and of the `mono` trace clock).
 pub fn mono_now_s() -> f64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9).unwrap_or(f64::NAN)
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9)
+        .unwrap_or(f64::NAN)
 }
 
 struct Ctx {
@@ -146,7 +148,11 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
     }
     let done = Arc::new(AtomicBool::new(false));
     let sample = Duration::from_millis(spec.sample_ms.max(10));
-    let per_dl: Vec<Arc<AtomicU64>> = if spec.client_series { spec.downloads.iter().map(|_| Arc::default()).collect() } else { Vec::new() };
+    let per_dl: Vec<Arc<AtomicU64>> = if spec.client_series {
+        spec.downloads.iter().map(|_| Arc::default()).collect()
+    } else {
+        Vec::new()
+    };
     let sampler = {
         let classes = classes.clone();
         let done = done.clone();
@@ -154,7 +160,8 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
         std::thread::spawn(move || {
             let mut series: Vec<Vec<u64>> = per_dl.iter().map(|_| Vec::new()).collect();
             let mut last: BTreeMap<String, u64> = classes.keys().map(|k| (k.clone(), 0)).collect();
-            let mut tl: BTreeMap<String, Vec<u64>> = classes.keys().map(|k| (k.clone(), Vec::new())).collect();
+            let mut tl: BTreeMap<String, Vec<u64>> =
+                classes.keys().map(|k| (k.clone(), Vec::new())).collect();
             let mut next = Instant::now() + sample;
             loop {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
@@ -163,7 +170,10 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
                 let finished = done.load(Ordering::Relaxed);
                 for (k, c) in &classes {
                     let v = c.load(Ordering::Relaxed);
-                    let l = last.get_mut(k).map(|l| std::mem::replace(l, v)).unwrap_or(0);
+                    let l = last
+                        .get_mut(k)
+                        .map(|l| std::mem::replace(l, v))
+                        .unwrap_or(0);
                     tl.entry(k.clone()).or_default().push(v - l);
                 }
                 for (s, c) in series.iter_mut().zip(&per_dl) {
@@ -181,18 +191,33 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
         .cloned()
         .enumerate()
         .map(|(i, d)| {
-            let ctx = Ctx { t0, deadline, counter: classes[&d.class].clone(), received: per_dl.get(i).cloned() };
-            std::thread::Builder::new().stack_size(256 * 1024).spawn(move || one(&d, &ctx))
+            let ctx = Ctx {
+                t0,
+                deadline,
+                counter: classes[&d.class].clone(),
+                received: per_dl.get(i).cloned(),
+            };
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || one(&d, &ctx))
         })
         .collect::<std::io::Result<_>>()?;
-    let mut results: Vec<DownloadResult> =
-        handles.into_iter().map(|h| h.join().map_err(|_| anyhow!("download thread panicked"))).collect::<Result<_>>()?;
+    let mut results: Vec<DownloadResult> = handles
+        .into_iter()
+        .map(|h| h.join().map_err(|_| anyhow!("download thread panicked")))
+        .collect::<Result<_>>()?;
     done.store(true, Ordering::Relaxed);
     let (timeline, series) = sampler.join().map_err(|_| anyhow!("sampler panicked"))?;
     for (r, s) in results.iter_mut().zip(series) {
         r.series = s;
     }
-    Ok(LoadReport { results, timeline, sample_ms: sample.as_millis() as u64, wall_s: t0.elapsed().as_secs_f64(), t0_mono_s })
+    Ok(LoadReport {
+        results,
+        timeline,
+        sample_ms: sample.as_millis() as u64,
+        wall_s: t0.elapsed().as_secs_f64(),
+        t0_mono_s,
+    })
 }
 
 fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
@@ -212,7 +237,9 @@ fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
         id: d.id,
         series: Vec::new(),
     };
-    let abort_at = d.abort_after_s.map(|s| started + Duration::from_secs_f64(s));
+    let abort_at = d
+        .abort_after_s
+        .map(|s| started + Duration::from_secs_f64(s));
     let out = if d.url.starts_with("ftp://") {
         ftp_get(d, ctx, abort_at, &mut r)
     } else if d.url.starts_with("http://") {
@@ -229,22 +256,37 @@ fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
 
 /// Splits `scheme://host:port/path` into (address, path).
 fn split_url(url: &str, default_port: u16) -> Result<(SocketAddr, String)> {
-    let rest = url.split_once("://").map(|x| x.1).ok_or_else(|| anyhow!("bad URL {url}"))?;
+    let rest = url
+        .split_once("://")
+        .map(|x| x.1)
+        .ok_or_else(|| anyhow!("bad URL {url}"))?;
     let (hostport, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let hp = if hostport.contains(':') { hostport.to_string() } else { format!("{hostport}:{default_port}") };
-    let addr = hp.to_socket_addrs()?.next().ok_or_else(|| anyhow!("cannot resolve {hp}"))?;
+    let hp = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:{default_port}")
+    };
+    let addr = hp
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| anyhow!("cannot resolve {hp}"))?;
     Ok((addr, path.to_string()))
 }
 
 fn connect(addr: SocketAddr, rcvbuf: Option<usize>) -> Result<TcpStream> {
-    let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
     if let Some(b) = rcvbuf {
         sock.set_recv_buffer_size(b)?;
     }
-    sock.connect_timeout(&addr.into(), Duration::from_secs(10)).with_context(|| format!("connecting to {addr}"))?;
+    sock.connect_timeout(&addr.into(), Duration::from_secs(10))
+        .with_context(|| format!("connecting to {addr}"))?;
     let s: TcpStream = sock.into();
     s.set_nodelay(true)?;
     Ok(s)
@@ -255,8 +297,14 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A read timeout (EAGAIN from SO_RCVTIMEO) says what it is.
 fn timeout_named(e: std::io::Error) -> anyhow::Error {
-    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
-        anyhow!("no reply from the server within {} s", REPLY_TIMEOUT.as_secs())
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    ) {
+        anyhow!(
+            "no reply from the server within {} s",
+            REPLY_TIMEOUT.as_secs()
+        )
     } else {
         e.into()
     }
@@ -264,7 +312,11 @@ fn timeout_named(e: std::io::Error) -> anyhow::Error {
 
 fn read_line(r: &mut impl BufRead) -> Result<String> {
     let mut line = String::new();
-    let n = r.by_ref().take(MAX_LINE as u64).read_line(&mut line).map_err(timeout_named)?;
+    let n = r
+        .by_ref()
+        .take(MAX_LINE as u64)
+        .read_line(&mut line)
+        .map_err(timeout_named)?;
     if n == 0 {
         bail!("connection closed by server");
     }
@@ -274,7 +326,10 @@ fn read_line(r: &mut impl BufRead) -> Result<String> {
 /// Reads one (possibly multi-line) FTP reply: returns (code, last line).
 fn ftp_reply(r: &mut impl BufRead) -> Result<(u16, String)> {
     let first = read_line(r)?;
-    let code: u16 = first.get(..3).and_then(|c| c.parse().ok()).ok_or_else(|| anyhow!("bad FTP reply {first:?}"))?;
+    let code: u16 = first
+        .get(..3)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("bad FTP reply {first:?}"))?;
     let mut last = first.clone();
     if first.as_bytes().get(3) == Some(&b'-') {
         let end = format!("{code} ");
@@ -285,7 +340,12 @@ fn ftp_reply(r: &mut impl BufRead) -> Result<(u16, String)> {
     Ok((code, last))
 }
 
-fn ftp_cmd(w: &mut TcpStream, r: &mut impl BufRead, cmd: &str, want: &[u16]) -> Result<(u16, String)> {
+fn ftp_cmd(
+    w: &mut TcpStream,
+    r: &mut impl BufRead,
+    cmd: &str,
+    want: &[u16],
+) -> Result<(u16, String)> {
     w.write_all(format!("{cmd}\r\n").as_bytes())?;
     let (code, line) = ftp_reply(r)?;
     if !want.contains(&code) {
@@ -296,15 +356,27 @@ fn ftp_cmd(w: &mut TcpStream, r: &mut impl BufRead, cmd: &str, want: &[u16]) -> 
 
 /// Port from a 227 reply "(h1,h2,h3,h4,p1,p2)".
 fn pasv_port(line: &str) -> Result<u16> {
-    let inner = line.split_once('(').and_then(|(_, x)| x.split_once(')')).map(|x| x.0).ok_or_else(|| anyhow!("bad PASV reply {line:?}"))?;
-    let n: Vec<u16> = inner.split(',').map(|x| x.trim().parse()).collect::<std::result::Result<_, _>>()?;
+    let inner = line
+        .split_once('(')
+        .and_then(|(_, x)| x.split_once(')'))
+        .map(|x| x.0)
+        .ok_or_else(|| anyhow!("bad PASV reply {line:?}"))?;
+    let n: Vec<u16> = inner
+        .split(',')
+        .map(|x| x.trim().parse())
+        .collect::<std::result::Result<_, _>>()?;
     if n.len() != 6 {
         bail!("bad PASV reply {line:?}");
     }
     Ok(n[4] * 256 + n[5])
 }
 
-fn ftp_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult) -> Result<()> {
+fn ftp_get(
+    d: &DownloadSpec,
+    ctx: &Ctx,
+    abort_at: Option<Instant>,
+    r: &mut DownloadResult,
+) -> Result<()> {
     let (addr, path) = split_url(&d.url, 21)?;
     let path = percent_decode(&path);
     let mut ctl = connect(addr, None)?;
@@ -345,7 +417,12 @@ fn ftp_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Downl
     Ok(())
 }
 
-fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult) -> Result<()> {
+fn http_get(
+    d: &DownloadSpec,
+    ctx: &Ctx,
+    abort_at: Option<Instant>,
+    r: &mut DownloadResult,
+) -> Result<()> {
     let (addr, path) = split_url(&d.url, 80)?;
     let mut s = connect(addr, d.rcvbuf)?;
     s.set_read_timeout(Some(REPLY_TIMEOUT))?;
@@ -372,7 +449,11 @@ fn http_get(d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut Down
     }
     r.expected = head
         .lines()
-        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")).map(|(_, v)| v.trim().to_string()))
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .map(|(_, v)| v.trim().to_string())
+        })
         .and_then(|v| v.parse().ok());
     let stop = pump(&mut s, d, ctx, abort_at, r, r.expected, head_len)?;
     match stop {
@@ -391,7 +472,15 @@ fn rst(s: &TcpStream) {
 /// Reads the body until EOF (or `limit` bytes), honouring rate, abort and
 /// deadline; `head` bytes came before the body on this connection (HTTP).
 #[allow(clippy::too_many_arguments)]
-fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant>, r: &mut DownloadResult, limit: Option<u64>, head: u64) -> Result<Stop> {
+fn pump(
+    s: &mut TcpStream,
+    d: &DownloadSpec,
+    ctx: &Ctx,
+    abort_at: Option<Instant>,
+    r: &mut DownloadResult,
+    limit: Option<u64>,
+    head: u64,
+) -> Result<Stop> {
     s.set_read_timeout(Some(POLL_TICK))?;
     let chunk = match d.rate_bps {
         // About 20 reads per second when rate-limited, so pacing is smooth.
@@ -408,7 +497,9 @@ fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant
             if now.duration_since(noted) >= RECEIVED_TICK {
                 noted = now;
                 // The kernel's in-order received count; the application's when TCP_INFO fails.
-                let k = sluice_platform::tcp::tcp_info(std::os::fd::AsFd::as_fd(&*s)).map(|i| i.bytes_received.saturating_sub(head)).unwrap_or(r.bytes);
+                let k = sluice_platform::tcp::tcp_info(std::os::fd::AsFd::as_fd(&*s))
+                    .map(|i| i.bytes_received.saturating_sub(head))
+                    .unwrap_or(r.bytes);
                 // The FIN takes a sequence number too: never beyond the announced size.
                 let k = r.expected.map_or(k, |e| k.min(e));
                 c.store(k.max(r.bytes), Ordering::Relaxed);
@@ -445,7 +536,12 @@ fn pump(s: &mut TcpStream, d: &DownloadSpec, ctx: &Ctx, abort_at: Option<Instant
                 }
                 idle_since = Instant::now();
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 if idle_since.elapsed() > Duration::from_secs(120) {
                     bail!("no data for 120 s");
                 }
@@ -480,7 +576,10 @@ mod tests {
 
     #[test]
     fn parses_pasv_and_urls() {
-        assert_eq!(pasv_port("227 Entering Passive Mode (127,0,0,1,195,80).").unwrap(), 195 * 256 + 80);
+        assert_eq!(
+            pasv_port("227 Entering Passive Mode (127,0,0,1,195,80).").unwrap(),
+            195 * 256 + 80
+        );
         assert!(pasv_port("227 nonsense").is_err());
         let (a, p) = split_url("ftp://127.0.0.1:2121/data/f.bin", 21).unwrap();
         assert_eq!(a.port(), 2121);
@@ -510,7 +609,11 @@ mod tests {
                 }
             }
             let body = vec![7u8; 100_000];
-            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
             let _ = s.write_all(&body);
             // Close gently: shut our side, then drain until the client
             // closes, so no unread byte turns our close into a RST that

@@ -11,10 +11,15 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use sluice_lab::{experiment, load, prereq, probe, run_many, run_transfers, run_validation, runner::Ctx};
+use sluice_lab::{
+    experiment, load, prereq, probe, run_many, run_transfers, run_validation, runner::Ctx,
+};
 
 #[derive(Parser)]
-#[command(name = "sluice-lab", about = "Reproducible experiments: Sluice against peers on emulated links and a slow disk")]
+#[command(
+    name = "sluice-lab",
+    about = "Reproducible experiments: Sluice against peers on emulated links and a slow disk"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -57,7 +62,11 @@ enum Cmd {
     Echo { bind: String },
     /// (internal) UDP pinger: TO COUNT INTERVAL_MS
     #[command(name = "_ping", hide = true)]
-    Ping { to: String, count: u32, interval_ms: u64 },
+    Ping {
+        to: String,
+        count: u32,
+        interval_ms: u64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -70,10 +79,19 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Run { name, smoke, repeat, out, skip_missing, servers, step } => {
+        Cmd::Run {
+            name,
+            smoke,
+            repeat,
+            out,
+            skip_missing,
+            servers,
+            step,
+        } => {
             let root = experiment::repo_root()?;
-            let mut exp = experiment::load(&root.join("lab/experiments").join(format!("{name}.toml")))
-                .with_context(|| format!("no experiment {name:?}; see `sluice-lab list`"))?;
+            let mut exp =
+                experiment::load(&root.join("lab/experiments").join(format!("{name}.toml")))
+                    .with_context(|| format!("no experiment {name:?}; see `sluice-lab list`"))?;
             if let Some(only) = &servers {
                 let want: Vec<&str> = only.split(',').map(str::trim).collect();
                 exp.servers.retain(|s| want.contains(&s.name.as_str()));
@@ -83,19 +101,27 @@ fn main() -> Result<()> {
             }
             if let (Some(n), Some(st)) = (step, exp.streams.as_mut()) {
                 for c in &mut st.classes {
-                    for l in [Some(&mut c.clients), c.smoke_clients.as_mut()].into_iter().flatten() {
+                    for l in [Some(&mut c.clients), c.smoke_clients.as_mut()]
+                        .into_iter()
+                        .flatten()
+                    {
                         *l = sluice_lab::streams::counts_at(std::slice::from_ref(l), n);
                     }
                 }
             }
             if skip_missing {
-                let (keep, _): (Vec<_>, Vec<_>) = exp.servers.clone().into_iter().partition(|s| sluice_lab::servers::check(std::slice::from_ref(s)).is_empty());
+                let (keep, _): (Vec<_>, Vec<_>) =
+                    exp.servers.clone().into_iter().partition(|s| {
+                        sluice_lab::servers::check(std::slice::from_ref(s)).is_empty()
+                    });
                 prereq::check(&exp, true)?;
                 exp.servers = keep;
             } else {
                 prereq::check(&exp, false)?;
             }
-            let repeat = repeat.unwrap_or(if smoke { exp.smoke_repeat } else { exp.repeat }).max(1);
+            let repeat = repeat
+                .unwrap_or(if smoke { exp.smoke_repeat } else { exp.repeat })
+                .max(1);
             let out = out.unwrap_or_else(|| {
                 let d = root.join("lab/results").join(&name);
                 if smoke {
@@ -106,9 +132,26 @@ fn main() -> Result<()> {
             });
             let work = PathBuf::from("/var/tmp/sluice-lab/work").join(&name);
             std::fs::create_dir_all(&work)?;
-            let command = std::env::args().map(|a| if a.contains('/') { a.rsplit('/').next().unwrap_or(&a).to_string() } else { a }).collect::<Vec<_>>().join(" ");
+            let command = std::env::args()
+                .map(|a| {
+                    if a.contains('/') {
+                        a.rsplit('/').next().unwrap_or(&a).to_string()
+                    } else {
+                        a
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
             let merge = servers.is_some() || step.is_some();
-            let ctx = Ctx { exp, smoke, repeat, out: out.clone(), work, command, merge };
+            let ctx = Ctx {
+                exp,
+                smoke,
+                repeat,
+                out: out.clone(),
+                work,
+                command,
+                merge,
+            };
             match ctx.exp.kind.as_str() {
                 "linkem-validation" => run_validation::run(&ctx)?,
                 "transfers" => run_transfers::run(&ctx)?,
@@ -116,7 +159,10 @@ fn main() -> Result<()> {
                 "streams" => sluice_lab::run_streams::run(&ctx)?,
                 k => bail!("unknown kind {k}"),
             }
-            println!("{}", std::fs::read_to_string(out.join("results.md")).unwrap_or_default());
+            println!(
+                "{}",
+                std::fs::read_to_string(out.join("results.md")).unwrap_or_default()
+            );
             eprintln!("results in {}", out.display());
             Ok(())
         }
@@ -127,11 +173,18 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Spin { secs } => {
-            println!("{}", sluice_lab::run_streams::spin(Duration::from_secs_f64(secs)));
+            println!(
+                "{}",
+                sluice_lab::run_streams::spin(Duration::from_secs_f64(secs))
+            );
             Ok(())
         }
         Cmd::Echo { bind } => probe::echo(&bind),
-        Cmd::Ping { to, count, interval_ms } => {
+        Cmd::Ping {
+            to,
+            count,
+            interval_ms,
+        } => {
             let r = probe::ping(&to, count, Duration::from_millis(interval_ms), 64)?;
             println!("{}", serde_json::to_string(&r)?);
             Ok(())

@@ -30,7 +30,10 @@ use serde::Serialize;
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 const INSTANCE: &str = "sluice-lab-pages";
-const EVENTS: [&str; 2] = ["mm_filemap_add_to_page_cache", "mm_filemap_delete_from_page_cache"];
+const EVENTS: [&str; 2] = [
+    "mm_filemap_add_to_page_cache",
+    "mm_filemap_delete_from_page_cache",
+];
 /// Per-CPU ring buffer of the instance: at 40 MB/s of 4 KiB pages (about
 /// 20 000 adds and deletes per second) this holds seconds of events if the
 /// reader falls behind.
@@ -59,12 +62,13 @@ pub struct PageEvent {
 ///
 /// `  sluice-123 [001] ..... 812.345678: mm_filemap_add_to_page_cache: dev 254:0 ino 10a0c8 pfn=0x1 ofs=8192 order=0`
 pub fn parse_line(line: &str) -> Option<PageEvent> {
-    let (head, add, rest) = if let Some((h, r)) = line.split_once(": mm_filemap_add_to_page_cache: ") {
-        (h, true, r)
-    } else {
-        let (h, r) = line.split_once(": mm_filemap_delete_from_page_cache: ")?;
-        (h, false, r)
-    };
+    let (head, add, rest) =
+        if let Some((h, r)) = line.split_once(": mm_filemap_add_to_page_cache: ") {
+            (h, true, r)
+        } else {
+            let (h, r) = line.split_once(": mm_filemap_delete_from_page_cache: ")?;
+            (h, false, r)
+        };
     let t_s: f64 = head.rsplit(char::is_whitespace).next()?.parse().ok()?;
     let mut ino = None;
     let mut offset = None;
@@ -79,13 +83,21 @@ pub fn parse_line(line: &str) -> Option<PageEvent> {
             order = v.parse().ok()?;
         }
     }
-    Some(PageEvent { t_s, add, ino: ino?, offset: offset?, len: PAGE << order.min(20) })
+    Some(PageEvent {
+        t_s,
+        add,
+        ino: ino?,
+        offset: offset?,
+        len: PAGE << order.min(20),
+    })
 }
 
 /// The kernel's dev_t encoding (major << 20 | minor) of a file's device, as the tracepoints' `s_dev`.
 pub fn kernel_dev(p: &Path) -> Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    let d = std::fs::metadata(p).with_context(|| format!("stat {}", p.display()))?.dev();
+    let d = std::fs::metadata(p)
+        .with_context(|| format!("stat {}", p.display()))?
+        .dev();
     // glibc's dev_t: major in bits 8..19 and 32..43, minor in bits 0..7 and 12..31 (gnu_dev_major/minor).
     let major = ((d >> 8) & 0xfff) | ((d >> 32) & !0xfff);
     let minor = (d & 0xff) | ((d >> 12) & !0xff);
@@ -95,7 +107,9 @@ pub fn kernel_dev(p: &Path) -> Result<u64> {
 /// Inode number of a file.
 pub fn inode(p: &Path) -> Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    Ok(std::fs::metadata(p).with_context(|| format!("stat {}", p.display()))?.ino())
+    Ok(std::fs::metadata(p)
+        .with_context(|| format!("stat {}", p.display()))?
+        .ino())
 }
 
 /// What the reader collected.
@@ -148,9 +162,12 @@ impl Tracer {
         }
         // One instance per process: two tracers (a lab run and the test
         // suite) must never share or remove each other's buffer.
-        let dir = root.join("instances").join(format!("{INSTANCE}-{}", std::process::id()));
+        let dir = root
+            .join("instances")
+            .join(format!("{INSTANCE}-{}", std::process::id()));
         remove_instance(&dir);
-        std::fs::create_dir(&dir).with_context(|| format!("creating tracefs instance {}", dir.display()))?;
+        std::fs::create_dir(&dir)
+            .with_context(|| format!("creating tracefs instance {}", dir.display()))?;
         write(&dir.join("buffer_size_kb"), &BUFFER_KB.to_string())?;
         write(&dir.join("trace_clock"), "mono")?;
         let filter = filter_expr(dev, &inos);
@@ -204,7 +221,12 @@ impl Tracer {
                 }
             }
         });
-        Ok(Tracer { dir, stop, reader: Some(reader), started: std::time::Instant::now() })
+        Ok(Tracer {
+            dir,
+            stop,
+            reader: Some(reader),
+            started: std::time::Instant::now(),
+        })
     }
 
     /// Stops tracing, drains the buffer and removes the instance.
@@ -220,7 +242,12 @@ impl Tracer {
             _ => bail!("trace reader panicked"),
         };
         events.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
-        Ok(TraceLog { events, lines, lost, secs })
+        Ok(TraceLog {
+            events,
+            lines,
+            lost,
+            secs,
+        })
     }
 }
 
@@ -249,7 +276,11 @@ fn remove_instance(dir: &Path) {
 /// Sum of "overrun" and "dropped events" over the instance's CPUs.
 fn lost_events(dir: &Path) -> u64 {
     let mut n = 0;
-    for e in std::fs::read_dir(dir.join("per_cpu")).into_iter().flatten().flatten() {
+    for e in std::fs::read_dir(dir.join("per_cpu"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let s = std::fs::read_to_string(e.path().join("stats")).unwrap_or_default();
         n += parse_lost(&s);
     }
@@ -262,7 +293,9 @@ pub fn parse_lost(stats: &str) -> u64 {
         .lines()
         .filter_map(|l| {
             let (k, v) = l.split_once(':')?;
-            matches!(k.trim(), "overrun" | "dropped events").then(|| v.trim().parse::<u64>().ok()).flatten()
+            matches!(k.trim(), "overrun" | "dropped events")
+                .then(|| v.trim().parse::<u64>().ok())
+                .flatten()
         })
         .sum()
 }
@@ -282,7 +315,10 @@ impl FileWatch {
     /// Received bytes at the first sample at or after `t` (the final count after the last).
     pub fn received_by(&self, t: f64) -> u64 {
         let i = self.received.partition_point(|(ts, _)| *ts < t);
-        self.received.get(i).map(|x| x.1).unwrap_or(self.final_received)
+        self.received
+            .get(i)
+            .map(|x| x.1)
+            .unwrap_or(self.final_received)
     }
 }
 
@@ -342,14 +378,25 @@ pub fn analyze(events: &[PageEvent], w: &FileWatch) -> FileStats {
 }
 
 /// Splits events by inode (keeping time order) and analyzes each watched file.
-pub fn analyze_all(events: &[PageEvent], watches: &BTreeMap<u64, FileWatch>) -> BTreeMap<u64, FileStats> {
+pub fn analyze_all(
+    events: &[PageEvent],
+    watches: &BTreeMap<u64, FileWatch>,
+) -> BTreeMap<u64, FileStats> {
     let mut by: BTreeMap<u64, Vec<PageEvent>> = BTreeMap::new();
     for e in events {
         if watches.contains_key(&e.ino) {
             by.entry(e.ino).or_default().push(*e);
         }
     }
-    watches.iter().map(|(ino, w)| (*ino, analyze(by.get(ino).map(Vec::as_slice).unwrap_or(&[]), w))).collect()
+    watches
+        .iter()
+        .map(|(ino, w)| {
+            (
+                *ino,
+                analyze(by.get(ino).map(Vec::as_slice).unwrap_or(&[]), w),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -357,17 +404,44 @@ mod tests {
     use super::*;
 
     fn ev(t: f64, add: bool, page: u64, order: u32) -> PageEvent {
-        PageEvent { t_s: t, add, ino: 7, offset: page * PAGE, len: PAGE << order }
+        PageEvent {
+            t_s: t,
+            add,
+            ino: 7,
+            offset: page * PAGE,
+            len: PAGE << order,
+        }
     }
 
     #[test]
     fn parses_trace_pipe_lines() {
         let a = "     sluice-srv 12-345   [001] ..... 812.345678: mm_filemap_add_to_page_cache: dev 254:0 ino 10a0c8 pfn=0x12ab ofs=8192 order=2";
-        assert_eq!(parse_line(a), Some(PageEvent { t_s: 812.345678, add: true, ino: 0x10a0c8, offset: 8192, len: 16384 }));
+        assert_eq!(
+            parse_line(a),
+            Some(PageEvent {
+                t_s: 812.345678,
+                add: true,
+                ino: 0x10a0c8,
+                offset: 8192,
+                len: 16384
+            })
+        );
         let d = "kswapd0-80 [000] d..2. 9.5: mm_filemap_delete_from_page_cache: dev 254:0 ino ff pfn=0x1 ofs=0 order=0";
-        assert_eq!(parse_line(d), Some(PageEvent { t_s: 9.5, add: false, ino: 255, offset: 0, len: 4096 }));
+        assert_eq!(
+            parse_line(d),
+            Some(PageEvent {
+                t_s: 9.5,
+                add: false,
+                ino: 255,
+                offset: 0,
+                len: 4096
+            })
+        );
         assert_eq!(parse_line("# tracer: nop"), None);
-        assert_eq!(parse_line("x 1.0: mm_filemap_add_to_page_cache: dev 254:0 pfn=0x1 ofs=0 order=0"), None);
+        assert_eq!(
+            parse_line("x 1.0: mm_filemap_add_to_page_cache: dev 254:0 pfn=0x1 ofs=0 order=0"),
+            None
+        );
     }
 
     #[test]
@@ -378,13 +452,20 @@ mod tests {
     #[test]
     fn kernel_filter_uses_the_inode_range() {
         let inos: BTreeSet<u64> = [30, 10, 20].into_iter().collect();
-        assert_eq!(filter_expr(266338304, &inos), "s_dev == 266338304 && i_ino >= 10 && i_ino <= 30");
+        assert_eq!(
+            filter_expr(266338304, &inos),
+            "s_dev == 266338304 && i_ino >= 10 && i_ino <= 30"
+        );
         assert_eq!(filter_expr(5, &BTreeSet::new()), "s_dev == 5");
     }
 
     #[test]
     fn reads_after_reset_are_contiguous_runs_in_time_order() {
-        let w = FileWatch { reset_at: Some(10.0), received: vec![], final_received: 0 };
+        let w = FileWatch {
+            reset_at: Some(10.0),
+            received: vec![],
+            final_received: 0,
+        };
         let events = [
             ev(9.0, true, 0, 0),  // before the reset: not counted
             ev(10.5, true, 1, 0), // run 1: pages 1..2
@@ -398,7 +479,11 @@ mod tests {
         assert_eq!(s.added, 6 * PAGE);
         // Pages 0, 1, 2, 3, 8 once; page 4 once: nothing twice.
         assert_eq!(s.read_twice, 0);
-        let again = [ev(1.0, true, 0, 2), ev(2.0, false, 0, 2), ev(3.0, true, 2, 1)];
+        let again = [
+            ev(1.0, true, 0, 2),
+            ev(2.0, false, 0, 2),
+            ev(3.0, true, 2, 1),
+        ];
         assert_eq!(analyze(&again, &w).read_twice, 2 * PAGE);
         // Never reset: nothing counted after a reset.
         let s = analyze(&events, &FileWatch::default());
@@ -408,7 +493,11 @@ mod tests {
     #[test]
     fn evictions_compare_with_what_the_client_had_received() {
         // Received 8 KiB by t=1, 40 KiB by t=2, 64 KiB at the end.
-        let w = FileWatch { reset_at: None, received: vec![(1.0, 2 * PAGE), (2.0, 10 * PAGE)], final_received: 16 * PAGE };
+        let w = FileWatch {
+            reset_at: None,
+            received: vec![(1.0, 2 * PAGE), (2.0, 10 * PAGE)],
+            final_received: 16 * PAGE,
+        };
         assert_eq!(w.received_by(0.5), 2 * PAGE);
         assert_eq!(w.received_by(1.0), 2 * PAGE);
         assert_eq!(w.received_by(1.5), 10 * PAGE);
@@ -430,7 +519,15 @@ mod tests {
         let mut other = ev(1.0, true, 0, 0);
         other.ino = 8;
         let events = [ev(1.0, true, 0, 0), other, ev(2.0, true, 1, 0)];
-        let watches: BTreeMap<u64, FileWatch> = [(7, FileWatch { reset_at: Some(0.0), ..Default::default() })].into_iter().collect();
+        let watches: BTreeMap<u64, FileWatch> = [(
+            7,
+            FileWatch {
+                reset_at: Some(0.0),
+                ..Default::default()
+            },
+        )]
+        .into_iter()
+        .collect();
         let r = analyze_all(&events, &watches);
         assert_eq!(r.len(), 1);
         assert_eq!(r[&7].reads_after_reset, 1);

@@ -14,7 +14,11 @@ pub fn check(exp: &Experiment, skip_missing_servers: bool) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         missing.push("root (namespaces, TUN, cgroups, drop_caches)".to_string());
     }
-    let uses_ns = exp.kind == "linkem-validation" || exp.paths.iter().any(|p| p.mode == "linkem" || p.mode == "veth");
+    let uses_ns = exp.kind == "linkem-validation"
+        || exp
+            .paths
+            .iter()
+            .any(|p| p.mode == "linkem" || p.mode == "veth");
     if uses_ns && !Path::new("/dev/net/tun").exists() {
         missing.push("/dev/net/tun".into());
     }
@@ -30,12 +34,21 @@ pub fn check(exp: &Experiment, skip_missing_servers: bool) -> Result<()> {
     if exp.kind == "linkem-validation" || exp.iperf.is_some() {
         tools.push("iperf3");
     }
-    if exp.paths.iter().any(|p| p.mode == "veth" && p.rate.is_some()) {
+    if exp
+        .paths
+        .iter()
+        .any(|p| p.mode == "veth" && p.rate.is_some())
+    {
         tools.push("tc");
     }
     for c in &exp.cases {
         if c.client == "native" || c.client == "curl" {
-            if exp.servers.iter().any(|s| s.kind != "gridftp" && s.kind != "sluice") || c.client == "curl" {
+            if exp
+                .servers
+                .iter()
+                .any(|s| s.kind != "gridftp" && s.kind != "sluice")
+                || c.client == "curl"
+            {
                 tools.push("curl");
             }
             if exp.servers.iter().any(|s| s.kind == "gridftp") {

@@ -53,5 +53,8 @@ pub fn ping(to: &str, count: u32, interval: Duration, size: usize) -> Result<Pin
     if rtt.is_empty() {
         bail!("no answer from {to}");
     }
-    Ok(PingReport { rtt_ms: rtt, sent: count })
+    Ok(PingReport {
+        rtt_ms: rtt,
+        sent: count,
+    })
 }

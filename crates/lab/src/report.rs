@@ -70,21 +70,40 @@ pub struct Table {
 impl Table {
     /// An empty table.
     pub fn new(title: &str, k1: &str, k2: &str, columns: &[&str]) -> Table {
-        Table { title: title.into(), keys: (k1.into(), k2.into()), columns: columns.iter().map(|c| c.to_string()).collect(), rows: Vec::new() }
+        Table {
+            title: title.into(),
+            keys: (k1.into(), k2.into()),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     fn row(&mut self, group: &str, config: &str) -> &mut Row {
-        if let Some(i) = self.rows.iter().position(|r| r.group == group && r.config == config) {
+        if let Some(i) = self
+            .rows
+            .iter()
+            .position(|r| r.group == group && r.config == config)
+        {
             return &mut self.rows[i];
         }
-        self.rows.push(Row { group: group.into(), config: config.into(), values: BTreeMap::new(), note: String::new(), run: String::new() });
+        self.rows.push(Row {
+            group: group.into(),
+            config: config.into(),
+            values: BTreeMap::new(),
+            note: String::new(),
+            run: String::new(),
+        });
         self.rows.last_mut().expect("just pushed")
     }
 
     /// Adds one measurement.
     pub fn add(&mut self, group: &str, config: &str, column: &str, v: f64) {
         if v.is_finite() {
-            self.row(group, config).values.entry(column.into()).or_default().push(v);
+            self.row(group, config)
+                .values
+                .entry(column.into())
+                .or_default()
+                .push(v);
         }
     }
 
@@ -101,8 +120,14 @@ impl Table {
 
     /// Median of a column of a row.
     pub fn median_of(&self, group: &str, config: &str, column: &str) -> Option<f64> {
-        let r = self.rows.iter().find(|r| r.group == group && r.config == config)?;
-        r.values.get(column).filter(|v| !v.is_empty()).map(|v| median(v))
+        let r = self
+            .rows
+            .iter()
+            .find(|r| r.group == group && r.config == config)?;
+        r.values
+            .get(column)
+            .filter(|v| !v.is_empty())
+            .map(|v| median(v))
     }
 
     /// Markdown: each cell "median (min-max, n)" or the single value; a
@@ -110,7 +135,13 @@ impl Table {
     pub fn markdown(&self) -> String {
         let runs = self.rows.iter().any(|r| !r.run.is_empty());
         let run_head = if runs { " run |" } else { "" };
-        let mut s = format!("### {}\n\n| {} | {} |{run_head} {} | notes |\n|---|---|", self.title, self.keys.0, self.keys.1, self.columns.join(" | "));
+        let mut s = format!(
+            "### {}\n\n| {} | {} |{run_head} {} | notes |\n|---|---|",
+            self.title,
+            self.keys.0,
+            self.keys.1,
+            self.columns.join(" | ")
+        );
         s.push_str(&"---|".repeat(self.columns.len() + 1 + runs as usize));
         s.push('\n');
         for r in &self.rows {
@@ -127,8 +158,19 @@ impl Table {
                     }
                 })
                 .collect();
-            let run = if runs { format!(" {} |", r.run) } else { String::new() };
-            let _ = writeln!(s, "| {} | {} |{run} {} | {} |", r.group, r.config, cells.join(" | "), r.note);
+            let run = if runs {
+                format!(" {} |", r.run)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} |{run} {} | {} |",
+                r.group,
+                r.config,
+                cells.join(" | "),
+                r.note
+            );
         }
         s
     }
@@ -138,7 +180,10 @@ fn font_ready() -> bool {
     use std::sync::OnceLock;
     static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
-        for p in ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"] {
+        for p in [
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/TTF/DejaVuSans.ttf",
+        ] {
             if let Ok(bytes) = std::fs::read(p) {
                 let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
                 if plotters::style::register_font("sans-serif", FontStyle::Normal, leaked).is_ok() {
@@ -146,7 +191,9 @@ fn font_ready() -> bool {
                 }
             }
         }
-        eprintln!("warning: no DejaVuSans.ttf found (apt-get install fonts-dejavu-core): plots skipped");
+        eprintln!(
+            "warning: no DejaVuSans.ttf found (apt-get install fonts-dejavu-core): plots skipped"
+        );
         false
     })
 }
@@ -160,7 +207,12 @@ pub fn bar_chart(path: &Path, title: &str, table: &Table, group: &str, column: &
         .rows
         .iter()
         .filter(|r| r.group == group)
-        .filter_map(|r| r.values.get(column).filter(|v| !v.is_empty()).map(|v| (r.config.as_str(), mmm(v))))
+        .filter_map(|r| {
+            r.values
+                .get(column)
+                .filter(|v| !v.is_empty())
+                .map(|v| (r.config.as_str(), mmm(v)))
+        })
         .collect();
     if rows.is_empty() {
         return Ok(());
@@ -192,20 +244,42 @@ pub fn bar_chart(path: &Path, title: &str, table: &Table, group: &str, column: &
         .draw()?;
     for (i, (_, (lo, med, hi))) in rows.iter().enumerate() {
         let x = i as f64;
-        chart.draw_series(std::iter::once(Rectangle::new([(x + 0.15, 0.0), (x + 0.85, *med)], BLUE.mix(0.6).filled())))?;
-        chart.draw_series(std::iter::once(PathElement::new(vec![(x + 0.5, *lo), (x + 0.5, *hi)], BLACK.stroke_width(2))))?;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(x + 0.15, 0.0), (x + 0.85, *med)],
+            BLUE.mix(0.6).filled(),
+        )))?;
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(x + 0.5, *lo), (x + 0.5, *hi)],
+            BLACK.stroke_width(2),
+        )))?;
     }
-    root.present().with_context(|| format!("writing {}", path.display()))?;
+    root.present()
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
 /// Line chart of several (x, y) series.
-pub fn line_chart(path: &Path, title: &str, xdesc: &str, ydesc: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<()> {
+pub fn line_chart(
+    path: &Path,
+    title: &str,
+    xdesc: &str,
+    ydesc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<()> {
     if !font_ready() || series.iter().all(|s| s.1.is_empty()) {
         return Ok(());
     }
-    let xmax = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).fold(0.0, f64::max).max(1e-9);
-    let ymax = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(0.0, f64::max) * 1.1 + 1e-9;
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+        * 1.1
+        + 1e-9;
     let root = BitMapBackend::new(path, (900, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -222,13 +296,24 @@ pub fn line_chart(path: &Path, title: &str, xdesc: &str, ydesc: &str, series: &[
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
-    root.present().with_context(|| format!("writing {}", path.display()))?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
 /// Writes results.md and results.json into `dir`.
-pub fn write(dir: &Path, title: &str, preamble: &str, tables: &[Table], raw: &serde_json::Value) -> Result<()> {
+pub fn write(
+    dir: &Path,
+    title: &str,
+    preamble: &str,
+    tables: &[Table],
+    raw: &serde_json::Value,
+) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut md = format!("# {title}\n\n{preamble}\n\n");
     for t in tables {
@@ -237,7 +322,10 @@ pub fn write(dir: &Path, title: &str, preamble: &str, tables: &[Table], raw: &se
     }
     std::fs::write(dir.join("results.md"), md)?;
     let json = serde_json::json!({ "title": title, "tables": tables, "raw": raw });
-    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
     Ok(())
 }
 
@@ -274,19 +362,43 @@ pub struct Stored {
 /// Provenance of rows from a results.md written before runs were recorded:
 /// its "Command:", "Finished:" and "Sluice binary:" lines.
 pub fn run_from_markdown(md: &str, id: &str) -> RunInfo {
-    let field = |k: &str| md.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().trim_end_matches("  ").trim().to_string()).unwrap_or_default();
-    RunInfo { id: id.into(), command: field("Command:").trim_matches('`').to_string(), finished: field("Finished:"), binary: field("Sluice binary:") }
+    let field = |k: &str| {
+        md.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.trim().trim_end_matches("  ").trim().to_string())
+            .unwrap_or_default()
+    };
+    RunInfo {
+        id: id.into(),
+        command: field("Command:").trim_matches('`').to_string(),
+        finished: field("Finished:"),
+        binary: field("Sluice binary:"),
+    }
 }
 
 fn raw_key(v: &serde_json::Value) -> Option<(String, String)> {
-    Some((v.get("group")?.as_str()?.to_string(), v.get("server").or(v.get("config"))?.as_str()?.to_string()))
+    Some((
+        v.get("group")?.as_str()?.to_string(),
+        v.get("server").or(v.get("config"))?.as_str()?.to_string(),
+    ))
 }
 
 /// Merges a new run into stored results: rows (group, config) of `new`
 /// replace the same rows of `old` (in place), other old rows stay; raw
 /// entries of replaced rows go; runs no row refers to any more go.
-pub fn merge(old: Stored, new_tables: &[Table], new_raw: &serde_json::Value, mut run: RunInfo) -> Stored {
-    let next = old.runs.iter().filter_map(|r| r.id.strip_prefix('R')?.parse::<u32>().ok()).max().unwrap_or(0) + 1;
+pub fn merge(
+    old: Stored,
+    new_tables: &[Table],
+    new_raw: &serde_json::Value,
+    mut run: RunInfo,
+) -> Stored {
+    let next = old
+        .runs
+        .iter()
+        .filter_map(|r| r.id.strip_prefix('R')?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1;
     run.id = format!("R{next}");
     let mut tables = old.tables;
     let mut replaced = std::collections::BTreeSet::new();
@@ -294,19 +406,31 @@ pub fn merge(old: Stored, new_tables: &[Table], new_raw: &serde_json::Value, mut
         let i = match tables.iter().position(|t| t.title == nt.title) {
             Some(i) => i,
             None => {
-                tables.push(Table { rows: Vec::new(), ..nt.clone() });
+                tables.push(Table {
+                    rows: Vec::new(),
+                    ..nt.clone()
+                });
                 tables.len() - 1
             }
         };
         let t = &mut tables[i];
         let mut cols = nt.columns.clone();
-        cols.extend(t.columns.iter().filter(|c| !nt.columns.contains(c)).cloned());
+        cols.extend(
+            t.columns
+                .iter()
+                .filter(|c| !nt.columns.contains(c))
+                .cloned(),
+        );
         t.columns = cols;
         for r in &nt.rows {
             let mut r = r.clone();
             r.run = run.id.clone();
             replaced.insert((r.group.clone(), r.config.clone()));
-            match t.rows.iter().position(|o| o.group == r.group && o.config == r.config) {
+            match t
+                .rows
+                .iter()
+                .position(|o| o.group == r.group && o.config == r.config)
+            {
                 Some(j) => t.rows[j] = r,
                 // A new row goes after the last of its group.
                 None => match t.rows.iter().rposition(|o| o.group == r.group) {
@@ -317,10 +441,14 @@ pub fn merge(old: Stored, new_tables: &[Table], new_raw: &serde_json::Value, mut
         }
         // Columns no row has any more (renamed since) go.
         let rows = &t.rows;
-        t.columns.retain(|c| rows.iter().any(|r| r.values.contains_key(c)));
+        t.columns
+            .retain(|c| rows.iter().any(|r| r.values.contains_key(c)));
     }
     let mut raw: Vec<serde_json::Value> = match old.raw {
-        serde_json::Value::Array(a) => a.into_iter().filter(|v| raw_key(v).is_none_or(|k| !replaced.contains(&k))).collect(),
+        serde_json::Value::Array(a) => a
+            .into_iter()
+            .filter(|v| raw_key(v).is_none_or(|k| !replaced.contains(&k)))
+            .collect(),
         _ => Vec::new(),
     };
     if let serde_json::Value::Array(a) = new_raw {
@@ -334,7 +462,12 @@ pub fn merge(old: Stored, new_tables: &[Table], new_raw: &serde_json::Value, mut
     let mut runs = old.runs;
     runs.push(run);
     runs.retain(|r| tables.iter().any(|t| t.rows.iter().any(|x| x.run == r.id)));
-    Stored { title: old.title, tables, raw: serde_json::Value::Array(raw), runs }
+    Stored {
+        title: old.title,
+        tables,
+        raw: serde_json::Value::Array(raw),
+        runs,
+    }
 }
 
 /// Writes results.md and results.json, merging into what `dir` holds when
@@ -344,15 +477,31 @@ pub fn merge(old: Stored, new_tables: &[Table], new_raw: &serde_json::Value, mut
 /// `post` runs on every merged table before it is written (columns that
 /// compare rows, e.g. against a baseline row of an earlier run).
 #[allow(clippy::too_many_arguments)]
-pub fn write_merged(dir: &Path, title: &str, preamble: &str, tables: &[Table], raw: &serde_json::Value, run: RunInfo, keep_others: bool, post: &dyn Fn(&mut Table)) -> Result<Stored> {
+pub fn write_merged(
+    dir: &Path,
+    title: &str,
+    preamble: &str,
+    tables: &[Table],
+    raw: &serde_json::Value,
+    run: RunInfo,
+    keep_others: bool,
+    post: &dyn Fn(&mut Table),
+) -> Result<Stored> {
     std::fs::create_dir_all(dir)?;
-    let mut old = Stored { title: title.into(), raw: serde_json::Value::Array(Vec::new()), ..Default::default() };
+    let mut old = Stored {
+        title: title.into(),
+        raw: serde_json::Value::Array(Vec::new()),
+        ..Default::default()
+    };
     let jp = dir.join("results.json");
     if keep_others && jp.exists() {
         let text = std::fs::read_to_string(&jp)?;
         match serde_json::from_str::<Stored>(&text) {
             Ok(mut s) => {
-                if s.tables.iter().any(|t| t.rows.iter().any(|r| r.run.is_empty())) {
+                if s.tables
+                    .iter()
+                    .any(|t| t.rows.iter().any(|r| r.run.is_empty()))
+                {
                     // Written before runs were recorded: one run described by the old results.md.
                     let md = std::fs::read_to_string(dir.join("results.md")).unwrap_or_default();
                     let id = format!("R{}", s.runs.len() + 1);
@@ -366,7 +515,10 @@ pub fn write_merged(dir: &Path, title: &str, preamble: &str, tables: &[Table], r
                 s.title = title.into();
                 old = s;
             }
-            Err(e) => eprintln!("warning: {} not merged (unreadable: {e}); rows of other servers are dropped", jp.display()),
+            Err(e) => eprintln!(
+                "warning: {} not merged (unreadable: {e}); rows of other servers are dropped",
+                jp.display()
+            ),
         }
     }
     let mut stored = merge(old, tables, raw, run);
@@ -377,7 +529,11 @@ pub fn write_merged(dir: &Path, title: &str, preamble: &str, tables: &[Table], r
     if stored.runs.len() > 1 || keep_others {
         md.push_str("Rows come from these runs (column \"run\"; a later run of some servers or steps replaces only their rows):\n\n| run | command | finished (load average) | Sluice binary |\n|---|---|---|---|\n");
         for r in &stored.runs {
-            let _ = writeln!(md, "| {} | `{}` | {} | {} |", r.id, r.command, r.finished, r.binary);
+            let _ = writeln!(
+                md,
+                "| {} | `{}` | {} | {} |",
+                r.id, r.command, r.finished, r.binary
+            );
         }
         md.push('\n');
     }
@@ -417,9 +573,27 @@ mod tests {
 
     #[test]
     fn merging_replaces_only_the_rows_that_ran() {
-        let run = |c: &str| RunInfo { command: c.into(), ..Default::default() };
-        let raw = |rows: &[(&str, &str)]| serde_json::Value::Array(rows.iter().map(|(g, s)| serde_json::json!({"group": g, "server": s})).collect());
-        let first = merge(Stored::default(), &[table(&[("a", "nginx", 1.0), ("a", "sluice", 2.0), ("b", "sluice", 3.0)])], &raw(&[("a", "nginx"), ("a", "sluice"), ("b", "sluice")]), run("all"));
+        let run = |c: &str| RunInfo {
+            command: c.into(),
+            ..Default::default()
+        };
+        let raw = |rows: &[(&str, &str)]| {
+            serde_json::Value::Array(
+                rows.iter()
+                    .map(|(g, s)| serde_json::json!({"group": g, "server": s}))
+                    .collect(),
+            )
+        };
+        let first = merge(
+            Stored::default(),
+            &[table(&[
+                ("a", "nginx", 1.0),
+                ("a", "sluice", 2.0),
+                ("b", "sluice", 3.0),
+            ])],
+            &raw(&[("a", "nginx"), ("a", "sluice"), ("b", "sluice")]),
+            run("all"),
+        );
         assert_eq!(first.runs.len(), 1);
         assert!(first.tables[0].rows.iter().all(|r| r.run == "R1"));
         // A later run of sluice in group a only.
@@ -429,24 +603,78 @@ mod tests {
         let second = merge(first, &[t2], &raw(&[("a", "sluice")]), run("sluice only"));
         let t = &second.tables[0];
         assert_eq!(t.rows.len(), 3);
-        assert_eq!((t.rows[1].config.as_str(), t.rows[1].run.as_str()), ("sluice", "R2"));
+        assert_eq!(
+            (t.rows[1].config.as_str(), t.rows[1].run.as_str()),
+            ("sluice", "R2")
+        );
         assert_eq!(t.median_of("a", "sluice", "MB/s"), Some(20.0));
         assert_eq!(t.median_of("a", "nginx", "MB/s"), Some(1.0));
         assert_eq!(t.rows[2].run, "R1");
         // A new row of an existing group goes after that group's rows.
-        let third = merge(second.clone(), &[table(&[("a", "vsftpd", 7.0)])], &raw(&[]), run("vsftpd"));
-        let order: Vec<_> = third.tables[0].rows.iter().map(|r| (r.group.as_str(), r.config.as_str())).collect();
-        assert_eq!(order, vec![("a", "nginx"), ("a", "sluice"), ("a", "vsftpd"), ("b", "sluice")]);
+        let third = merge(
+            second.clone(),
+            &[table(&[("a", "vsftpd", 7.0)])],
+            &raw(&[]),
+            run("vsftpd"),
+        );
+        let order: Vec<_> = third.tables[0]
+            .rows
+            .iter()
+            .map(|r| (r.group.as_str(), r.config.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                ("a", "nginx"),
+                ("a", "sluice"),
+                ("a", "vsftpd"),
+                ("b", "sluice")
+            ]
+        );
         let t = &second.tables[0];
         assert_eq!(t.columns, vec!["MB/s".to_string(), "new col".to_string()]);
-        let keys: Vec<_> = second.raw.as_array().unwrap().iter().map(|v| (v["server"].as_str().unwrap().to_string(), v.get("run_id").and_then(|x| x.as_str()).unwrap_or("R1").to_string())).collect();
+        let keys: Vec<_> = second
+            .raw
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    v["server"].as_str().unwrap().to_string(),
+                    v.get("run_id")
+                        .and_then(|x| x.as_str())
+                        .unwrap_or("R1")
+                        .to_string(),
+                )
+            })
+            .collect();
         assert_eq!(keys.len(), 3);
         assert!(keys.contains(&("sluice".into(), "R2".into())));
-        assert_eq!(second.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), vec!["R1", "R2"]);
-        assert!(t.markdown().contains("| a | sluice | R2 | 20.0 | 5.00 |  |"), "{}", t.markdown());
+        assert_eq!(
+            second
+                .runs
+                .iter()
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>(),
+            vec!["R1", "R2"]
+        );
+        assert!(
+            t.markdown()
+                .contains("| a | sluice | R2 | 20.0 | 5.00 |  |"),
+            "{}",
+            t.markdown()
+        );
         // Replacing every row of R1 drops R1 from the runs.
-        let third = merge(second, &[table(&[("a", "nginx", 1.5), ("b", "sluice", 3.5)])], &raw(&[]), run("rest"));
-        assert_eq!(third.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), vec!["R2", "R3"]);
+        let third = merge(
+            second,
+            &[table(&[("a", "nginx", 1.5), ("b", "sluice", 3.5)])],
+            &raw(&[]),
+            run("rest"),
+        );
+        assert_eq!(
+            third.runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            vec!["R2", "R3"]
+        );
     }
 
     #[test]
@@ -454,7 +682,10 @@ mod tests {
         let md = "# x\n\nd\n\nCommand: `sluice-lab run x --repeat 1`  \nFinished: 2026-11-22 08:09 UTC (load average then: 2.39 1.86 2.11)  \nSluice binary: /b/sluice (built 07:26)  \nKernel: k\n";
         let r = run_from_markdown(md, "R1");
         assert_eq!(r.command, "sluice-lab run x --repeat 1");
-        assert_eq!(r.finished, "2026-11-22 08:09 UTC (load average then: 2.39 1.86 2.11)");
+        assert_eq!(
+            r.finished,
+            "2026-11-22 08:09 UTC (load average then: 2.39 1.86 2.11)"
+        );
         assert_eq!(r.binary, "/b/sluice (built 07:26)");
     }
 }

@@ -37,7 +37,11 @@ impl Ctx {
     /// Server cgroup limits from the experiment, with the data disk's device.
     pub fn limits(&self) -> Result<Limits> {
         let l = &self.exp.limits;
-        let device = if l.read_bps.is_some() || l.read_iops.is_some() { Some(cgroup::device_of(&self.exp.data.dir)?) } else { None };
+        let device = if l.read_bps.is_some() || l.read_iops.is_some() {
+            Some(cgroup::device_of(&self.exp.data.dir)?)
+        } else {
+            None
+        };
         Ok(Limits {
             memory_bytes: l.memory.as_deref().map(parse_size).transpose()?,
             device,
@@ -48,7 +52,10 @@ impl Ctx {
 
     /// Sysctls for lab namespaces: defaults, then the experiment's.
     pub fn sysctls(&self) -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = crate::topology::DEFAULT_SYSCTLS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut v: Vec<(String, String)> = crate::topology::DEFAULT_SYSCTLS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         for (k, val) in &self.exp.sysctl {
             v.retain(|(kk, _)| kk != k);
             v.push((k.clone(), val.clone()));
@@ -60,11 +67,19 @@ impl Ctx {
     pub fn run_info(&self) -> crate::report::RunInfo {
         let when = crate::cmd::run("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        let load: String = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+        let load: String = load
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
         let binary = if self.exp.servers.iter().any(|s| s.kind == "sluice") {
             match sluice_bin() {
                 Some(p) => {
-                    let m = crate::cmd::run("date", &["-u", "-r", &p.display().to_string(), "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+                    let m = crate::cmd::run(
+                        "date",
+                        &["-u", "-r", &p.display().to_string(), "+%Y-%m-%d %H:%M UTC"],
+                    )
+                    .unwrap_or_default();
                     format!("{} (built {})", p.display(), m.trim())
                 }
                 None => "not found (sluice rows not run)".into(),
@@ -72,25 +87,56 @@ impl Ctx {
         } else {
             "-".into()
         };
-        crate::report::RunInfo { id: String::new(), command: self.command.clone(), finished: format!("{} (load average then: {load})", when.trim()), binary }
+        crate::report::RunInfo {
+            id: String::new(),
+            command: self.command.clone(),
+            finished: format!("{} (load average then: {load})", when.trim()),
+            binary,
+        }
     }
 
     /// Writes the report, merged into the stored results when only some servers or steps ran.
-    pub fn write_report(&self, tables: &[crate::report::Table], raw: &serde_json::Value) -> Result<crate::report::Stored> {
+    pub fn write_report(
+        &self,
+        tables: &[crate::report::Table],
+        raw: &serde_json::Value,
+    ) -> Result<crate::report::Stored> {
         self.write_report_with(tables, raw, &|_| {})
     }
 
     /// As `write_report`, with `post` run on each merged table before it is written.
-    pub fn write_report_with(&self, tables: &[crate::report::Table], raw: &serde_json::Value, post: &dyn Fn(&mut crate::report::Table)) -> Result<crate::report::Stored> {
-        crate::report::write_merged(&self.out, &self.exp.name, &self.preamble(), tables, raw, self.run_info(), self.merge, post)
+    pub fn write_report_with(
+        &self,
+        tables: &[crate::report::Table],
+        raw: &serde_json::Value,
+        post: &dyn Fn(&mut crate::report::Table),
+    ) -> Result<crate::report::Stored> {
+        crate::report::write_merged(
+            &self.out,
+            &self.exp.name,
+            &self.preamble(),
+            tables,
+            raw,
+            self.run_info(),
+            self.merge,
+            post,
+        )
     }
 
     /// Header of results.md: what ran, how, when.
     pub fn preamble(&self) -> String {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let info = self.run_info();
-        let (when, load) = info.finished.split_once(" (load average then: ").map(|(a, b)| (a.to_string(), b.trim_end_matches(')').to_string())).unwrap_or_default();
-        let sluice = if info.binary == "-" { String::new() } else { format!("  \nSluice binary: {}", info.binary) };
+        let (when, load) = info
+            .finished
+            .split_once(" (load average then: ")
+            .map(|(a, b)| (a.to_string(), b.trim_end_matches(')').to_string()))
+            .unwrap_or_default();
+        let sluice = if info.binary == "-" {
+            String::new()
+        } else {
+            format!("  \nSluice binary: {}", info.binary)
+        };
         format!(
             "{}\n\nCommand: `{}`  \nFinished: {} (load average then: {load}){sluice}  \nKernel: {}, {} CPUs. Repetitions per configuration: {}{}. \
              Cells are `median (min–max, n=runs)`; with n=2 the median shown is the upper value.",
@@ -126,12 +172,17 @@ fn ensure_file_named(dir: &Path, size: u64, name: &str) -> Result<PathBuf> {
         }
     }
     let p = dir.join(name);
-    if std::fs::metadata(&p).map(|m| m.len() == size).unwrap_or(false) {
+    if std::fs::metadata(&p)
+        .map(|m| m.len() == size)
+        .unwrap_or(false)
+    {
         return Ok(p);
     }
     eprintln!("creating {} ({} KiB)", p.display(), size >> 10);
     // Distinct files must differ (no dedup anywhere below); the name seeds the data.
-    let seed = name.bytes().fold(0u64, |h, b| h.wrapping_mul(0x100_0000_01b3).wrapping_add(b as u64));
+    let seed = name.bytes().fold(0u64, |h, b| {
+        h.wrapping_mul(0x100_0000_01b3).wrapping_add(b as u64)
+    });
     let tmp = p.with_extension("tmp");
     let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
     let mut block = vec![0u8; 1 << 20];
@@ -169,7 +220,12 @@ pub fn prepare_cache(exp: &Experiment, file: &Path) -> Result<()> {
 }
 
 /// The real client for `server`: (program argv) or None when it cannot do `streams`.
-pub fn native_client(server: &ServerSpec, client: &str, url: &str, streams: u32) -> Option<Vec<String>> {
+pub fn native_client(
+    server: &ServerSpec,
+    client: &str,
+    url: &str,
+    streams: u32,
+) -> Option<Vec<String>> {
     let which = match client {
         "native" => match server.kind.as_str() {
             "gridftp" => "globus-url-copy",
@@ -191,7 +247,14 @@ pub fn native_client(server: &ServerSpec, client: &str, url: &str, streams: u32)
         "curl" if streams == 1 => Some(vec![s("curl"), s("-sS"), s("-o"), s("/dev/null"), s(url)]),
         "sluice-get" => {
             let bin = sluice_bin()?;
-            Some(vec![bin.display().to_string(), s("get"), s(url), s("/dev/null"), s("-p"), streams.to_string()])
+            Some(vec![
+                bin.display().to_string(),
+                s("get"),
+                s(url),
+                s("/dev/null"),
+                s("-p"),
+                streams.to_string(),
+            ])
         }
         _ => None,
     }
@@ -203,14 +266,23 @@ pub fn run_clients(ns: Option<&str>, argv: &[String], n: u32, work: &Path) -> Re
     for i in 0..n {
         let log = work.join(format!("client-{i}.log"));
         let f = std::fs::File::create(&log)?;
-        let c = ns_command(ns, argv).stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting {}", argv[0]))?;
+        let c = ns_command(ns, argv)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .with_context(|| format!("starting {}", argv[0]))?;
         kids.push((c, log));
     }
     let mut err = None;
     for (mut c, log) in kids {
         let st = c.wait()?;
         if !st.success() && err.is_none() {
-            err = Some(format!("{} exited {st}: {}", argv[0], std::fs::read_to_string(&log).unwrap_or_default().trim()));
+            err = Some(format!(
+                "{} exited {st}: {}",
+                argv[0],
+                std::fs::read_to_string(&log).unwrap_or_default().trim()
+            ));
         }
     }
     match err {
@@ -226,7 +298,10 @@ pub fn run_load(ns: Option<&str>, spec: &LoadSpec, work: &Path) -> Result<LoadRe
     std::fs::write(&path, serde_json::to_string(spec)?)?;
     let me = std::env::current_exe()?.display().to_string();
     let argv = vec![me, "_load".into(), path.display().to_string()];
-    let out = ns_command(ns, &argv).stdin(Stdio::null()).stderr(Stdio::inherit()).output()?;
+    let out = ns_command(ns, &argv)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()?;
     if !out.status.success() {
         bail!("workload generator failed ({})", out.status);
     }
@@ -237,7 +312,15 @@ pub fn run_load(ns: Option<&str>, spec: &LoadSpec, work: &Path) -> Result<LoadRe
 pub fn simple_load(url: &str, n: u32, class: &str) -> LoadSpec {
     LoadSpec {
         downloads: (0..n)
-            .map(|_| crate::load::DownloadSpec { url: url.into(), class: class.into(), start_s: 0.0, rate_bps: None, abort_after_s: None, rcvbuf: None, id: 0 })
+            .map(|_| crate::load::DownloadSpec {
+                url: url.into(),
+                class: class.into(),
+                start_s: 0.0,
+                rate_bps: None,
+                abort_after_s: None,
+                rcvbuf: None,
+                id: 0,
+            })
             .collect(),
         sample_ms: 200,
         deadline_s: None,
@@ -247,14 +330,29 @@ pub fn simple_load(url: &str, n: u32, class: &str) -> LoadSpec {
 
 /// iperf3 from the client namespace to a one-shot server in the server namespace.
 /// Returns received goodput in bit/s.
-pub fn iperf(server_ns: Option<&str>, client_ns: Option<&str>, addr: &str, port: u16, secs: u32, streams: u32, work: &Path) -> Result<f64> {
+pub fn iperf(
+    server_ns: Option<&str>,
+    client_ns: Option<&str>,
+    addr: &str,
+    port: u16,
+    secs: u32,
+    streams: u32,
+    work: &Path,
+) -> Result<f64> {
     let s = |x: &str| x.to_string();
     let sargv = vec![s("iperf3"), s("-s"), s("-1"), s("-p"), port.to_string()];
     let log = std::fs::File::create(work.join("iperf3-server.log"))?;
-    let mut srv = ns_command(server_ns, &sargv).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
+    let mut srv = ns_command(server_ns, &sargv)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
     let t = Instant::now();
     loop {
-        let argv: Vec<String> = ["ss", "-Hltn", "sport", "=", &format!(":{port}")].iter().map(|x| x.to_string()).collect();
+        let argv: Vec<String> = ["ss", "-Hltn", "sport", "=", &format!(":{port}")]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
         let o = ns_command(server_ns, &argv).output()?;
         if !o.stdout.is_empty() {
             break;
@@ -265,14 +363,30 @@ pub fn iperf(server_ns: Option<&str>, client_ns: Option<&str>, addr: &str, port:
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let cargv = vec![s("iperf3"), s("-c"), s(addr), s("-p"), port.to_string(), s("-t"), secs.to_string(), s("-P"), streams.to_string(), s("-J")];
-    let out = ns_command(client_ns, &cargv).stdin(Stdio::null()).output()?;
+    let cargv = vec![
+        s("iperf3"),
+        s("-c"),
+        s(addr),
+        s("-p"),
+        port.to_string(),
+        s("-t"),
+        secs.to_string(),
+        s("-P"),
+        streams.to_string(),
+        s("-J"),
+    ];
+    let out = ns_command(client_ns, &cargv)
+        .stdin(Stdio::null())
+        .output()?;
     let _ = srv.wait();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing iperf3 -J output")?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing iperf3 -J output")?;
     if let Some(e) = v.get("error") {
         bail!("iperf3: {e}");
     }
-    v["end"]["sum_received"]["bits_per_second"].as_f64().context("iperf3 output without end.sum_received")
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 output without end.sum_received")
 }
 
 /// Parses a size string.

@@ -116,22 +116,40 @@ pub fn parse_perf_intervals(text: &str) -> Vec<(f64, u64)> {
 /// Context switches in intervals ending in (from_s, to_s] of run time, with
 /// the run starting `offset_s` after perf did.
 pub fn ctx_in_window(iv: &[(f64, u64)], offset_s: f64, from_s: f64, to_s: f64) -> u64 {
-    iv.iter().filter(|(t, _)| t - offset_s > from_s + 1e-9 && t - offset_s <= to_s + 1e-9).map(|x| x.1).sum()
+    iv.iter()
+        .filter(|(t, _)| t - offset_s > from_s + 1e-9 && t - offset_s <= to_s + 1e-9)
+        .map(|x| x.1)
+        .sum()
 }
 
 fn kv(args: &[String], key: &str) -> Option<String> {
-    args.iter().find_map(|a| a.strip_prefix(&format!("{key}=")).map(str::to_string))
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("{key}=")).map(str::to_string))
 }
 
 /// Starts `spec` serving `root` on `addr:port` in `ns`, inside a fresh cgroup with `limits`.
-pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port: u16, limits: &Limits, workdir: &Path) -> Result<Running> {
+pub fn start(
+    spec: &ServerSpec,
+    root: &Path,
+    ns: Option<&str>,
+    addr: &str,
+    port: u16,
+    limits: &Limits,
+    workdir: &Path,
+) -> Result<Running> {
     let wd = workdir.join(format!("srv-{}", spec.name));
     fs::create_dir_all(&wd)?;
     let root_s = root.display().to_string();
     let argv: Vec<String> = match spec.kind.as_str() {
         "sluice" => {
             let bin = sluice_bin().context("sluice binary not found (set SLUICE_BIN or build sluice-server into the same target dir)")?;
-            let mut v = vec![bin.display().to_string(), "serve".into(), root_s.clone(), "--ftp".into(), format!("{addr}:{port}")];
+            let mut v = vec![
+                bin.display().to_string(),
+                "serve".into(),
+                root_s.clone(),
+                "--ftp".into(),
+                format!("{addr}:{port}"),
+            ];
             v.extend(spec.args.iter().cloned());
             v
         }
@@ -158,7 +176,12 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
             .chain(if addr == "0.0.0.0" {
                 vec![]
             } else {
-                vec!["-control-interface".into(), addr.into(), "-data-interface".into(), addr.into()]
+                vec![
+                    "-control-interface".into(),
+                    addr.into(),
+                    "-data-interface".into(),
+                    addr.into(),
+                ]
             })
             .collect()
         }
@@ -191,7 +214,15 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
                       server {{ listen {addr}:{port}; root {root_s}; location / {{ }} }}\n}}\n"
                 ),
             )?;
-            vec!["nginx".into(), "-p".into(), w.to_string(), "-c".into(), conf.display().to_string(), "-e".into(), format!("{w}/error.log")]
+            vec![
+                "nginx".into(),
+                "-p".into(),
+                w.to_string(),
+                "-c".into(),
+                conf.display().to_string(),
+                "-e".into(),
+                format!("{w}/error.log"),
+            ]
         }
         other => bail!("unknown server kind {other:?} (sluice, gridftp, vsftpd, nginx)"),
     };
@@ -202,14 +233,25 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
     // /sys, so the cgroup files are not reachable from inside the namespace.
     let mut argv = argv;
     if !spec.env.is_empty() {
-        argv = ["env".to_string()].into_iter().chain(spec.env.iter().cloned()).chain(argv).collect();
+        argv = ["env".to_string()]
+            .into_iter()
+            .chain(spec.env.iter().cloned())
+            .chain(argv)
+            .collect();
     }
     if let Some(n) = ns {
         let mut v: Vec<String> = vec!["ip".into(), "netns".into(), "exec".into(), n.into()];
         v.extend(argv);
         argv = v;
     }
-    let inner = format!("{}exec {}", group.enter_prefix(), argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "));
+    let inner = format!(
+        "{}exec {}",
+        group.enter_prefix(),
+        argv.iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     let full: Vec<String> = vec![
         "perf".into(),
         "stat".into(),
@@ -228,15 +270,36 @@ pub fn start(spec: &ServerSpec, root: &Path, ns: Option<&str>, addr: &str, port:
     let log = wd.join("server.log");
     let lf = fs::File::create(&log)?;
     let started = Instant::now();
-    let child = ns_command(None, &full).stdin(Stdio::null()).stdout(lf.try_clone()?).stderr(lf).spawn().context("starting perf/server")?;
-    let prefix = if spec.kind == "gridftp" { root_s.trim_end_matches('/').to_string() } else { String::new() };
-    let mut r = Running { child, group, perf_out, port, addr: addr.to_string(), scheme: spec.scheme(), log, prefix, started };
+    let child = ns_command(None, &full)
+        .stdin(Stdio::null())
+        .stdout(lf.try_clone()?)
+        .stderr(lf)
+        .spawn()
+        .context("starting perf/server")?;
+    let prefix = if spec.kind == "gridftp" {
+        root_s.trim_end_matches('/').to_string()
+    } else {
+        String::new()
+    };
+    let mut r = Running {
+        child,
+        group,
+        perf_out,
+        port,
+        addr: addr.to_string(),
+        scheme: spec.scheme(),
+        log,
+        prefix,
+        started,
+    };
     r.wait_listening(ns)?;
     Ok(r)
 }
 
 fn shell_quote(s: &str) -> String {
-    if s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,@".contains(c)) {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -247,16 +310,26 @@ impl Running {
     fn wait_listening(&mut self, ns: Option<&str>) -> Result<()> {
         let t = Instant::now();
         loop {
-            let argv: Vec<String> = ["ss", "-Hltn", "sport", "=", &format!(":{}", self.port)].iter().map(|s| s.to_string()).collect();
+            let argv: Vec<String> = ["ss", "-Hltn", "sport", "=", &format!(":{}", self.port)]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
             let out = ns_command(ns, &argv).output()?;
             if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
                 return Ok(());
             }
             if let Some(st) = self.child.try_wait()? {
-                bail!("server exited ({st}) before listening: {}", fs::read_to_string(&self.log).unwrap_or_default().trim());
+                bail!(
+                    "server exited ({st}) before listening: {}",
+                    fs::read_to_string(&self.log).unwrap_or_default().trim()
+                );
             }
             if t.elapsed() > Duration::from_secs(15) {
-                bail!("server not listening on port {} after 15 s: {}", self.port, fs::read_to_string(&self.log).unwrap_or_default());
+                bail!(
+                    "server not listening on port {} after 15 s: {}",
+                    self.port,
+                    fs::read_to_string(&self.log).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -274,7 +347,10 @@ impl Running {
 
     /// URL of a file as reached at `host` (servers bound to 0.0.0.0).
     pub fn url_for_host(&self, host: &str, fname: &str) -> String {
-        format!("{}://{host}:{}{}/{fname}", self.scheme, self.port, self.prefix)
+        format!(
+            "{}://{host}:{}{}/{fname}",
+            self.scheme, self.port, self.prefix
+        )
     }
 
     /// Pids in the server's group (for `ss -p` matching).
@@ -319,7 +395,11 @@ impl Running {
         let perf = fs::read_to_string(&self.perf_out).unwrap_or_default();
         let ctx_intervals = parse_perf_intervals(&perf);
         let ctx = ctx_intervals.iter().map(|x| x.1).sum();
-        Ok(ServerUsage { cgroup: cg, ctx_switches: ctx, ctx_intervals })
+        Ok(ServerUsage {
+            cgroup: cg,
+            ctx_switches: ctx,
+            ctx_intervals,
+        })
     }
 }
 

@@ -39,11 +39,17 @@ fn field<'a>(s: &'a str, key: &str) -> Option<&'a str> {
 }
 
 fn skmem(s: &str, k: &str) -> u64 {
-    let Some(inner) = field(s, "skmem:(") else { return 0 };
-    inner.trim_end_matches(')').split(',').find_map(|kv| {
-        let v = kv.strip_prefix(k)?;
-        v.parse().ok()
-    }).unwrap_or(0)
+    let Some(inner) = field(s, "skmem:(") else {
+        return 0;
+    };
+    inner
+        .trim_end_matches(')')
+        .split(',')
+        .find_map(|kv| {
+            let v = kv.strip_prefix(k)?;
+            v.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// Parses `ss -tinmpH` output (a socket's info continues on indented lines).
@@ -53,11 +59,31 @@ pub fn parse_ss(out: &str) -> Vec<Sock> {
     let flush = |text: String, socks: &mut Vec<Sock>| {
         let words: Vec<&str> = text.split_whitespace().collect();
         // With a state filter ss omits the State column: Recv-Q Send-Q Local Peer [users]
-        let addrs: Vec<&str> = words.iter().copied().filter(|w| w.contains(':') && !w.contains('(') && w.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '[' || c == '*')).take(2).collect();
+        let addrs: Vec<&str> = words
+            .iter()
+            .copied()
+            .filter(|w| {
+                w.contains(':')
+                    && !w.contains('(')
+                    && w.chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_digit() || c == '[' || c == '*')
+            })
+            .take(2)
+            .collect();
         if addrs.len() < 2 {
             return;
         }
-        let pids = text.match_indices("pid=").filter_map(|(i, _)| text[i + 4..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).collect();
+        let pids = text
+            .match_indices("pid=")
+            .filter_map(|(i, _)| {
+                text[i + 4..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
         socks.push(Sock {
             key: format!("{} {}", addrs[0], addrs[1]),
             pids,
@@ -66,7 +92,9 @@ pub fn parse_ss(out: &str) -> Vec<Sock> {
             wmem: skmem(&text, "w"),
             sndbuf: skmem(&text, "tb"),
             rtt_ms: field(&text, "rtt:").and_then(|v| v.split('/').next()?.parse().ok()),
-            retrans: field(&text, "retrans:").and_then(|v| v.split('/').nth(1)?.parse().ok()).unwrap_or(0),
+            retrans: field(&text, "retrans:")
+                .and_then(|v| v.split('/').nth(1)?.parse().ok())
+                .unwrap_or(0),
         });
     };
     for line in out.lines() {
@@ -124,7 +152,11 @@ struct Acc {
 
 impl Acc {
     fn new() -> Acc {
-        Acc { s: SideSummary::default(), retrans: HashMap::new(), rtts: Vec::new() }
+        Acc {
+            s: SideSummary::default(),
+            retrans: HashMap::new(),
+            rtts: Vec::new(),
+        }
     }
     fn add(&mut self, socks: &[&Sock]) {
         let mut total = 0;
@@ -158,25 +190,42 @@ pub struct Sampler {
 
 impl Sampler {
     /// Samples `namespaces` every `every`, classifying sockets by the pids in `server_procs`.
-    pub fn start(namespaces: Vec<Option<String>>, server_procs: PathBuf, every: Duration) -> Sampler {
+    pub fn start(
+        namespaces: Vec<Option<String>>,
+        server_procs: PathBuf,
+        every: Duration,
+    ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let handle = std::thread::spawn(move || {
             let (mut srv, mut cli) = (Acc::new(), Acc::new());
             loop {
                 let last = st.load(Ordering::Relaxed);
-                let server_pids: HashSet<u32> =
-                    std::fs::read_to_string(&server_procs).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
+                let server_pids: HashSet<u32> = std::fs::read_to_string(&server_procs)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
                 for ns in &namespaces {
-                    let argv: Vec<String> = ["ss", "-tinmpH", "state", "established"].iter().map(|s| s.to_string()).collect();
-                    let Ok(out) = ns_command(ns.as_deref(), &argv).output() else { continue };
+                    let argv: Vec<String> = ["ss", "-tinmpH", "state", "established"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect();
+                    let Ok(out) = ns_command(ns.as_deref(), &argv).output() else {
+                        continue;
+                    };
                     let socks = parse_ss(&String::from_utf8_lossy(&out.stdout));
-                    let (s, c): (Vec<&Sock>, Vec<&Sock>) = socks.iter().partition(|k| k.pids.iter().any(|p| server_pids.contains(p)));
+                    let (s, c): (Vec<&Sock>, Vec<&Sock>) = socks
+                        .iter()
+                        .partition(|k| k.pids.iter().any(|p| server_pids.contains(p)));
                     srv.add(&s);
                     cli.add(&c);
                 }
                 if last {
-                    return SockSummary { server: srv.finish(), client: cli.finish() };
+                    return SockSummary {
+                        server: srv.finish(),
+                        client: cli.finish(),
+                    };
                 }
                 std::thread::sleep(every);
             }

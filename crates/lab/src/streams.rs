@@ -131,10 +131,18 @@ pub struct LinkEvent {
 impl StreamsSpec {
     /// Checks values that would otherwise fail only mid-run.
     pub fn check(&self) -> Result<()> {
-        for d in [Some(&self.duration), self.smoke_duration.as_ref(), Some(&self.arrival_spread), Some(&self.steady_from), Some(&self.sample), self.client_sample.as_ref(), Some(&self.fair_window)]
-            .into_iter()
-            .flatten()
-            .chain(self.abort_at.iter())
+        for d in [
+            Some(&self.duration),
+            self.smoke_duration.as_ref(),
+            Some(&self.arrival_spread),
+            Some(&self.steady_from),
+            Some(&self.sample),
+            self.client_sample.as_ref(),
+            Some(&self.fair_window),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.abort_at.iter())
         {
             parse_duration(d)?;
         }
@@ -142,7 +150,9 @@ impl StreamsSpec {
             bail!("files = {:?}: expected shared or per-client", self.files);
         }
         if self.page_trace && self.files != "per-client" {
-            bail!("page_trace needs files = \"per-client\" (a traced file must belong to one client)");
+            bail!(
+                "page_trace needs files = \"per-client\" (a traced file must belong to one client)"
+            );
         }
         if self.abort_count > 0 && self.abort_at.is_none() {
             bail!("abort_count needs abort_at");
@@ -168,7 +178,10 @@ impl StreamsSpec {
 
 /// Client count of each class in step `step` (a class with fewer values keeps its last).
 pub fn counts_at(lists: &[Vec<u32>], step: usize) -> Vec<u32> {
-    lists.iter().map(|l| l.get(step).or(l.last()).copied().unwrap_or(0)).collect()
+    lists
+        .iter()
+        .map(|l| l.get(step).or(l.last()).copied().unwrap_or(0))
+        .collect()
 }
 
 /// Indices (0..total) of the `n` clients to reset, spread evenly.
@@ -228,7 +241,11 @@ pub fn rebin(bins: &[u64], k: usize) -> Vec<u64> {
 
 /// Mean of the values whose times lie in [from_s, to_s]; NaN when none do.
 pub fn mean_in(points: &[(f64, f64)], from_s: f64, to_s: f64) -> f64 {
-    let v: Vec<f64> = points.iter().filter(|(t, _)| *t >= from_s - 1e-9 && *t <= to_s + 1e-9).map(|x| x.1).collect();
+    let v: Vec<f64> = points
+        .iter()
+        .filter(|(t, _)| *t >= from_s - 1e-9 && *t <= to_s + 1e-9)
+        .map(|x| x.1)
+        .collect();
     if v.is_empty() {
         f64::NAN
     } else {
@@ -284,7 +301,11 @@ pub struct ServerSample {
 
 /// Value of `f` in the last sample at or before `t_s` (the first sample when none is).
 pub fn sample_at(samples: &[ServerSample], t_s: f64) -> Option<&ServerSample> {
-    samples.iter().take_while(|s| s.t_s <= t_s + 1e-9).last().or(samples.first())
+    samples
+        .iter()
+        .take_while(|s| s.t_s <= t_s + 1e-9)
+        .last()
+        .or(samples.first())
 }
 
 #[cfg(test)]
@@ -303,13 +324,17 @@ mod tests {
 
     #[test]
     fn time_to_reach_uses_sliding_windows() {
-        let bins = [4_000_000, 4_000_000, 1_000_000, 3_000_000, 5_000_000, 5_000_000];
+        let bins = [
+            4_000_000, 4_000_000, 1_000_000, 3_000_000, 5_000_000, 5_000_000,
+        ];
         // From t=2, two-bin windows: (1+3)/2 = 2, (3+5)/2 = 4 -> reached at the end of bin 4 (t=5).
         assert_eq!(time_to_reach(&bins, 1.0, 2.0, 4.0, 2), 3.0);
         assert!(time_to_reach(&bins, 1.0, 2.0, 6.0, 2).is_nan());
         // 100 ms bins, 500 ms window (5 bins), reset at 1.0 s: MB/s per window of 5 x 0.1 s.
         let mut fine = vec![400_000u64; 10]; // 4 MB/s before
-        fine.extend([0, 100_000, 400_000, 400_000, 400_000, 400_000, 400_000, 400_000]);
+        fine.extend([
+            0, 100_000, 400_000, 400_000, 400_000, 400_000, 400_000, 400_000,
+        ]);
         // Windows from bin 10: 1.3/0.5=2.6, 1.7/.5=3.4, 2.0/0.5=4.0 (bins 12..16) -> end at 1.7 s.
         let t = time_to_reach(&fine, 0.1, 1.0, 3.9, 5);
         assert!((t - 0.7).abs() < 1e-9, "{t}");
@@ -331,7 +356,10 @@ mod tests {
     fn picks_and_steps() {
         assert_eq!(spread_pick(10, 3), vec![0, 3, 6]);
         assert_eq!(spread_pick(2, 5), vec![0, 1]);
-        assert_eq!(counts_at(&[vec![180], vec![100, 200, 300]], 2), vec![180, 300]);
+        assert_eq!(
+            counts_at(&[vec![180], vec![100, 200, 300]], 2),
+            vec![180, 300]
+        );
         let mut a = vec![1, 2];
         add_bins(&mut a, &[1, 1, 1]);
         assert_eq!(a, vec![2, 3, 1]);
@@ -343,7 +371,17 @@ mod tests {
         assert_eq!(m.get("wakeups"), Some(&42));
         assert_eq!(m.get("evicted_unused"), Some(&0));
         assert_eq!(m.len(), 2);
-        let s = [ServerSample { t_s: 0.0, ..Default::default() }, ServerSample { t_s: 1.0, disk_read_bytes: 5, ..Default::default() }];
+        let s = [
+            ServerSample {
+                t_s: 0.0,
+                ..Default::default()
+            },
+            ServerSample {
+                t_s: 1.0,
+                disk_read_bytes: 5,
+                ..Default::default()
+            },
+        ];
         assert_eq!(sample_at(&s, 1.5).map(|s| s.disk_read_bytes), Some(5));
         assert_eq!(sample_at(&s, -1.0).map(|s| s.t_s), Some(0.0));
     }

@@ -114,7 +114,10 @@ pub fn linkem_bin() -> Result<PathBuf> {
     let me = std::env::current_exe()?;
     let p = me.with_file_name("linkem");
     if !p.exists() {
-        bail!("linkem binary not found at {} (build it: cargo build --release -p sluice-lab)", p.display());
+        bail!(
+            "linkem binary not found at {} (build it: cargo build --release -p sluice-lab)",
+            p.display()
+        );
     }
     Ok(p)
 }
@@ -151,31 +154,111 @@ fn make_ns(name: &str, sysctls: &[(String, String)]) -> Result<()> {
     run("ip", &["netns", "add", name])?;
     run("ip", &["-n", name, "link", "set", "lo", "up"])?;
     for (k, v) in sysctls {
-        run("ip", &["netns", "exec", name, "sysctl", "-q", "-w", &format!("{k}={v}")]).with_context(|| format!("sysctl {k} in {name}"))?;
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                name,
+                "sysctl",
+                "-q",
+                "-w",
+                &format!("{k}={v}"),
+            ],
+        )
+        .with_context(|| format!("sysctl {k} in {name}"))?;
     }
     Ok(())
 }
 
 impl Topology {
     /// Builds the topology for `path` with `sysctls` (DEFAULT_SYSCTLS merged with the experiment's).
-    pub fn build(path: &PathSpec, sysctls: &[(String, String)], workdir: &std::path::Path) -> Result<Topology> {
+    pub fn build(
+        path: &PathSpec,
+        sysctls: &[(String, String)],
+        workdir: &std::path::Path,
+    ) -> Result<Topology> {
         match path.mode.as_str() {
-            "" | "loopback" => Ok(Topology { server_ns: None, client_ns: None, server_addr: "127.0.0.1".into(), linkem: None, linkem_ctl: None, classes: Vec::new(), extra_linkems: Vec::new() }),
+            "" | "loopback" => Ok(Topology {
+                server_ns: None,
+                client_ns: None,
+                server_addr: "127.0.0.1".into(),
+                linkem: None,
+                linkem_ctl: None,
+                classes: Vec::new(),
+                extra_linkems: Vec::new(),
+            }),
             "veth" => {
                 make_ns(SERVER_NS, sysctls)?;
                 make_ns(CLIENT_NS, sysctls)?;
-                run("ip", &["link", "add", "slv-s", "netns", SERVER_NS, "type", "veth", "peer", "name", "slv-c", "netns", CLIENT_NS])?;
-                run("ip", &["-n", SERVER_NS, "addr", "add", &format!("{SERVER_ADDR}/24"), "dev", "slv-s"])?;
-                run("ip", &["-n", CLIENT_NS, "addr", "add", &format!("{CLIENT_ADDR}/24"), "dev", "slv-c"])?;
+                run(
+                    "ip",
+                    &[
+                        "link", "add", "slv-s", "netns", SERVER_NS, "type", "veth", "peer", "name",
+                        "slv-c", "netns", CLIENT_NS,
+                    ],
+                )?;
+                run(
+                    "ip",
+                    &[
+                        "-n",
+                        SERVER_NS,
+                        "addr",
+                        "add",
+                        &format!("{SERVER_ADDR}/24"),
+                        "dev",
+                        "slv-s",
+                    ],
+                )?;
+                run(
+                    "ip",
+                    &[
+                        "-n",
+                        CLIENT_NS,
+                        "addr",
+                        "add",
+                        &format!("{CLIENT_ADDR}/24"),
+                        "dev",
+                        "slv-c",
+                    ],
+                )?;
                 run("ip", &["-n", SERVER_NS, "link", "set", "slv-s", "up"])?;
                 run("ip", &["-n", CLIENT_NS, "link", "set", "slv-c", "up"])?;
                 if let Some(r) = &path.rate {
                     let bps = parse_rate(r)?;
                     // Burst of at least 10 ms at rate (and one 64 KiB GSO frame).
                     let burst = ((bps / 8) / 100).max(65536 * 2);
-                    run("ip", &["netns", "exec", SERVER_NS, "tc", "qdisc", "add", "dev", "slv-s", "root", "tbf", "rate", &format!("{bps}bit"), "burst", &burst.to_string(), "latency", "50ms"])?;
+                    run(
+                        "ip",
+                        &[
+                            "netns",
+                            "exec",
+                            SERVER_NS,
+                            "tc",
+                            "qdisc",
+                            "add",
+                            "dev",
+                            "slv-s",
+                            "root",
+                            "tbf",
+                            "rate",
+                            &format!("{bps}bit"),
+                            "burst",
+                            &burst.to_string(),
+                            "latency",
+                            "50ms",
+                        ],
+                    )?;
                 }
-                Ok(Topology { server_ns: Some(SERVER_NS.into()), client_ns: Some(CLIENT_NS.into()), server_addr: SERVER_ADDR.into(), linkem: None, linkem_ctl: None, classes: Vec::new(), extra_linkems: Vec::new() })
+                Ok(Topology {
+                    server_ns: Some(SERVER_NS.into()),
+                    client_ns: Some(CLIENT_NS.into()),
+                    server_addr: SERVER_ADDR.into(),
+                    linkem: None,
+                    linkem_ctl: None,
+                    classes: Vec::new(),
+                    extra_linkems: Vec::new(),
+                })
             }
             "linkem" => {
                 make_ns(SERVER_NS, sysctls)?;
@@ -192,12 +275,21 @@ impl Topology {
                 };
                 let a = format!("{SERVER_ADDR}/24");
                 let b = format!("{CLIENT_ADDR}/24");
-                topo.linkem = Some(spawn_linkem(path, (SERVER_NS, &a, "lkA"), (CLIENT_NS, &b, "lkB"), &ctl, workdir)?);
+                topo.linkem = Some(spawn_linkem(
+                    path,
+                    (SERVER_NS, &a, "lkA"),
+                    (CLIENT_NS, &b, "lkB"),
+                    &ctl,
+                    workdir,
+                )?);
                 Ok(topo)
             }
             "linkem-classes" => {
                 if path.classes.is_empty() {
-                    bail!("path {}: mode linkem-classes needs [[path.class]] entries", path.name);
+                    bail!(
+                        "path {}: mode linkem-classes needs [[path.class]] entries",
+                        path.name
+                    );
                 }
                 make_ns(SERVER_NS, sysctls)?;
                 let mut topo = Topology {
@@ -214,11 +306,27 @@ impl Topology {
                     make_ns(&ns, sysctls)?;
                     // Recorded before linkem starts so Drop removes the namespace on failure.
                     let ctl = workdir.join(format!("linkem-{i}.sock"));
-                    topo.classes.push(ClassHost { name: c.name.clone(), ns: ns.clone(), server_addr: format!("10.77.{}.1", i + 1), ctl: ctl.clone() });
-                    let link = PathSpec { rtt: c.rtt.clone(), rate: c.rate.clone(), loss: c.loss.clone(), limit: c.limit.clone(), mtu: path.mtu, ..Default::default() };
+                    topo.classes.push(ClassHost {
+                        name: c.name.clone(),
+                        ns: ns.clone(),
+                        server_addr: format!("10.77.{}.1", i + 1),
+                        ctl: ctl.clone(),
+                    });
+                    let link = PathSpec {
+                        rtt: c.rtt.clone(),
+                        rate: c.rate.clone(),
+                        loss: c.loss.clone(),
+                        limit: c.limit.clone(),
+                        mtu: path.mtu,
+                        ..Default::default()
+                    };
                     let child = spawn_linkem(
                         &link,
-                        (SERVER_NS, &format!("10.77.{}.1/24", i + 1), &format!("lkS{i}")),
+                        (
+                            SERVER_NS,
+                            &format!("10.77.{}.1/24", i + 1),
+                            &format!("lkS{i}"),
+                        ),
                         (&ns, &format!("10.77.{}.2/24", i + 1), &format!("lkC{i}")),
                         &ctl,
                         workdir,
@@ -238,7 +346,10 @@ impl Topology {
 
     /// Changes the running linkem (`set both ...`).
     pub fn linkem_set(&self, settings: &str) -> Result<()> {
-        let ctl = self.linkem_ctl.as_ref().context("no linkem in this topology")?;
+        let ctl = self
+            .linkem_ctl
+            .as_ref()
+            .context("no linkem in this topology")?;
         crate::linkem::ctl::send(ctl, &format!("set both {settings}"))?;
         Ok(())
     }
@@ -254,8 +365,13 @@ impl Drop for Topology {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let class_ns: Vec<Option<String>> = self.classes.iter().map(|c| Some(c.ns.clone())).collect();
-        for ns in [&self.server_ns, &self.client_ns].into_iter().chain(class_ns.iter()).flatten() {
+        let class_ns: Vec<Option<String>> =
+            self.classes.iter().map(|c| Some(c.ns.clone())).collect();
+        for ns in [&self.server_ns, &self.client_ns]
+            .into_iter()
+            .chain(class_ns.iter())
+            .flatten()
+        {
             run_quiet("ip", &["netns", "del", ns]);
             let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns));
         }
@@ -264,10 +380,23 @@ impl Drop for Topology {
 
 /// Starts a linkem joining `a` and `b` (namespace, address/prefix, interface)
 /// with `link`'s rtt/rate/loss/limit/mtu, and waits for its control socket.
-fn spawn_linkem(link: &PathSpec, a: (&str, &str, &str), b: (&str, &str, &str), ctl: &std::path::Path, workdir: &std::path::Path) -> Result<Child> {
+fn spawn_linkem(
+    link: &PathSpec,
+    a: (&str, &str, &str),
+    b: (&str, &str, &str),
+    ctl: &std::path::Path,
+    workdir: &std::path::Path,
+) -> Result<Child> {
     let _ = std::fs::remove_file(ctl);
     let mut args: Vec<String> = vec!["run".into()];
-    for (k, v) in [("--a-ns", a.0), ("--a-addr", a.1), ("--a-if", a.2), ("--b-ns", b.0), ("--b-addr", b.1), ("--b-if", b.2)] {
+    for (k, v) in [
+        ("--a-ns", a.0),
+        ("--a-addr", a.1),
+        ("--a-if", a.2),
+        ("--b-ns", b.0),
+        ("--b-addr", b.1),
+        ("--b-if", b.2),
+    ] {
         args.push(k.into());
         args.push(v.into());
     }
@@ -275,9 +404,16 @@ fn spawn_linkem(link: &PathSpec, a: (&str, &str, &str), b: (&str, &str, &str), c
     args.push(ctl.display().to_string());
     args.push(format!("--mtu={}", link.mtu.unwrap_or(1500)));
     if let Some(rtt) = &link.rtt {
-        args.push(format!("--delay={}us", (parse_duration(rtt)? / 2).as_micros()));
+        args.push(format!(
+            "--delay={}us",
+            (parse_duration(rtt)? / 2).as_micros()
+        ));
     }
-    for (flag, v) in [("--rate", &link.rate), ("--loss", &link.loss), ("--limit", &link.limit)] {
+    for (flag, v) in [
+        ("--rate", &link.rate),
+        ("--loss", &link.loss),
+        ("--limit", &link.limit),
+    ] {
         if let Some(v) = v {
             args.push(format!("{flag}={v}"));
         }
@@ -292,13 +428,26 @@ fn spawn_linkem(link: &PathSpec, a: (&str, &str, &str), b: (&str, &str, &str), c
         vec![bin]
     };
     argv.extend(args);
-    let logname = format!("{}.log", ctl.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "linkem".into()));
+    let logname = format!(
+        "{}.log",
+        ctl.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "linkem".into())
+    );
     let log = std::fs::File::create(workdir.join(&logname))?;
-    let mut child = Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?;
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
     let t = Instant::now();
     while !ctl.exists() {
         if let Some(st) = child.try_wait()? {
-            bail!("linkem exited ({st}): see {}", workdir.join(&logname).display());
+            bail!(
+                "linkem exited ({st}): see {}",
+                workdir.join(&logname).display()
+            );
         }
         if t.elapsed() > Duration::from_secs(10) {
             let _ = child.kill();

@@ -8,10 +8,14 @@ use anyhow::{bail, Context, Result};
 
 fn split_number(s: &str) -> Result<(f64, String)> {
     let s = s.trim();
-    let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-' || c == '+')).unwrap_or(s.len());
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '-' || c == '+'))
+        .unwrap_or(s.len());
     // "1e3ms" is fine, but the "e" must not eat a unit letter such as in "5e" (nonsense anyway).
     let (num, unit) = s.split_at(end);
-    let n: f64 = num.parse().with_context(|| format!("not a number: {s:?}"))?;
+    let n: f64 = num
+        .parse()
+        .with_context(|| format!("not a number: {s:?}"))?;
     if !n.is_finite() || n < 0.0 {
         bail!("value must be a finite non-negative number: {s:?}");
     }
@@ -65,7 +69,11 @@ pub fn parse_size(s: &str) -> Result<u64> {
 /// Parses a probability: "1%" is 0.01, a bare number in [0, 1] is taken as is.
 pub fn parse_fraction(s: &str) -> Result<f64> {
     let t = s.trim();
-    let v = if let Some(p) = t.strip_suffix('%') { p.trim().parse::<f64>()? / 100.0 } else { t.parse::<f64>()? };
+    let v = if let Some(p) = t.strip_suffix('%') {
+        p.trim().parse::<f64>()? / 100.0
+    } else {
+        t.parse::<f64>()?
+    };
     if !(0.0..=1.0).contains(&v) {
         bail!("probability out of range [0, 1]: {s:?}");
     }
@@ -76,7 +84,9 @@ pub fn parse_fraction(s: &str) -> Result<f64> {
 pub fn fmt_rate(bps: u64) -> String {
     match bps {
         0 => "unlimited".into(),
-        b if b >= 1_000_000_000 && b % 1_000_000_000 == 0 => format!("{} Gbit/s", b / 1_000_000_000),
+        b if b >= 1_000_000_000 && b % 1_000_000_000 == 0 => {
+            format!("{} Gbit/s", b / 1_000_000_000)
+        }
         b if b >= 1_000_000 => format!("{} Mbit/s", b as f64 / 1e6),
         b => format!("{} kbit/s", b as f64 / 1e3),
     }

@@ -34,20 +34,40 @@ impl Drop for Lab {
 
 fn ok(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn");
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn ping(lab: &Lab, count: u32) -> Option<Vec<f64>> {
     let out = Command::new("ip")
-        .args(["netns", "exec", &lab.b, env!("CARGO_BIN_EXE_sluice-lab"), "_ping", "10.78.0.1:7007", &count.to_string(), "10"])
+        .args([
+            "netns",
+            "exec",
+            &lab.b,
+            env!("CARGO_BIN_EXE_sluice-lab"),
+            "_ping",
+            "10.78.0.1:7007",
+            &count.to_string(),
+            "10",
+        ])
         .output()
         .expect("spawn ping");
     if !out.status.success() {
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ping json");
-    Some(v["rtt_ms"].as_array().expect("rtts").iter().map(|x| x.as_f64().expect("f64")).collect())
+    Some(
+        v["rtt_ms"]
+            .as_array()
+            .expect("rtts")
+            .iter()
+            .map(|x| x.as_f64().expect("f64"))
+            .collect(),
+    )
 }
 
 fn linkem_set(lab: &Lab, args: &[&str]) {
@@ -58,20 +78,47 @@ fn linkem_set(lab: &Lab, args: &[&str]) {
 
 #[test]
 fn delays_drops_and_changes_while_running() {
-    let root = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false);
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
     if !root || !std::path::Path::new("/dev/net/tun").exists() {
         eprintln!("skipped: needs root and /dev/net/tun");
         return;
     }
     let id = std::process::id();
-    let mut lab = Lab { a: format!("lkt{id}a"), b: format!("lkt{id}b"), linkem: None, echo: None, ctl: std::env::temp_dir().join(format!("linkem-test-{id}.sock")) };
+    let mut lab = Lab {
+        a: format!("lkt{id}a"),
+        b: format!("lkt{id}b"),
+        linkem: None,
+        echo: None,
+        ctl: std::env::temp_dir().join(format!("linkem-test-{id}.sock")),
+    };
     for ns in [&lab.a, &lab.b] {
         ok(Command::new("ip").args(["netns", "add", ns]));
         ok(Command::new("ip").args(["-n", ns, "link", "set", "lo", "up"]));
     }
     lab.linkem = Some(
         Command::new(env!("CARGO_BIN_EXE_linkem"))
-            .args(["run", "--a-ns", &lab.a, "--a-addr", "10.78.0.1/24", "--b-ns", &lab.b, "--b-addr", "10.78.0.2/24", "--a-if", "lktA", "--b-if", "lktB", "--delay", "20ms", "--ctl"])
+            .args([
+                "run",
+                "--a-ns",
+                &lab.a,
+                "--a-addr",
+                "10.78.0.1/24",
+                "--b-ns",
+                &lab.b,
+                "--b-addr",
+                "10.78.0.2/24",
+                "--a-if",
+                "lktA",
+                "--b-if",
+                "lktB",
+                "--delay",
+                "20ms",
+                "--ctl",
+            ])
             .arg(&lab.ctl)
             .stdin(Stdio::null())
             .spawn()
@@ -82,7 +129,11 @@ fn delays_drops_and_changes_while_running() {
     // not a claim about speed.
     let started = Instant::now();
     while !lab.ctl.exists() {
-        if let Some(status) = lab.linkem.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+        if let Some(status) = lab
+            .linkem
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
             panic!("linkem exited before its control socket appeared: {status}");
         }
         if started.elapsed() > HANG_BREAKER {
@@ -92,7 +143,14 @@ fn delays_drops_and_changes_while_running() {
     }
     lab.echo = Some(
         Command::new("ip")
-            .args(["netns", "exec", &lab.a, env!("CARGO_BIN_EXE_sluice-lab"), "_echo", "10.78.0.1:7007"])
+            .args([
+                "netns",
+                "exec",
+                &lab.a,
+                env!("CARGO_BIN_EXE_sluice-lab"),
+                "_echo",
+                "10.78.0.1:7007",
+            ])
             .stdin(Stdio::null())
             .spawn()
             .expect("start echo"),
@@ -106,7 +164,10 @@ fn delays_drops_and_changes_while_running() {
 
     // Total loss: nothing comes back.
     linkem_set(&lab, &["--loss", "100%"]);
-    assert!(ping(&lab, 3).is_none(), "probes crossed a link with 100 % loss");
+    assert!(
+        ping(&lab, 3).is_none(),
+        "probes crossed a link with 100 % loss"
+    );
 
     // Back to no loss and no delay: the change takes effect while running.
     linkem_set(&lab, &["--loss", "0", "--delay", "0ms"]);
@@ -119,10 +180,21 @@ fn delays_drops_and_changes_while_running() {
     let mut c = Command::new(env!("CARGO_BIN_EXE_linkem"));
     c.args(["stats", "--ctl"]).arg(&lab.ctl);
     let stats: serde_json::Value = serde_json::from_str(&ok(&mut c)).expect("stats json");
-    assert!(stats["ba"]["packets_out"].as_u64().unwrap_or(0) >= 5, "{stats}");
-    assert!(stats["ba"]["dropped_loss"].as_u64().unwrap_or(0) >= 1, "{stats}");
+    assert!(
+        stats["ba"]["packets_out"].as_u64().unwrap_or(0) >= 5,
+        "{stats}"
+    );
+    assert!(
+        stats["ba"]["dropped_loss"].as_u64().unwrap_or(0) >= 1,
+        "{stats}"
+    );
 
     // A bad setting is refused and changes nothing.
-    let out = Command::new(env!("CARGO_BIN_EXE_linkem")).args(["set", "--ctl"]).arg(&lab.ctl).args(["--loss", "150%"]).output().expect("spawn");
+    let out = Command::new(env!("CARGO_BIN_EXE_linkem"))
+        .args(["set", "--ctl"])
+        .arg(&lab.ctl)
+        .args(["--loss", "150%"])
+        .output()
+        .expect("spawn");
     assert!(!out.status.success());
 }

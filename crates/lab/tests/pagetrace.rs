@@ -16,7 +16,10 @@ fn sees_the_adds_and_deletes_of_one_file() {
         eprintln!("skipped: needs root and tracefs");
         return;
     }
-    let dir = std::path::PathBuf::from(format!("/var/tmp/sluice-lab-pagetrace-test-{}", std::process::id()));
+    let dir = std::path::PathBuf::from(format!(
+        "/var/tmp/sluice-lab-pagetrace-test-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("watched.bin");
     let other = dir.join("other.bin");
@@ -34,11 +37,25 @@ fn sees_the_adds_and_deletes_of_one_file() {
     // The tracer drains what the kernel buffered before it returns.
     let log = tracer.finish().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(log.events.iter().all(|e| e.ino == ino), "only the watched inode is kept");
-    let watch = FileWatch { reset_at: Some(0.0), received: vec![], final_received: size };
-    let stats = pagetrace::analyze_all(&log.events, &[(ino, watch)].into_iter().collect::<BTreeMap<_, _>>());
+    assert!(
+        log.events.iter().all(|e| e.ino == ino),
+        "only the watched inode is kept"
+    );
+    let watch = FileWatch {
+        reset_at: Some(0.0),
+        received: vec![],
+        final_received: size,
+    };
+    let stats = pagetrace::analyze_all(
+        &log.events,
+        &[(ino, watch)].into_iter().collect::<BTreeMap<_, _>>(),
+    );
     let s = &stats[&ino];
-    assert_eq!(s.added, size, "every written page entered the cache once: {s:?}, lost {}", log.lost);
+    assert_eq!(
+        s.added, size,
+        "every written page entered the cache once: {s:?}, lost {}",
+        log.lost
+    );
     assert_eq!(s.deleted, size, "and left it on unlink: {s:?}");
     // Written in order, so one run after a reset at t=0 of the monotonic clock.
     assert_eq!(s.bytes_after_reset, size);

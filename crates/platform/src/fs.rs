@@ -85,9 +85,7 @@ impl From<io::Error> for FsError {
             Some(libc::EXDEV) | Some(libc::ELOOP) => FsError::OutsideRoot,
             Some(libc::ENOTDIR) => FsError::NotADirectory,
             Some(libc::EISDIR) => FsError::IsADirectory,
-            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
-                FsError::PermissionDenied
-            }
+            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => FsError::PermissionDenied,
             Some(libc::EEXIST) => FsError::AlreadyExists,
             Some(libc::ENOTEMPTY) => FsError::NotEmpty,
             Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => FsError::NoSpace,
@@ -154,7 +152,9 @@ impl ServedRoot {
             )
         })?;
         // SAFETY: `fd` was just returned by open and is owned by nobody else.
-        Ok(ServedRoot { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(ServedRoot {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// Opens an existing regular file for reading.
@@ -216,7 +216,10 @@ impl ServedRoot {
             } else {
                 meta
             };
-            out.push(DirEntry { name: name.to_vec(), meta });
+            out.push(DirEntry {
+                name: name.to_vec(),
+                meta,
+            });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -278,7 +281,12 @@ impl ServedRoot {
             let tmp = CString::new(tmp).map_err(|_| FsError::InvalidPath)?;
             match create_excl(parent.as_fd(), &tmp) {
                 Ok(file) => {
-                    return Ok(TempFile { file: Arc::new(file), dir: parent, temp_name: tmp, final_name: name })
+                    return Ok(TempFile {
+                        file: Arc::new(file),
+                        dir: parent,
+                        temp_name: tmp,
+                        final_name: name,
+                    })
                 }
                 Err(FsError::AlreadyExists) => continue,
                 Err(e) => return Err(e),
@@ -341,7 +349,12 @@ impl TempFile {
     /// file under the target name, never a mix.
     pub fn commit(self) -> Result<(), FsError> {
         self.file.sync_all()?;
-        renameat(self.dir.as_fd(), &self.temp_name, self.dir.as_fd(), &self.final_name)?;
+        renameat(
+            self.dir.as_fd(),
+            &self.temp_name,
+            self.dir.as_fd(),
+            &self.final_name,
+        )?;
         sync_dir(self.dir.as_fd());
         Ok(())
     }
@@ -399,7 +412,11 @@ struct OpenHow {
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_BENEATH: u64 = 0x08;
 
-fn openat2_beneath(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int) -> Result<OwnedFd, FsError> {
+fn openat2_beneath(
+    dir: BorrowedFd<'_>,
+    path: &CStr,
+    flags: libc::c_int,
+) -> Result<OwnedFd, FsError> {
     let how = OpenHow {
         flags: (flags | libc::O_CLOEXEC) as u64,
         mode: 0,
@@ -435,10 +452,20 @@ fn create_excl(dir: BorrowedFd<'_>, name: &CStr) -> Result<File, FsError> {
     Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-fn renameat(fdir: BorrowedFd<'_>, from: &CStr, tdir: BorrowedFd<'_>, to: &CStr) -> Result<(), FsError> {
+fn renameat(
+    fdir: BorrowedFd<'_>,
+    from: &CStr,
+    tdir: BorrowedFd<'_>,
+    to: &CStr,
+) -> Result<(), FsError> {
     // SAFETY: valid dir fds and NUL-terminated single-component names.
     cvt_retry(|| unsafe {
-        libc::renameat(fdir.as_raw_fd(), from.as_ptr(), tdir.as_raw_fd(), to.as_ptr())
+        libc::renameat(
+            fdir.as_raw_fd(),
+            from.as_ptr(),
+            tdir.as_raw_fd(),
+            to.as_ptr(),
+        )
     })?;
     Ok(())
 }
@@ -475,7 +502,12 @@ fn fstatat_nofollow(dir: BorrowedFd<'_>, name: &CStr) -> Result<Metadata, FsErro
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd, NUL-terminated name, live writable `stat`.
     cvt_retry(|| unsafe {
-        libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
     })?;
     Ok(metadata(&st))
 }
@@ -488,7 +520,11 @@ fn metadata(st: &libc::stat) -> Metadata {
         _ => FileKind::Other,
     };
     let mtime = if st.st_mtime >= 0 {
-        UNIX_EPOCH + Duration::new(st.st_mtime as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32)
+        UNIX_EPOCH
+            + Duration::new(
+                st.st_mtime as u64,
+                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+            )
     } else {
         UNIX_EPOCH
     };
@@ -513,7 +549,10 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
         let root = ServedRoot::open(dir.path()).unwrap();
         // Without O_NONBLOCK this open would block forever (no writer).
-        assert!(matches!(root.open_read("pipe"), Err(FsError::PermissionDenied)));
+        assert!(matches!(
+            root.open_read("pipe"),
+            Err(FsError::PermissionDenied)
+        ));
         assert!(root.open_write("pipe").is_err());
         std::fs::write(dir.path().join("f"), b"data").unwrap();
         let mut f = root.open_read("f").unwrap();
@@ -545,10 +584,16 @@ mod tests {
     fn reads_files_beneath_root() {
         let (_d, r) = root();
         let mut s = String::new();
-        r.open_read("/a.txt").unwrap().read_to_string(&mut s).unwrap();
+        r.open_read("/a.txt")
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
         assert_eq!(s, "hello");
         let mut s = String::new();
-        r.open_read("sub/b.txt").unwrap().read_to_string(&mut s).unwrap();
+        r.open_read("sub/b.txt")
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
         assert_eq!(s, "bee");
         assert!(matches!(r.open_read("/sub"), Err(FsError::IsADirectory)));
         assert!(matches!(r.open_read("/nope"), Err(FsError::NotFound)));
@@ -557,8 +602,14 @@ mod tests {
     #[test]
     fn dotdot_past_root_is_refused() {
         let (_d, r) = root();
-        assert!(matches!(r.open_read("../secret"), Err(FsError::OutsideRoot)));
-        assert!(matches!(r.open_read("sub/../../secret"), Err(FsError::OutsideRoot)));
+        assert!(matches!(
+            r.open_read("../secret"),
+            Err(FsError::OutsideRoot)
+        ));
+        assert!(matches!(
+            r.open_read("sub/../../secret"),
+            Err(FsError::OutsideRoot)
+        ));
     }
 
     #[test]
@@ -571,11 +622,17 @@ mod tests {
         symlink("a.txt", served.join("inside")).unwrap();
         assert!(matches!(r.open_read("abs"), Err(FsError::OutsideRoot)));
         assert!(matches!(r.open_read("rel"), Err(FsError::OutsideRoot)));
-        assert!(matches!(r.open_read("sub/up/secret"), Err(FsError::OutsideRoot)));
+        assert!(matches!(
+            r.open_read("sub/up/secret"),
+            Err(FsError::OutsideRoot)
+        ));
         assert!(matches!(r.stat("abs"), Err(FsError::OutsideRoot)));
         assert!(matches!(r.mkdir("sub/up/evil"), Err(FsError::OutsideRoot)));
         let mut s = String::new();
-        r.open_read("inside").unwrap().read_to_string(&mut s).unwrap();
+        r.open_read("inside")
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
         assert_eq!(s, "hello");
         // Listings show escaping links as links, never the outside metadata.
         let list = r.list_dir("/").unwrap();
@@ -589,7 +646,12 @@ mod tests {
     #[test]
     fn list_stat_mkdir_rmdir_unlink_rename() {
         let (d, r) = root();
-        let names: Vec<_> = r.list_dir("").unwrap().into_iter().map(|e| e.name).collect();
+        let names: Vec<_> = r
+            .list_dir("")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names, vec![b"a.txt".to_vec(), b"sub".to_vec()]);
         assert_eq!(r.stat("/a.txt").unwrap().size, 5);
         assert_eq!(r.stat("/").unwrap().kind, FileKind::Dir);
@@ -626,6 +688,9 @@ mod tests {
         let t = r.create_temp("/sub/y").unwrap();
         t.keep_as(".y.partial").unwrap();
         assert!(served.join("sub/.y.partial").exists());
-        assert!(matches!(r.create_temp("../escape"), Err(FsError::OutsideRoot)));
+        assert!(matches!(
+            r.create_temp("../escape"),
+            Err(FsError::OutsideRoot)
+        ));
     }
 }

@@ -38,7 +38,11 @@ impl Pipe {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(Pipe { read, write, capacity })
+        Ok(Pipe {
+            read,
+            write,
+            capacity,
+        })
     }
 
     /// Bytes the pipe holds at most.

@@ -431,7 +431,10 @@ mod tests {
 
     #[test]
     fn tcp_mem_parses() {
-        assert_eq!(parse_tcp_mem("287901\t383868\t575802\n"), Some([287901, 383868, 575802]));
+        assert_eq!(
+            parse_tcp_mem("287901\t383868\t575802\n"),
+            Some([287901, 383868, 575802])
+        );
         assert_eq!(parse_tcp_mem("1 2"), None);
         assert!(tcp_mem_pages().is_ok());
     }

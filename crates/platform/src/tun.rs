@@ -39,19 +39,39 @@ impl Tun {
     /// (it is not made persistent). With `nonblocking`, reads return
     /// `WouldBlock` when no packet is queued.
     pub fn create(name: &str, nonblocking: bool) -> io::Result<Tun> {
-        if name.is_empty() || name.len() > MAX_NAME_LEN || name.bytes().any(|b| b == 0 || b == b'/') {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad TUN interface name"));
+        if name.is_empty() || name.len() > MAX_NAME_LEN || name.bytes().any(|b| b == 0 || b == b'/')
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad TUN interface name",
+            ));
         }
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true).custom_flags(libc::O_CLOEXEC | if nonblocking { libc::O_NONBLOCK } else { 0 });
+        opts.read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | if nonblocking { libc::O_NONBLOCK } else { 0 });
         let file = opts.open("/dev/net/tun")?;
-        let mut req = IfReqFlags { name: [0; 16], flags: IFF_TUN | IFF_NO_PI, _pad: [0; 22] };
+        let mut req = IfReqFlags {
+            name: [0; 16],
+            flags: IFF_TUN | IFF_NO_PI,
+            _pad: [0; 22],
+        };
         req.name[..name.len()].copy_from_slice(name.as_bytes());
         // SAFETY: the fd is open and owned by `file`; TUNSETIFF reads and writes a
         // `struct ifreq`, and `req` is a properly sized (40-byte), initialised,
         // exclusively borrowed buffer with that layout that outlives the call.
-        cvt(unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req as *mut IfReqFlags) })?;
-        let end = req.name.iter().position(|&b| b == 0).unwrap_or(req.name.len());
+        cvt(unsafe {
+            libc::ioctl(
+                file.as_raw_fd(),
+                TUNSETIFF as _,
+                &mut req as *mut IfReqFlags,
+            )
+        })?;
+        let end = req
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(req.name.len());
         let name = String::from_utf8_lossy(&req.name[..end]).into_owned();
         Ok(Tun { file, name })
     }
@@ -68,7 +88,10 @@ impl Tun {
 
     /// A second handle to the same device, e.g. for a writer thread.
     pub fn try_clone(&self) -> io::Result<Tun> {
-        Ok(Tun { file: self.file.try_clone()?, name: self.name.clone() })
+        Ok(Tun {
+            file: self.file.try_clone()?,
+            name: self.name.clone(),
+        })
     }
 }
 
@@ -106,7 +129,10 @@ mod tests {
                 let err = std::io::Read::read(&mut &t.file, &mut buf).unwrap_err();
                 assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
             }
-            Err(e) => assert!(matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOENT) | Some(libc::EACCES))),
+            Err(e) => assert!(matches!(
+                e.raw_os_error(),
+                Some(libc::EPERM) | Some(libc::ENOENT) | Some(libc::EACCES)
+            )),
         }
     }
 }

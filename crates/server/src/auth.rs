@@ -30,7 +30,9 @@ pub struct Users {
 impl Users {
     /// Builds the table from the merged configuration.
     pub fn new(config: &ServeConfig) -> Users {
-        Users { config: config.clone() }
+        Users {
+            config: config.clone(),
+        }
     }
 
     /// Checks a USER/PASS pair. `None` means 530.
@@ -63,7 +65,9 @@ const DUMMY_HASH: &str =
 
 fn verify(hash: &str, pass: &str) -> bool {
     match PasswordHash::new(hash) {
-        Ok(h) => Argon2::default().verify_password(pass.as_bytes(), &h).is_ok(),
+        Ok(h) => Argon2::default()
+            .verify_password(pass.as_bytes(), &h)
+            .is_ok(),
         Err(_) => false,
     }
 }
@@ -73,7 +77,8 @@ pub fn hash_password(pass: &str) -> anyhow::Result<String> {
     // 16 random bytes from the kernel; no RNG crate needed for one salt.
     let mut raw = [0u8; 16];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut raw)?;
-    let salt = SaltString::encode_b64(&raw).map_err(|e| anyhow::anyhow!("cannot encode salt: {e}"))?;
+    let salt =
+        SaltString::encode_b64(&raw).map_err(|e| anyhow::anyhow!("cannot encode salt: {e}"))?;
     Argon2::default()
         .hash_password(pass.as_bytes(), &salt)
         .map(|h| h.to_string())
@@ -88,7 +93,10 @@ mod tests {
     #[test]
     fn anonymous_and_configured_users() {
         let dir = tempfile::tempdir().unwrap();
-        let args = ServeArgs { dir: Some(dir.path().into()), ..Default::default() };
+        let args = ServeArgs {
+            dir: Some(dir.path().into()),
+            ..Default::default()
+        };
         let mut config = ServeConfig::load(&args).unwrap();
         config.users.push(UserConfig {
             name: "alice".into(),

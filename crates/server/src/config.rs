@@ -343,38 +343,48 @@ impl ServeConfig {
             Some(s) => Some(parse_port_range(&s)?),
             None => None,
         };
-        let pasv_address = match (args.pasv_address, file.pasv_address) {
-            (Some(a), _) => Some(a),
-            (None, Some(s)) => Some(
-                s.parse()
-                    .with_context(|| format!("config: pasv_address = {s:?} is not an IP address"))?,
-            ),
-            (None, None) => None,
-        };
+        let pasv_address =
+            match (args.pasv_address, file.pasv_address) {
+                (Some(a), _) => Some(a),
+                (None, Some(s)) => Some(s.parse().with_context(|| {
+                    format!("config: pasv_address = {s:?} is not an IP address")
+                })?),
+                (None, None) => None,
+            };
         let data_path = match args.data_path.clone().or(file.data_path) {
             // One default, the engine's (chosen by measurement there).
             None => sluice_engine::EngineConfig::default().data_path,
             Some(s) => s.parse::<DataPath>().map_err(|e| anyhow::anyhow!("{e}"))?,
         };
-        let notsent_lowat = match args.notsent_lowat.clone().or(file.notsent_lowat.map(SizeKey::text)) {
+        let notsent_lowat = match args
+            .notsent_lowat
+            .clone()
+            .or(file.notsent_lowat.map(SizeKey::text))
+        {
             None => None,
             Some(s) => Some(sluice_engine::parse_notsent_lowat(&s).ok_or_else(|| {
                 anyhow::anyhow!("notsent_lowat {s:?}: expected a size below 4G (e.g. 8M) or off")
             })?),
         };
-        let send_buffer = match args.send_buffer.clone().or(file.send_buffer.map(SizeKey::text)) {
+        let send_buffer = match args
+            .send_buffer
+            .clone()
+            .or(file.send_buffer.map(SizeKey::text))
+        {
             None => None,
-            Some(s) => Some(
-                sluice_engine::SendBufferChoice::parse(&s)
-                    .ok_or_else(|| anyhow::anyhow!("send_buffer {s:?}: expected a size (e.g. 4M), auto or max"))?,
-            ),
+            Some(s) => Some(sluice_engine::SendBufferChoice::parse(&s).ok_or_else(|| {
+                anyhow::anyhow!("send_buffer {s:?}: expected a size (e.g. 4M), auto or max")
+            })?),
         };
-        let refill_time = match args.refill_time.clone().or(file.refill_time.map(SizeKey::text)) {
+        let refill_time = match args
+            .refill_time
+            .clone()
+            .or(file.refill_time.map(SizeKey::text))
+        {
             None => None,
-            Some(s) => Some(
-                sluice_engine::parse_refill_time(&s)
-                    .ok_or_else(|| anyhow::anyhow!("refill_time {s:?}: expected seconds (e.g. 4 or 0.5) or off"))?,
-            ),
+            Some(s) => Some(sluice_engine::parse_refill_time(&s).ok_or_else(|| {
+                anyhow::anyhow!("refill_time {s:?}: expected seconds (e.g. 4 or 0.5) or off")
+            })?),
         };
         let prefetch = match args.prefetch.clone().or(file.prefetch) {
             None => sluice_engine::EngineConfig::default().prefetch,
@@ -386,11 +396,17 @@ impl ServeConfig {
             (None, Some(b)) => b,
             (None, None) => sluice_engine::EngineConfig::default().cancel,
         };
-        let max_sessions = args.max_sessions.or(file.max_sessions).unwrap_or(DEFAULT_MAX_SESSIONS);
+        let max_sessions = args
+            .max_sessions
+            .or(file.max_sessions)
+            .unwrap_or(DEFAULT_MAX_SESSIONS);
         if max_sessions == 0 {
             bail!("max_sessions must be at least 1");
         }
-        let idle = args.idle_timeout.or(file.idle_timeout).unwrap_or(DEFAULT_IDLE_SECS);
+        let idle = args
+            .idle_timeout
+            .or(file.idle_timeout)
+            .unwrap_or(DEFAULT_IDLE_SECS);
         if idle == 0 {
             bail!("idle_timeout must be at least 1 second");
         }
@@ -440,7 +456,10 @@ impl ServeConfig {
                 },
             )?,
             ftp_enabled: !(args.http.no_ftp || file.no_ftp.unwrap_or(false)),
-            runtime: crate::runtime::RuntimeKind::choose(args.runtime.as_deref(), file.runtime.as_deref())?,
+            runtime: crate::runtime::RuntimeKind::choose(
+                args.runtime.as_deref(),
+                file.runtime.as_deref(),
+            )?,
             users: file.users,
         })
     }
@@ -450,7 +469,11 @@ fn read_file(path: &Path) -> Result<FileConfig> {
     let meta = std::fs::metadata(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
     if meta.len() > MAX_CONFIG_BYTES {
-        bail!("config file {} is larger than {} bytes", path.display(), MAX_CONFIG_BYTES);
+        bail!(
+            "config file {} is larger than {} bytes",
+            path.display(),
+            MAX_CONFIG_BYTES
+        );
     }
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
@@ -464,9 +487,17 @@ fn parse_file(text: &str) -> Result<FileConfig> {
 
 /// Parses `LOW-HIGH` (inclusive, LOW >= 1024 is not required but LOW <= HIGH).
 pub fn parse_port_range(s: &str) -> Result<(u16, u16)> {
-    let (lo, hi) = s.split_once('-').with_context(|| format!("port range {s:?}: expected LOW-HIGH"))?;
-    let lo: u16 = lo.trim().parse().with_context(|| format!("port range {s:?}: bad low port"))?;
-    let hi: u16 = hi.trim().parse().with_context(|| format!("port range {s:?}: bad high port"))?;
+    let (lo, hi) = s
+        .split_once('-')
+        .with_context(|| format!("port range {s:?}: expected LOW-HIGH"))?;
+    let lo: u16 = lo
+        .trim()
+        .parse()
+        .with_context(|| format!("port range {s:?}: bad low port"))?;
+    let hi: u16 = hi
+        .trim()
+        .parse()
+        .with_context(|| format!("port range {s:?}: bad high port"))?;
     if lo == 0 || lo > hi {
         bail!("port range {s:?}: need 1 <= LOW <= HIGH");
     }
@@ -510,9 +541,15 @@ mod tests {
     #[test]
     fn data_path_defaults_to_the_engines_choice() {
         let dir = tempfile::tempdir().unwrap();
-        let args = ServeArgs { dir: Some(dir.path().to_path_buf()), ..Default::default() };
+        let args = ServeArgs {
+            dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
         let c = ServeConfig::load(&args).unwrap();
-        assert_eq!(c.data_path, sluice_engine::EngineConfig::default().data_path);
+        assert_eq!(
+            c.data_path,
+            sluice_engine::EngineConfig::default().data_path
+        );
     }
 
     #[test]
@@ -530,30 +567,67 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "prefetch = \"fixed\"\ncancel = false\n").unwrap();
-        let base = ServeArgs { config: Some(path), dir: Some(dir.path().to_path_buf()), ..Default::default() };
+        let base = ServeArgs {
+            config: Some(path),
+            dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
         let c = ServeConfig::load(&base).unwrap();
-        assert_eq!((c.prefetch, c.cancel), (sluice_engine::PrefetchMode::Fixed, false));
-        let flags = ServeArgs { prefetch: Some("tcp".into()), cancel: Some("on".into()), ..base.clone() };
+        assert_eq!(
+            (c.prefetch, c.cancel),
+            (sluice_engine::PrefetchMode::Fixed, false)
+        );
+        let flags = ServeArgs {
+            prefetch: Some("tcp".into()),
+            cancel: Some("on".into()),
+            ..base.clone()
+        };
         let c = ServeConfig::load(&flags).unwrap();
-        assert_eq!((c.prefetch, c.cancel), (sluice_engine::PrefetchMode::Tcp, true));
-        assert!(ServeConfig::load(&ServeArgs { prefetch: Some("auto".into()), ..base.clone() }).is_err());
-        assert!(ServeConfig::load(&ServeArgs { cancel: Some("maybe".into()), ..base }).is_err());
+        assert_eq!(
+            (c.prefetch, c.cancel),
+            (sluice_engine::PrefetchMode::Tcp, true)
+        );
+        assert!(ServeConfig::load(&ServeArgs {
+            prefetch: Some("auto".into()),
+            ..base.clone()
+        })
+        .is_err());
+        assert!(ServeConfig::load(&ServeArgs {
+            cancel: Some("maybe".into()),
+            ..base
+        })
+        .is_err());
     }
 
     #[test]
     fn blocking_data_path_and_send_knobs_parse() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "data_path = \"blocking\"\nnotsent_lowat = 131072\nsend_buffer = \"auto\"\n").unwrap();
-        let base = ServeArgs { dir: Some(dir.path().to_path_buf()), config: Some(path), ..Default::default() };
+        std::fs::write(
+            &path,
+            "data_path = \"blocking\"\nnotsent_lowat = 131072\nsend_buffer = \"auto\"\n",
+        )
+        .unwrap();
+        let base = ServeArgs {
+            dir: Some(dir.path().to_path_buf()),
+            config: Some(path),
+            ..Default::default()
+        };
         let c = ServeConfig::merge(&base).unwrap();
         assert_eq!(c.data_path, DataPath::Blocking);
         assert_eq!(c.notsent_lowat, Some(Some(128 << 10)));
         assert_eq!(c.send_buffer, Some(sluice_engine::SendBufferChoice::Auto));
-        let flags = ServeArgs { notsent_lowat: Some("off".into()), send_buffer: Some("2M".into()), ..base.clone() };
+        let flags = ServeArgs {
+            notsent_lowat: Some("off".into()),
+            send_buffer: Some("2M".into()),
+            ..base.clone()
+        };
         let c = ServeConfig::merge(&flags).unwrap();
         assert_eq!(c.notsent_lowat, Some(None));
-        assert_eq!(c.send_buffer, Some(sluice_engine::SendBufferChoice::Bytes(2 << 20)));
+        assert_eq!(
+            c.send_buffer,
+            Some(sluice_engine::SendBufferChoice::Bytes(2 << 20))
+        );
         let e = c.engine_config(sluice_engine::EngineConfig::default());
         if std::env::var_os("SLUICE_NOTSENT_LOWAT").is_none() {
             assert_eq!(e.notsent_lowat, None);
@@ -562,10 +636,26 @@ mod tests {
             assert_eq!((e.send_buffer, e.send_buffer_max), (Some(2 << 20), false));
         }
         assert_eq!(e.data_path, DataPath::Blocking);
-        assert!(ServeConfig::merge(&ServeArgs { notsent_lowat: Some("lots".into()), ..base.clone() }).is_err());
-        assert!(ServeConfig::merge(&ServeArgs { send_buffer: Some("0".into()), ..base.clone() }).is_err());
-        assert!(ServeConfig::merge(&ServeArgs { refill_time: Some("soon".into()), ..base.clone() }).is_err());
-        let c = ServeConfig::merge(&ServeArgs { refill_time: Some("off".into()), ..base }).unwrap();
+        assert!(ServeConfig::merge(&ServeArgs {
+            notsent_lowat: Some("lots".into()),
+            ..base.clone()
+        })
+        .is_err());
+        assert!(ServeConfig::merge(&ServeArgs {
+            send_buffer: Some("0".into()),
+            ..base.clone()
+        })
+        .is_err());
+        assert!(ServeConfig::merge(&ServeArgs {
+            refill_time: Some("soon".into()),
+            ..base.clone()
+        })
+        .is_err());
+        let c = ServeConfig::merge(&ServeArgs {
+            refill_time: Some("off".into()),
+            ..base
+        })
+        .unwrap();
         assert_eq!(c.refill_time, Some(None));
     }
 
@@ -580,8 +670,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_str().unwrap();
         let argv = [
-            "sluice", d, "--data-path", "blocking", "--notsent-lowat", "off",
-            "--send-buffer", "auto", "--refill-time", "2",
+            "sluice",
+            d,
+            "--data-path",
+            "blocking",
+            "--notsent-lowat",
+            "off",
+            "--send-buffer",
+            "auto",
+            "--refill-time",
+            "2",
         ];
         let cli = Cli::try_parse_from(argv).unwrap();
         let c = ServeConfig::merge(&cli.serve).unwrap();

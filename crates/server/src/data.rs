@@ -27,19 +27,23 @@ pub struct Passive {
 impl Passive {
     /// Binds a listener on `local` (the control connection's local IP),
     /// on a free port in `range` (or any port).
-    pub fn open(local: IpAddr, range: Option<(u16, u16)>, peer: Option<IpAddr>) -> io::Result<Passive> {
+    pub fn open(
+        local: IpAddr,
+        range: Option<(u16, u16)>,
+        peer: Option<IpAddr>,
+    ) -> io::Result<Passive> {
         let listener = match range {
             None => bind(SocketAddr::new(local, 0))?,
             Some((lo, hi)) => {
                 let span = u32::from(hi - lo) + 1;
                 // Start at a varying port so concurrent sessions do not all
                 // probe the same ones first.
-                let start = std::process::id()
-                    .wrapping_add(std::time::SystemTime::now()
+                let start = std::process::id().wrapping_add(
+                    std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map(|d| d.subsec_nanos())
-                        .unwrap_or(0))
-                    % span;
+                        .unwrap_or(0),
+                ) % span;
                 let mut found = None;
                 for i in 0..span {
                     let port = lo + ((start + i) % span) as u16;
@@ -48,10 +52,15 @@ impl Passive {
                         break;
                     }
                 }
-                found.ok_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "passive port range exhausted"))?
+                found.ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::AddrInUse, "passive port range exhausted")
+                })?
             }
         };
-        Ok(Passive { listener: std::sync::Arc::new(listener), peer })
+        Ok(Passive {
+            listener: std::sync::Arc::new(listener),
+            peer,
+        })
     }
 
     /// The bound address.
@@ -79,7 +88,11 @@ impl Passive {
 }
 
 fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
     sock.set_reuseaddr(true)?;
     sock.bind(addr)?;
     sock.listen(64)
@@ -90,7 +103,11 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 pub async fn connect(local: IpAddr, to: SocketAddr, n: u32) -> io::Result<Vec<TcpStream>> {
     let mut conns = Vec::with_capacity(n as usize);
     for _ in 0..n.max(1) {
-        let sock = if to.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        let sock = if to.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
         if local.is_ipv4() == to.is_ipv4() {
             sock.bind(SocketAddr::new(local, 0))?;
         }

@@ -90,7 +90,8 @@ fn report(r: Result<()>) -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter)
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(logbuf::LogWriter)
         .try_init();
@@ -113,7 +114,11 @@ fn serve(args: config::ServeArgs) -> Result<()> {
 }
 
 /// Everything `serve` runs, on the main runtime (loop 0 for `per-core`).
-async fn serve_on(cfg: config::ServeConfig, kind: runtime::RuntimeKind, workers: usize) -> Result<()> {
+async fn serve_on(
+    cfg: config::ServeConfig,
+    kind: runtime::RuntimeKind,
+    workers: usize,
+) -> Result<()> {
     let engine = Engine::try_new(cfg.engine_config(
         // SLUICE_NOTSENT_LOWAT, SLUICE_CHUNK_SIZE, ... (engine tuning.rs).
         EngineConfig::default().with_env_overrides(),
@@ -124,12 +129,18 @@ async fn serve_on(cfg: config::ServeConfig, kind: runtime::RuntimeKind, workers:
     }
     // HTTP front door (crate::http) on the same engine; with `per-core`
     // its connections are spread over all the loops.
-    let loops = if kind == runtime::RuntimeKind::PerCore { workers } else { 1 };
+    let loops = if kind == runtime::RuntimeKind::PerCore {
+        workers
+    } else {
+        1
+    };
     let http_task = http::start(&cfg, &engine, loops).await?;
     if !cfg.ftp_enabled {
         return http::serve_alone(http_task, stop_signal()).await;
     }
-    let listener = ftp::bind(cfg.ftp).await.with_context(|| format!("cannot listen on {}", cfg.ftp))?;
+    let listener = ftp::bind(cfg.ftp)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.ftp))?;
     let addr = listener.local_addr()?;
     tracing::info!(
         root = %cfg.root.display(),
@@ -146,7 +157,11 @@ async fn serve_on(cfg: config::ServeConfig, kind: runtime::RuntimeKind, workers:
         writeln!(out, "ftp listening on {addr}")?;
         out.flush()?;
     }
-    let ctx = Arc::new(ftp::FtpContext { users: auth::Users::new(&cfg), config: cfg, engine });
+    let ctx = Arc::new(ftp::FtpContext {
+        users: auth::Users::new(&cfg),
+        config: cfg,
+        engine,
+    });
     // FTP sessions (and their data transfers) live on this loop; see
     // crate::runtime for why and what it would take to spread them.
     let ftp_task = tokio::spawn(ftp::run(ctx, listener));
@@ -177,7 +192,9 @@ async fn stop_signal() {
 
 fn hash_password() -> Result<()> {
     let mut line = String::new();
-    std::io::stdin().read_line(&mut line).context("cannot read the password from stdin")?;
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("cannot read the password from stdin")?;
     let pass = line.trim_end_matches(['\r', '\n']);
     if pass.is_empty() {
         anyhow::bail!("empty password");

@@ -97,7 +97,10 @@ mod tests {
         let addr = start("127.0.0.1:0".parse().unwrap(), engine).await.unwrap();
         let ok = fetch(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
-        assert!(ok.contains("# TYPE sluice_engine_bytes_sent_total counter"), "{ok}");
+        assert!(
+            ok.contains("# TYPE sluice_engine_bytes_sent_total counter"),
+            "{ok}"
+        );
         assert!(ok.contains("\nsluice_engine_bytes_sent_total 0\n"), "{ok}");
         let other = fetch(addr, "GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(other.starts_with("HTTP/1.1 404"), "{other}");

@@ -36,7 +36,12 @@ pub fn op_error(e: FsError) -> OpError {
 }
 
 /// Answers a [`Query`].
-pub fn query(root: &ServedRoot, path: &VirtualPath, q: Query, writable: bool) -> Result<Answer, OpError> {
+pub fn query(
+    root: &ServedRoot,
+    path: &VirtualPath,
+    q: Query,
+    writable: bool,
+) -> Result<Answer, OpError> {
     let stat = |p: &VirtualPath| root.stat(p.as_str()).map_err(op_error);
     match q {
         Query::ChangeDir => match stat(path)?.kind {
@@ -64,7 +69,11 @@ pub fn query(root: &ServedRoot, path: &VirtualPath, q: Query, writable: bool) ->
         }
         Query::Facts => {
             let m = stat(path)?;
-            let role = if m.kind == FileKind::Dir { MlsxRole::Cdir } else { MlsxRole::Entry };
+            let role = if m.kind == FileKind::Dir {
+                MlsxRole::Cdir
+            } else {
+                MlsxRole::Entry
+            };
             let e = entry_info(path.file_name().unwrap_or("/").as_bytes(), &m);
             let mut facts = listing::mlsx_facts(&e, role, writable);
             // MLST names the full path (RFC 3659 7.2.1).
@@ -105,13 +114,19 @@ pub fn listing_bytes(
         let mut all = root.list_dir(path.as_str()).map_err(op_error)?;
         all.retain(|e| !is_internal_name(&e.name));
         if all.len() > MAX_LIST_ENTRIES {
-            tracing::info!(entries = all.len(), "listing cut to {MAX_LIST_ENTRIES} entries");
+            tracing::info!(
+                entries = all.len(),
+                "listing cut to {MAX_LIST_ENTRIES} entries"
+            );
             all.truncate(MAX_LIST_ENTRIES);
         }
         all
     } else {
         let name = path.file_name().unwrap_or("").as_bytes().to_vec();
-        vec![DirEntry { name, meta: meta.clone() }]
+        vec![DirEntry {
+            name,
+            meta: meta.clone(),
+        }]
     };
     let now = unix_secs(SystemTime::now());
     let mut out = Vec::with_capacity(entries.len() * 64);
@@ -168,7 +183,8 @@ pub fn checksum(
     if offset > size {
         return Err(OpError::OffsetBeyondEof);
     }
-    file.seek(SeekFrom::Start(offset)).map_err(|e| op_error(e.into()))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| op_error(e.into()))?;
     let mut reader = file.take(len.unwrap_or(u64::MAX));
     let mut buf = vec![0u8; 1 << 20];
     enum H {
@@ -224,31 +240,62 @@ mod tests {
         let sha = checksum(&r, &vp("f"), ChecksumAlgorithm::Sha256, 0, None).unwrap();
         assert_eq!(
             sha,
-            Answer::Checksum("b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9".into())
+            Answer::Checksum(
+                "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9".into()
+            )
         );
         let md5 = checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 0, None).unwrap();
-        assert_eq!(md5, Answer::Checksum("5eb63bbbe01eeed093cb22bb8f5acdc3".into()));
+        assert_eq!(
+            md5,
+            Answer::Checksum("5eb63bbbe01eeed093cb22bb8f5acdc3".into())
+        );
         let adler = checksum(&r, &vp("f"), ChecksumAlgorithm::Adler32, 0, None).unwrap();
         assert_eq!(adler, Answer::Checksum("1a0b045d".into()));
         let part = checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 6, Some(5)).unwrap();
         // md5("world")
-        assert_eq!(part, Answer::Checksum("7d793037a0760186574b0282f2f435e7".into()));
-        assert_eq!(checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 99, None), Err(OpError::OffsetBeyondEof));
+        assert_eq!(
+            part,
+            Answer::Checksum("7d793037a0760186574b0282f2f435e7".into())
+        );
+        assert_eq!(
+            checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 99, None),
+            Err(OpError::OffsetBeyondEof)
+        );
     }
 
     #[test]
     fn queries_and_listings() {
         let (_d, r) = setup();
-        assert_eq!(query(&r, &vp("f"), Query::Size, false), Ok(Answer::Size(11)));
-        assert_eq!(query(&r, &vp("sub"), Query::Size, false), Err(OpError::NotAFile));
-        assert_eq!(query(&r, &vp("f"), Query::ChangeDir, false), Err(OpError::NotADirectory));
-        assert_eq!(query(&r, &vp("sub"), Query::ChangeDir, false), Ok(Answer::Done));
+        assert_eq!(
+            query(&r, &vp("f"), Query::Size, false),
+            Ok(Answer::Size(11))
+        );
+        assert_eq!(
+            query(&r, &vp("sub"), Query::Size, false),
+            Err(OpError::NotAFile)
+        );
+        assert_eq!(
+            query(&r, &vp("f"), Query::ChangeDir, false),
+            Err(OpError::NotADirectory)
+        );
+        assert_eq!(
+            query(&r, &vp("sub"), Query::ChangeDir, false),
+            Ok(Answer::Done)
+        );
         // The partial answers SIZE for resuming clients.
-        assert_eq!(query(&r, &vp("f2"), Query::Size, false), Ok(Answer::Size(3)));
-        assert_eq!(query(&r, &vp("nope"), Query::Size, false), Err(OpError::NotFound));
+        assert_eq!(
+            query(&r, &vp("f2"), Query::Size, false),
+            Ok(Answer::Size(3))
+        );
+        assert_eq!(
+            query(&r, &vp("nope"), Query::Size, false),
+            Err(OpError::NotFound)
+        );
         let names = listing_bytes(&r, &vp("/"), ListFormat::Names, false).unwrap();
         assert_eq!(names, b"f\r\nsub\r\n");
-        let mlsd = String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap()).unwrap();
+        let mlsd =
+            String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap())
+                .unwrap();
         assert!(mlsd.starts_with("type=cdir;"), "{mlsd}");
         assert!(mlsd.contains("type=file;size=11;"), "{mlsd}");
         match query(&r, &vp("f"), Query::Facts, false).unwrap() {

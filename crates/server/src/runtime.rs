@@ -99,7 +99,9 @@ pub fn workers() -> Result<usize> {
     if std::env::var("SLUICE_RUNTIME").is_ok_and(|v| v.trim() == "current") {
         return Ok(1);
     }
-    Ok(env_number("SLUICE_WORKERS")?.unwrap_or_else(default_workers).max(1))
+    Ok(env_number("SLUICE_WORKERS")?
+        .unwrap_or_else(default_workers)
+        .max(1))
 }
 
 /// Half the cores, at least one.
@@ -171,8 +173,14 @@ mod tests {
 
     #[test]
     fn flag_then_key() {
-        assert_eq!(RuntimeKind::choose(Some("shared"), Some("per-core")).unwrap(), RuntimeKind::Shared);
-        assert_eq!(RuntimeKind::choose(None, Some("per-core")).unwrap(), RuntimeKind::PerCore);
+        assert_eq!(
+            RuntimeKind::choose(Some("shared"), Some("per-core")).unwrap(),
+            RuntimeKind::Shared
+        );
+        assert_eq!(
+            RuntimeKind::choose(None, Some("per-core")).unwrap(),
+            RuntimeKind::PerCore
+        );
         assert!(RuntimeKind::choose(Some("threads"), None).is_err());
         for k in [RuntimeKind::PerCore, RuntimeKind::Shared] {
             assert_eq!(RuntimeKind::choose(Some(k.as_str()), None).unwrap(), k);

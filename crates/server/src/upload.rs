@@ -44,12 +44,17 @@ pub fn is_internal_name(name: &[u8]) -> bool {
 /// The partial name that belongs to `path`, or `None` for `/`.
 pub fn partial_path(path: &VirtualPath) -> Option<VirtualPath> {
     let name = path.file_name()?;
-    path.parent().resolve(&format!(".{name}{PARTIAL_SUFFIX}")).ok()
+    path.parent()
+        .resolve(&format!(".{name}{PARTIAL_SUFFIX}"))
+        .ok()
 }
 
 enum Target {
     Temp(TempFile),
-    Partial { file: Arc<File>, partial: VirtualPath },
+    Partial {
+        file: Arc<File>,
+        partial: VirtualPath,
+    },
 }
 
 /// An upload's destination, ready for bytes at [`Upload::start`].
@@ -62,7 +67,11 @@ pub struct Upload {
 
 impl Upload {
     /// Prepares the destination for `kind` (blocking: call off the loop).
-    pub fn prepare(root: &ServedRoot, path: &VirtualPath, kind: StoreKind) -> Result<Upload, OpError> {
+    pub fn prepare(
+        root: &ServedRoot,
+        path: &VirtualPath,
+        kind: StoreKind,
+    ) -> Result<Upload, OpError> {
         let partial = partial_path(path).ok_or(OpError::BadName)?;
         match root.stat(path.as_str()) {
             Ok(m) if m.kind != FileKind::File => return Err(OpError::NotAFile),
@@ -75,7 +84,11 @@ impl Upload {
         };
         let temp = |start: u64| -> Result<Upload, OpError> {
             let t = root.create_temp(path.as_str()).map_err(op_error)?;
-            Ok(Upload { target: Target::Temp(t), path: path.clone(), start })
+            Ok(Upload {
+                target: Target::Temp(t),
+                path: path.clone(),
+                start,
+            })
         };
         if kind == StoreKind::Replace {
             return temp(0);
@@ -92,7 +105,10 @@ impl Upload {
                 file.set_len(n).map_err(|e| op_error(e.into()))?;
             }
             return Ok(Upload {
-                target: Target::Partial { file: Arc::new(file), partial },
+                target: Target::Partial {
+                    file: Arc::new(file),
+                    partial,
+                },
                 path: path.clone(),
                 start,
             });
@@ -137,7 +153,8 @@ impl Upload {
             }
             Target::Partial { file, partial } => {
                 file.sync_all().map_err(|e| op_error(e.into()))?;
-                root.rename(partial.as_str(), self.path.as_str()).map_err(op_error)
+                root.rename(partial.as_str(), self.path.as_str())
+                    .map_err(op_error)
             }
         }
     }
@@ -148,7 +165,10 @@ impl Upload {
         match self.target {
             Target::Temp(t) => {
                 let received = t.file().metadata().map(|m| m.len()).unwrap_or(0);
-                let name = self.path.file_name().map(|n| format!(".{n}{PARTIAL_SUFFIX}"));
+                let name = self
+                    .path
+                    .file_name()
+                    .map(|n| format!(".{n}{PARTIAL_SUFFIX}"));
                 match name {
                     Some(name) if received > 0 => {
                         if let Err(e) = t.keep_as(&name) {
@@ -206,7 +226,10 @@ mod tests {
         up.file().write_all_at(b"new!", 0).unwrap();
         up.keep_partial();
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"0123456789");
-        assert_eq!(std::fs::read(d.path().join(".f.sluice-partial")).unwrap(), b"new!");
+        assert_eq!(
+            std::fs::read(d.path().join(".f.sluice-partial")).unwrap(),
+            b"new!"
+        );
         // REST 2 + STOR continues the partial, then renames it over f.
         let up = Upload::prepare(&r, &vp("/f"), StoreKind::Restart(2)).unwrap();
         assert_eq!(up.start, 2);
@@ -236,11 +259,17 @@ mod tests {
             Err(OpError::OffsetBeyondEof)
         ));
         std::fs::create_dir(d.path().join("dir")).unwrap();
-        assert!(matches!(Upload::prepare(&r, &vp("/dir"), StoreKind::Replace), Err(OpError::NotAFile)));
+        assert!(matches!(
+            Upload::prepare(&r, &vp("/dir"), StoreKind::Replace),
+            Err(OpError::NotAFile)
+        ));
         // An empty failed upload leaves nothing behind.
         let up = Upload::prepare(&r, &vp("/g"), StoreKind::Replace).unwrap();
         up.keep_partial();
-        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(is_internal_name(b".g.sluice-partial"));
         assert!(is_internal_name(b".g.sluice-1a2b.part"));

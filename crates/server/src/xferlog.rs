@@ -54,7 +54,13 @@ impl XferRecord<'_> {
         let path: String = self
             .path
             .chars()
-            .map(|c| if c.is_whitespace() || c.is_control() { '_' } else { c })
+            .map(|c| {
+                if c.is_whitespace() || c.is_control() {
+                    '_'
+                } else {
+                    c
+                }
+            })
             .collect();
         format!(
             "{secs} {} {} {path} {} _ {} {} {} ftp 0 * {}",
@@ -66,7 +72,8 @@ impl XferRecord<'_> {
                 Direction::Incoming => 'i',
             },
             if self.anonymous { 'a' } else { 'r' },
-            self.user.replace(|c: char| c.is_whitespace() || c.is_control(), "_"),
+            self.user
+                .replace(|c: char| c.is_whitespace() || c.is_control(), "_"),
             if self.complete { 'c' } else { 'i' },
         )
     }
@@ -94,6 +101,9 @@ mod tests {
             user: "anonymous",
             complete: false,
         };
-        assert_eq!(r.line(), "2 127.0.0.1 1234 /dir/a_file b _ i a anonymous ftp 0 * i");
+        assert_eq!(
+            r.line(),
+            "2 127.0.0.1 1234 /dir/a_file b _ i a anonymous ftp 0 * i"
+        );
     }
 }

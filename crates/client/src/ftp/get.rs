@@ -36,6 +36,9 @@ const RECYCLE_SLOTS: usize = 64;
 pub enum Dest {
     /// Standard output, in order.
     Stdout,
+    /// An existing device or FIFO (say /dev/null), written in order in
+    /// place: renaming a `.part` over it would replace the device node.
+    Device(PathBuf),
     /// A file, written as `part` and renamed to `path` when complete.
     File {
         /// Final name.
@@ -58,6 +61,7 @@ impl Dest {
         };
         let path = match dest {
             Some(d) if d == Path::new("-") => return Ok(Dest::Stdout),
+            Some(d) if is_device(d) => return Ok(Dest::Device(d.to_path_buf())),
             Some(d) if d.is_dir() => d.join(need_name()?),
             Some(d) => d.to_path_buf(),
             None => PathBuf::from(need_name()?),
@@ -73,14 +77,24 @@ impl Dest {
             path,
         })
     }
+
+    /// Standard output or a device: no `.part`, no resume, no checksum.
+    pub fn is_stream(&self) -> bool {
+        !matches!(self, Dest::File { .. })
+    }
+}
+
+/// An existing path that is neither a regular file nor a directory.
+fn is_device(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// Runs one download.
 pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let dest = Dest::resolve(a.dest.as_deref(), u.file_name())?;
-    if dest == Dest::Stdout && (a.resume || a.verify) {
+    if dest.is_stream() && (a.resume || a.verify) {
         return Err(ClientError::Usage(
-            "--continue and --verify need a file DEST, not `-`".into(),
+            "--continue and --verify need a regular file DEST, not `-` or a device".into(),
         ));
     }
     let timeout = Duration::from_secs(a.opts.timeout);
@@ -95,6 +109,7 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // Resume point and destination file.
     let (sink, already) = match &dest {
         Dest::Stdout => (Sink::Stdout, 0),
+        Dest::Device(p) => (Sink::Device(writer::open_device(p)?), 0),
         Dest::File { part, resume, .. } => {
             let mut already = if a.resume {
                 resume_point(part, resume)
@@ -135,7 +150,7 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
                 }
                 return Err(e);
             }
-            (Err(e), Dest::Stdout) => return Err(e),
+            (Err(e), _) => return Err(e),
         }
     }
     let elapsed = t0.elapsed();
@@ -251,7 +266,7 @@ fn transfer(
     let (recycle_tx, recycle_rx) = mpsc::sync_channel(RECYCLE_SLOTS);
     let prefix_file = match dest {
         Dest::File { resume, .. } => Some(resume.clone()),
-        Dest::Stdout => None,
+        Dest::Stdout | Dest::Device(_) => None,
     };
     let w = Writer::start(
         WriterConfig {

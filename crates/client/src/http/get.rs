@@ -48,9 +48,9 @@ struct Fetch {
 pub fn run(a: &GetArgs) -> Result<()> {
     let u = HttpUrl::parse(&a.url).map_err(|e| ClientError::Usage(e.to_string()))?;
     let dest = Dest::resolve(a.dest.as_deref(), u.file_name().as_deref())?;
-    if dest == Dest::Stdout && (a.resume || a.verify) {
+    if dest.is_stream() && (a.resume || a.verify) {
         return Err(ClientError::Usage(
-            "--continue and --verify need a file DEST, not `-`".into(),
+            "--continue and --verify need a regular file DEST, not `-` or a device".into(),
         ));
     }
     if a.verify {
@@ -77,11 +77,7 @@ pub fn run(a: &GetArgs) -> Result<()> {
     let saved_etag = saved_etag
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty());
-    let streams = if dest == Dest::Stdout {
-        1
-    } else {
-        a.opts.parallel
-    };
+    let streams = if dest.is_stream() { 1 } else { a.opts.parallel };
 
     let t0 = Instant::now();
     let fetch = if streams > 1 {
@@ -93,6 +89,7 @@ pub fn run(a: &GetArgs) -> Result<()> {
 
     let (sink, prefix_file) = match &dest {
         Dest::Stdout => (Sink::Stdout, None),
+        Dest::Device(p) => (Sink::Device(writer::open_device(p)?), None),
         Dest::File { part, resume, .. } => {
             let f = writer::open_part(part, already)?;
             writer::save_prefix(resume, already)?;

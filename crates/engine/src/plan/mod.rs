@@ -71,7 +71,11 @@ pub struct ParsePrefetchModeError(pub String);
 
 impl fmt::Display for ParsePrefetchModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown prefetch mode {:?} (expected tcp, fixed or kernel)", self.0)
+        write!(
+            f,
+            "unknown prefetch mode {:?} (expected tcp, fixed or kernel)",
+            self.0
+        )
     }
 }
 

@@ -220,9 +220,12 @@ impl Planner {
     fn recover(&mut self, now: Duration) {
         let dt = now.saturating_sub(self.last_recover);
         self.last_recover = self.last_recover.max(now);
-        let quiet = self.last_pressure.is_none_or(|p| now.saturating_sub(p) >= PRESSURE_QUIET);
+        let quiet = self
+            .last_pressure
+            .is_none_or(|p| now.saturating_sub(p) >= PRESSURE_QUIET);
         if quiet && self.budget_scale < 1.0 {
-            self.budget_scale = (self.budget_scale + PRESSURE_RECOVERY_PER_S * dt.as_secs_f64()).min(1.0);
+            self.budget_scale =
+                (self.budget_scale + PRESSURE_RECOVERY_PER_S * dt.as_secs_f64()).min(1.0);
         }
     }
 
@@ -283,10 +286,23 @@ impl Planner {
     /// means the file ends there. `service_time` is submission to
     /// completion as the disk saw it. Reads of closed connections only
     /// teach the planner about the disk.
-    pub fn handle_read_done(&mut self, now: Duration, req: &ReadRequest, bytes_read: u64, service_time: Duration) {
+    pub fn handle_read_done(
+        &mut self,
+        now: Duration,
+        req: &ReadRequest,
+        bytes_read: u64,
+        service_time: Duration,
+    ) {
         ewma(&mut self.service_s, service_time.as_secs_f64());
-        ewma(&mut self.latency_s, now.saturating_sub(req.issued_at).as_secs_f64());
-        let Some(c) = self.conns.get_mut(&req.conn).filter(|c| c.epoch == req.epoch) else {
+        ewma(
+            &mut self.latency_s,
+            now.saturating_sub(req.issued_at).as_secs_f64(),
+        );
+        let Some(c) = self
+            .conns
+            .get_mut(&req.conn)
+            .filter(|c| c.epoch == req.epoch)
+        else {
             return;
         };
         let freed = req.len.min(c.in_flight);
@@ -367,7 +383,11 @@ impl Planner {
         let (id, tn, len) = best?;
         let c = self.conns.get_mut(&id)?;
         // Fixed mode is the rate-blind baseline: first come, first served.
-        let tn = if self.cfg.mode == PrefetchMode::Fixed { 0.0 } else { tn };
+        let tn = if self.cfg.mode == PrefetchMode::Fixed {
+            0.0
+        } else {
+            tn
+        };
         let offset = match c.holes.front_mut() {
             Some(h) => {
                 let off = h.0;
@@ -433,12 +453,18 @@ impl Planner {
                 if tn > tw * cfg.trigger {
                     return 0;
                 }
-                let floor = cfg.min_read.max(cfg.device_read / 2).min(cfg.h_max).min(remaining);
+                let floor = cfg
+                    .min_read
+                    .max(cfg.device_read / 2)
+                    .min(cfg.h_max)
+                    .min(remaining);
                 let buffered = (tn * rate) as u64;
                 let want = window.saturating_sub(buffered).min(cfg.h_max).max(floor);
                 let free = budget.saturating_sub(self.used + self.socket_bytes());
                 let share = ((budget as f64) * rate / net.max(1.0)) as u64;
-                let share = share.max(cfg.device_read.min(budget)).saturating_sub(c.holding());
+                let share = share
+                    .max(cfg.device_read.min(budget))
+                    .saturating_sub(c.holding());
                 let mut len = want.min(free).min(share).min(remaining);
                 if len < remaining {
                     len -= len % cfg.page.max(1);
@@ -486,12 +512,19 @@ impl Planner {
         let cycle = active as f64 * s / self.cfg.queue_depth.max(1) as f64;
         let lat = self.latency_s.unwrap_or(0.0);
         let td = Duration::from_secs_f64((2.0 * cycle.max(lat)).min(1e6));
-        td.clamp(self.cfg.min_target, self.cfg.max_target.max(self.cfg.min_target))
+        td.clamp(
+            self.cfg.min_target,
+            self.cfg.max_target.max(self.cfg.min_target),
+        )
     }
 
     /// Sum of the rates of connections that still have bytes to plan (`B_net`).
     fn net_rate(&self) -> f64 {
-        self.conns.values().filter(|c| c.has_work()).map(|c| self.rate_of(c) as f64).sum()
+        self.conns
+            .values()
+            .filter(|c| c.has_work())
+            .map(|c| self.rate_of(c) as f64)
+            .sum()
     }
 
     fn rate_of(&self, c: &Conn) -> u64 {
@@ -573,7 +606,11 @@ mod tests {
     use super::*;
 
     fn cfg(mode: PrefetchMode) -> PlanConfig {
-        PlanConfig { mode, budget: 8 << 20, ..PlanConfig::default() }
+        PlanConfig {
+            mode,
+            budget: 8 << 20,
+            ..PlanConfig::default()
+        }
     }
 
     #[test]

@@ -149,7 +149,8 @@ impl Sampler {
         }
         if self.seen {
             let entered_reducing = s.ca_state.is_reducing() && !self.prev_ca.is_reducing();
-            let shrank = u64::from(s.cwnd) * CWND_CUT_DEN <= u64::from(self.prev_cwnd) * CWND_CUT_NUM;
+            let shrank =
+                u64::from(s.cwnd) * CWND_CUT_DEN <= u64::from(self.prev_cwnd) * CWND_CUT_NUM;
             ev.cwnd_cut = entered_reducing || (shrank && s.cwnd > 0);
             ev.loss = s.total_retrans > self.prev_retrans;
         }
@@ -207,9 +208,15 @@ mod tests {
         let t = Duration::ZERO;
         assert_eq!(s.update(t, &sample(1000, 10)).rate, 1000);
         assert_eq!(s.update(t, &sample(2000, 10)).rate, 1250);
-        let low = FlowSample { app_limited: true, ..sample(10, 10) };
+        let low = FlowSample {
+            app_limited: true,
+            ..sample(10, 10)
+        };
         assert_eq!(s.update(t, &low).rate, 1250);
-        let high = FlowSample { app_limited: true, ..sample(2250, 10) };
+        let high = FlowSample {
+            app_limited: true,
+            ..sample(2250, 10)
+        };
         assert_eq!(s.update(t, &high).rate, 1500);
     }
 
@@ -218,7 +225,11 @@ mod tests {
         let mut s = Sampler::new();
         let t = Duration::ZERO;
         s.update(t, &sample(1000, 20));
-        let cut = FlowSample { ca_state: CaState::Recovery, total_retrans: 1, ..sample(1000, 10) };
+        let cut = FlowSample {
+            ca_state: CaState::Recovery,
+            total_retrans: 1,
+            ..sample(1000, 10)
+        };
         let st = s.update(t, &cut);
         assert!(st.events.cwnd_cut && st.events.loss);
         // 1000 * 10/20 = 500, then a quarter of the way to the 1000 sample.
@@ -232,11 +243,33 @@ mod tests {
         let mut s = Sampler::new();
         let t = Duration::ZERO;
         s.update(t, &sample(1000, 10));
-        let st = s.update(t, &FlowSample { reset: true, ..sample(0, 10) });
+        let st = s.update(
+            t,
+            &FlowSample {
+                reset: true,
+                ..sample(0, 10)
+            },
+        );
         assert!(st.events.reset && st.events.is_gone());
-        let later = s.update(t, &FlowSample { closed: true, ..sample(0, 10) });
+        let later = s.update(
+            t,
+            &FlowSample {
+                closed: true,
+                ..sample(0, 10)
+            },
+        );
         assert_eq!(later.events, FlowEvents::default());
         let mut c = Sampler::new();
-        assert!(c.update(t, &FlowSample { error: true, ..sample(0, 0) }).events.closed);
+        assert!(
+            c.update(
+                t,
+                &FlowSample {
+                    error: true,
+                    ..sample(0, 0)
+                }
+            )
+            .events
+            .closed
+        );
     }
 }

@@ -74,7 +74,8 @@ impl Engine {
             key,
             last_rate,
             pos: AtomicU64::new(start),
-            behind: (!copy && hub.drop_sent).then(|| DropBehind::new(start, fadvise::page_size() as u64)),
+            behind: (!copy && hub.drop_sent)
+                .then(|| DropBehind::new(start, fadvise::page_size() as u64)),
             file: Arc::clone(file),
         })
     }
@@ -195,7 +196,9 @@ impl Feed<'_> {
         let alone = self.hub.sample(self.engine, self.id, &sample);
         if let (true, Some(b)) = (alone, self.behind.as_mut()) {
             let in_socket = sample.notsent_bytes + sample.unacked_bytes;
-            if let Some((off, len)) = b.next(self.hub.now(), self.pos.load(Ordering::Relaxed), in_socket) {
+            if let Some((off, len)) =
+                b.next(self.hub.now(), self.pos.load(Ordering::Relaxed), in_socket)
+            {
                 let _ = fadvise::fadvise(self.file.as_fd(), off, len, fadvise::Advice::DontNeed);
             }
         }

@@ -56,7 +56,12 @@ fn cgroup_fs() -> Option<&'static Path> {
         let mut pid = std::process::id();
         for _ in 0..16 {
             let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            pid = status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse().ok()?;
+            pid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:"))?
+                .trim()
+                .parse()
+                .ok()?;
             if pid <= 1 {
                 return None;
             }
@@ -90,7 +95,11 @@ fn cgroup_room(root: &Path, proc_cgroup: &str) -> Option<Room> {
     let path = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let dir: PathBuf = root.join(path.trim_start_matches('/'));
     let max = fs::read_to_string(dir.join("memory.max")).ok()?;
-    let limit = if max.trim() == "max" { u64::MAX } else { max.trim().parse().ok()? };
+    let limit = if max.trim() == "max" {
+        u64::MAX
+    } else {
+        max.trim().parse().ok()?
+    };
     let usage = read_u64(&dir.join("memory.current"))?;
     let stat = fs::read_to_string(dir.join("memory.stat")).ok()?;
     room(limit, usage, stat_field(&stat, "file")?)
@@ -132,7 +141,10 @@ fn room(limit: u64, usage: u64, cache: u64) -> Option<Room> {
         return None;
     }
     let room = limit.saturating_sub(usage.saturating_sub(cache));
-    Some(Room { room, cache: cache.min(room) })
+    Some(Room {
+        room,
+        cache: cache.min(room),
+    })
 }
 
 fn read_u64(p: &Path) -> Option<u64> {
@@ -165,7 +177,11 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("memory.limit_in_bytes"), "268435456\n").unwrap();
         fs::write(dir.join("memory.usage_in_bytes"), "200000000\n").unwrap();
-        fs::write(dir.join("memory.stat"), "cache 5\nrss 7\ntotal_cache 150000000\n").unwrap();
+        fs::write(
+            dir.join("memory.stat"),
+            "cache 5\nrss 7\ntotal_cache 150000000\n",
+        )
+        .unwrap();
         let pc = "9:pids:/\n4:memory:/lab/srv\n0::/\n";
         let r = cgroup_room(root.path(), pc).expect("limited");
         assert_eq!(r.room, 268_435_456 - 50_000_000);
@@ -186,24 +202,55 @@ mod tests {
         fs::write(v2.join("memory.max"), "1000000\n").unwrap();
         fs::write(v2.join("memory.current"), "600000\n").unwrap();
         fs::write(v2.join("memory.stat"), "anon 1\nfile 400000\n").unwrap();
-        assert_eq!(cgroup_room(root.path(), "0::/svc\n"), Some(Room { room: 800_000, cache: 400_000 }));
+        assert_eq!(
+            cgroup_room(root.path(), "0::/svc\n"),
+            Some(Room {
+                room: 800_000,
+                cache: 400_000
+            })
+        );
         fs::write(v2.join("memory.max"), "max\n").unwrap();
         assert_eq!(cgroup_room(root.path(), "0::/svc\n"), None);
     }
 
     #[test]
     fn cache_the_planner_does_not_know_of_shrinks_the_budget() {
-        let r = Room { room: 1000, cache: 300 };
+        let r = Room {
+            room: 1000,
+            cache: 300,
+        };
         // All cache is the planner's: the room rule alone.
         assert_eq!(budget_for(r, 300, u64::MAX, Some(BUDGET_OF_FREE)), 700);
         // 400 bytes of cache it knows nothing of (pinned by receivers or
         // not dropped): 95 % of the 600 left.
-        let r = Room { room: 1000, cache: 500 };
+        let r = Room {
+            room: 1000,
+            cache: 500,
+        };
         assert_eq!(budget_for(r, 100, u64::MAX, Some(BUDGET_OF_FREE)), 570);
-        assert_eq!(budget_for(r, 100, u64::MAX, None), 700, "untracked cache left out");
-        assert_eq!(budget_for(r, 100, 200, Some(BUDGET_OF_FREE)), 200, "the configured cap");
+        assert_eq!(
+            budget_for(r, 100, u64::MAX, None),
+            700,
+            "untracked cache left out"
+        );
+        assert_eq!(
+            budget_for(r, 100, 200, Some(BUDGET_OF_FREE)),
+            200,
+            "the configured cap"
+        );
         // More tracked than cached (in-flight reads, counts lagging).
-        assert_eq!(budget_for(Room { room: 1000, cache: 0 }, 500, u64::MAX, Some(BUDGET_OF_FREE)), 700);
+        assert_eq!(
+            budget_for(
+                Room {
+                    room: 1000,
+                    cache: 0
+                },
+                500,
+                u64::MAX,
+                Some(BUDGET_OF_FREE)
+            ),
+            700
+        );
     }
 
     #[test]

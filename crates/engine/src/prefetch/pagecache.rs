@@ -106,7 +106,12 @@ pub(crate) struct DropBehind {
 impl DropBehind {
     /// Nothing dropped yet of a range starting at `start`.
     pub(crate) fn new(start: u64, page: u64) -> DropBehind {
-        DropBehind { done: start, recent: VecDeque::new(), last: None, page: page.max(1) }
+        DropBehind {
+            done: start,
+            recent: VecDeque::new(),
+            last: None,
+            page: page.max(1),
+        }
     }
 
     /// With `sent_to` the sender's offset and `in_socket` bytes still in the
@@ -117,7 +122,12 @@ impl DropBehind {
     /// held at an earlier call are asked again).
     /// The first partial page is kept (it may hold bytes of the range
     /// before ours).
-    pub(crate) fn next(&mut self, now: Duration, sent_to: u64, in_socket: u64) -> Option<(u64, u64)> {
+    pub(crate) fn next(
+        &mut self,
+        now: Duration,
+        sent_to: u64,
+        in_socket: u64,
+    ) -> Option<(u64, u64)> {
         let acked = sent_to.saturating_sub(in_socket);
         let to = acked / self.page * self.page;
         while let Some(&(at, off)) = self.recent.front() {
@@ -131,7 +141,11 @@ impl DropBehind {
             self.recent.push_back((now, to));
         }
         let from = self.done.div_ceil(self.page) * self.page;
-        if to <= from || self.last.is_some_and(|l| now.saturating_sub(l) < DROP_EVERY) {
+        if to <= from
+            || self
+                .last
+                .is_some_and(|l| now.saturating_sub(l) < DROP_EVERY)
+        {
             return None;
         }
         self.last = Some(now);

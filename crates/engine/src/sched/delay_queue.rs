@@ -34,8 +34,10 @@ impl DelayQueue {
     pub(super) fn take_due(&mut self, now: Duration) -> Vec<(ReqId, ReadRequest)> {
         self.until.retain(|_, u| now < *u);
         let until = &self.until;
-        let (due, keep): (Vec<_>, Vec<_>) =
-            self.waiting.drain(..).partition(|(_, r)| !until.contains_key(&r.conn));
+        let (due, keep): (Vec<_>, Vec<_>) = self
+            .waiting
+            .drain(..)
+            .partition(|(_, r)| !until.contains_key(&r.conn));
         self.waiting = keep;
         due
     }
@@ -45,7 +47,8 @@ impl DelayQueue {
     /// of its reads follow in order rather than one per idle moment.
     pub(super) fn pop_earliest(&mut self) -> Option<(ReqId, ReadRequest)> {
         let until = &self.until;
-        let key = |(id, r): &(ReqId, ReadRequest)| (until.get(&r.conn).copied().unwrap_or_default(), *id);
+        let key =
+            |(id, r): &(ReqId, ReadRequest)| (until.get(&r.conn).copied().unwrap_or_default(), *id);
         let i = (0..self.waiting.len()).min_by_key(|&i| key(&self.waiting[i]))?;
         let (id, req) = self.waiting.remove(i);
         self.until.remove(&req.conn);
@@ -55,13 +58,17 @@ impl DelayQueue {
     /// Drops `conn`'s period and requests, returning the requests.
     pub(super) fn remove_conn(&mut self, conn: ConnId) -> Vec<(ReqId, ReadRequest)> {
         self.until.remove(&conn);
-        let (gone, keep): (Vec<_>, Vec<_>) = self.waiting.drain(..).partition(|(_, r)| r.conn == conn);
+        let (gone, keep): (Vec<_>, Vec<_>) =
+            self.waiting.drain(..).partition(|(_, r)| r.conn == conn);
         self.waiting = keep;
         gone
     }
 
     pub(super) fn next_due(&self) -> Option<Duration> {
-        self.waiting.iter().filter_map(|(_, r)| self.until.get(&r.conn).copied()).min()
+        self.waiting
+            .iter()
+            .filter_map(|(_, r)| self.until.get(&r.conn).copied())
+            .min()
     }
 
     pub(super) fn holds(&self, conn: ConnId) -> bool {

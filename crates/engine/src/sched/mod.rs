@@ -80,7 +80,10 @@ pub struct SchedConfig {
 
 impl Default for SchedConfig {
     fn default() -> Self {
-        SchedConfig { queue_depth: 4, max_merge: 1 << 20 }
+        SchedConfig {
+            queue_depth: 4,
+            max_merge: 1 << 20,
+        }
     }
 }
 
@@ -165,8 +168,12 @@ impl Scheduler {
             return 0;
         }
         self.delayed.start(conn, now + delay);
-        let ids: Vec<(Duration, ReqId)> =
-            self.queue.iter().filter(|(_, r)| r.conn == conn).map(|(k, _)| *k).collect();
+        let ids: Vec<(Duration, ReqId)> = self
+            .queue
+            .iter()
+            .filter(|(_, r)| r.conn == conn)
+            .map(|(k, _)| *k)
+            .collect();
         for k in &ids {
             if let Some(req) = self.queue.remove(k) {
                 self.delayed.push(k.1, req);
@@ -181,8 +188,12 @@ impl Scheduler {
     /// now and list its submitted ones for [`Scheduler::poll_cancel`].
     pub fn handle_conn_gone(&mut self, conn: ConnId) -> Dropped {
         let mut d = Dropped::default();
-        let keys: Vec<(Duration, ReqId)> =
-            self.queue.iter().filter(|(_, r)| r.conn == conn).map(|(k, _)| *k).collect();
+        let keys: Vec<(Duration, ReqId)> = self
+            .queue
+            .iter()
+            .filter(|(_, r)| r.conn == conn)
+            .map(|(k, _)| *k)
+            .collect();
         for k in keys {
             if let Some(r) = self.queue.remove(&k) {
                 d.queued += 1;
@@ -232,7 +243,14 @@ impl Scheduler {
             Some(((_, id), req)) => (id, req),
             None => self.delayed.pop_earliest()?,
         };
-        self.submitted.insert(id, InKernel { req, submitted_at: now, cancelled: false });
+        self.submitted.insert(
+            id,
+            InKernel {
+                req,
+                submitted_at: now,
+                cancelled: false,
+            },
+        );
         Some(Submission { id, req })
     }
 
@@ -283,7 +301,10 @@ impl Scheduler {
     pub fn holds(&self, conn: ConnId) -> bool {
         self.queue.values().any(|r| r.conn == conn)
             || self.delayed.holds(conn)
-            || self.submitted.values().any(|k| k.req.conn == conn && !k.cancelled)
+            || self
+                .submitted
+                .values()
+                .any(|k| k.req.conn == conn && !k.cancelled)
     }
 
     /// Totals (cancelled and delayed fields; the planner fills the rest).
@@ -324,7 +345,10 @@ mod tests {
 
     #[test]
     fn earliest_deadline_goes_first_and_k_bounds_submissions() {
-        let mut s = Scheduler::new(SchedConfig { queue_depth: 1, max_merge: 0 });
+        let mut s = Scheduler::new(SchedConfig {
+            queue_depth: 1,
+            max_merge: 0,
+        });
         let t = Duration::ZERO;
         s.handle_request(t, req(1, 50));
         let urgent = s.handle_request(t, req(2, 10));
@@ -337,16 +361,46 @@ mod tests {
 
     #[test]
     fn a_contiguous_read_of_the_same_connection_merges_into_the_queued_one() {
-        let mut s = Scheduler::new(SchedConfig { queue_depth: 1, max_merge: 3 * 4096 });
+        let mut s = Scheduler::new(SchedConfig {
+            queue_depth: 1,
+            max_merge: 3 * 4096,
+        });
         let t = Duration::ZERO;
         let a = s.handle_request(t, req(1, 50));
-        let b = s.handle_request(t, ReadRequest { offset: 4096, ..req(1, 40) });
+        let b = s.handle_request(
+            t,
+            ReadRequest {
+                offset: 4096,
+                ..req(1, 40)
+            },
+        );
         assert_eq!(a, b);
         assert_eq!(s.queued(), 1);
         // Not contiguous, other connection, or too big: separate requests.
-        assert_ne!(s.handle_request(t, ReadRequest { offset: 3 * 4096, ..req(1, 60) }), a);
-        assert_ne!(s.handle_request(t, ReadRequest { offset: 8192, ..req(2, 60) }), a);
+        assert_ne!(
+            s.handle_request(
+                t,
+                ReadRequest {
+                    offset: 3 * 4096,
+                    ..req(1, 60)
+                }
+            ),
+            a
+        );
+        assert_ne!(
+            s.handle_request(
+                t,
+                ReadRequest {
+                    offset: 8192,
+                    ..req(2, 60)
+                }
+            ),
+            a
+        );
         let sub = s.poll_submit(t).unwrap();
-        assert_eq!((sub.id, sub.req.len, sub.req.deadline), (a, 8192, Duration::from_millis(40)));
+        assert_eq!(
+            (sub.id, sub.req.len, sub.req.deadline),
+            (a, 8192, Duration::from_millis(40))
+        );
     }
 }

@@ -92,7 +92,12 @@ impl Prefetcher {
     /// bytes are unwanted: drop them. A cancelled read that still brought
     /// bytes in reached the disk after its connection was gone and is
     /// counted in `reads_after_close`.
-    pub fn handle_complete(&mut self, now: Duration, id: ReqId, bytes_read: u64) -> Option<Completion> {
+    pub fn handle_complete(
+        &mut self,
+        now: Duration,
+        id: ReqId,
+        bytes_read: u64,
+    ) -> Option<Completion> {
         let c = self.sched.handle_complete(now, id)?;
         if c.cancelled && bytes_read > 0 {
             self.after_close.reads_after_close += 1;
@@ -101,7 +106,8 @@ impl Prefetcher {
         // A cancelled read's connection is gone (its budget already freed),
         // and its time says nothing about the disk if the kernel dropped it.
         if !c.cancelled {
-            self.planner.handle_read_done(now, &c.req, bytes_read, c.service_time);
+            self.planner
+                .handle_read_done(now, &c.req, bytes_read, c.service_time);
         }
         Some(c)
     }
@@ -141,12 +147,29 @@ mod tests {
 
     #[test]
     fn close_cancels_queued_and_submitted_reads_and_frees_budget() {
-        let mut p = Prefetcher::new(PlanConfig::default(), SchedConfig { queue_depth: 1, max_merge: 0 });
+        let mut p = Prefetcher::new(
+            PlanConfig::default(),
+            SchedConfig {
+                queue_depth: 1,
+                max_merge: 0,
+            },
+        );
         let t = Duration::ZERO;
         p.handle_open(t, ConnId(1), 0, 1 << 30);
-        p.handle_sample(t, ConnId(1), &FlowSample { delivery_rate: 10_000_000, cwnd: 10, ..FlowSample::default() });
+        p.handle_sample(
+            t,
+            ConnId(1),
+            &FlowSample {
+                delivery_rate: 10_000_000,
+                cwnd: 10,
+                ..FlowSample::default()
+            },
+        );
         let sub = p.poll_submit(t).expect("a read");
-        assert!(p.scheduler().queued() > 0, "a fast connection plans several reads");
+        assert!(
+            p.scheduler().queued() > 0,
+            "a fast connection plans several reads"
+        );
         let c = p.handle_close(ConnId(1));
         assert!(c.reads_cancelled >= 2 && c.reads_issued >= 2);
         assert_eq!(p.planner().used(), 0);
@@ -160,10 +183,24 @@ mod tests {
 
     #[test]
     fn a_read_that_ran_after_close_is_counted_once() {
-        let mut p = Prefetcher::new(PlanConfig::default(), SchedConfig { queue_depth: 2, max_merge: 0 });
+        let mut p = Prefetcher::new(
+            PlanConfig::default(),
+            SchedConfig {
+                queue_depth: 2,
+                max_merge: 0,
+            },
+        );
         let t = Duration::ZERO;
         p.handle_open(t, ConnId(1), 0, 1 << 30);
-        p.handle_sample(t, ConnId(1), &FlowSample { delivery_rate: 10_000_000, cwnd: 10, ..FlowSample::default() });
+        p.handle_sample(
+            t,
+            ConnId(1),
+            &FlowSample {
+                delivery_rate: 10_000_000,
+                cwnd: 10,
+                ..FlowSample::default()
+            },
+        );
         let a = p.poll_submit(t).expect("a read");
         let b = p.poll_submit(t).expect("a second read");
         p.handle_close(ConnId(1));
@@ -174,6 +211,10 @@ mod tests {
         assert!(p.handle_complete(t, b.id, 0).unwrap().cancelled);
         let c = p.counters();
         assert_eq!((c.reads_after_close, c.bytes_after_close), (1, 4096));
-        assert_eq!(p.poll_submit(t), None, "nothing planned for a closed connection");
+        assert_eq!(
+            p.poll_submit(t),
+            None,
+            "nothing planned for a closed connection"
+        );
     }
 }

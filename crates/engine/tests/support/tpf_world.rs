@@ -28,7 +28,14 @@ pub struct FakeDisk {
 impl FakeDisk {
     /// `iops` seeks per second at most, `bw` bytes per second of transfer.
     pub fn new(iops: f64, bw: f64) -> FakeDisk {
-        FakeDisk { seek: 1.0 / iops, bw, fifo: VecDeque::new(), busy: None, bytes_read: 0, reads: 0 }
+        FakeDisk {
+            seek: 1.0 / iops,
+            bw,
+            fifo: VecDeque::new(),
+            busy: None,
+            bytes_read: 0,
+            reads: 0,
+        }
     }
     fn service(&self, len: u64) -> Duration {
         Duration::from_secs_f64(self.seek + len as f64 / self.bw)
@@ -80,7 +87,10 @@ pub struct PageCache {
 
 impl PageCache {
     pub fn new(cap: u64) -> PageCache {
-        PageCache { cap, ..PageCache::default() }
+        PageCache {
+            cap,
+            ..PageCache::default()
+        }
     }
     pub fn used(&self) -> u64 {
         self.used
@@ -92,11 +102,16 @@ impl PageCache {
         }
         self.seq += 1;
         self.lru.insert(self.seq, (conn, off));
-        self.by_conn.entry(conn).or_default().insert(off, (len, self.seq));
+        self.by_conn
+            .entry(conn)
+            .or_default()
+            .insert(off, (len, self.seq));
         self.used += len;
         let mut ev = Vec::new();
         while self.used > self.cap {
-            let Some((_, (c, o))) = self.lru.pop_first() else { break };
+            let Some((_, (c, o))) = self.lru.pop_first() else {
+                break;
+            };
             if let Some((l, _)) = self.by_conn.get_mut(&c).and_then(|m| m.remove(&o)) {
                 self.used -= l;
                 ev.push((c, o, l));
@@ -114,9 +129,13 @@ impl PageCache {
     /// Takes up to `max` contiguous bytes of `conn` from `pos`.
     pub fn consume(&mut self, conn: ConnId, mut pos: u64, max: u64) -> u64 {
         let mut got = 0;
-        let Some(m) = self.by_conn.get_mut(&conn) else { return 0 };
+        let Some(m) = self.by_conn.get_mut(&conn) else {
+            return 0;
+        };
         while got < max {
-            let Some((&o, &(l, s))) = m.range(..=pos).next_back() else { break };
+            let Some((&o, &(l, s))) = m.range(..=pos).next_back() else {
+                break;
+            };
             if pos >= o + l {
                 break;
             }
@@ -273,7 +292,12 @@ impl World {
         let mut links = Vec::new();
         for (i, s) in specs.iter().enumerate() {
             pf.handle_open(Duration::ZERO, ConnId(i as u64), 0, cfg.file_len);
-            links.push(Link { rate: s.rate as f64, alive: true, cwnd: 10, ..Link::default() });
+            links.push(Link {
+                rate: s.rate as f64,
+                alive: true,
+                cwnd: 10,
+                ..Link::default()
+            });
         }
         World {
             disk: FakeDisk::new(cfg.iops, cfg.disk_bw),
@@ -333,7 +357,9 @@ impl World {
 
     fn disk_done(&mut self, at: Duration, tag: u64, len: u64) {
         if tag >= KERNEL_TAG {
-            let Some((i, off, l)) = self.kernel_reads.remove(&tag) else { return };
+            let Some((i, off, l)) = self.kernel_reads.remove(&tag) else {
+                return;
+            };
             let link = &mut self.links[i];
             link.ra_inflight.retain(|&(o, _)| o != off);
             if !link.alive {
@@ -344,7 +370,9 @@ impl World {
             self.report.evicted_unused += ev.iter().map(|e| e.2).sum::<u64>();
             return;
         }
-        let Some(c) = self.pf.handle_complete(at, ReqId(tag), len) else { return };
+        let Some(c) = self.pf.handle_complete(at, ReqId(tag), len) else {
+            return;
+        };
         if c.cancelled {
             self.report.read_after_reset += len;
             return;
@@ -381,7 +409,8 @@ impl World {
             if !alive || pos >= self.cfg.file_len {
                 continue;
             }
-            let covered = |l: &Link, p: u64| l.ra_inflight.iter().any(|&(o, n)| p >= o && p < o + n);
+            let covered =
+                |l: &Link, p: u64| l.ra_inflight.iter().any(|&(o, n)| p >= o && p < o + n);
             if !self.cache.has(conn, pos) && !covered(&self.links[i], pos) {
                 // Miss (never read, or evicted): read from here.
                 let len = w.min(self.cfg.file_len - pos);
@@ -447,7 +476,14 @@ impl World {
             if l.alive && s.reset_at.is_some_and(|t| now >= t) {
                 l.alive = false;
                 let conn = ConnId(i as u64);
-                let st = self.pf.handle_sample(now, conn, &FlowSample { reset: true, ..FlowSample::default() });
+                let st = self.pf.handle_sample(
+                    now,
+                    conn,
+                    &FlowSample {
+                        reset: true,
+                        ..FlowSample::default()
+                    },
+                );
                 assert!(st.events.reset);
                 self.cache.drop_conn(conn);
             }
@@ -472,7 +508,11 @@ impl World {
                 rtt: Duration::from_millis(50),
                 cwnd: l.cwnd,
                 notsent_bytes: l.notsent,
-                ca_state: if l.cut_pending { CaState::Recovery } else { CaState::Open },
+                ca_state: if l.cut_pending {
+                    CaState::Recovery
+                } else {
+                    CaState::Open
+                },
                 ..FlowSample::default()
             };
             l.cut_pending = false;
@@ -497,13 +537,20 @@ impl World {
             }
         }
         if self.check {
-            assert_eq!(used, self.pf.planner().used_recomputed(), "planner accounting drifted");
+            assert_eq!(
+                used,
+                self.pf.planner().used_recomputed(),
+                "planner accounting drifted"
+            );
             if self.cfg.plan.mode == PrefetchMode::Tcp {
                 assert!(used <= self.cfg.plan.budget, "budget exceeded: {used}");
             }
             for (i, l) in self.links.iter().enumerate() {
                 if !l.alive {
-                    assert!(!self.pf.scheduler().holds(ConnId(i as u64)), "reads kept for a reset connection");
+                    assert!(
+                        !self.pf.scheduler().holds(ConnId(i as u64)),
+                        "reads kept for a reset connection"
+                    );
                     assert!(!self.pf.planner().is_open(ConnId(i as u64)));
                 }
             }
@@ -523,8 +570,16 @@ impl World {
                 rate: s.rate,
                 delivered: l.delivered,
                 starved: l.starved,
-                mean_holding: if l.holding_n > 0 { l.holding_sum / l.holding_n as f64 } else { 0.0 },
-                mean_buffered: if l.holding_n > 0 { l.buffered_sum / l.holding_n as f64 } else { 0.0 },
+                mean_holding: if l.holding_n > 0 {
+                    l.holding_sum / l.holding_n as f64
+                } else {
+                    0.0
+                },
+                mean_buffered: if l.holding_n > 0 {
+                    l.buffered_sum / l.holding_n as f64
+                } else {
+                    0.0
+                },
             })
             .collect();
         self.report

@@ -71,7 +71,8 @@ impl Session {
             Command::Pass(p) => match std::mem::replace(&mut self.state, State::AwaitUser) {
                 State::AwaitPass { user } => {
                     self.state = State::AwaitLogin;
-                    self.actions.push_back(Action::Authenticate { user, pass: p });
+                    self.actions
+                        .push_back(Action::Authenticate { user, pass: p });
                 }
                 State::Ready => {
                     self.state = State::Ready;
@@ -94,9 +95,10 @@ impl Session {
             }
             Command::Syst => self.reply(C::SYSTEM_TYPE, "UNIX Type: L8"),
             Command::Noop => self.reply(C::OK, "NOOP ok."),
-            Command::Help(_) => {
-                self.push(&Reply::multi(C::HELP, HELP_LINES.iter().map(|s| s.to_string()).collect()))
-            }
+            Command::Help(_) => self.push(&Reply::multi(
+                C::HELP,
+                HELP_LINES.iter().map(|s| s.to_string()).collect(),
+            )),
             Command::Opts(Opts::Utf8(_)) => self.reply(C::OK, "Always in UTF8 mode."),
             Command::Abor if self.login.is_some() => {
                 self.reply(C::DATA_OPEN_NO_TRANSFER, "No transfer to ABOR.")
@@ -137,10 +139,16 @@ impl Session {
                 }
                 self.reply(C::OK, "OPTS Command Successful.");
             }
-            Command::Opts(Opts::Other { .. }) => self.reply(C::BAD_ARGUMENTS, "Option not understood."),
+            Command::Opts(Opts::Other { .. }) => {
+                self.reply(C::BAD_ARGUMENTS, "Option not understood.")
+            }
             Command::Type(t) => {
                 self.ascii = t == TransferType::Ascii;
-                let text = if self.ascii { "Switching to ASCII mode." } else { "Switching to Binary mode." };
+                let text = if self.ascii {
+                    "Switching to ASCII mode."
+                } else {
+                    "Switching to Binary mode."
+                };
                 self.reply(C::OK, text);
             }
             Command::Mode(m) => {
@@ -189,7 +197,10 @@ impl Session {
                         let text = format!("Restarting at {}. Send STOR or RETR.", r.end);
                         self.reply(C::PENDING, &text);
                     }
-                    _ => self.reply(C::PARAMETER_NOT_IMPLEMENTED, "REST ranges other than 0-N need MODE E."),
+                    _ => self.reply(
+                        C::PARAMETER_NOT_IMPLEMENTED,
+                        "REST ranges other than 0-N need MODE E.",
+                    ),
                 }
             }
             Command::Pasv => self.passive(false),
@@ -204,15 +215,18 @@ impl Session {
             Command::Epsv(_) => self.passive(true),
             Command::Port(a) => self.active(SocketAddr::V4(a)),
             Command::Eprt(a) => self.active(a),
-            Command::Spas | Command::Spor(_) => self.reply(C::NOT_IMPLEMENTED, "Striping not supported."),
+            Command::Spas | Command::Spor(_) => {
+                self.reply(C::NOT_IMPLEMENTED, "Striping not supported.")
+            }
             Command::Sbuf(n) => {
                 self.buffer = Some(n);
                 self.reply(C::OK, "SBUF Command Successful.");
             }
             Command::Dcau(Dcau::None) => self.reply(C::OK, "DCAU N ok."),
-            Command::Dcau(_) => {
-                self.reply(C::PARAMETER_NOT_IMPLEMENTED, "Only DCAU N is supported (no GSI).")
-            }
+            Command::Dcau(_) => self.reply(
+                C::PARAMETER_NOT_IMPLEMENTED,
+                "Only DCAU N is supported (no GSI).",
+            ),
             Command::Prot(Prot::Clear) => self.reply(C::OK, "PROT C ok."),
             Command::Prot(_) => self.reply(PROT_NOT_SUPPORTED, "Only PROT C is supported."),
             Command::Pbsz(_) => self.reply(C::OK, "PBSZ=0"),
@@ -222,10 +236,18 @@ impl Session {
             Command::Mlsd(p) => self.list(p, ListFormat::Machine),
             Command::Retr(p) => {
                 let offset = self.rest.take().unwrap_or(0);
-                let skip = self.rest_ranges.take().map(|s| s.ranges().to_vec()).unwrap_or_default();
+                let skip = self
+                    .rest_ranges
+                    .take()
+                    .map(|s| s.ranges().to_vec())
+                    .unwrap_or_default();
                 self.retr(&p, offset, None, skip);
             }
-            Command::Eret { offset, length, path } => {
+            Command::Eret {
+                offset,
+                length,
+                path,
+            } => {
                 self.rest = None;
                 self.rest_ranges = None;
                 self.retr(&path, offset, Some(length), Vec::new());
@@ -265,14 +287,27 @@ impl Session {
                 None => self.reply(C::BAD_SEQUENCE, "RNFR required first."),
                 Some(from) => self.change(&p, |to| Change::Rename { from, to }),
             },
-            Command::Cksm { algorithm, offset, length, path } => {
+            Command::Cksm {
+                algorithm,
+                offset,
+                length,
+                path,
+            } => {
                 let Some(alg) = ChecksumAlgorithm::from_name(&algorithm) else {
-                    self.reply(C::PARAMETER_NOT_IMPLEMENTED, "Checksum algorithm not supported.");
+                    self.reply(
+                        C::PARAMETER_NOT_IMPLEMENTED,
+                        "Checksum algorithm not supported.",
+                    );
                     return;
                 };
                 if let Some(path) = self.resolve(&path) {
                     self.state = State::AwaitResult(Pending::Checksum);
-                    self.actions.push_back(Action::Checksum { algorithm: alg, path, offset, len: length });
+                    self.actions.push_back(Action::Checksum {
+                        algorithm: alg,
+                        path,
+                        offset,
+                        len: length,
+                    });
                 }
             }
             // Handled before login too; listed for exhaustiveness.
@@ -285,31 +320,65 @@ impl Session {
             | Command::Help(_)
             | Command::Abor
             | Command::Unknown(_)
-            | Command::Opts(Opts::Utf8(_)) => self.reply(C::BAD_SEQUENCE, "Bad sequence of commands."),
+            | Command::Opts(Opts::Utf8(_)) => {
+                self.reply(C::BAD_SEQUENCE, "Bad sequence of commands.")
+            }
         }
     }
 
     /// The answer to a `Query`/`Change`/`Checksum` that succeeded.
     pub(super) fn answer(&mut self, pending: Pending, answer: Answer) {
         match (pending, answer) {
-            (Pending::Query { path, query: Query::ChangeDir }, Answer::Done) => {
+            (
+                Pending::Query {
+                    path,
+                    query: Query::ChangeDir,
+                },
+                Answer::Done,
+            ) => {
                 self.cwd = path;
                 self.reply(C::FILE_ACTION_OK, "Directory successfully changed.");
             }
-            (Pending::Query { query: Query::Exists, .. }, Answer::Done) => {
-                self.reply(C::PENDING, "Ready for RNTO.")
-            }
-            (Pending::Query { query: Query::Size, .. }, Answer::Size(n)) => {
-                self.reply(C::FILE_STATUS, &n.to_string())
-            }
-            (Pending::Query { query: Query::Modified, .. }, Answer::Modified(t)) => {
-                self.reply(C::FILE_STATUS, &crate::listing::mdtm(t.min(i64::MAX as u64) as i64))
-            }
-            (Pending::Query { query: Query::Facts, .. }, Answer::Facts(f)) => {
+            (
+                Pending::Query {
+                    query: Query::Exists,
+                    ..
+                },
+                Answer::Done,
+            ) => self.reply(C::PENDING, "Ready for RNTO."),
+            (
+                Pending::Query {
+                    query: Query::Size, ..
+                },
+                Answer::Size(n),
+            ) => self.reply(C::FILE_STATUS, &n.to_string()),
+            (
+                Pending::Query {
+                    query: Query::Modified,
+                    ..
+                },
+                Answer::Modified(t),
+            ) => self.reply(
+                C::FILE_STATUS,
+                &crate::listing::mdtm(t.min(i64::MAX as u64) as i64),
+            ),
+            (
+                Pending::Query {
+                    query: Query::Facts,
+                    ..
+                },
+                Answer::Facts(f),
+            ) => {
                 let lines = vec!["Listing".to_string(), f, "End".to_string()];
                 self.push(&Reply::multi(C::FILE_ACTION_OK, lines));
             }
-            (Pending::Query { query: Query::Status, .. }, Answer::Lines(l)) => {
+            (
+                Pending::Query {
+                    query: Query::Status,
+                    ..
+                },
+                Answer::Lines(l),
+            ) => {
                 let mut lines = vec!["Status follows:".to_string()];
                 lines.extend(l);
                 lines.push("End of status".into());
@@ -342,7 +411,11 @@ impl Session {
             format!("TYPE: {}", if self.ascii { "ASCII" } else { "BINARY" }),
             format!(
                 "MODE: {}",
-                if self.mode == TransferMode::Stream { "Stream" } else { "Extended block" }
+                if self.mode == TransferMode::Stream {
+                    "Stream"
+                } else {
+                    "Extended block"
+                }
             ),
             "End of status".to_string(),
         ];
@@ -394,12 +467,16 @@ impl Session {
     }
 
     fn ask(&mut self, path: VirtualPath, query: Query) {
-        self.state = State::AwaitResult(Pending::Query { path: path.clone(), query });
+        self.state = State::AwaitResult(Pending::Query {
+            path: path.clone(),
+            query,
+        });
         self.actions.push_back(Action::Query { path, query });
     }
 
     fn change(&mut self, arg: &str, make: impl FnOnce(VirtualPath) -> Change) {
-        let Some(path) = self.writable_target(arg, C::FILE_UNAVAILABLE, "Permission denied.") else {
+        let Some(path) = self.writable_target(arg, C::FILE_UNAVAILABLE, "Permission denied.")
+        else {
             return;
         };
         let change = make(path);
@@ -435,7 +512,10 @@ impl Session {
         // vsftpd's rule: no FTP bounce. Data goes to the control peer, to
         // an unprivileged port; third-party transfers lift only the host rule.
         if (!foreign_ok && !same_host) || addr.port() < 1024 {
-            self.reply(C::BAD_ARGUMENTS, "Data connection only to your own address, port >= 1024.");
+            self.reply(
+                C::BAD_ARGUMENTS,
+                "Data connection only to your own address, port >= 1024.",
+            );
             return;
         }
         if self.data == DataSetup::Passive {
@@ -447,17 +527,28 @@ impl Session {
 
     fn list(&mut self, arg: Option<String>, format: ListFormat) {
         let arg = arg.as_deref().map(strip_ls_flags).unwrap_or("");
-        let Some(path) = self.resolve(arg) else { return };
+        let Some(path) = self.resolve(arg) else {
+            return;
+        };
         self.transfer(|data| Action::List { path, format, data });
     }
 
     fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>) {
-        let Some(path) = self.resolve(arg) else { return };
-        self.transfer(|data| Action::StartRetr { path, offset, len, skip, data });
+        let Some(path) = self.resolve(arg) else {
+            return;
+        };
+        self.transfer(|data| Action::StartRetr {
+            path,
+            offset,
+            len,
+            skip,
+            data,
+        });
     }
 
     fn stor(&mut self, arg: &str, kind: StoreKind) {
-        let Some(path) = self.writable_target(arg, C::BAD_FILE_NAME, "File name not allowed.") else {
+        let Some(path) = self.writable_target(arg, C::BAD_FILE_NAME, "File name not allowed.")
+        else {
             return;
         };
         self.transfer(|data| Action::StartStor { path, kind, data });

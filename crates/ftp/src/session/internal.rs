@@ -75,9 +75,9 @@ pub fn check_ops(ops: &[Op]) {
                 writable: w,
                 allow_foreign_data_host: f,
             })),
-            Op::Passive(p) => s.handle_passive(p.map(|port| {
-                std::net::SocketAddr::from(([127, 0, 0, 1], port))
-            })),
+            Op::Passive(p) => {
+                s.handle_passive(p.map(|port| std::net::SocketAddr::from(([127, 0, 0, 1], port))))
+            }
             Op::Result(k, n) => s.handle_result(match k % 8 {
                 0 => Ok(Answer::Done),
                 1 => Ok(Answer::Size(*n)),
@@ -88,10 +88,9 @@ pub fn check_ops(ops: &[Op]) {
                 _ => Err(ERRORS[(*n % ERRORS.len() as u64) as usize]),
             }),
             Op::Started(size) => s.handle_transfer_started(*size),
-            Op::Done(r) => s.handle_transfer_done(
-                now,
-                r.map_err(|e| ERRORS[usize::from(e) % ERRORS.len()]),
-            ),
+            Op::Done(r) => {
+                s.handle_transfer_done(now, r.map_err(|e| ERRORS[usize::from(e) % ERRORS.len()]))
+            }
             Op::Advance(secs) => {
                 now += Duration::from_secs(u64::from(*secs));
                 s.handle_timeout(now);
@@ -108,7 +107,10 @@ pub fn check_ops(ops: &[Op]) {
                 assert!(used > 0 && used <= rest.len());
                 rest = &rest[used..];
             }
-            other => panic!("malformed reply output: {other:?} at {:?}", String::from_utf8_lossy(rest)),
+            other => panic!(
+                "malformed reply output: {other:?} at {:?}",
+                String::from_utf8_lossy(rest)
+            ),
         }
     }
 }
@@ -120,10 +122,28 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         let cmds = prop::sample::select(vec![
-            "USER anonymous\r\n", "PASS x\r\n", "PASV\r\n", "EPSV\r\n", "RETR f\r\n",
-            "STOR f\r\n", "APPE f\r\n", "LIST\r\n", "ABOR\r\n", "QUIT\r\n", "REST 5\r\n",
-            "CWD ..\r\n", "MODE E\r\n", "PORT 127,0,0,1,200,1\r\n", "RNFR a\r\n", "RNTO b\r\n",
-            "SIZE f\r\n", "MLST\r\n", "CKSM MD5 0 -1 f\r\n", "STAT\r\n", "NOOP\r\n", "\r\n",
+            "USER anonymous\r\n",
+            "PASS x\r\n",
+            "PASV\r\n",
+            "EPSV\r\n",
+            "RETR f\r\n",
+            "STOR f\r\n",
+            "APPE f\r\n",
+            "LIST\r\n",
+            "ABOR\r\n",
+            "QUIT\r\n",
+            "REST 5\r\n",
+            "CWD ..\r\n",
+            "MODE E\r\n",
+            "PORT 127,0,0,1,200,1\r\n",
+            "RNFR a\r\n",
+            "RNTO b\r\n",
+            "SIZE f\r\n",
+            "MLST\r\n",
+            "CKSM MD5 0 -1 f\r\n",
+            "STAT\r\n",
+            "NOOP\r\n",
+            "\r\n",
         ]);
         prop_oneof![
             cmds.prop_map(|c| Op::Input(c.as_bytes().to_vec())),

@@ -313,7 +313,9 @@ impl Session {
     /// announce (the listener's, or `--pasv-address` with its port), or
     /// `None` if no listener could be opened.
     pub fn handle_passive(&mut self, announce: Option<SocketAddr>) {
-        let State::AwaitPassive { extended } = self.state else { return };
+        let State::AwaitPassive { extended } = self.state else {
+            return;
+        };
         self.state = State::Ready;
         match (announce, extended) {
             (None, _) => {
@@ -338,7 +340,10 @@ impl Session {
                 None => {
                     self.data = DataSetup::None;
                     self.actions.push_back(Action::ClosePassive);
-                    self.reply(ReplyCode::BAD_NETWORK_PROTOCOL, "PASV needs IPv4; use EPSV.");
+                    self.reply(
+                        ReplyCode::BAD_NETWORK_PROTOCOL,
+                        "PASV needs IPv4; use EPSV.",
+                    );
                 }
             },
         }
@@ -346,7 +351,9 @@ impl Session {
 
     /// The shell's answer to a `Query`, `Change` or `Checksum`.
     pub fn handle_result(&mut self, result: Result<Answer, OpError>) {
-        let State::AwaitResult(_) = &self.state else { return };
+        let State::AwaitResult(_) = &self.state else {
+            return;
+        };
         let State::AwaitResult(pending) = std::mem::replace(&mut self.state, State::Ready) else {
             return;
         };
@@ -360,7 +367,9 @@ impl Session {
     /// `size` (bytes to send, when known) goes into the reply text, where
     /// some clients read it.
     pub fn handle_transfer_started(&mut self, size: Option<u64>) {
-        let State::AwaitTransfer(t) = &mut self.state else { return };
+        let State::AwaitTransfer(t) = &mut self.state else {
+            return;
+        };
         if t.started {
             return;
         }
@@ -376,7 +385,9 @@ impl Session {
     /// A 111 restart marker or 112 performance marker to send while a
     /// transfer runs (built with [`crate::markers`]). Ignored otherwise.
     pub fn handle_marker(&mut self, marker: &Reply) {
-        let State::AwaitTransfer(t) = &self.state else { return };
+        let State::AwaitTransfer(t) = &self.state else {
+            return;
+        };
         if t.started
             && (marker.code == ReplyCode::RANGE_MARKER || marker.code == ReplyCode::PERF_MARKER)
         {

@@ -22,7 +22,10 @@ struct T {
 
 impl T {
     fn new() -> T {
-        let mut t = T { s: Session::new(config()), now: Instant::now() };
+        let mut t = T {
+            s: Session::new(config()),
+            now: Instant::now(),
+        };
         assert_eq!(t.out(), "220 Sluice ready.\r\n");
         t
     }
@@ -31,7 +34,10 @@ impl T {
         let mut t = T::new();
         t.send("USER anonymous\r\nPASS x@y\r\n");
         assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
-        t.s.handle_login(Some(LoginGrant { writable, allow_foreign_data_host: false }));
+        t.s.handle_login(Some(LoginGrant {
+            writable,
+            allow_foreign_data_host: false,
+        }));
         assert!(t.out().starts_with("331 "));
         t
     }
@@ -60,8 +66,12 @@ impl T {
     fn passive(&mut self) {
         self.send("EPSV\r\n");
         assert_eq!(self.action(), Some(Action::OpenPassive { extended: true }));
-        self.s.handle_passive(Some("127.0.0.1:50000".parse().unwrap()));
-        assert_eq!(self.out(), "229 Entering Extended Passive Mode (|||50000|).\r\n");
+        self.s
+            .handle_passive(Some("127.0.0.1:50000".parse().unwrap()));
+        assert_eq!(
+            self.out(),
+            "229 Entering Extended Passive Mode (|||50000|).\r\n"
+        );
     }
 }
 
@@ -89,8 +99,14 @@ fn login_flow_and_530_before_login() {
     assert_eq!(t.out(), "530 Login incorrect.\r\n");
     t.send("USER anonymous\r\nPASS a\r\n");
     assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
-    t.s.handle_login(Some(LoginGrant { writable: false, allow_foreign_data_host: false }));
-    assert_eq!(t.out(), "331 Please specify the password.\r\n230 Login successful.\r\n");
+    t.s.handle_login(Some(LoginGrant {
+        writable: false,
+        allow_foreign_data_host: false,
+    }));
+    assert_eq!(
+        t.out(),
+        "331 Please specify the password.\r\n230 Login successful.\r\n"
+    );
     t.send("PWD\r\n");
     assert_eq!(t.out(), "257 \"/\" is the current directory\r\n");
 }
@@ -116,13 +132,22 @@ fn commands_wait_while_an_action_is_outstanding() {
     assert_eq!(used, "CWD sub\r\n".len());
     assert_eq!(
         t.action(),
-        Some(Action::Query { path: VirtualPath::root().resolve("/sub").unwrap(), query: Query::ChangeDir })
+        Some(Action::Query {
+            path: VirtualPath::root().resolve("/sub").unwrap(),
+            query: Query::ChangeDir
+        })
     );
     t.s.handle_result(Ok(Answer::Done));
     assert_eq!(t.out(), "250 Directory successfully changed.\r\n");
     t.send("PWD\r\nCDUP\r\n");
     assert_eq!(t.out(), "257 \"/sub\" is the current directory\r\n");
-    assert!(matches!(t.action(), Some(Action::Query { query: Query::ChangeDir, .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::Query {
+            query: Query::ChangeDir,
+            ..
+        })
+    ));
     t.s.handle_result(Err(OpError::NotFound));
     assert_eq!(t.out(), "550 No such file or directory.\r\n");
 }
@@ -133,7 +158,10 @@ fn dotdot_never_leaves_root() {
     t.send("SIZE ../../etc/passwd\r\n");
     assert_eq!(
         t.action(),
-        Some(Action::Query { path: VirtualPath::root().resolve("/etc/passwd").unwrap(), query: Query::Size })
+        Some(Action::Query {
+            path: VirtualPath::root().resolve("/etc/passwd").unwrap(),
+            query: Query::Size
+        })
     );
     t.s.handle_result(Ok(Answer::Size(42)));
     assert_eq!(t.out(), "213 42\r\n");
@@ -152,9 +180,18 @@ fn passive_retr_with_rest_then_226() {
     let mut t = T::logged_in(false);
     t.passive();
     t.send("TYPE I\r\nREST 100\r\nRETR f\r\n");
-    assert_eq!(t.out(), "200 Switching to Binary mode.\r\n350 Restarting at 100. Send STOR or RETR.\r\n");
+    assert_eq!(
+        t.out(),
+        "200 Switching to Binary mode.\r\n350 Restarting at 100. Send STOR or RETR.\r\n"
+    );
     match t.action() {
-        Some(Action::StartRetr { path, offset, len, data, .. }) => {
+        Some(Action::StartRetr {
+            path,
+            offset,
+            len,
+            data,
+            ..
+        }) => {
             assert_eq!(path.as_str(), "/f");
             assert_eq!(offset, 100);
             assert_eq!(len, None);
@@ -164,7 +201,10 @@ fn passive_retr_with_rest_then_226() {
         other => panic!("{other:?}"),
     }
     t.s.handle_transfer_started(Some(900));
-    assert_eq!(t.out(), "150 Opening BINARY mode data connection (900 bytes).\r\n");
+    assert_eq!(
+        t.out(),
+        "150 Opening BINARY mode data connection (900 bytes).\r\n"
+    );
     t.s.handle_transfer_done(t.now, Ok(900));
     assert_eq!(t.out(), "226 Transfer complete.\r\n");
     // The passive channel is used up; REST is consumed.
@@ -178,7 +218,10 @@ fn rest_beyond_eof_and_missing_file_get_replies() {
     t.passive();
     t.send("REST 999999\r\nRETR f\r\n");
     t.out();
-    assert!(matches!(t.action(), Some(Action::StartRetr { offset: 999999, .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::StartRetr { offset: 999999, .. })
+    ));
     t.s.handle_transfer_done(t.now, Err(OpError::OffsetBeyondEof));
     assert_eq!(t.out(), "554 Restart offset beyond end of file.\r\n");
     t.passive();
@@ -238,7 +281,10 @@ fn foreign_host_allowed_when_granted() {
     let mut t = T::new();
     t.send("USER u\r\nPASS p\r\n");
     t.action();
-    t.s.handle_login(Some(LoginGrant { writable: false, allow_foreign_data_host: true }));
+    t.s.handle_login(Some(LoginGrant {
+        writable: false,
+        allow_foreign_data_host: true,
+    }));
     t.out();
     t.send("PORT 10,0,0,1,195,80\r\n");
     assert!(t.out().starts_with("200 "));
@@ -265,11 +311,23 @@ fn uploads_and_renames_when_writable() {
     let mut t = T::logged_in(true);
     t.passive();
     t.send("APPE f\r\n");
-    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Append, .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::StartStor {
+            kind: StoreKind::Append,
+            ..
+        })
+    ));
     t.s.handle_transfer_done(t.now, Err(OpError::NoSpace));
     assert_eq!(t.out(), "452 Insufficient storage space.\r\n");
     t.send("RNFR a\r\n");
-    assert!(matches!(t.action(), Some(Action::Query { query: Query::Exists, .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::Query {
+            query: Query::Exists,
+            ..
+        })
+    ));
     t.s.handle_result(Ok(Answer::Done));
     t.send("RNTO b\r\n");
     match t.action() {
@@ -286,17 +344,29 @@ fn uploads_and_renames_when_writable() {
     assert_eq!(t.out(), "257 \"/x/y\" created\r\n");
     t.passive();
     t.send("ESTO A 10 f\r\n");
-    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Adjusted(10), .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::StartStor {
+            kind: StoreKind::Adjusted(10),
+            ..
+        })
+    ));
 }
 
 #[test]
 fn line_too_long_closes() {
     let mut t = T::new();
     let long = vec![b'A'; crate::limits::MAX_LINE + 10];
-    assert_eq!(t.s.handle_input(t.now, &long), Err(SessionError::LineTooLong));
+    assert_eq!(
+        t.s.handle_input(t.now, &long),
+        Err(SessionError::LineTooLong)
+    );
     assert_eq!(t.out(), "500 Input line too long.\r\n");
     assert_eq!(t.action(), Some(Action::Close));
-    assert_eq!(t.s.handle_input(t.now, b"NOOP\r\n"), Err(SessionError::Closed));
+    assert_eq!(
+        t.s.handle_input(t.now, b"NOOP\r\n"),
+        Err(SessionError::Closed)
+    );
 }
 
 #[test]
@@ -314,7 +384,12 @@ fn checksum_and_mdtm_and_mlst() {
     t.send("CKSM SHA256 0 -1 f\r\n");
     assert!(matches!(
         t.action(),
-        Some(Action::Checksum { algorithm: ChecksumAlgorithm::Sha256, offset: 0, len: None, .. })
+        Some(Action::Checksum {
+            algorithm: ChecksumAlgorithm::Sha256,
+            offset: 0,
+            len: None,
+            ..
+        })
     ));
     t.s.handle_result(Ok(Answer::Checksum("abcd".into())));
     assert_eq!(t.out(), "213 abcd\r\n");
@@ -325,7 +400,10 @@ fn checksum_and_mdtm_and_mlst() {
     t.send("MLST f\r\n");
     t.action();
     t.s.handle_result(Ok(Answer::Facts("type=file;size=1; f".into())));
-    assert_eq!(t.out(), "250-Listing\r\n type=file;size=1; f\r\n250 End\r\n");
+    assert_eq!(
+        t.out(),
+        "250-Listing\r\n type=file;size=1; f\r\n250 End\r\n"
+    );
     // A mismatched answer is our bug: 451, and the session goes on.
     t.send("SIZE f\r\n");
     t.action();
@@ -361,12 +439,21 @@ fn no_idle_timeout_during_transfer_and_quit_after() {
     let mut t = T::logged_in(false);
     t.passive();
     t.send("LIST -la\r\n");
-    assert!(matches!(t.action(), Some(Action::List { format: ListFormat::Long, .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::List {
+            format: ListFormat::Long,
+            ..
+        })
+    ));
     assert_eq!(t.s.poll_timeout(), None);
     t.send("QUIT\r\n");
     assert_eq!(t.action(), Some(Action::Abort));
     t.s.handle_transfer_done(t.now, Ok(10));
-    assert_eq!(t.out(), "226 Transfer complete.\r\n226 ABOR successful.\r\n221 Goodbye.\r\n");
+    assert_eq!(
+        t.out(),
+        "226 Transfer complete.\r\n226 ABOR successful.\r\n221 Goodbye.\r\n"
+    );
     assert_eq!(t.action(), Some(Action::Close));
 }
 
@@ -403,28 +490,50 @@ fn mode_e_restart_ranges() {
     t.send("REST 0-100\r\nPORT 127,0,0,1,200,1\r\nRETR f\r\n");
     assert!(t.out().starts_with("350 Restarting at 100."));
     match t.action() {
-        Some(Action::StartRetr { offset: 100, len: None, skip, .. }) => assert!(skip.is_empty()),
+        Some(Action::StartRetr {
+            offset: 100,
+            len: None,
+            skip,
+            ..
+        }) => assert!(skip.is_empty()),
         other => panic!("{other:?}"),
     }
     t.s.handle_transfer_done(t.now, Ok(0));
     t.out();
     t.send("REST 0-7\r\nPORT 127,0,0,1,200,1\r\nSTOR f\r\n");
     t.out();
-    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Restart(7), .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::StartStor {
+            kind: StoreKind::Restart(7),
+            ..
+        })
+    ));
     t.s.handle_transfer_done(t.now, Ok(0));
     t.out();
     t.send("MODE E\r\nREST 100\r\nREST 0-100,200-300\r\nPORT 127,0,0,1,200,1\r\nRETR f\r\n");
     let out = t.out();
     assert!(out.contains("350 Restart markers accepted."), "{out}");
     match t.action() {
-        Some(Action::StartRetr { offset: 0, len: None, skip, .. }) => assert_eq!(skip, vec![0..100, 200..300]),
+        Some(Action::StartRetr {
+            offset: 0,
+            len: None,
+            skip,
+            ..
+        }) => assert_eq!(skip, vec![0..100, 200..300]),
         other => panic!("{other:?}"),
     }
     t.s.handle_transfer_done(t.now, Ok(0));
     t.out();
     t.send("REST 0-100\r\nPORT 127,0,0,1,200,1\r\nSTOR f\r\n");
     t.out();
-    assert!(matches!(t.action(), Some(Action::StartStor { kind: StoreKind::Adjusted(0), .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::StartStor {
+            kind: StoreKind::Adjusted(0),
+            ..
+        })
+    ));
 }
 
 #[test]

@@ -53,7 +53,13 @@ struct LinkArgs {
 impl LinkArgs {
     fn settings(&self) -> String {
         let mut s = Vec::new();
-        for (k, v) in [("delay", &self.delay), ("jitter", &self.jitter), ("loss", &self.loss), ("rate", &self.rate), ("limit", &self.limit)] {
+        for (k, v) in [
+            ("delay", &self.delay),
+            ("jitter", &self.jitter),
+            ("loss", &self.loss),
+            ("rate", &self.rate),
+            ("limit", &self.limit),
+        ] {
             if let Some(v) = v {
                 s.push(format!("{k}={v}"));
             }
@@ -122,7 +128,21 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Run { a_ns, a_addr, a_if, b_ns, b_addr, b_if, ctl: ctl_path, mtu, txqueuelen, seed, link, ab, ba } => {
+        Cmd::Run {
+            a_ns,
+            a_addr,
+            a_if,
+            b_ns,
+            b_addr,
+            b_if,
+            ctl: ctl_path,
+            mtu,
+            txqueuelen,
+            seed,
+            link,
+            ab,
+            ba,
+        } => {
             let common = link.settings();
             let mut pab = LinkParams::default();
             pab.apply(&common)?;
@@ -132,30 +152,64 @@ fn main() -> Result<()> {
             pba.apply(&ba)?;
             // Timer slack decides how late a sleeping direction thread wakes up.
             let _ = nix::sys::prctl::set_timerslack(1000);
-            let ta = make_end(&End { netns: a_ns, ifname: a_if, addr: a_addr }, mtu, txqueuelen)?;
-            let tb = make_end(&End { netns: b_ns, ifname: b_if, addr: b_addr }, mtu, txqueuelen)?;
+            let ta = make_end(
+                &End {
+                    netns: a_ns,
+                    ifname: a_if,
+                    addr: a_addr,
+                },
+                mtu,
+                txqueuelen,
+            )?;
+            let tb = make_end(
+                &End {
+                    netns: b_ns,
+                    ifname: b_if,
+                    addr: b_addr,
+                },
+                mtu,
+                txqueuelen,
+            )?;
             let sab = Shared::new(pab);
             let sba = Shared::new(pba);
             let (ra, wa) = (ta.file().try_clone()?, ta.file().try_clone()?);
             let (rb, wb) = (tb.file().try_clone()?, tb.file().try_clone()?);
             let (s1, s2) = (Arc::clone(&sab), Arc::clone(&sba));
-            let h1 = std::thread::Builder::new().name("ab".into()).spawn(move || run_direction(ra, wb, mtu as usize, seed, s1))?;
+            let h1 = std::thread::Builder::new()
+                .name("ab".into())
+                .spawn(move || run_direction(ra, wb, mtu as usize, seed, s1))?;
             let h2 = std::thread::Builder::new()
                 .name("ba".into())
                 .spawn(move || run_direction(rb, wa, mtu as usize, seed.wrapping_add(1), s2))?;
             let (c1, c2) = (Arc::clone(&sab), Arc::clone(&sba));
             let p = ctl_path.clone();
             std::thread::spawn(move || ctl::serve(&p, c1, c2));
-            eprintln!("linkem up: ab[{}] ba[{}] ctl {}", sab.params.lock().map(|p| p.to_string()).unwrap_or_default(), sba.params.lock().map(|p| p.to_string()).unwrap_or_default(), ctl_path.display());
-            let r1 = h1.join().map_err(|_| anyhow::anyhow!("ab thread panicked"))?;
-            let r2 = h2.join().map_err(|_| anyhow::anyhow!("ba thread panicked"))?;
+            eprintln!(
+                "linkem up: ab[{}] ba[{}] ctl {}",
+                sab.params.lock().map(|p| p.to_string()).unwrap_or_default(),
+                sba.params.lock().map(|p| p.to_string()).unwrap_or_default(),
+                ctl_path.display()
+            );
+            let r1 = h1
+                .join()
+                .map_err(|_| anyhow::anyhow!("ab thread panicked"))?;
+            let r2 = h2
+                .join()
+                .map_err(|_| anyhow::anyhow!("ba thread panicked"))?;
             r1.context("direction ab")?;
             r2.context("direction ba")?;
             drop((ta, tb));
             Ok(())
         }
-        Cmd::Set { ctl: path, dir, link } => {
-            println!("{}", ctl::send(&path, &format!("set {dir} {}", link.settings()))?);
+        Cmd::Set {
+            ctl: path,
+            dir,
+            link,
+        } => {
+            println!(
+                "{}",
+                ctl::send(&path, &format!("set {dir} {}", link.settings()))?
+            );
             Ok(())
         }
         Cmd::Show { ctl: path } => {

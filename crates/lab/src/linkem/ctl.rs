@@ -21,7 +21,8 @@ const MAX_LINE: usize = 4096;
 /// Serves the control socket at `path` forever (run it on its own thread).
 pub fn serve(path: &Path, ab: Arc<Shared>, ba: Arc<Shared>) -> Result<()> {
     let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path).with_context(|| format!("binding control socket {}", path.display()))?;
+    let listener = UnixListener::bind(path)
+        .with_context(|| format!("binding control socket {}", path.display()))?;
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let (ab, ba) = (ab.clone(), ba.clone());
@@ -72,13 +73,29 @@ pub fn command(line: &str, ab: &Shared, ba: &Shared) -> Result<String> {
             Ok("ok".into())
         }
         "show" => {
-            let a = ab.params.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
-            let b = ba.params.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+            let a = ab
+                .params
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone();
+            let b = ba
+                .params
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone();
             Ok(serde_json::json!({"ab": a, "ba": b}).to_string())
         }
         "stats" => {
-            let a = ab.stats.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
-            let b = ba.stats.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+            let a = ab
+                .stats
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone();
+            let b = ba
+                .stats
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .clone();
             Ok(serde_json::json!({"ab": a, "ba": b}).to_string())
         }
         other => bail!("unknown command {other:?} (set, show, stats)"),
@@ -87,7 +104,8 @@ pub fn command(line: &str, ab: &Shared, ba: &Shared) -> Result<String> {
 
 /// Sends one command to a running linkem and returns its reply line.
 pub fn send(path: &Path, cmd: &str) -> Result<String> {
-    let mut s = UnixStream::connect(path).with_context(|| format!("connecting to linkem at {}", path.display()))?;
+    let mut s = UnixStream::connect(path)
+        .with_context(|| format!("connecting to linkem at {}", path.display()))?;
     writeln!(s, "{cmd}")?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;

@@ -128,7 +128,9 @@ impl<P> DelayLine<P> {
     /// Bytes waiting for the bottleneck at `now`.
     pub fn backlog_bytes(&self, now: Instant) -> u64 {
         match (self.busy_until, self.params.rate_bps) {
-            (Some(b), rate) if rate > 0 && b > now => ((b - now).as_secs_f64() * rate as f64 / 8.0) as u64,
+            (Some(b), rate) if rate > 0 && b > now => {
+                ((b - now).as_secs_f64() * rate as f64 / 8.0) as u64
+            }
             _ => 0,
         }
     }
@@ -173,13 +175,23 @@ impl<P> DelayLine<P> {
         let mut due = leaves + delay;
         self.seq += 1;
         if self.params.reorder {
-            self.heap.push(Reverse(Held { due, seq: self.seq, len, pkt }));
+            self.heap.push(Reverse(Held {
+                due,
+                seq: self.seq,
+                len,
+                pkt,
+            }));
         } else {
             if let Some(last) = self.last_due {
                 due = due.max(last);
             }
             self.last_due = Some(due);
-            self.fifo.push_back(Held { due, seq: self.seq, len, pkt });
+            self.fifo.push_back(Held {
+                due,
+                seq: self.seq,
+                len,
+                pkt,
+            });
         }
         Verdict::Queued
     }
@@ -204,11 +216,19 @@ impl<P> DelayLine<P> {
             (None, Some(_)) => false,
             (None, None) => return None,
         };
-        let due = if from_fifo { fa.map(|x| x.0) } else { hb.map(|x| x.0) }?;
+        let due = if from_fifo {
+            fa.map(|x| x.0)
+        } else {
+            hb.map(|x| x.0)
+        }?;
         if due > now {
             return None;
         }
-        let h = if from_fifo { self.fifo.pop_front()? } else { self.heap.pop()?.0 };
+        let h = if from_fifo {
+            self.fifo.pop_front()?
+        } else {
+            self.heap.pop()?.0
+        };
         self.stats.packets_out += 1;
         self.stats.bytes_out += h.len as u64;
         Some(h.pkt)
@@ -256,9 +276,20 @@ mod tests {
         let mut l = line("rate=12mbit limit=3000B");
         let t0 = Instant::now();
         let v: Vec<_> = (0..4).map(|i| l.handle_packet(t0, 1500, i)).collect();
-        assert_eq!(v, [Verdict::Queued, Verdict::Queued, Verdict::QueueFull, Verdict::QueueFull]);
+        assert_eq!(
+            v,
+            [
+                Verdict::Queued,
+                Verdict::Queued,
+                Verdict::QueueFull,
+                Verdict::QueueFull
+            ]
+        );
         // After 1 ms one packet has left the queue: room for one more.
-        assert_eq!(l.handle_packet(t0 + Duration::from_millis(1), 1500, 9), Verdict::Queued);
+        assert_eq!(
+            l.handle_packet(t0 + Duration::from_millis(1), 1500, 9),
+            Verdict::Queued
+        );
         assert_eq!(l.stats().dropped_queue, 2);
     }
 
@@ -266,7 +297,9 @@ mod tests {
     fn loses_about_the_configured_fraction() {
         let mut l = line("loss=10%");
         let t0 = Instant::now();
-        let lost = (0..20_000).filter(|&i| l.handle_packet(t0, 100, i) == Verdict::Lost).count();
+        let lost = (0..20_000)
+            .filter(|&i| l.handle_packet(t0, 100, i) == Verdict::Lost)
+            .count();
         assert!((1700..2300).contains(&lost), "lost {lost}");
     }
 
@@ -277,7 +310,8 @@ mod tests {
         for i in 0..1000u32 {
             l.handle_packet(t0 + Duration::from_micros(i as u64 * 10), 100, i);
         }
-        let out: Vec<u32> = std::iter::from_fn(|| l.poll_due(t0 + Duration::from_secs(1))).collect();
+        let out: Vec<u32> =
+            std::iter::from_fn(|| l.poll_due(t0 + Duration::from_secs(1))).collect();
         assert_eq!(out, (0..1000).collect::<Vec<_>>());
     }
 
@@ -289,7 +323,8 @@ mod tests {
             l.handle_packet(t0 + Duration::from_micros(i as u64 * 10), 100, i);
         }
         assert!(l.poll_due(t0 + Duration::from_micros(4999)).is_none());
-        let out: Vec<u32> = std::iter::from_fn(|| l.poll_due(t0 + Duration::from_secs(1))).collect();
+        let out: Vec<u32> =
+            std::iter::from_fn(|| l.poll_due(t0 + Duration::from_secs(1))).collect();
         assert_eq!(out.len(), 1000);
         assert_ne!(out, (0..1000).collect::<Vec<_>>());
     }

@@ -50,8 +50,14 @@ impl Shared {
     }
 
     /// Replaces the parameters.
-    pub fn update(&self, f: impl FnOnce(&mut LinkParams) -> anyhow::Result<()>) -> anyhow::Result<()> {
-        let mut p = self.params.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    pub fn update(
+        &self,
+        f: impl FnOnce(&mut LinkParams) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut p = self
+            .params
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
         let mut new = p.clone();
         f(&mut new)?;
         *p = new;
@@ -62,7 +68,13 @@ impl Shared {
 
 /// Forwards packets from `input` to `output` until `shared.stop` is set.
 /// `mtu` bounds the packet size read.
-pub fn run_direction(input: File, mut output: File, mtu: usize, seed: u64, shared: Arc<Shared>) -> io::Result<()> {
+pub fn run_direction(
+    input: File,
+    mut output: File,
+    mtu: usize,
+    seed: u64,
+    shared: Arc<Shared>,
+) -> io::Result<()> {
     let start_params = shared.params.lock().map(|p| p.clone()).unwrap_or_default();
     let mut line: DelayLine<Vec<u8>> = DelayLine::new(start_params, seed);
     let mut seen_gen = shared.generation.load(Ordering::Acquire);
@@ -72,7 +84,11 @@ pub fn run_direction(input: File, mut output: File, mtu: usize, seed: u64, share
     let mut reader = &input;
     while !shared.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let sleep = line.next_due().map(|d| d.saturating_duration_since(now + EARLY)).unwrap_or(MAX_SLEEP).min(MAX_SLEEP);
+        let sleep = line
+            .next_due()
+            .map(|d| d.saturating_duration_since(now + EARLY))
+            .unwrap_or(MAX_SLEEP)
+            .min(MAX_SLEEP);
         if !sleep.is_zero() {
             let mut fds = [PollFd::new(input.as_fd(), PollFlags::POLLIN)];
             match ppoll(&mut fds, Some(TimeSpec::from_duration(sleep)), None) {

@@ -66,7 +66,9 @@ impl LinkParams {
     /// Applies whitespace-separated `key=value` settings.
     pub fn apply(&mut self, settings: &str) -> Result<()> {
         for kv in settings.split_whitespace() {
-            let Some((k, v)) = kv.split_once('=') else { bail!("expected key=value, got {kv:?}") };
+            let Some((k, v)) = kv.split_once('=') else {
+                bail!("expected key=value, got {kv:?}")
+            };
             self.set(k, v)?;
         }
         Ok(())
@@ -95,7 +97,8 @@ mod tests {
     #[test]
     fn applies_settings() {
         let mut p = LinkParams::default();
-        p.apply("delay=25ms rate=100mbit loss=1% limit=200").unwrap();
+        p.apply("delay=25ms rate=100mbit loss=1% limit=200")
+            .unwrap();
         assert_eq!(p.delay, Duration::from_millis(25));
         assert_eq!(p.rate_bps, 100_000_000);
         assert_eq!(p.loss, 0.01);

@@ -22,7 +22,8 @@ pub struct End {
 pub fn make_end(end: &End, mtu: u32, txqueuelen: u32) -> Result<Tun> {
     // Created under a temporary name, so a stale device of the same name in the
     // target namespace shows up as a clear error at the rename, not a clash here.
-    let tun = Tun::create(&end.ifname, true).with_context(|| format!("creating TUN device {}", end.ifname))?;
+    let tun = Tun::create(&end.ifname, true)
+        .with_context(|| format!("creating TUN device {}", end.ifname))?;
     let name = tun.name().to_string();
     run("ip", &["link", "set", "dev", &name, "netns", &end.netns])?;
     let ns = ["-n", end.netns.as_str()];
@@ -32,7 +33,17 @@ pub fn make_end(end: &End, mtu: u32, txqueuelen: u32) -> Result<Tun> {
         run("ip", &v)
     };
     ip(&["addr", "add", &end.addr, "dev", &name])?;
-    ip(&["link", "set", "dev", &name, "mtu", &mtu.to_string(), "txqueuelen", &txqueuelen.to_string(), "up"])?;
+    ip(&[
+        "link",
+        "set",
+        "dev",
+        &name,
+        "mtu",
+        &mtu.to_string(),
+        "txqueuelen",
+        &txqueuelen.to_string(),
+        "up",
+    ])?;
     if !end.addr.contains('/') {
         bail!("address {} needs a prefix length", end.addr);
     }

@@ -10,9 +10,9 @@
 //! ```
 
 pub mod session;
-pub mod transfer;
 #[cfg(test)]
 mod tests;
+pub mod transfer;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,14 +76,17 @@ pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener) {
                     async move {
                         tracing::info!("refused: max sessions reached");
                         let mut conn = conn;
-                        if let (Ok(local_addr), Ok(peer_addr)) = (conn.local_addr(), conn.peer_addr()) {
+                        if let (Ok(local_addr), Ok(peer_addr)) =
+                            (conn.local_addr(), conn.peer_addr())
+                        {
                             let config = SessionConfig {
                                 local_addr,
                                 peer_addr,
                                 idle_timeout: std::time::Duration::ZERO,
                                 greeting: String::new(),
                             };
-                            let mut s = Session::refuse(config, "Too many sessions, try again later.");
+                            let mut s =
+                                Session::refuse(config, "Too many sessions, try again later.");
                             let mut out = Vec::new();
                             s.poll_output(&mut out);
                             let _ = conn.write_all(&out).await;

@@ -50,7 +50,9 @@ struct Driver {
 
 /// Serves one control connection until it closes.
 pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
-    let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else { return };
+    let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
+        return;
+    };
     let _ = conn.set_nodelay(true);
     // ABOR is often sent with its last byte as TCP urgent data (Python's
     // ftplib sends "ABOR\r\n" with MSG_OOB); keep it in the byte stream,
@@ -173,7 +175,9 @@ impl Driver {
                 }
                 self.out.clear();
             }
-            let Some(action) = self.session.poll_action() else { return true };
+            let Some(action) = self.session.poll_action() else {
+                return true;
+            };
             if !self.perform(action).await {
                 self.session.poll_output(&mut self.out);
                 let _ = self.wr.write_all(&self.out).await;
@@ -190,7 +194,10 @@ impl Driver {
                 let name = user.clone();
                 // Argon2 costs tens of milliseconds: off the event loop.
                 let pass = String::from_utf8_lossy(pass.as_bytes()).into_owned();
-                let login = tokio::task::spawn_blocking(move || users.check(&name, &pass)).await.ok().flatten();
+                let login = tokio::task::spawn_blocking(move || users.check(&name, &pass))
+                    .await
+                    .ok()
+                    .flatten();
                 let login = login.and_then(|l| match ServedRoot::open(&l.root) {
                     Ok(r) => Some((l, Arc::new(r))),
                     Err(e) => {
@@ -203,7 +210,8 @@ impl Driver {
                         tracing::info!(user = %user, writable = l.writable, "login");
                         let grant = LoginGrant {
                             writable: l.writable,
-                            allow_foreign_data_host: self.ctx.config.allow_foreign_data_host && !l.anonymous,
+                            allow_foreign_data_host: self.ctx.config.allow_foreign_data_host
+                                && !l.anonymous,
                         };
                         self.login = Some((user, l, root));
                         self.session.handle_login(Some(grant));
@@ -225,10 +233,13 @@ impl Driver {
                 let peer = Some(self.peer.ip()).filter(|_| !foreign_ok);
                 match Passive::open(self.local.ip(), self.ctx.config.pasv_ports, peer) {
                     Ok(p) => {
-                        let addr = p.local_addr().ok().map(|a| match self.ctx.config.pasv_address {
-                            Some(ip) if !extended => SocketAddr::new(ip, a.port()),
-                            _ => a,
-                        });
+                        let addr =
+                            p.local_addr()
+                                .ok()
+                                .map(|a| match self.ctx.config.pasv_address {
+                                    Some(ip) if !extended => SocketAddr::new(ip, a.port()),
+                                    _ => a,
+                                });
                         self.passive = Some(p);
                         self.session.handle_passive(addr);
                     }
@@ -243,7 +254,9 @@ impl Driver {
                 self.cached = None;
             }
             Action::Query { path, query } => {
-                let r = self.blocking(move |root, w| ops::query(root, &path, query, w)).await;
+                let r = self
+                    .blocking(move |root, w| ops::query(root, &path, query, w))
+                    .await;
                 self.session.handle_result(r);
             }
             Action::Change(c) => {
@@ -259,19 +272,38 @@ impl Driver {
                 };
                 self.session.handle_result(r);
             }
-            Action::Checksum { algorithm, path, offset, len } => {
-                let r = self.blocking(move |root, _| ops::checksum(root, &path, algorithm, offset, len)).await;
+            Action::Checksum {
+                algorithm,
+                path,
+                offset,
+                len,
+            } => {
+                let r = self
+                    .blocking(move |root, _| ops::checksum(root, &path, algorithm, offset, len))
+                    .await;
                 self.session.handle_result(r);
             }
             Action::List { path, format, data } => self.start(Work::List { path, format, data }),
-            Action::StartRetr { path, offset, len, skip, data } => {
-                self.start(Work::Retr { path, offset, len, skip, data })
-            }
+            Action::StartRetr {
+                path,
+                offset,
+                len,
+                skip,
+                data,
+            } => self.start(Work::Retr {
+                path,
+                offset,
+                len,
+                skip,
+                data,
+            }),
             Action::StartStor { path, kind, data } => {
                 if self.login.as_ref().is_some_and(|(_, l, _)| l.writable) {
                     self.start(Work::Stor { path, kind, data })
                 } else {
-                    let _ = self.events_tx.send(Event::Done(Err(OpError::PermissionDenied)));
+                    let _ = self
+                        .events_tx
+                        .send(Event::Done(Err(OpError::PermissionDenied)));
                 }
             }
             Action::Abort => {
@@ -289,14 +321,20 @@ impl Driver {
         &self,
         f: impl FnOnce(&ServedRoot, bool) -> Result<T, OpError> + Send + 'static,
     ) -> Result<T, OpError> {
-        let Some((_, login, root)) = &self.login else { return Err(OpError::PermissionDenied) };
+        let Some((_, login, root)) = &self.login else {
+            return Err(OpError::PermissionDenied);
+        };
         let (root, writable) = (Arc::clone(root), login.writable);
-        tokio::task::spawn_blocking(move || f(&root, writable)).await.unwrap_or(Err(OpError::Local))
+        tokio::task::spawn_blocking(move || f(&root, writable))
+            .await
+            .unwrap_or(Err(OpError::Local))
     }
 
     fn start(&mut self, work: Work) {
         let Some((user, login, root)) = &self.login else {
-            let _ = self.events_tx.send(Event::Done(Err(OpError::PermissionDenied)));
+            let _ = self
+                .events_tx
+                .send(Event::Done(Err(OpError::PermissionDenied)));
             return;
         };
         let cancel = Cancel::new();
@@ -305,9 +343,15 @@ impl Driver {
         let cached = match &work {
             Work::Stor { data, .. }
                 if data.mode == TransferMode::ExtendedBlock
-                    && self.cached.as_ref().is_some_and(|(c, _)| *c == data.channel) =>
+                    && self
+                        .cached
+                        .as_ref()
+                        .is_some_and(|(c, _)| *c == data.channel) =>
             {
-                self.cached.take().map(|(_, conns)| conns).unwrap_or_default()
+                self.cached
+                    .take()
+                    .map(|(_, conns)| conns)
+                    .unwrap_or_default()
             }
             _ => Vec::new(),
         };

@@ -12,13 +12,26 @@ use super::FtpContext;
 use crate::auth::Users;
 use crate::config::{ServeArgs, ServeConfig};
 
-async fn server(dir: &std::path::Path, writable: bool, max_sessions: usize) -> std::net::SocketAddr {
-    let args = ServeArgs { dir: Some(dir.into()), writable, max_sessions: Some(max_sessions), ..Default::default() };
+async fn server(
+    dir: &std::path::Path,
+    writable: bool,
+    max_sessions: usize,
+) -> std::net::SocketAddr {
+    let args = ServeArgs {
+        dir: Some(dir.into()),
+        writable,
+        max_sessions: Some(max_sessions),
+        ..Default::default()
+    };
     let config = ServeConfig::load(&args).unwrap();
     let engine = sluice_engine::Engine::new(sluice_engine::EngineConfig::default());
     let listener = super::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let ctx = Arc::new(FtpContext { users: Users::new(&config), config, engine });
+    let ctx = Arc::new(FtpContext {
+        users: Users::new(&config),
+        config,
+        engine,
+    });
     tokio::spawn(super::run(ctx, listener));
     addr
 }
@@ -31,7 +44,10 @@ struct Client {
 impl Client {
     async fn connect(addr: std::net::SocketAddr) -> (Client, String) {
         let (rd, wr) = TcpStream::connect(addr).await.unwrap().into_split();
-        let mut c = Client { rd: BufReader::new(rd), wr };
+        let mut c = Client {
+            rd: BufReader::new(rd),
+            wr,
+        };
         let greeting = c.reply().await;
         (c, greeting)
     }
@@ -58,7 +74,10 @@ impl Client {
     }
 
     async fn cmd(&mut self, c: &str) -> String {
-        self.wr.write_all(format!("{c}\r\n").as_bytes()).await.unwrap();
+        self.wr
+            .write_all(format!("{c}\r\n").as_bytes())
+            .await
+            .unwrap();
         self.reply().await
     }
 
@@ -71,7 +90,13 @@ impl Client {
 
     async fn epsv(&mut self, addr: std::net::SocketAddr) -> TcpStream {
         let r = self.cmd("EPSV").await;
-        let port: u16 = r.split("|||").nth(1).unwrap().trim_end_matches(|c: char| !c.is_ascii_digit()).parse().unwrap();
+        let port: u16 = r
+            .split("|||")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap();
         TcpStream::connect((addr.ip(), port)).await.unwrap()
     }
 }
@@ -119,7 +144,10 @@ async fn interrupted_upload_never_shows_under_the_final_name() {
     assert!(r.starts_with("426"), "{r}");
     assert!(c.reply().await.starts_with("226"));
     drop(d);
-    assert_eq!(std::fs::read(dir.path().join("keep.bin")).unwrap(), b"original");
+    assert_eq!(
+        std::fs::read(dir.path().join("keep.bin")).unwrap(),
+        b"original"
+    );
     // A complete upload replaces it atomically.
     let mut d = c.epsv(addr).await;
     assert!(c.cmd("STOR keep.bin").await.starts_with("150"));
@@ -151,7 +179,9 @@ async fn abor_sent_as_urgent_data_is_seen() {
     assert!(c.cmd("RETR big").await.starts_with("150"));
     let mut some = [0u8; 1024];
     d.read_exact(&mut some).await.unwrap();
-    let sent = socket2::SockRef::from(c.wr.as_ref()).send_out_of_band(b"ABOR\r\n").unwrap();
+    let sent = socket2::SockRef::from(c.wr.as_ref())
+        .send_out_of_band(b"ABOR\r\n")
+        .unwrap();
     assert_eq!(sent, 6);
     // The client stopped reading, so the transfer is still running: 426
     // for it, then 226 for ABOR (RFC 959 4.1.3).
@@ -173,11 +203,19 @@ async fn mode_e_connections_kept_by_the_client_carry_the_next_upload() {
     let mut c = Client::login(addr).await;
     assert!(c.cmd("MODE E").await.starts_with("200"));
     let r = c.cmd("EPSV").await;
-    let port: u16 = r.split("|||").nth(1).unwrap().trim_end_matches(|c: char| !c.is_ascii_digit()).parse().unwrap();
+    let port: u16 = r
+        .split("|||")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap();
     const STREAMS: u64 = 12;
     let mut conns = Vec::new();
     for (round, name) in ["a", "b"].into_iter().enumerate() {
-        let data: Vec<u8> = (0..STREAMS * 1000).map(|i| (i as usize * 7 + round) as u8).collect();
+        let data: Vec<u8> = (0..STREAMS * 1000)
+            .map(|i| (i as usize * 7 + round) as u8)
+            .collect();
         assert!(c.cmd(&format!("STOR {name}")).await.starts_with("150"));
         if round == 0 {
             for _ in 0..STREAMS {
@@ -186,10 +224,16 @@ async fn mode_e_connections_kept_by_the_client_carry_the_next_upload() {
         }
         for (i, d) in conns.iter_mut().enumerate() {
             let o = i as u64 * 1000;
-            d.write_all(&BlockHeader::data(o, 1000).encode()).await.unwrap();
-            d.write_all(&data[o as usize..o as usize + 1000]).await.unwrap();
+            d.write_all(&BlockHeader::data(o, 1000).encode())
+                .await
+                .unwrap();
+            d.write_all(&data[o as usize..o as usize + 1000])
+                .await
+                .unwrap();
             let eof = (i == 0).then_some(STREAMS);
-            d.write_all(&BlockHeader::end(eof, false).encode()).await.unwrap();
+            d.write_all(&BlockHeader::end(eof, false).encode())
+                .await
+                .unwrap();
         }
         let mut r = c.reply().await;
         while r.starts_with("1") {

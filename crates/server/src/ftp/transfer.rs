@@ -8,14 +8,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::command::TransferMode;
-use sluice_ftp::mode_e::BlockHeader;
 use sluice_ftp::markers::{range_marker, PerfMarker};
+use sluice_ftp::mode_e::BlockHeader;
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::reply::Reply;
 use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
 use sluice_transfer::{
-    receive_mode_e_relative, receive_stream, send_relative, ByteRange, Mode, Progress, SendSpec, TransferError,
+    receive_mode_e_relative, receive_stream, send_relative, ByteRange, Mode, Progress, SendSpec,
+    TransferError,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -71,11 +72,25 @@ pub struct Job {
 #[derive(Debug)]
 pub enum Work {
     /// LIST/NLST/MLSD.
-    List { path: VirtualPath, format: ListFormat, data: DataSpec },
+    List {
+        path: VirtualPath,
+        format: ListFormat,
+        data: DataSpec,
+    },
     /// RETR/ERET.
-    Retr { path: VirtualPath, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>, data: DataSpec },
+    Retr {
+        path: VirtualPath,
+        offset: u64,
+        len: Option<u64>,
+        skip: Vec<std::ops::Range<u64>>,
+        data: DataSpec,
+    },
     /// STOR/APPE/ESTO.
-    Stor { path: VirtualPath, kind: StoreKind, data: DataSpec },
+    Stor {
+        path: VirtualPath,
+        kind: StoreKind,
+        data: DataSpec,
+    },
 }
 
 /// Runs one transfer to its end; the last event sent is always `Done`.
@@ -115,7 +130,13 @@ async fn execute(
 ) -> (Result<u64, OpError>, Record) {
     match work {
         Work::List { path, format, data } => (list(job, path, *format, data, events).await, None),
-        Work::Retr { path, offset, len, skip, data } => {
+        Work::Retr {
+            path,
+            offset,
+            len,
+            skip,
+            data,
+        } => {
             let r = retr(job, path, *offset, *len, skip, data, events).await;
             (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
         }
@@ -127,7 +148,9 @@ async fn execute(
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, OpError> {
-    tokio::task::spawn_blocking(f).await.map_err(|_| OpError::Local)
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| OpError::Local)
 }
 
 async fn list(
@@ -144,18 +167,24 @@ async fn list(
     // with OPTS RETR Parallelism (globus-url-copy -p N -fast lists this
     // way); the first carries the listing, every one ends with EOD and
     // the first also with EOF = connection count.
-    let n = if data.mode == TransferMode::ExtendedBlock { data.parallelism.max(1) } else { 1 };
+    let n = if data.mode == TransferMode::ExtendedBlock {
+        data.parallelism.max(1)
+    } else {
+        1
+    };
     let conns = open_data(job, data, n).await?;
     let count = conns.len() as u64;
     let write_all = async {
         for (i, mut conn) in conns.into_iter().enumerate() {
             if data.mode == TransferMode::ExtendedBlock {
                 if i == 0 && !bytes.is_empty() {
-                    conn.write_all(&BlockHeader::data(0, bytes.len() as u64).encode()).await?;
+                    conn.write_all(&BlockHeader::data(0, bytes.len() as u64).encode())
+                        .await?;
                     conn.write_all(&bytes).await?;
                 }
                 let eof = if i == 0 { Some(count) } else { None };
-                conn.write_all(&BlockHeader::end(eof, true).encode()).await?;
+                conn.write_all(&BlockHeader::end(eof, true).encode())
+                    .await?;
             } else {
                 conn.write_all(&bytes).await?;
             }
@@ -180,7 +209,9 @@ async fn retr(
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
     let (root, p) = (Arc::clone(&job.root), path.clone());
-    let file = blocking(move || root.open_read(p.as_str())).await?.map_err(op_error)?;
+    let file = blocking(move || root.open_read(p.as_str()))
+        .await?
+        .map_err(op_error)?;
     let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
     if offset > size {
         return Err(OpError::OffsetBeyondEof);
@@ -194,9 +225,17 @@ async fn retr(
     let mode = transfer_mode(data);
     let ranges = gaps(offset, offset + len, skip);
     let total: u64 = ranges.iter().map(|r| r.len).sum();
-    let spec = SendSpec { file: Arc::new(file), ranges, mode };
+    let spec = SendSpec {
+        file: Arc::new(file),
+        ranges,
+        mode,
+    };
     let _ = events.send(Event::Started(Some(total)));
-    let n = if data.mode == TransferMode::ExtendedBlock { data.parallelism } else { 1 };
+    let n = if data.mode == TransferMode::ExtendedBlock {
+        data.parallelism
+    } else {
+        1
+    };
     let conns = open_data(job, data, n).await?;
     // MODE S: keep a second handle on the socket to see the client close.
     let watch = match data.mode {
@@ -207,7 +246,14 @@ async fn retr(
     // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
     // globus-gridftp-server sends); REST n + RETR keeps file offsets.
     let base = if len_given { offset } else { 0 };
-    let fut = send_relative(&job.engine, spec, base, conns, Arc::clone(&progress), job.cancel.clone());
+    let fut = send_relative(
+        &job.engine,
+        spec,
+        base,
+        conns,
+        Arc::clone(&progress),
+        job.cancel.clone(),
+    );
     let r = with_markers(fut, data, &progress, false, events).await;
     let n = r.map_err(|e| transfer_error(&e, &job.cancel))?;
     if let Some(w) = watch {
@@ -266,8 +312,17 @@ async fn stor(
         if data.mode == TransferMode::Stream {
             let mut conns = open_data(job, data, 1).await?;
             let conn = conns.pop().ok_or(OpError::DataConnection)?;
-            let fut = receive_stream(&job.engine, file, upload.start, conn, Arc::clone(&progress), job.cancel.clone());
-            with_markers(fut, data, &progress, true, events).await.map_err(|e| transfer_error(&e, &job.cancel))
+            let fut = receive_stream(
+                &job.engine,
+                file,
+                upload.start,
+                conn,
+                Arc::clone(&progress),
+                job.cancel.clone(),
+            );
+            with_markers(fut, data, &progress, true, events)
+                .await
+                .map_err(|e| transfer_error(&e, &job.cancel))
         } else {
             // ESTO A k and APPE (= ESTO at the current size) number their
             // blocks from the start of the region; STOR and REST keep file
@@ -278,7 +333,14 @@ async fn stor(
             };
             let (tx, rx) = mpsc::channel(8);
             let acceptor = accept_all(job, data, tx, cached).await?;
-            let fut = receive_mode_e_relative(&job.engine, file, base, rx, Arc::clone(&progress), job.cancel.clone());
+            let fut = receive_mode_e_relative(
+                &job.engine,
+                file,
+                base,
+                rx,
+                Arc::clone(&progress),
+                job.cancel.clone(),
+            );
             let r = with_markers(fut, data, &progress, true, events).await;
             acceptor.abort();
             let summary = r.map_err(|e| transfer_error(&e, &job.cancel))?;
@@ -291,10 +353,24 @@ async fn stor(
     .await;
     // The control connection closed (or ABOR came) while the data
     // connection ended: do not present what arrived as complete.
-    let result = result.and_then(|n| if job.cancel.is_cancelled() { Err(OpError::Aborted) } else { Ok(n) });
+    let result = result.and_then(|n| {
+        if job.cancel.is_cancelled() {
+            Err(OpError::Aborted)
+        } else {
+            Ok(n)
+        }
+    });
     let root = Arc::clone(&job.root);
     let ok = result.is_ok();
-    let finished = blocking(move || if ok { upload.commit(&root) } else { upload.keep_partial(); Ok(()) }).await;
+    let finished = blocking(move || {
+        if ok {
+            upload.commit(&root)
+        } else {
+            upload.keep_partial();
+            Ok(())
+        }
+    })
+    .await;
     match (result, finished) {
         (Ok(n), Ok(Ok(()))) => Ok(n),
         (Ok(_), Ok(Err(e))) | (Ok(_), Err(e)) => Err(e),
@@ -487,7 +563,10 @@ mod tests {
     #[test]
     fn gaps_skip_what_the_client_has() {
         let g = |s, e, skip: &[std::ops::Range<u64>]| {
-            gaps(s, e, skip).into_iter().map(|r| (r.offset, r.len)).collect::<Vec<_>>()
+            gaps(s, e, skip)
+                .into_iter()
+                .map(|r| (r.offset, r.len))
+                .collect::<Vec<_>>()
         };
         assert_eq!(g(0, 100, &[]), vec![(0, 100)]);
         assert_eq!(g(0, 100, &[0..10, 20..30]), vec![(10, 10), (30, 70)]);

@@ -351,8 +351,16 @@ mod tests {
         let addr = l.local_addr().unwrap();
         tokio::spawn(super::super::run_spread(ctx, l, vec![tx]));
         for _ in 0..4 {
-            let out = exchange(addr, b"GET /f HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").await;
-            assert!(out.starts_with(b"HTTP/1.1 200 "), "{}", String::from_utf8_lossy(&out));
+            let out = exchange(
+                addr,
+                b"GET /f HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+            assert!(
+                out.starts_with(b"HTTP/1.1 200 "),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
             assert!(out.ends_with(b"\r\n\r\nhello"));
         }
     }

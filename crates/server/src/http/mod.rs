@@ -68,10 +68,7 @@ impl HttpContext {
         HttpContext {
             root,
             gate: Arc::new(Semaphore::new(settings.max_connections)),
-            open_files: open_files::OpenFiles::new(
-                settings.open_cache,
-                open_files::MAX_OPEN_FILES,
-            ),
+            open_files: open_files::OpenFiles::new(settings.open_cache, open_files::MAX_OPEN_FILES),
             settings,
             engine,
             next_conn: AtomicU64::new(1),
@@ -248,7 +245,12 @@ pub async fn run_spread(
                 if let Some(tx) = turn.checked_sub(1).and_then(|k| others.get(k)) {
                     match stream.into_std() {
                         Ok(stream) => {
-                            let h = Handover { stream, peer, id, permit };
+                            let h = Handover {
+                                stream,
+                                peer,
+                                id,
+                                permit,
+                            };
                             if tx.send(h).is_err() {
                                 tracing::warn!(%peer, "event loop gone; connection dropped");
                             }
