@@ -3,16 +3,20 @@
 
     bench/dlcost.py [--runs 3] [--cases 1s,4s,16c] [--small] CONFIG...
 
-A CONFIG is `nginx`, `vsftpd`, or `LABEL=BIN[,VAR=VALUE...][,--flag[=value]...]`
-for a sluice binary, e.g.
+A CONFIG is `nginx`, `vsftpd`, `gridftp` (globus-gridftp-server, anonymous),
+`iperf3` (memory to memory, `-R` so the server sends: the physical limit of
+loopback), or `LABEL=BIN[,VAR=VALUE...][,--flag[=value]...]` for a sluice
+binary, e.g.
 
     before=/work/targets/perf/sluice-before,--data-path=copy
     cur=target/release/sluice,SLUICE_RUNTIME=current,SLUICE_NOTSENT_LOWAT=off
 
 Cases (warm page cache, loopback, clients write to /dev/null):
   1s   one 2 GiB file, one stream (curl; HTTP for nginx, FTP otherwise)
-  4s   one 2 GiB file, 4 MODE E streams (`sluice get -p 4`; sluice only)
+  4s   one 2 GiB file, 4 streams (`sluice get -p 4`: MODE E from sluice and
+       gridftp, range requests from nginx; vsftpd has no MODE E: 1 stream)
   16c  16 concurrent 256 MiB downloads (16 curl processes)
+iperf3 moves the same byte counts with one client process (`-P 1/4/16`).
 Per run the server is started fresh in a cpuacct cgroup (entered before
 exec, so forked session processes count) under `perf stat -e
 context-switches` (every thread and child). CPU is the cgroup's usage
@@ -74,7 +78,19 @@ class Server:
         self.env = dict(os.environ)
         for k in [k for k in self.env if k.startswith("SLUICE_")]:
             del self.env[k]
-        if spec == "nginx":
+        if spec == "iperf3":
+            self.label, self.scheme = "iperf3", "iperf"
+            self.cmd = ["iperf3", "-s", "-p", str(port), "-B", "127.0.0.1"]
+            self.stop_sig = signal.SIGTERM
+        elif spec == "gridftp":
+            self.label, self.scheme = "gridftp", "ftp"
+            conf = os.path.join(work, "empty.conf")
+            open(conf, "w").close()
+            self.cmd = ["globus-gridftp-server", "-aa", "-anonymous-user", "ftp", "-rp", data,
+                        "-home-dir", "/", "-c", conf, "-control-interface", "127.0.0.1",
+                        "-p", str(port), "-d", "error"]
+            self.stop_sig = signal.SIGTERM
+        elif spec == "nginx":
             self.label, self.scheme = "nginx", "http"
             conf = os.path.join(work, "nginx.conf")
             with open(conf, "w") as f:
@@ -118,7 +134,9 @@ class Server:
             self.stop_sig = signal.SIGINT
 
     def url(self, name):
-        return f"{self.scheme}://127.0.0.1:{self.port}/{name}"
+        # gridftp's paths are real paths (-rp only restricts them)
+        prefix = self.data if self.label == "gridftp" else ""
+        return f"{self.scheme}://127.0.0.1:{self.port}{prefix}/{name}"
 
     def start(self):
         os.makedirs(CG, exist_ok=True)
@@ -153,22 +171,35 @@ class Server:
 
 
 def run_clients(srv, case, sizes, sluice_client):
-    if case == "1s":
-        cmds = [["curl", "-s", "-o", "/dev/null", srv.url("big")]]
+    if srv.scheme == "iperf":
+        streams = {"1s": 1, "4s": 4, "16c": 16}[case]
+        total = sizes["big"] if case != "16c" else 16 * sizes["mid"]
+        cmds = [["iperf3", "-c", "127.0.0.1", "-p", str(srv.port), "-R", "-P", str(streams),
+                 "-l", "128K", "-n", str(total)]]
+    elif case == "1s":
+        cmds = [curl(srv.url("big"))]
         total = sizes["big"]
     elif case == "4s":
         cmds = [[sluice_client, "get", "-q", "-p", "4", srv.url("big"), "/dev/null"]]
         total = sizes["big"]
     else:
-        cmds = [["curl", "-s", "-o", "/dev/null", srv.url("mid")] for _ in range(16)]
+        cmds = [curl(srv.url("mid")) for _ in range(16)]
         total = 16 * sizes["mid"]
     t0 = time.monotonic()
-    ps = [subprocess.Popen(c, stdout=subprocess.DEVNULL) for c in cmds]
-    rcs = [p.wait() for p in ps]
+    ps = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+    outs = [(p.communicate()[0], p.returncode) for p in ps]
     dt = time.monotonic() - t0
-    if any(rcs):
-        raise RuntimeError(f"{srv.label} {case}: client failed {rcs}")
+    got = sum(int(o) if c[0] == "curl" else total // len(cmds) for (o, _), c in zip(outs, cmds))
+    # curl reports 18 (partial) when globus-gridftp-server answers a
+    # complete MODE S download with 500 "reset by peer": the byte count decides.
+    bad = [rc for (_, rc), c in zip(outs, cmds) if rc and not (rc == 18 and c[0] == "curl")]
+    if bad or got != total:
+        raise RuntimeError(f"{srv.label} {case}: client failed {bad}, {got} of {total} bytes")
     return total, dt
+
+
+def curl(url):
+    return ["curl", "-s", "-o", "/dev/null", "-w", "%{size_download}", url]
 
 
 def main():
@@ -201,8 +232,6 @@ def main():
         for r in range(a.runs):
             for case in cases:
                 for s in servers:
-                    if case == "4s" and not hasattr(s, "bin"):
-                        continue
                     s.start()
                     time.sleep(0.2)
                     c0 = s.cpu_ns()
