@@ -22,6 +22,11 @@ exec, so forked session processes count) under `perf stat -e
 context-switches` (every thread and child). CPU is the cgroup's usage
 during the download only; context switches are perf's total minus the
 median of an idle start/stop of the same server (start-up and shut-down).
+Machine CPU is every core's busy time (/proc/stat: user, system, irq,
+softirq) during the download, clients included: on loopback the kernel
+charges TCP work to whichever process runs when a packet is processed (a
+server blocked in sendfile leaves its transmit work to the client's ACK
+processing), so the server column alone can flatter one design.
 Runs interleave the configurations (run 1 of every config, then run 2, ...)
 so machine noise spreads over all of them. Output: a markdown table of
 min / median / max per config and case.
@@ -198,6 +203,14 @@ def run_clients(srv, case, sizes, sluice_client):
     return total, dt
 
 
+def machine_busy():
+    """Busy seconds of all cores so far (/proc/stat, USER_HZ ticks)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def curl(url):
     return ["curl", "-s", "-o", "/dev/null", "-w", "%{size_download}", url]
 
@@ -234,20 +247,20 @@ def main():
                 for s in servers:
                     s.start()
                     time.sleep(0.2)
-                    c0 = s.cpu_ns()
+                    c0, m0 = s.cpu_ns(), machine_busy()
                     total, dt = run_clients(s, case, sizes, client)
-                    c1 = s.cpu_ns()
+                    c1, m1 = s.cpu_ns(), machine_busy()
                     cs = s.stop() - idle[s.label]
                     gib = total / GIB
-                    row = (total / dt / 1e6, (c1 - c0) / 1e9 / gib, cs / gib)
+                    row = (total / dt / 1e6, (c1 - c0) / 1e9 / gib, cs / gib, (m1 - m0) / gib)
                     results.setdefault((s.label, case), []).append(row)
                     print(f"run {r + 1} {case} {s.label}: {row[0]:.0f} MB/s {row[1]:.3f} CPU s/GiB "
-                          f"{row[2]:.0f} cs/GiB", file=sys.stderr, flush=True)
+                          f"{row[2]:.0f} cs/GiB {row[3]:.3f} machine CPU s/GiB", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nidle start/stop context switches (subtracted): {idle}\n")
-    print("| case | server | MB/s | server CPU s/GiB | server cs/GiB |")
-    print("|---|---|---|---|---|")
+    print("| case | server | MB/s | server CPU s/GiB | server cs/GiB | machine CPU s/GiB |")
+    print("|---|---|---|---|---|---|")
 
     def cell(vals, fmt):
         v = sorted(vals)
@@ -260,7 +273,8 @@ def main():
             if not rows:
                 continue
             print(f"| {case} | {label} | {cell([x[0] for x in rows], '{:.0f}')} | "
-                  f"{cell([x[1] for x in rows], '{:.3f}')} | {cell([x[2] for x in rows], '{:.0f}')} |")
+                  f"{cell([x[1] for x in rows], '{:.3f}')} | {cell([x[2] for x in rows], '{:.0f}')} | "
+                  f"{cell([x[3] for x in rows], '{:.3f}')} |")
 
 
 if __name__ == "__main__":

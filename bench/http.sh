@@ -10,12 +10,14 @@
 #       shared=target/release/sluice,--runtime=shared,SLUICE_WORKERS=2
 #
 # 1. Throughput: a warm (page-cached) 2 GiB file fetched by curl to
-#    /dev/null, from sluice (--data-path sendfile and copy) and from nginx
+#    /dev/null, from sluice (its default data path, copy, and sendfile;
+#    further configurations with their defaults) and from nginx
 #    (sendfile on and off). Per run: MB/s (curl's average), server CPU
 #    seconds per GiB (utime+stime of every server process) and context
 #    switches per GiB (voluntary+involuntary, summed over every thread).
 # 2. Small files: 256 concurrent keep-alive clients (wrk -c 256) fetching
 #    a 64 KiB file for DURATION seconds: requests/s and p99 latency;
+#    sluice at its defaults (and the first configuration with sendfile),
 #    nginx with as many worker processes as sluice has runtime workers
 #    (one per core).
 # Each measurement runs RUNS times (default 3); the table shows
@@ -101,7 +103,7 @@ start_sluice() { # config data_path -> sets port, pid, label
     [ -x "$bin" ] || { echo "bench/http.sh: no sluice binary at $bin" >&2; exit 1; }
     # A config's own --data-path wins over the test's.
     local dp=(--data-path "$2")
-    [[ " ${flags[*]} " == *" --data-path "* ]] && dp=()
+    [[ $2 == default || " ${flags[*]} " == *" --data-path "* ]] && dp=()
     port=$(free_port)
     env "${envs[@]}" "$bin" serve "$root" --no-ftp --http "127.0.0.1:$port" "${dp[@]}" \
         --http-max-connections 4096 "${flags[@]}" >"$work/$label-$2.out" 2>"$work/$label-$2.err" &
@@ -193,8 +195,8 @@ if [ "${SKIP_BIG:-0}" != 1 ]; then
     echo "# throughput: ${BIG_MIB} MiB, curl, $RUNS runs each" >&2
     first=1
     for c in "${configs[@]}"; do
-        dps=(sendfile)
-        [ $first = 1 ] && dps+=(copy)
+        dps=(default)
+        [ $first = 1 ] && dps+=(sendfile)
         first=0
         for dp in "${dps[@]}"; do
             start_sluice "$c" "$dp"; throughput "$label ($dp)"; stop
@@ -206,8 +208,14 @@ if [ "${SKIP_BIG:-0}" != 1 ]; then
 fi
 echo "# 64 KiB, wrk -c 256 -t $WORKERS, ${DURATION}s, $RUNS runs each, interleaved" >&2
 labels=() ports=() spids=()
+first=1
 for c in "${configs[@]}"; do
-    start_sluice "$c" sendfile; labels+=("$label (sendfile)"); ports+=("$port"); spids+=("$pid")
+    dps=(default)
+    [ $first = 1 ] && dps+=(sendfile)
+    first=0
+    for dp in "${dps[@]}"; do
+        start_sluice "$c" "$dp"; labels+=("$label ($dp)"); ports+=("$port"); spids+=("$pid")
+    done
 done
 start_nginx on; labels+=("nginx (sendfile on, $WORKERS workers)"); ports+=("$port"); spids+=("$pid")
 for k in "${!ports[@]}"; do

@@ -167,13 +167,18 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            // Sendfile, measured (bench/dlcost.py, README "Send-path cost"):
-            // warm loopback downloads cost ~0.11-0.14 CPU s/GiB on the
-            // sendfile path, as nginx does, against ~0.21-0.25 on the copy
-            // path, which copies every byte once more (page cache -> buffer
-            // -> socket). Cold ranges still go through the copy path's disk
-            // threads (`sendfile_resident_check`).
-            data_path: DataPath::Sendfile,
+            // Copy, measured (bench/dlcost.py, 2026-11-22 11:36-11:46, warm
+            // 2 GiB over loopback, 3 runs each, quiet machine): one stream
+            // 3.3-3.5 GB/s against sendfile's 2.3-3.0, at about the same
+            // server CPU and 0.75x the machine CPU per GiB; 16 concurrent
+            // 2.8-3.5 against 2.6-3.0 GB/s, with 1/7 of the context
+            // switches. On loopback (and veth) the receiver copies straight
+            // out of the sender's skbs: from freshly written, cache-hot
+            // pages here, from cold page-cache pages after sendfile. On a
+            // NIC that does scatter-gather DMA sendfile saves a copy: measure
+            // with `--data-path sendfile` there. Cold ranges go to disk
+            // threads on either path.
+            data_path: DataPath::Copy,
             // Larger than any one call can move (a call ends when the send
             // buffer is full, at most `tcp_wmem` max), so one call per wake-up.
             chunk_size: 4 << 20,

@@ -31,6 +31,7 @@ use crate::buffers::PoolBuf;
 use crate::counters::{Counters, Tally};
 use crate::disk::Ticket;
 use crate::prefetch::Feed;
+use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
 use crate::{Cancel, DataPath, Engine, EngineError};
 
@@ -63,7 +64,17 @@ impl Engine {
         let t = self.tally(counters);
         match self.config().data_path {
             DataPath::Copy => {
-                let f = self.send_copy(conn, file, offset, len, prefix, counters, cancel);
+                let mut refill = self.refill(conn);
+                let f = self.send_copy(
+                    conn,
+                    file,
+                    offset,
+                    len,
+                    prefix,
+                    counters,
+                    cancel,
+                    refill.as_mut(),
+                );
                 counted(f, t).await
             }
             DataPath::Sendfile | DataPath::Splice => {
@@ -91,6 +102,9 @@ impl Engine {
         counted(f, t).await.map(|_| ())
     }
 
+    /// The copy path. `refill` is the connection's rate-sized mark
+    /// (`refill.rs`), resized after each wait; the sendfile path passes its
+    /// own when it copies a cold range, so the mark is not started again.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_copy(
         &self,
@@ -101,10 +115,13 @@ impl Engine {
         prefix: &[u8],
         counters: &Counters,
         cancel: &Cancel,
+        mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
         if let Some(mut feed) = self.feed(conn, file, offset, offset + len, true, counters) {
             return self
-                .send_copy_planned(conn, &mut feed, offset, len, prefix, counters, cancel)
+                .send_copy_planned(
+                    conn, &mut feed, offset, len, prefix, counters, cancel, refill,
+                )
                 .await;
         }
         let t = self.tally(counters);
@@ -129,6 +146,12 @@ impl Engine {
                 self.config().idle_timeout,
             )
             .await?;
+            if let Some(r) = refill.as_deref_mut() {
+                if waited {
+                    r.woke(conn);
+                }
+                r.wrote((prefix.len() + n) as u64);
+            }
             if waited {
                 turn.waited();
             }
@@ -151,6 +174,7 @@ impl Engine {
         prefix: &[u8],
         counters: &Counters,
         cancel: &Cancel,
+        mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
         let t = self.tally(counters);
         let idle = self.config().idle_timeout;
@@ -164,7 +188,14 @@ impl Engine {
             for buf in &chunk.bufs {
                 let n = (buf.len() as u64).min(left) as usize;
                 left -= n as u64;
-                if write_all(conn, [prefix, &buf[..n]], t, cancel, idle).await? {
+                let waited = write_all(conn, [prefix, &buf[..n]], t, cancel, idle).await?;
+                if let Some(r) = refill.as_deref_mut() {
+                    if waited {
+                        r.woke(conn);
+                    }
+                    r.wrote((prefix.len() + n) as u64);
+                }
+                if waited {
                     turn.waited();
                     feed.sample(conn, false)?;
                 }

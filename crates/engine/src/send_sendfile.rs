@@ -97,7 +97,7 @@ impl Engine {
                 // read-ahead, so sendfile takes over again once pages are warm.
                 let n = (want as u64).min(cfg.read_buffer_size as u64);
                 pos += self
-                    .send_copy(conn, file, pos, n, &[], counters, cancel)
+                    .send_copy(conn, file, pos, n, &[], counters, cancel, refill.as_mut())
                     .await?;
                 turn.waited();
                 continue;
@@ -113,6 +113,9 @@ impl Engine {
                     t.send_calls(1);
                     pos += n as u64;
                     empty_wakes = 0;
+                    if let Some(r) = refill.as_mut() {
+                        r.wrote(n as u64);
+                    }
                     if let Some(f) = &feed {
                         f.sent(n as u64);
                     }
@@ -137,7 +140,16 @@ impl Engine {
                     tracing::debug!("sendfile refused ({e}); copying instead");
                     drop(feed);
                     let rest = self
-                        .send_copy(conn, file, pos, end - pos, &[], counters, cancel)
+                        .send_copy(
+                            conn,
+                            file,
+                            pos,
+                            end - pos,
+                            &[],
+                            counters,
+                            cancel,
+                            refill.as_mut(),
+                        )
                         .await?;
                     return Ok(pos + rest - offset);
                 }

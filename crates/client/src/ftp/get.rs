@@ -399,8 +399,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         match Dest::resolve(Some(dir.path()), Some("x")).unwrap() {
             Dest::File { path, .. } => assert_eq!(path, dir.path().join("x")),
-            Dest::Stdout => panic!("not stdout"),
+            other => panic!("not a file: {other:?}"),
         }
+    }
+
+    #[test]
+    fn dest_device_is_written_in_place() {
+        let null = Path::new("/dev/null");
+        if !null.exists() {
+            return;
+        }
+        let d = Dest::resolve(Some(null), Some("x")).unwrap();
+        assert_eq!(d, Dest::Device(null.to_path_buf()));
+        assert!(d.is_stream());
     }
 
     #[test]
