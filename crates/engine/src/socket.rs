@@ -29,7 +29,9 @@ impl Engine {
         let fd = conn.as_fd();
         let mut out = SocketSettings::default();
         let _ = conn.set_nodelay(true);
-        if let Some(lowat) = cfg.notsent_lowat {
+        // Rate-sized marks start small (refill.rs) and then live on the
+        // socket from one send to the next.
+        if let Some(lowat) = self.start_mark().or(cfg.notsent_lowat) {
             if self.features().notsent_lowat.is_supported() {
                 match tcp::set_notsent_lowat(fd, lowat) {
                     Ok(()) => out.notsent_lowat = Some(lowat),
