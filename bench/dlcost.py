@@ -59,11 +59,19 @@ def make_data(d, small):
                     b = src.read(min(left, 8 << 20))
                     dst.write(b)
                     left -= len(b)
-    for name in sizes:  # warm the page cache
+    warm(d, sizes)
+    return sizes
+
+
+def warm(d, sizes):
+    """Reads the files through the page cache. Done before every download:
+    between runs this VM's memory reclaim (DAMON) evicts parts of files
+    left idle, which then cost disk reads (and context switches) to
+    whichever server comes next."""
+    for name in sizes:
         with open(os.path.join(d, name), "rb") as f:
             while f.read(16 << 20):
                 pass
-    return sizes
 
 
 def wait_port(port, timeout=10.0):
@@ -245,6 +253,7 @@ def main():
         for r in range(a.runs):
             for case in cases:
                 for s in servers:
+                    warm(a.data, sizes)
                     s.start()
                     time.sleep(0.2)
                     c0, m0 = s.cpu_ns(), machine_busy()
