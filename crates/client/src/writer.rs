@@ -108,7 +108,7 @@ pub enum Sink {
     File(File),
     /// Standard output, written in order.
     Stdout,
-    /// A device or FIFO named as DEST (say /dev/null), written in order.
+    /// A FIFO or terminal named as DEST, written in order.
     Device(File),
 }
 
@@ -312,13 +312,22 @@ pub fn open_part(part: &std::path::Path, keep: u64) -> Result<File> {
     Ok(f)
 }
 
-/// Opens a device or FIFO named as DEST, as it is: no truncation, no
-/// `.part` renamed over it.
-pub fn open_device(p: &std::path::Path) -> Result<File> {
-    std::fs::OpenOptions::new()
+/// Opens a device or FIFO named as DEST as it is: no truncation, no
+/// `.part` renamed over it. A device that takes positional writes (the
+/// null device, a block device) is written at each block's offset like a
+/// file, so parallel streams need no in-order window; a FIFO or terminal
+/// is written in order.
+pub fn device_sink(p: &std::path::Path) -> Result<Sink> {
+    let f = std::fs::OpenOptions::new()
         .write(true)
         .open(p)
-        .map_err(|e| ClientError::local(format!("open {}", p.display()), e))
+        .map_err(|e| ClientError::local(format!("open {}", p.display()), e))?;
+    // A zero-length pwrite writes nothing; it fails (ESPIPE) where
+    // positions mean nothing.
+    Ok(match f.write_at(&[], 0) {
+        Ok(_) => Sink::File(f),
+        Err(_) => Sink::Device(f),
+    })
 }
 
 #[cfg(test)]

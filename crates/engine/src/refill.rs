@@ -68,7 +68,7 @@ pub(crate) struct Refill<'a> {
 
 impl Engine {
     /// Starts rate-sizing `conn`'s mark, if configured and supported.
-    pub(crate) fn refill(&self, conn: &TcpStream) -> Option<Refill<'_>> {
+    pub(crate) fn refill(&self) -> Option<Refill<'_>> {
         let cfg = self.config();
         let time = cfg.refill_time?;
         let cap = u64::from(cfg.notsent_lowat?);
@@ -244,7 +244,7 @@ mod tests {
         e.prepare_socket(&tx);
         let start = u64::from(tcp::notsent_lowat(tx.as_fd()).unwrap());
         assert!((MIN_MARK..=START_MARK).contains(&start), "{start}");
-        let r = e.refill(&tx).unwrap();
+        let r = e.refill().unwrap();
         assert_eq!(e.inner.senders.0.load(Relaxed), 1);
         // Starting a send leaves the socket's mark alone.
         assert_eq!(r.mark(), 0);
@@ -258,7 +258,7 @@ mod tests {
             refill_time: None,
             ..EngineConfig::default()
         });
-        assert!(fixed.refill(&tx).is_none());
+        assert!(fixed.refill().is_none());
         fixed.prepare_socket(&tx);
         assert_eq!(tcp::notsent_lowat(tx.as_fd()).unwrap(), 8 << 20);
     }
@@ -289,7 +289,7 @@ mod tests {
             }
         }
         reader.await.unwrap();
-        let mut r = e.refill(&tx).unwrap();
+        let mut r = e.refill().unwrap();
         r.woke(&tx);
         // Whatever the rate, a sized mark is within the bounds and on the socket.
         let m = r.mark();

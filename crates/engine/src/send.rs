@@ -64,7 +64,7 @@ impl Engine {
         let t = self.tally(counters);
         match self.config().data_path {
             DataPath::Copy => {
-                let mut refill = self.refill(conn);
+                let mut refill = self.refill();
                 let f = self.send_copy(
                     conn,
                     file,

@@ -46,7 +46,7 @@ impl Engine {
         let idle = cfg.idle_timeout;
         let end = offset + len;
         // Rate-sized NOTSENT_LOWAT (refill.rs), resized after wake-ups.
-        let mut refill = self.refill(conn);
+        let mut refill = self.refill();
         // Wake-ups in a row that found no room (see `pressure_pause`).
         let mut empty_wakes = 0u64;
         // The prefix goes with MSG_MORE, so the kernel holds it back and

@@ -109,7 +109,7 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // Resume point and destination file.
     let (sink, already) = match &dest {
         Dest::Stdout => (Sink::Stdout, 0),
-        Dest::Device(p) => (Sink::Device(writer::open_device(p)?), 0),
+        Dest::Device(p) => (writer::device_sink(p)?, 0),
         Dest::File { part, resume, .. } => {
             let mut already = if a.resume {
                 resume_point(part, resume)

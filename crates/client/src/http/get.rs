@@ -89,7 +89,7 @@ pub fn run(a: &GetArgs) -> Result<()> {
 
     let (sink, prefix_file) = match &dest {
         Dest::Stdout => (Sink::Stdout, None),
-        Dest::Device(p) => (Sink::Device(writer::open_device(p)?), None),
+        Dest::Device(p) => (writer::device_sink(p)?, None),
         Dest::File { part, resume, .. } => {
             let f = writer::open_part(part, already)?;
             writer::save_prefix(resume, already)?;
