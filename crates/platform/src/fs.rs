@@ -152,9 +152,8 @@ impl ServedRoot {
             )
         })?;
         // SAFETY: `fd` was just returned by open and is owned by nobody else.
-        Ok(ServedRoot {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(ServedRoot { fd })
     }
 
     /// Opens an existing regular file for reading.
