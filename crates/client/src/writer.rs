@@ -335,6 +335,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn null_device_takes_positions_and_a_fifo_does_not() {
+        let null = std::path::Path::new("/dev/null");
+        if null.exists() {
+            assert!(matches!(device_sink(null).unwrap(), Sink::File(_)));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            return; // no mkfifo here
+        }
+        // Opening a FIFO for writing waits for a reader.
+        let f2 = fifo.clone();
+        let reader = std::thread::spawn(move || std::fs::read(f2).unwrap());
+        let sink = device_sink(&fifo).unwrap();
+        assert!(matches!(sink, Sink::Device(_)));
+        drop(sink);
+        assert!(reader.join().unwrap().is_empty());
+    }
+
+    #[test]
     fn budget_lets_an_oversized_block_through_when_empty() {
         let s = Stats::default();
         let b = Budget::new(10);

@@ -77,7 +77,18 @@ pub fn run(a: &GetArgs) -> Result<()> {
     let saved_etag = saved_etag
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty());
-    let streams = if dest.is_stream() { 1 } else { a.opts.parallel };
+    // A device is opened first: one that takes positional writes
+    // (/dev/null) can take parallel ranges, a FIFO only one in-order stream.
+    let mut device = match &dest {
+        Dest::Device(p) => Some(writer::device_sink(p)?),
+        _ => None,
+    };
+    let positional = match &dest {
+        Dest::File { .. } => true,
+        Dest::Device(_) => matches!(device, Some(Sink::File(_))),
+        Dest::Stdout => false,
+    };
+    let streams = if positional { a.opts.parallel } else { 1 };
 
     let t0 = Instant::now();
     let fetch = if streams > 1 {
@@ -89,7 +100,10 @@ pub fn run(a: &GetArgs) -> Result<()> {
 
     let (sink, prefix_file) = match &dest {
         Dest::Stdout => (Sink::Stdout, None),
-        Dest::Device(p) => (writer::device_sink(p)?, None),
+        Dest::Device(p) => match device.take() {
+            Some(sink) => (sink, None),
+            None => (writer::device_sink(p)?, None),
+        },
         Dest::File { part, resume, .. } => {
             let f = writer::open_part(part, already)?;
             writer::save_prefix(resume, already)?;
