@@ -152,8 +152,13 @@ impl Refill<'_> {
         self.anchor = Some((info.bytes_acked, now));
     }
 
-    /// Counts bytes written into the socket (for the floor in `woke`).
-    pub(crate) fn wrote(&mut self, n: u64) {
+    /// After a write of `n` bytes that had to wait for room (`waited`)
+    /// or not: a wait ends in a wake-up, and the bytes count towards the
+    /// rate floor of the next one.
+    pub(crate) fn wrote(&mut self, conn: &TcpStream, n: u64, waited: bool) {
+        if waited {
+            self.woke(conn);
+        }
         self.written += n;
     }
 

@@ -147,10 +147,7 @@ impl Engine {
             )
             .await?;
             if let Some(r) = refill.as_deref_mut() {
-                if waited {
-                    r.woke(conn);
-                }
-                r.wrote((prefix.len() + n) as u64);
+                r.wrote(conn, (prefix.len() + n) as u64, waited);
             }
             if waited {
                 turn.waited();
@@ -190,10 +187,7 @@ impl Engine {
                 left -= n as u64;
                 let waited = write_all(conn, [prefix, &buf[..n]], t, cancel, idle).await?;
                 if let Some(r) = refill.as_deref_mut() {
-                    if waited {
-                        r.woke(conn);
-                    }
-                    r.wrote((prefix.len() + n) as u64);
+                    r.wrote(conn, (prefix.len() + n) as u64, waited);
                 }
                 if waited {
                     turn.waited();

@@ -114,7 +114,7 @@ impl Engine {
                     pos += n as u64;
                     empty_wakes = 0;
                     if let Some(r) = refill.as_mut() {
-                        r.wrote(n as u64);
+                        r.wrote(conn, n as u64, false);
                     }
                     if let Some(f) = &feed {
                         f.sent(n as u64);
