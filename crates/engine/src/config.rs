@@ -21,6 +21,9 @@ pub enum DataPath {
     /// own that sleeps until its socket is writable and `sendfile`s, with
     /// no event loop and no `TCP_NOTSENT_LOWAT` (vsftpd-style).
     Blocking,
+    /// `Copy` for a peer on this host (loopback, or our own address) and
+    /// for small sends, `Sendfile` for everything else (`send.rs`).
+    Auto,
 }
 
 impl FromStr for DataPath {
@@ -31,6 +34,7 @@ impl FromStr for DataPath {
             "copy" => Ok(DataPath::Copy),
             "splice" => Ok(DataPath::Splice),
             "blocking" => Ok(DataPath::Blocking),
+            "auto" => Ok(DataPath::Auto),
             _ => Err(ParseDataPathError(s.to_string())),
         }
     }
@@ -43,11 +47,12 @@ impl fmt::Display for DataPath {
             DataPath::Copy => "copy",
             DataPath::Splice => "splice",
             DataPath::Blocking => "blocking",
+            DataPath::Auto => "auto",
         })
     }
 }
 
-/// A data-path string that is not "sendfile", "copy" or "blocking".
+/// A data-path string that is not one of the names above.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseDataPathError(pub String);
 
@@ -55,7 +60,7 @@ impl fmt::Display for ParseDataPathError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown data path {:?} (expected \"sendfile\", \"splice\", \"copy\" or \"blocking\")",
+            "unknown data path {:?} (expected \"auto\", \"copy\", \"sendfile\", \"splice\" or \"blocking\")",
             self.0
         )
     }
@@ -167,18 +172,18 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            // Copy, measured (bench/dlcost.py, 2026-11-22 11:36-11:46, warm
-            // 2 GiB over loopback, 3 runs each, quiet machine): one stream
-            // 3.3-3.5 GB/s against sendfile's 2.3-3.0, at about the same
-            // server CPU and 0.75x the machine CPU per GiB; 16 concurrent
-            // 2.8-3.5 against 2.6-3.0 GB/s, with 1/7 of the context
-            // switches. On loopback (and veth) the receiver copies straight
-            // out of the sender's skbs: from freshly written, cache-hot
-            // pages here, from cold page-cache pages after sendfile. On a
-            // NIC that does scatter-gather DMA sendfile saves a copy: measure
-            // with `--data-path sendfile` there. Cold ranges go to disk
-            // threads on either path.
-            data_path: DataPath::Copy,
+            // Auto, measured: over loopback `copy` beat `sendfile`
+            // (bench/dlcost.py, 2026-11-22 12:02-12:13, quiet machine: one
+            // stream 3.8-4.4 against 2.6-2.8 GB/s at less server and machine
+            // CPU per GiB; 16 streams 3.5-3.7 against 2.9-3.0 GB/s with a sixth
+            // of the context switches): a receiver on this host copies out
+            // of the sender's skbs, cache-hot after `copy`, cold page-cache
+            // pages after `sendfile`. For 1000 readers at 1 Mbit/s over linkem
+            // `copy` held ~2 GiB of read buffers (two per connection) and
+            // cost 1.6x the CPU per GiB (lab send-wakeups, 12:26); a NIC's
+            // DMA reads page-cache pages itself. So `copy` for local peers
+            // and small sends, `sendfile` otherwise.
+            data_path: DataPath::Auto,
             // Larger than any one call can move (a call ends when the send
             // buffer is full, at most `tcp_wmem` max), so one call per wake-up.
             chunk_size: 4 << 20,

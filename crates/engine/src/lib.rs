@@ -90,7 +90,10 @@ impl Engine {
     pub fn try_new(config: EngineConfig) -> std::io::Result<Engine> {
         let features = Features::probe();
         let mut config = config;
-        if matches!(config.data_path, DataPath::Sendfile | DataPath::Splice)
+        if matches!(
+            config.data_path,
+            DataPath::Sendfile | DataPath::Splice | DataPath::Auto
+        )
             && !features.sendfile.is_supported()
         {
             tracing::info!("sendfile unsupported here; using the copy data path");

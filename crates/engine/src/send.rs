@@ -62,7 +62,11 @@ impl Engine {
             return Ok(0);
         }
         let t = self.tally(counters);
-        match self.config().data_path {
+        let path = match self.config().data_path {
+            DataPath::Auto => auto_path(conn, len),
+            p => p,
+        };
+        match path {
             DataPath::Copy => {
                 let mut refill = self.refill();
                 let f = self.send_copy(
@@ -77,7 +81,7 @@ impl Engine {
                 );
                 counted(f, t).await
             }
-            DataPath::Sendfile | DataPath::Splice => {
+            DataPath::Sendfile | DataPath::Splice | DataPath::Auto => {
                 let f = self.send_sendfile(conn, file, offset, len, prefix, counters, cancel);
                 counted(f, t).await
             }
@@ -258,6 +262,30 @@ impl Engine {
     }
 }
 
+/// Sends up to this size go by `copy` whoever the peer is: one `pread`
+/// and one `writev` with the headers, no buffer held for long.
+const AUTO_COPY_MAX: u64 = 256 << 10;
+
+/// The `auto` data path's choice for one send (see `DataPath::Auto`).
+fn auto_path(conn: &TcpStream, len: u64) -> DataPath {
+    if len <= AUTO_COPY_MAX || peer_is_local(conn) {
+        DataPath::Copy
+    } else {
+        DataPath::Sendfile
+    }
+}
+
+/// True when the peer is on this host: loopback, or our own address.
+fn peer_is_local(conn: &TcpStream) -> bool {
+    match (conn.peer_addr(), conn.local_addr()) {
+        (Ok(p), Ok(l)) => {
+            let p = p.ip().to_canonical();
+            p.is_loopback() || p == l.ip().to_canonical()
+        }
+        _ => false,
+    }
+}
+
 /// Reads until `buf` is full or the file ends; returns the bytes read.
 pub(crate) fn read_full_at(f: &File, buf: &mut [u8], pos: u64) -> io::Result<usize> {
     let mut got = 0;
@@ -392,6 +420,16 @@ pub(crate) mod tests {
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
         (c, s)
+    }
+
+    #[tokio::test]
+    async fn auto_copies_to_a_peer_on_this_host() {
+        let (tx, _rx) = pair().await;
+        assert!(peer_is_local(&tx));
+        assert_eq!(auto_path(&tx, 1), DataPath::Copy);
+        assert_eq!(auto_path(&tx, 1 << 30), DataPath::Copy);
+        assert_eq!("auto".parse::<DataPath>().unwrap(), DataPath::Auto);
+        assert_eq!(EngineConfig::default().data_path, DataPath::Auto);
     }
 
     pub(crate) fn engine(path: DataPath, inline: bool) -> Engine {

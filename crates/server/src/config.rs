@@ -16,7 +16,7 @@
 //! idle_timeout = 300            # --idle-timeout, seconds
 //! pasv_ports = "50000-50100"    # --pasv-ports
 //! pasv_address = "203.0.113.7"  # --pasv-address (what PASV announces)
-//! data_path = "copy"            # --data-path copy|sendfile|splice|blocking (default: the engine's)
+//! data_path = "auto"            # --data-path auto|copy|sendfile|splice|blocking (default: the engine's)
 //! notsent_lowat = "8M"          # --notsent-lowat BYTES|off (TCP_NOTSENT_LOWAT of data sockets)
 //! send_buffer = "max"           # --send-buffer BYTES|auto|max (SO_SNDBUF of data sockets)
 //! refill_time = 4               # --refill-time SECS|off (rate-sized NOTSENT_LOWAT; off: fixed)
@@ -83,15 +83,16 @@ pub struct ServeArgs {
     /// local address (for NAT). Listeners still bind the local address.
     #[arg(long, value_name = "ADDR")]
     pub pasv_address: Option<IpAddr>,
-    /// How file data reaches the socket: `copy` (pread + send),
-    /// `sendfile` (zero copy), `splice` (zero copy through a 1 MiB pipe of
-    /// the transfer's own: bigger steps than sendfile's 64 KiB), or
-    /// `blocking` (a baseline: one OS thread per transfer doing sendfile,
+    /// How file data reaches the socket: `auto` (`copy` for a client on
+    /// this host and for sends up to 256 KiB, `sendfile` otherwise), `copy`
+    /// (pread + send), `sendfile` (zero copy), `splice` (zero copy through a
+    /// 1 MiB pipe of the transfer's own: bigger steps than sendfile's 64 KiB),
+    /// or `blocking` (a baseline: one OS thread per transfer doing sendfile,
     /// no event loop, no NOTSENT_LOWAT), to measure one against the other
-    /// [default: the engine's, `copy`: over loopback it measured faster
-    /// than `sendfile` at less machine CPU per GiB (README, Benchmarks);
-    /// on a NIC with scatter-gather DMA try `sendfile`].
-    #[arg(long, value_name = "copy|sendfile|splice|blocking")]
+    /// [default: the engine's, `auto`: over loopback `copy` measured faster
+    /// than `sendfile` at less CPU per GiB, while for many slow remote
+    /// clients it held two read buffers each (README, Benchmarks)].
+    #[arg(long, value_name = "auto|copy|sendfile|splice|blocking")]
     pub data_path: Option<String>,
     /// TCP_NOTSENT_LOWAT of data sockets: a size (`8M`, `131072`) or `off`
     /// [default: the engine's, 8M]. The env var SLUICE_NOTSENT_LOWAT, if
