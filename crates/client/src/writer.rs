@@ -26,6 +26,9 @@ use crate::stats::Stats;
 /// written to the side file (a lost update costs at most this much re-sent).
 const PREFIX_SAVE_STEP: u64 = 16 << 20;
 
+/// Buffers the writer may hand back to a drain thread for reuse.
+pub const RECYCLE_SLOTS: usize = 64;
+
 /// One block handed from the drain thread to the writer.
 #[derive(Debug)]
 pub struct Block {

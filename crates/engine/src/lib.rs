@@ -93,8 +93,7 @@ impl Engine {
         if matches!(
             config.data_path,
             DataPath::Sendfile | DataPath::Splice | DataPath::Auto
-        )
-            && !features.sendfile.is_supported()
+        ) && !features.sendfile.is_supported()
         {
             tracing::info!("sendfile unsupported here; using the copy data path");
             config.data_path = DataPath::Copy;

@@ -28,9 +28,6 @@ use crate::writer::{self, Sink, Writer, WriterConfig};
 /// How often the control connection is checked while data flows.
 const CONTROL_TICK: Duration = Duration::from_millis(200);
 
-/// Buffers the writer may hand back to the drain thread for reuse.
-const RECYCLE_SLOTS: usize = 64;
-
 /// Where a download goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dest {
@@ -263,7 +260,7 @@ fn transfer(
         return Err(refused("RETR", &first));
     }
 
-    let (recycle_tx, recycle_rx) = mpsc::sync_channel(RECYCLE_SLOTS);
+    let (recycle_tx, recycle_rx) = mpsc::sync_channel(writer::RECYCLE_SLOTS);
     let prefix_file = match dest {
         Dest::File { resume, .. } => Some(resume.clone()),
         Dest::Stdout | Dest::Device(_) => None,
