@@ -60,6 +60,11 @@ impl Dest {
             Some(d) if d == Path::new("-") => return Ok(Dest::Stdout),
             Some(d) if is_device(d) => return Ok(Dest::Device(d.to_path_buf())),
             Some(d) if d.is_dir() => d.join(need_name()?),
+            // A symlink to a file (say /dev/stdout redirected to a file):
+            // the download replaces the file it points to, not the link.
+            Some(d) if d.is_symlink() => {
+                std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())
+            }
             Some(d) => d.to_path_buf(),
             None => PathBuf::from(need_name()?),
         };
@@ -396,6 +401,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         match Dest::resolve(Some(dir.path()), Some("x")).unwrap() {
             Dest::File { path, .. } => assert_eq!(path, dir.path().join("x")),
+            other => panic!("not a file: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dest_symlink_names_the_file_it_points_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.bin");
+        std::fs::write(&real, b"old").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        match Dest::resolve(Some(&link), Some("x")).unwrap() {
+            Dest::File { path, part, .. } => {
+                assert_eq!(path, std::fs::canonicalize(&real).unwrap());
+                assert_eq!(part.file_name().unwrap(), "real.bin.part");
+            }
             other => panic!("not a file: {other:?}"),
         }
     }
