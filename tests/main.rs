@@ -48,6 +48,10 @@ mod fake_gridftp;
 /// connection limit and hostile requests on raw sockets.
 mod http;
 
+/// The `auto` data path: copy to a client on this host, sendfile to one in
+/// another network namespace (root only).
+mod data_path;
+
 /// Hostile and malformed input on raw TCP (overlong lines, bounce, bad
 /// PORT/EPRT/REST, traversal, symlinks, bad MODE E uploads, ABOR, vanishing
 /// and stalled clients, many idle sessions): each test checks the replies
