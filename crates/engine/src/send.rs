@@ -135,11 +135,15 @@ impl Engine {
         let mut pos = offset;
         let mut next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
         while let Some(pending) = next.take() {
+            let cold = matches!(pending, PendingRead::Disk(_));
             let (buf, n) = self.finish_read(pending, pos, t).await?;
             let after = pos + n as u64;
-            // Double buffering: the read of the next chunk is under way (or
-            // done, if cached) while this one goes out.
-            if after < end {
+            // Double buffering after a disk read: the next chunk's read is
+            // under way while this one goes out. A cached chunk is read
+            // inline anyway, so the next one waits until this one is out:
+            // a stalled reader then pins one buffer, not two (probe: 2 MiB
+            // per stalled download).
+            if after < end && cold {
                 next = Some(self.start_read(file, after, end - after, t, cancel).await?);
             }
             let waited = write_all(
@@ -159,6 +163,10 @@ impl Engine {
             turn.pushed((prefix.len() + n) as u64, t).await;
             prefix = &[];
             pos = after;
+            if pos < end && next.is_none() {
+                drop(buf);
+                next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
+            }
         }
         Ok(pos - offset)
     }

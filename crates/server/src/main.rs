@@ -66,6 +66,9 @@ enum Cmd {
     Ls(sluice_client::cli::LsArgs),
 }
 
+/// Allocations from this size on get their own mapping (see `serve`).
+const LARGE_ALLOCATION: usize = 256 << 10;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -99,6 +102,9 @@ fn init_logging() {
 }
 
 fn serve(args: config::ServeArgs) -> Result<()> {
+    // Large blocks (read buffers, argon2's memory) go back to the kernel
+    // when freed (platform::memory says why).
+    sluice_platform::memory::return_large_allocations(LARGE_ALLOCATION);
     let cfg = config::ServeConfig::load(&args)?;
     init_logging();
     // Fail now, not at the first login, if the root cannot be served.

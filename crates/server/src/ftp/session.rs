@@ -31,6 +31,8 @@ const GREETING: &str = "Sluice FTP server ready.";
 /// vsftpd's `delay_failed_login`: a refused password is answered only after
 /// this long, so guessing costs a client time (other sessions go on).
 const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
+/// Longest wait for a password-check slot (`Users::check_slots`).
+const CHECK_SLOT_WAIT: Duration = Duration::from_secs(10);
 
 struct Driver {
     ctx: Arc<FtpContext>,
@@ -192,12 +194,28 @@ impl Driver {
             Action::Authenticate { user, pass } => {
                 let users = self.ctx.users.clone();
                 let name = user.clone();
-                // Argon2 costs tens of milliseconds: off the event loop.
                 let pass = String::from_utf8_lossy(pass.as_bytes()).into_owned();
-                let login = tokio::task::spawn_blocking(move || users.check(&name, &pass))
-                    .await
-                    .ok()
-                    .flatten();
+                let login = if users.check_is_costly(&name) {
+                    // Argon2 costs tens of milliseconds and ~19 MiB: off the
+                    // event loop, a bounded number at once; a login that
+                    // cannot get a slot in time is refused like a wrong one.
+                    let slots = users.check_slots();
+                    match tokio::time::timeout(CHECK_SLOT_WAIT, slots.acquire_owned()).await {
+                        Ok(Ok(slot)) => tokio::task::spawn_blocking(move || {
+                            let _slot = slot;
+                            users.check(&name, &pass)
+                        })
+                        .await
+                        .ok()
+                        .flatten(),
+                        _ => {
+                            tracing::warn!(user = %user, "login refused: password checks busy");
+                            None
+                        }
+                    }
+                } else {
+                    users.check(&name, &pass)
+                };
                 let login = login.and_then(|l| match ServedRoot::open(&l.root) {
                     Ok(r) => Some((l, Arc::new(r))),
                     Err(e) => {
