@@ -161,7 +161,7 @@ pub fn mlsx_facts(e: &EntryInfo, role: MlsxRole, writable: bool) -> String {
     s.extend(
         e.name
             .chars()
-            .map(|c| if c == '\r' || c == '\n' { '?' } else { c }),
+            .map(|c| if c.is_ascii_control() { '?' } else { c }),
     );
     s
 }
@@ -178,10 +178,12 @@ pub fn nlst_line(e: &EntryInfo, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Control characters become `?`: CR/LF would end the line, and ESC and
+/// friends would reach the terminal of a user reading the listing.
 fn push_name(out: &mut Vec<u8>, name: &str) {
     out.extend(
         name.bytes()
-            .map(|b| if b == b'\r' || b == b'\n' { b'?' } else { b }),
+            .map(|b| if b.is_ascii_control() { b'?' } else { b }),
     );
 }
 
@@ -375,5 +377,13 @@ mod tests {
         assert_eq!(out, b"a??b\r\n");
         assert!(line(&e).ends_with("a??b\r\n"));
         assert!(mlsx_facts(&e, MlsxRole::Entry, false).ends_with("a??b"));
+        let e = EntryInfo {
+            name: "x\x1b[31m\ty\x7f".into(),
+            ..file()
+        };
+        let mut out = Vec::new();
+        nlst_line(&e, &mut out);
+        assert_eq!(out, b"x?[31m?y?\r\n");
+        assert!(mlsx_facts(&e, MlsxRole::Entry, false).ends_with("x?[31m?y?"));
     }
 }
