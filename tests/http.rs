@@ -469,6 +469,209 @@ fn ranges_conditionals_and_listings() {
     );
 }
 
+/// RFC 9110 13.1.1, 13.1.4, 13.2.2: If-Match (strong) and, without it,
+/// If-Unmodified-Since are checked first; failing, 412 with no body and
+/// the current validators, before any 304 or 206 could be chosen.
+#[test]
+fn if_match_and_if_unmodified_since_give_412() {
+    let s = sluice_http(&[]);
+    let p = s.port;
+    let f = corpus().file((1 << 20) + 7);
+    let data = std::fs::read(&f.path).expect("read");
+    let name = format!("/{}", f.name);
+    let r = raw(
+        p,
+        &format!("HEAD {name} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").into_bytes(),
+    );
+    let etag = field(&r, "etag").expect("etag");
+    let lm = field(&r, "last-modified").expect("last-modified");
+    let epoch = "Thu, 01 Jan 1970 00:00:00 GMT";
+    for extra in [
+        "If-Match: \"nope\"\r\n".to_owned(),
+        format!("If-Match: W/{etag}\r\n"),
+        format!("If-Unmodified-Since: {epoch}\r\n"),
+        format!("If-Match: \"nope\"\r\nIf-None-Match: {etag}\r\n"),
+        format!("If-Match: \"nope\"\r\nRange: bytes=0-9\r\nIf-Range: {etag}\r\n"),
+        format!("If-Unmodified-Since: {epoch}\r\nRange: bytes=0-9\r\n"),
+    ] {
+        let r = raw(p, &get(&name, &extra));
+        assert_eq!(status(&r), 412, "{extra}{}", String::from_utf8_lossy(&r));
+        assert!(body(&r).is_empty(), "{extra}");
+        assert_eq!(field(&r, "content-length").as_deref(), Some("0"), "{extra}");
+        assert_eq!(field(&r, "etag").as_ref(), Some(&etag), "{extra}");
+        assert_eq!(field(&r, "last-modified").as_ref(), Some(&lm), "{extra}");
+    }
+    // Passing conditions serve as before.
+    for extra in [
+        format!("If-Match: {etag}\r\n"),
+        "If-Match: *\r\n".to_owned(),
+        format!("If-Match: \"a\", {etag}\r\n"),
+        format!("If-Unmodified-Since: {lm}\r\n"),
+        format!("If-Match: {etag}\r\nIf-Unmodified-Since: {epoch}\r\n"),
+    ] {
+        let r = raw(p, &get(&name, &extra));
+        assert_eq!(status(&r), 200, "{extra}");
+        assert_eq!(body(&r).len(), data.len(), "{extra}");
+    }
+    let r = raw(
+        p,
+        &get(&name, &format!("If-Match: {etag}\r\nRange: bytes=5-9\r\n")),
+    );
+    assert_eq!((status(&r), body(&r)), (206, &data[5..10]));
+    // A 412 keeps the connection usable: the next pipelined request is answered.
+    let r = raw(
+        p,
+        format!(
+            "GET {name} HTTP/1.1\r\nHost: t\r\nIf-Match: \"nope\"\r\n\r\n\
+             GET /f1.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(statuses(&r), [412, 200]);
+    // curl sends the same and sees the same.
+    if require_tool("curl") {
+        let out = run(Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(["-H", "If-Match: \"nope\"", &s.url(&f.name)]));
+        assert_eq!(out.stdout.trim(), "412", "{}", out.describe());
+    }
+}
+
+/// Names with control bytes cannot be requested (the path parser refuses
+/// them), so the listings leave them out, and every link a listing
+/// offers leads to its file.
+#[test]
+fn listings_offer_only_names_that_can_be_fetched() {
+    let s = sluice_http(&[]);
+    let root = s.ftp.root.clone();
+    let bad = [
+        "bad-new\nline",
+        "bad-cr\rx",
+        "bad-tab\there",
+        "bad-ctl\u{1}\u{1b}[31m",
+        "bad-del\u{7f}",
+    ];
+    for name in bad {
+        std::fs::write(root.join(name), b"x").expect("odd name");
+    }
+    std::fs::write(root.join("good é?#.txt"), b"good").expect("good name");
+    let r = raw(s.port, &get("/", ""));
+    assert_eq!(status(&r), 200);
+    let html = String::from_utf8(body(&r).to_vec()).expect("utf-8 page");
+    let r = raw(s.port, &get("/?format=json", ""));
+    let json = String::from_utf8(body(&r).to_vec()).expect("utf-8 json");
+    for page in [&html, &json] {
+        assert!(!page.contains("bad-"), "{page}");
+        assert!(
+            !page.bytes().any(|b| b < 0x20 && b != b'\n' || b == 0x7f),
+            "raw control bytes: {page:?}"
+        );
+    }
+    assert!(json.contains("\"good é?#.txt\""), "{json}");
+    // Follow every link of the page (HEAD: the corpus holds big files).
+    let links: Vec<&str> = html
+        .split("href=\"./")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert!(links.contains(&"good%20%C3%A9%3F%23.txt"), "{html}");
+    assert_eq!(links.len(), corpus().files().len() + 1, "{html}");
+    for link in links {
+        let r = raw(
+            s.port,
+            format!("HEAD /{link} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(status(&r), 200, "link {link}");
+    }
+    assert_eq!(
+        body(&raw(s.port, &get("/good%20%C3%A9%3F%23.txt", ""))),
+        b"good"
+    );
+    assert_serves_fresh(&s);
+}
+
+/// Targets of the server's open descriptors that end with `suffix`.
+fn open_fds_ending(pid: u32, suffix: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .map(|t| t.to_string_lossy().into_owned())
+                .filter(|t| t.ends_with(suffix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (generously) until `cond` holds; panics with `what` if it never does.
+#[track_caller]
+fn wait_for(s: &HttpServer, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + RAW_TIMEOUT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}\n{}", s.ftp.log_tail());
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The open-file cache lets go of files on its own: a deleted file is
+/// closed (its space freed) and an expired entry is dropped without any
+/// further request for that path.
+#[test]
+fn the_open_file_cache_does_not_keep_deleted_or_old_files_open() {
+    // A long-lived cache: the file is surely still cached when we look,
+    // and only its lost link can make the server close it.
+    let s = sluice_http(&["--http-open-cache", "3600"]);
+    let pid = s.ftp.pid();
+    let path = s.ftp.root.join("rotate.log");
+    std::fs::write(&path, vec![b'l'; 100_000]).expect("file");
+    assert_eq!(status(&raw(s.port, &get("/rotate.log", ""))), 200);
+    wait_for(&s, "the cache never held the file", || {
+        !open_fds_ending(pid, "/rotate.log").is_empty()
+    });
+    std::fs::remove_file(&path).expect("delete");
+    wait_for(&s, "the deleted file stays open", || {
+        open_fds_ending(pid, "/rotate.log (deleted)").is_empty()
+    });
+    assert_serves_fresh(&s);
+
+    // A one-second cache and a file renamed away (still linked, so only
+    // the expiry can release it), never asked for again.
+    let s = sluice_http(&["--http-open-cache", "1"]);
+    let pid = s.ftp.pid();
+    let path = s.ftp.root.join("app.log");
+    std::fs::write(&path, b"log line\n").expect("file");
+    assert_eq!(status(&raw(s.port, &get("/app.log", ""))), 200);
+    std::fs::rename(&path, s.ftp.root.join("app.log.1")).expect("rotate");
+    wait_for(&s, "the expired entry stays open", || {
+        open_fds_ending(pid, "/app.log").is_empty() && open_fds_ending(pid, "/app.log.1").is_empty()
+    });
+    // And a downloaded-then-deleted file under the default-sized cache.
+    let path = s.ftp.root.join("gone.bin");
+    std::fs::write(&path, b"bytes").expect("file");
+    assert_eq!(status(&raw(s.port, &get("/gone.bin", ""))), 200);
+    std::fs::remove_file(&path).expect("delete");
+    wait_for(&s, "the deleted file stays open", || {
+        open_fds_ending(pid, "/gone.bin (deleted)").is_empty()
+    });
+    assert_serves_fresh(&s);
+}
+
+/// Over the connection limit, the 503 says when to try again.
+#[test]
+fn the_connection_limit_503_carries_retry_after() {
+    let s = sluice_http(&["--http-max-connections", "1"]);
+    let hold = TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
+    let mut c = hold.try_clone().expect("clone");
+    c.set_read_timeout(Some(RAW_TIMEOUT)).expect("timeout");
+    c.write_all(b"GET /f1.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .expect("write");
+    let mut buf = [0u8; 512];
+    let n = c.read(&mut buf).expect("answer");
+    assert_eq!(status(&buf[..n]), 200);
+    let r = raw(s.port, &get("/f1.bin", ""));
+    assert_eq!(status(&r), 503);
+    assert_eq!(field(&r, "retry-after").as_deref(), Some("1"));
+}
+
 #[test]
 fn bad_requests_get_their_status_and_the_server_goes_on() {
     let s = sluice_http(&[]);

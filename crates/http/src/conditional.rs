@@ -6,9 +6,13 @@
 //! goes through the usual paths. Last-Modified is the mtime cut to whole
 //! seconds and never later than `now` (RFC 9110 8.8.2.1).
 //!
-//! Evaluation order follows RFC 9110 13.2.2 for GET/HEAD: If-None-Match
-//! first; If-Modified-Since only when If-None-Match is absent. If-Range
-//! (13.1.5) decides whether a Range header is honoured.
+//! Evaluation order follows RFC 9110 13.2.2 for GET/HEAD: If-Match
+//! first (failing: 412); If-Unmodified-Since only when If-Match is absent
+//! (failing: 412); then If-None-Match (matching: 304); If-Modified-Since
+//! only when If-None-Match is absent (not modified: 304). If-Range
+//! (13.1.5) then decides whether a Range header is honoured. The 412
+//! tests come first so a client that asked "only this version" never
+//! gets a 304 or a range of another version.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -56,9 +60,59 @@ pub enum Precondition {
     Proceed,
     /// Answer 304 Not Modified.
     NotModified,
+    /// Answer 412 Precondition Failed (If-Match or If-Unmodified-Since).
+    Failed,
 }
 
-/// Evaluate If-None-Match / If-Modified-Since for a GET or HEAD.
+/// The precondition fields of one request, as sent (`None`: absent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Conditions<'a> {
+    /// If-Match (several fields joined with `, `).
+    pub if_match: Option<&'a str>,
+    /// If-Unmodified-Since.
+    pub if_unmodified_since: Option<&'a str>,
+    /// If-None-Match (several fields joined with `, `).
+    pub if_none_match: Option<&'a str>,
+    /// If-Modified-Since.
+    pub if_modified_since: Option<&'a str>,
+}
+
+/// Evaluate every precondition of a GET or HEAD of a file in the order
+/// of RFC 9110 13.2.2 (see the module docs).
+pub fn evaluate_all(c: &Conditions<'_>, v: &Validators, now: SystemTime) -> Precondition {
+    if let Some(im) = c.if_match {
+        // Strong comparison (RFC 9110 13.1.1): a weak tag never matches,
+        // and an unparsable value matches nothing. "*" matches any
+        // current file, and the shell only calls this for one that exists.
+        if !(im.trim() == "*" || list_contains(im, &v.etag, true)) {
+            return Precondition::Failed;
+        }
+    } else if let Some(ius) = c
+        .if_unmodified_since
+        .and_then(|s| httpdate::parse_http_date(s).ok())
+    {
+        // An invalid date is ignored (RFC 9110 13.1.4). Last-Modified is
+        // whole seconds, as the client saw it, so an equal date passes.
+        if v.last_modified > ius {
+            return Precondition::Failed;
+        }
+    }
+    evaluate(c.if_none_match, c.if_modified_since, v, now)
+}
+
+/// Evaluate If-Match / If-Unmodified-Since for a response that has no
+/// validators (a directory listing): no entity tag, so only `If-Match:
+/// *` can pass; no modification date, so If-Unmodified-Since is ignored
+/// (RFC 9110 13.1.4).
+pub fn evaluate_unvalidated(c: &Conditions<'_>) -> Precondition {
+    match c.if_match {
+        Some(im) if im.trim() != "*" => Precondition::Failed,
+        _ => Precondition::Proceed,
+    }
+}
+
+/// Evaluate If-None-Match / If-Modified-Since for a GET or HEAD (the
+/// second half of [`evaluate_all`]; never [`Precondition::Failed`]).
 pub fn evaluate(
     if_none_match: Option<&str>,
     if_modified_since: Option<&str>,
@@ -213,6 +267,96 @@ mod tests {
         // A date after `now` is invalid.
         assert_eq!(
             evaluate(None, Some("Fri, 01 Jan 2100 00:00:00 GMT"), &v(), now),
+            Precondition::Proceed
+        );
+    }
+
+    fn cond<'a>(im: Option<&'a str>, ius: Option<&'a str>) -> Conditions<'a> {
+        Conditions {
+            if_match: im,
+            if_unmodified_since: ius,
+            ..Conditions::default()
+        }
+    }
+
+    #[test]
+    fn if_match_is_strong() {
+        let now = at(1_800_000_000);
+        let e = v().etag;
+        let p = |im: &str| evaluate_all(&cond(Some(im), None), &v(), now);
+        assert_eq!(p(&e), Precondition::Proceed);
+        assert_eq!(p("*"), Precondition::Proceed);
+        assert_eq!(p(" * "), Precondition::Proceed);
+        assert_eq!(p(&format!("\"a\", {e}")), Precondition::Proceed);
+        assert_eq!(p("\"nope\""), Precondition::Failed);
+        // Strong comparison: our own tag marked weak does not match.
+        assert_eq!(p(&format!("W/{e}")), Precondition::Failed);
+        // Not an entity tag at all: nothing matches.
+        assert_eq!(p("nope"), Precondition::Failed);
+        assert_eq!(p(""), Precondition::Failed);
+    }
+
+    #[test]
+    fn if_unmodified_since() {
+        let now = at(1_800_000_000);
+        let p = |ius: &str| evaluate_all(&cond(None, Some(ius)), &v(), now);
+        assert_eq!(p("Thu, 01 Jan 1970 00:00:00 GMT"), Precondition::Failed);
+        assert_eq!(p("Sun, 06 Nov 1994 08:49:37 GMT"), Precondition::Failed);
+        // Equal to Last-Modified (whole seconds) or later: unmodified.
+        assert_eq!(p(&v().last_modified_http()), Precondition::Proceed);
+        assert_eq!(p("Wed, 01 Jan 2025 00:00:00 GMT"), Precondition::Proceed);
+        // An invalid date is ignored.
+        assert_eq!(p("yesterday"), Precondition::Proceed);
+    }
+
+    #[test]
+    fn evaluation_order() {
+        let now = at(1_800_000_000);
+        let e = v().etag;
+        let epoch = "Thu, 01 Jan 1970 00:00:00 GMT";
+        // If-Match present: If-Unmodified-Since is not looked at.
+        assert_eq!(
+            evaluate_all(&cond(Some(&e), Some(epoch)), &v(), now),
+            Precondition::Proceed
+        );
+        // 412 wins over a 304 the If-None-Match would give.
+        let c = Conditions {
+            if_match: Some("\"nope\""),
+            if_none_match: Some(&e),
+            ..Conditions::default()
+        };
+        assert_eq!(evaluate_all(&c, &v(), now), Precondition::Failed);
+        let c = Conditions {
+            if_unmodified_since: Some(epoch),
+            if_modified_since: Some("Wed, 01 Jan 2025 00:00:00 GMT"),
+            ..Conditions::default()
+        };
+        assert_eq!(evaluate_all(&c, &v(), now), Precondition::Failed);
+        // Passing 412 tests fall through to the 304 tests.
+        let c = Conditions {
+            if_match: Some(&e),
+            if_none_match: Some(&e),
+            ..Conditions::default()
+        };
+        assert_eq!(evaluate_all(&c, &v(), now), Precondition::NotModified);
+        assert_eq!(
+            evaluate_all(&Conditions::default(), &v(), now),
+            Precondition::Proceed
+        );
+    }
+
+    #[test]
+    fn unvalidated_responses() {
+        assert_eq!(
+            evaluate_unvalidated(&cond(Some("*"), None)),
+            Precondition::Proceed
+        );
+        assert_eq!(
+            evaluate_unvalidated(&cond(Some("\"x\""), None)),
+            Precondition::Failed
+        );
+        assert_eq!(
+            evaluate_unvalidated(&cond(None, Some("Thu, 01 Jan 1970 00:00:00 GMT"))),
             Precondition::Proceed
         );
     }

@@ -7,12 +7,21 @@
 //! change it), then HTML-escaped like the visible name, so a file called
 //! `<script>` is text. JSON strings escape `"`, `\` and every control
 //! character (RFC 8259 7).
+//!
+//! Only names a request can reach are listed
+//! ([`crate::path::is_requestable_name`]): the path parser refuses ASCII
+//! control bytes (they are never in names we mean to serve and they
+//! poison logs and terminals), so a file called `new\nline` or
+//! `\x1b[31m` is left out of both the HTML and the JSON listing, as the
+//! shell leaves out names that are not UTF-8. A link that only ever
+//! answers 400 would be worse than no link, and raw CR/LF/ESC would
+//! reach the page's text.
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::limits::MAX_LISTING_ENTRIES;
-use crate::path::{encode_segment, VirtualPath};
+use crate::path::{encode_segment, is_requestable_name, VirtualPath};
 
 /// What a directory entry is (after the shell followed or refused
 /// symlinks, by its own policy).
@@ -51,11 +60,15 @@ pub struct DirEntry {
     pub mtime: Option<SystemTime>,
 }
 
-/// Directories first, then by name (bytewise, so the order is stable
-/// across locales); at most [`MAX_LISTING_ENTRIES`]. Returns the sorted
-/// entries and whether some were cut off.
+/// The entries a request can name (see the module docs), directories
+/// first, then by name (bytewise, so the order is stable across
+/// locales); at most [`MAX_LISTING_ENTRIES`]. Returns the sorted entries
+/// and whether some were cut off.
 fn sorted(entries: &[DirEntry]) -> (Vec<&DirEntry>, bool) {
-    let mut v: Vec<&DirEntry> = entries.iter().collect();
+    let mut v: Vec<&DirEntry> = entries
+        .iter()
+        .filter(|e| is_requestable_name(&e.name))
+        .collect();
     v.sort_by(|a, b| (a.kind != EntryKind::Dir, &a.name).cmp(&(b.kind != EntryKind::Dir, &b.name)));
     let cut = v.len() > MAX_LISTING_ENTRIES;
     v.truncate(MAX_LISTING_ENTRIES);
@@ -233,11 +246,11 @@ mod tests {
     fn sample() -> Vec<DirEntry> {
         vec![
             entry("b.txt", EntryKind::File, 10),
-            entry("<script>alert(1)</script>", EntryKind::File, 1),
+            entry("<script>alert(1)<\\script>", EntryKind::File, 1),
             entry("sub dir", EntryKind::Dir, 0),
             entry("a&b?c#d%e\"f", EntryKind::File, 3),
             DirEntry {
-                name: "q\"\\\n\u{1}".to_owned(),
+                name: "q\"\\\u{2028}".to_owned(),
                 kind: EntryKind::Other,
                 size: 0,
                 mtime: None,
@@ -252,7 +265,7 @@ mod tests {
         assert!(page.contains("<a href=\"../\">../</a>"));
         assert!(page.contains("<a href=\"./sub%20dir/\">sub dir/</a>"));
         assert!(page.contains("<a href=\"./a%26b%3Fc%23d%25e%22f\">a&amp;b?c#d%e&quot;f</a>"));
-        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;\\script&gt;"));
         assert!(!page.contains("<script>"));
         assert!(page.contains("<td class=\"s\">10</td><td>2023-11-14 22:13</td>"));
         // Directory first, then bytewise name order.
@@ -271,12 +284,42 @@ mod tests {
         let out = json(&normalize("/pub").unwrap(), &sample());
         assert!(out.starts_with("{\"path\":\"/pub/\",\"truncated\":false,\"entries\":[{\"name\":\"sub dir\",\"type\":\"dir\""));
         assert!(out.contains(
-            "{\"name\":\"q\\\"\\\\\\n\\u0001\",\"type\":\"other\",\"size\":0,\"mtime\":null}"
+            "{\"name\":\"q\\\"\\\\\\u2028\",\"type\":\"other\",\"size\":0,\"mtime\":null}"
         ));
         assert!(
             out.contains("{\"name\":\"b.txt\",\"type\":\"file\",\"size\":10,\"mtime\":1700000000}")
         );
         assert!(out.trim_end().ends_with("]}"));
+    }
+
+    #[test]
+    fn names_no_request_can_reach_are_not_listed() {
+        let mut entries = sample();
+        // As the probe found them; "bad" marks them in the output.
+        for bad in [
+            "bad-new\nline",
+            "bad-cr\rx",
+            "bad-tab\there",
+            "bad-ctl\u{1}\u{1b}[31m",
+            "bad-del\u{7f}",
+        ] {
+            entries.push(entry(bad, EntryKind::File, 1));
+        }
+        entries.push(entry("ok\u{e9}", EntryKind::File, 1));
+        let page = html(&VirtualPath::root(), &entries);
+        let list = json(&VirtualPath::root(), &entries);
+        for out in [&page, &list] {
+            assert!(
+                !out.bytes().any(|b| b < 0x20 && b != b'\n' || b == 0x7f),
+                "{out:?}"
+            );
+            for gone in ["bad", "%0A", "%1B", "\\u001b"] {
+                assert!(!out.contains(gone), "{gone} in {out}");
+            }
+        }
+        assert!(page.contains("<a href=\"./ok%C3%A9\">ok\u{e9}</a>"));
+        assert!(list.contains("\"name\":\"ok\u{e9}\""));
+        assert_eq!(list.matches("\"name\"").count(), sample().len() + 1);
     }
 
     #[test]

@@ -205,12 +205,30 @@ fn decode_segment(raw: &str) -> Result<String, PathError> {
         if decoded == b'/' {
             return Err(PathError::EncodedSlash);
         }
-        if decoded < 0x20 || decoded == 0x7f {
+        if is_control(decoded) {
             return Err(PathError::ControlByte);
         }
         out.push(decoded);
     }
     String::from_utf8(out).map_err(|_| PathError::NotUtf8)
+}
+
+/// The bytes refused in a path, raw or encoded: ASCII controls and DEL.
+fn is_control(b: u8) -> bool {
+    b < 0x20 || b == 0x7f
+}
+
+/// True if a request can name a directory entry called `name`: its
+/// encoded form ([`encode_segment`]) normalizes back to exactly that one
+/// segment. False for names with control bytes (refused above, for the
+/// logs' sake), `/`, and the dot segments. Listings show only such names,
+/// so every link they offer can be followed.
+pub fn is_requestable_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.len() < MAX_PATH_BYTES
+        && !name.bytes().any(|b| b == b'/' || is_control(b))
 }
 
 fn hex_val(c: u8) -> Option<u8> {
@@ -315,7 +333,47 @@ mod tests {
         assert_eq!(encode_segment("a-b_c.d~"), "a-b_c.d~");
     }
 
+    #[test]
+    fn requestable_names() {
+        for ok in ["a", "...", "a b", "caf\u{e9}", "x?y#%", "\u{85}c1"] {
+            assert!(is_requestable_name(ok), "{ok:?}");
+        }
+        let long = "a".repeat(MAX_PATH_BYTES);
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "new\nline",
+            "cr\rx",
+            "tab\there",
+            "ctl\u{1}\u{1b}[31m",
+            "del\u{7f}",
+            &long,
+        ] {
+            assert!(!is_requestable_name(bad), "{bad:?}");
+        }
+    }
+
+    /// Names mixing ASCII (controls included) with any other character.
+    fn names() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop_oneof![(0u8..0x80).prop_map(char::from), any::<char>()],
+            0..12,
+        )
+        .prop_map(|v| v.into_iter().collect())
+    }
+
     proptest! {
+        #[test]
+        fn requestable_names_are_exactly_the_followable_ones(name in names()) {
+            // A listing shows a name exactly when its link leads back to it.
+            let back = normalize(&format!("/{}", encode_segment(&name)));
+            let followable =
+                back.is_ok_and(|p| !p.is_root() && p.as_str() == format!("/{name}"));
+            prop_assert_eq!(is_requestable_name(&name), followable, "{:?}", name);
+        }
+
         #[test]
         fn normalized_paths_are_clean(s in "/[a-z./%2eEfF0-9]{0,40}") {
             if let Ok(p) = normalize(&s) {

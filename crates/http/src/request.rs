@@ -59,6 +59,10 @@ pub struct Request {
     pub host: Option<String>,
     /// Range header value, if exactly one was sent.
     pub range: Option<String>,
+    /// If-Match header value (several fields joined with `, `).
+    pub if_match: Option<String>,
+    /// If-Unmodified-Since header value.
+    pub if_unmodified_since: Option<String>,
     /// If-None-Match header value (several fields joined with `, `).
     pub if_none_match: Option<String>,
     /// If-Modified-Since header value.
@@ -231,6 +235,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, RequestErro
         } else {
             None
         },
+        if_match: fields.if_match,
+        if_unmodified_since: fields.if_unmodified_since,
         if_none_match: fields.if_none_match,
         if_modified_since: fields.if_modified_since,
         if_range: fields.if_range,
@@ -320,6 +326,8 @@ struct Fields {
     host_count: usize,
     range: Option<String>,
     range_count: usize,
+    if_match: Option<String>,
+    if_unmodified_since: Option<String>,
     if_none_match: Option<String>,
     if_modified_since: Option<String>,
     if_range: Option<String>,
@@ -353,15 +361,10 @@ impl Fields {
                 self.range_count += 1;
                 self.range = text();
             }
-            "if-none-match" => {
-                // A list field may be split over several lines (RFC 9110 5.3).
-                if let Some(v) = text() {
-                    self.if_none_match = Some(match self.if_none_match.take() {
-                        Some(old) => format!("{old}, {v}"),
-                        None => v,
-                    });
-                }
-            }
+            // List fields may be split over several lines (RFC 9110 5.3).
+            "if-none-match" => join_list(&mut self.if_none_match, text()),
+            "if-match" => join_list(&mut self.if_match, text()),
+            "if-unmodified-since" => self.if_unmodified_since = text(),
             "if-modified-since" => self.if_modified_since = text(),
             "if-range" => self.if_range = text(),
             "user-agent" => self.user_agent = Some(clip(value)),
@@ -402,6 +405,16 @@ impl Fields {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// Appends one more line of a list field to what came before.
+fn join_list(field: &mut Option<String>, more: Option<String>) {
+    if let Some(v) = more {
+        *field = Some(match field.take() {
+            Some(old) => format!("{old}, {v}"),
+            None => v,
+        });
     }
 }
 
@@ -594,6 +607,17 @@ mod tests {
             Some("Sun, 06 Nov 1994 08:49:37 GMT")
         );
         assert_eq!(r.if_range.as_deref(), Some("\"a\""));
+        assert_eq!(r.if_match, None);
+        assert_eq!(r.if_unmodified_since, None);
+        let (r, _) = ok(
+            "GET /f HTTP/1.1\r\nHost: x\r\nIf-Match: \"a\"\r\nif-match: W/\"b\"\r\n\
+                         If-Unmodified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n\r\n",
+        );
+        assert_eq!(r.if_match.as_deref(), Some("\"a\", W/\"b\""));
+        assert_eq!(
+            r.if_unmodified_since.as_deref(),
+            Some("Thu, 01 Jan 1970 00:00:00 GMT")
+        );
         let (r, _) =
             ok("GET /f HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n");
         assert_eq!(r.range, None);

@@ -25,6 +25,8 @@ pub enum Status {
     MethodNotAllowed,
     /// 408: the shell's header-read deadline passed.
     RequestTimeout,
+    /// 412: If-Match or If-Unmodified-Since failed (RFC 9110 15.5.13).
+    PreconditionFailed,
     /// 413
     ContentTooLarge,
     /// 414
@@ -56,6 +58,7 @@ impl Status {
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
             Status::RequestTimeout => 408,
+            Status::PreconditionFailed => 412,
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
             Status::RangeNotSatisfiable => 416,
@@ -79,6 +82,7 @@ impl Status {
             Status::NotFound => "Not Found",
             Status::MethodNotAllowed => "Method Not Allowed",
             Status::RequestTimeout => "Request Timeout",
+            Status::PreconditionFailed => "Precondition Failed",
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",
             Status::RangeNotSatisfiable => "Range Not Satisfiable",
@@ -93,7 +97,7 @@ impl Status {
     /// The status for a code from [`crate::RequestError::status`]; codes
     /// we never send map to 500.
     pub fn from_code(code: u16) -> Status {
-        const ALL: [Status; 17] = [
+        const ALL: [Status; 18] = [
             Status::Ok,
             Status::PartialContent,
             Status::MovedPermanently,
@@ -103,6 +107,7 @@ impl Status {
             Status::NotFound,
             Status::MethodNotAllowed,
             Status::RequestTimeout,
+            Status::PreconditionFailed,
             Status::ContentTooLarge,
             Status::UriTooLong,
             Status::RangeNotSatisfiable,
@@ -210,7 +215,8 @@ mod tests {
     #[test]
     fn codes_round_trip() {
         for code in [
-            200, 206, 301, 304, 400, 403, 404, 405, 408, 413, 414, 416, 431, 500, 501, 503, 505,
+            200, 206, 301, 304, 400, 403, 404, 405, 408, 412, 413, 414, 416, 431, 500, 501, 503,
+            505,
         ] {
             assert_eq!(Status::from_code(code).code(), code);
         }

@@ -5,7 +5,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::conditional::{self, Precondition, Validators};
+use crate::conditional::{self, Conditions, Precondition, Validators};
 use crate::listing::{self, DirEntry};
 use crate::mime;
 use crate::range::{self, ByteRange, IgnoreReason, RangeOutcome};
@@ -140,6 +140,7 @@ pub fn respond_status(status: Status, now: SystemTime, opts: &Options) -> Plan {
     if status == Status::MethodNotAllowed {
         h.field("Allow", "GET, HEAD");
     }
+    retry_after(&mut h, status);
     let body = error_text(status);
     text_fields(&mut h, &body);
     Plan {
@@ -161,6 +162,49 @@ fn common(req: &Request, status: Status, now: SystemTime, opts: &Options) -> Hea
     )
 }
 
+/// A 503 is passing (a full connection table, descriptors running
+/// out): tell clients that retry when they may (RFC 9110 10.2.3) rather
+/// than leave them to guess, or hammer.
+fn retry_after(h: &mut HeadBuilder, status: Status) {
+    if status == Status::ServiceUnavailable {
+        h.field("Retry-After", "1");
+    }
+}
+
+fn conditions(req: &Request) -> Conditions<'_> {
+    Conditions {
+        if_match: req.if_match.as_deref(),
+        if_unmodified_since: req.if_unmodified_since.as_deref(),
+        if_none_match: req.if_none_match.as_deref(),
+        if_modified_since: req.if_modified_since.as_deref(),
+    }
+}
+
+/// 412 Precondition Failed: no body (the client asked for a version it
+/// does not get; text would only be mistaken for it), Content-Length 0
+/// so the connection stays usable, and the current validators, if any,
+/// so the client can see what changed.
+fn precondition_failed(
+    req: &Request,
+    v: Option<&Validators>,
+    now: SystemTime,
+    opts: &Options,
+) -> Plan {
+    let mut h = common(req, Status::PreconditionFailed, now, opts);
+    h.field("Content-Length", "0");
+    if let Some(v) = v {
+        h.field("ETag", &v.etag);
+        h.field("Last-Modified", &v.last_modified_http());
+    }
+    Plan {
+        status: Status::PreconditionFailed,
+        head: h.finish(),
+        body: Vec::new(),
+        keep_alive: req.keep_alive,
+        range_ignored: None,
+    }
+}
+
 fn error_text(status: Status) -> Vec<u8> {
     format!("{} {}\n", status.code(), status.reason()).into_bytes()
 }
@@ -172,6 +216,7 @@ fn text_fields(h: &mut HeadBuilder, body: &[u8]) {
 
 fn simple(req: &Request, status: Status, now: SystemTime, opts: &Options) -> Plan {
     let mut h = common(req, status, now, opts);
+    retry_after(&mut h, status);
     let body = error_text(status);
     text_fields(&mut h, &body);
     Plan {
@@ -202,6 +247,11 @@ fn directory(req: &Request, entries: &[DirEntry], now: SystemTime, opts: &Option
             keep_alive: req.keep_alive,
             range_ignored: None,
         };
+    }
+    // Preconditions only apply to what would be a 2xx (RFC 9110 13.2.1),
+    // so after the redirect. A listing has no validators of its own.
+    if conditional::evaluate_unvalidated(&conditions(req)) == Precondition::Failed {
+        return precondition_failed(req, None, now, opts);
     }
     let (body, ctype) = if req.wants_json() {
         (listing::json(&req.path, entries), "application/json")
@@ -238,16 +288,15 @@ fn file(req: &Request, len: u64, mtime: SystemTime, now: SystemTime, opts: &Opti
         range_ignored,
     };
 
-    let pre = conditional::evaluate(
-        req.if_none_match.as_deref(),
-        req.if_modified_since.as_deref(),
-        &v,
-        now,
-    );
-    if pre == Precondition::NotModified {
-        let mut h = common(req, Status::NotModified, now, opts);
-        validators(&mut h);
-        return plan(Status::NotModified, h, Vec::new(), None);
+    // All preconditions before Range/If-Range (RFC 9110 13.2.2).
+    match conditional::evaluate_all(&conditions(req), &v, now) {
+        Precondition::Proceed => {}
+        Precondition::Failed => return precondition_failed(req, Some(&v), now, opts),
+        Precondition::NotModified => {
+            let mut h = common(req, Status::NotModified, now, opts);
+            validators(&mut h);
+            return plan(Status::NotModified, h, Vec::new(), None);
+        }
     }
 
     let outcome = match &req.range {
@@ -368,4 +417,145 @@ fn boundary(seed: u64, etag: &str, now: SystemTime) -> String {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("sluice-{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::parse_request;
+    use std::time::Duration;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn get(path: &str, extra: &str) -> Request {
+        let head = format!("GET {path} HTTP/1.1\r\nHost: h\r\n{extra}\r\n");
+        parse_request(head.as_bytes()).unwrap().unwrap().0
+    }
+
+    fn file() -> Resource {
+        Resource::File {
+            len: 1000,
+            mtime: at(1_700_000_000),
+        }
+    }
+
+    fn go(req: &Request, r: Resource) -> (Plan, String) {
+        let p = respond(req, r, at(1_800_000_000), &Options::default());
+        let h = String::from_utf8(p.head.clone()).unwrap();
+        (p, h)
+    }
+
+    /// The file's ETag as a 200 reports it.
+    fn etag() -> String {
+        Validators::new(1000, at(1_700_000_000), at(1_800_000_000)).etag
+    }
+
+    #[track_caller]
+    fn assert_412(p: &Plan, h: &str) {
+        assert_eq!(p.status, Status::PreconditionFailed, "{h}");
+        assert!(h.starts_with("HTTP/1.1 412 Precondition Failed\r\n"), "{h}");
+        assert!(p.body.is_empty());
+        assert!(h.contains("\r\nContent-Length: 0\r\n"), "{h}");
+        assert!(p.keep_alive, "a 412 with a length keeps the connection");
+    }
+
+    #[test]
+    fn failed_if_match_is_412_with_validators() {
+        for extra in [
+            "If-Match: \"nope\"\r\n",
+            "If-Match: W/\"6553f100.0-3e8\"\r\n",
+            "If-Unmodified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n",
+            // Before If-None-Match, which would give a 304...
+            "If-Match: \"nope\"\r\nIf-None-Match: *\r\n",
+            // ...and before Range / If-Range, which would give a 206.
+            "If-Match: \"nope\"\r\nRange: bytes=0-9\r\n",
+            "If-Unmodified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\nRange: bytes=0-9\r\n",
+        ] {
+            let (p, h) = go(&get("/a.txt", extra), file());
+            assert_412(&p, &h);
+            assert!(h.contains(&format!("\r\nETag: {}\r\n", etag())), "{h}");
+            assert!(
+                h.contains("\r\nLast-Modified: Tue, 14 Nov 2023 22:13:20 GMT\r\n"),
+                "{h}"
+            );
+            assert!(!h.contains("Content-Range"), "{h}");
+        }
+        // HEAD gets the same head.
+        let head = "HEAD /a.txt HTTP/1.1\r\nHost: h\r\nIf-Match: \"x\"\r\n\r\n";
+        let req = parse_request(head.as_bytes()).unwrap().unwrap().0;
+        let (p, h) = go(&req, file());
+        assert_412(&p, &h);
+    }
+
+    #[test]
+    fn passing_if_match_serves_and_ranges() {
+        let e = etag();
+        for extra in [
+            format!("If-Match: {e}\r\n"),
+            "If-Match: *\r\n".to_owned(),
+            "If-Unmodified-Since: Tue, 14 Nov 2023 22:13:20 GMT\r\n".to_owned(),
+            // If-Match passes, so the stale If-Unmodified-Since is not used.
+            format!("If-Match: {e}\r\nIf-Unmodified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n"),
+        ] {
+            assert_eq!(go(&get("/a.txt", &extra), file()).0.status, Status::Ok);
+        }
+        let (p, _) = go(
+            &get("/a.txt", &format!("If-Match: {e}\r\nRange: bytes=0-9\r\n")),
+            file(),
+        );
+        assert_eq!(p.status, Status::PartialContent);
+        let (p, _) = go(
+            &get(
+                "/a.txt",
+                &format!("If-Match: {e}\r\nIf-None-Match: {e}\r\n"),
+            ),
+            file(),
+        );
+        assert_eq!(p.status, Status::NotModified);
+    }
+
+    #[test]
+    fn preconditions_on_other_answers() {
+        let listing = || Resource::Directory {
+            entries: Vec::new(),
+        };
+        // A listing has no ETag: only "*" passes.
+        let (p, h) = go(&get("/d/", "If-Match: \"x\"\r\n"), listing());
+        assert_412(&p, &h);
+        assert!(!h.contains("ETag"), "{h}");
+        assert_eq!(
+            go(&get("/d/", "If-Match: *\r\n"), listing()).0.status,
+            Status::Ok
+        );
+        assert_eq!(
+            go(
+                &get(
+                    "/d/",
+                    "If-Unmodified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n"
+                ),
+                listing()
+            )
+            .0
+            .status,
+            Status::Ok
+        );
+        // Not a 2xx without the conditions: they are ignored (RFC 9110 13.2.1).
+        let (p, _) = go(&get("/d", "If-Match: \"x\"\r\n"), listing());
+        assert_eq!(p.status, Status::MovedPermanently);
+        let (p, _) = go(&get("/gone", "If-Match: *\r\n"), Resource::NotFound);
+        assert_eq!(p.status, Status::NotFound);
+    }
+
+    #[test]
+    fn unavailable_says_when_to_retry() {
+        let p = respond_status(Status::ServiceUnavailable, at(1), &Options::default());
+        let h = String::from_utf8(p.head).unwrap();
+        assert!(h.contains("\r\nRetry-After: 1\r\n"), "{h}");
+        let (_, h) = go(&get("/a", ""), Resource::Unavailable);
+        assert!(h.contains("\r\nRetry-After: 1\r\n"), "{h}");
+        let p = respond_status(Status::RequestTimeout, at(1), &Options::default());
+        assert!(!String::from_utf8(p.head).unwrap().contains("Retry-After"));
+    }
 }

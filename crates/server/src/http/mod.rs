@@ -24,11 +24,11 @@ pub mod settings;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use sluice_engine::Engine;
+use sluice_engine::{Cancel, Engine};
 use sluice_http::{respond_status, Status};
 use sluice_platform::fs::ServedRoot;
 use tokio::io::AsyncWriteExt;
@@ -133,6 +133,9 @@ pub async fn start(
         out.flush()?;
     }
     let ctx = Arc::new(HttpContext::new(root, settings, engine.clone()));
+    if let Some(every) = ctx.open_files.sweep_every() {
+        tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
+    }
     let mut others = Vec::new();
     let mut inboxes = Vec::new();
     for _ in 1..loops.max(1) {
@@ -153,6 +156,27 @@ pub async fn start(
         })?;
     }
     Ok(Some(tokio::spawn(run_spread(ctx, listener, others))))
+}
+
+/// Every `every`, drops stale entries of the open-file cache (see
+/// `open_files.rs`: a deleted file must not stay open just because no
+/// one asked for its path again). The sweep runs on a disk thread: it
+/// `fstat`s the cached files and may close a deleted one's last
+/// descriptor, which frees its blocks. Ends with the context.
+async fn sweep_open_files(ctx: Weak<HttpContext>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(c) = ctx.upgrade() else { return };
+        let engine = c.engine.clone();
+        let job = move || c.open_files.sweep(std::time::Instant::now());
+        match engine.run_blocking(&Cancel::new(), job).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(closed = n, "open-file cache swept"),
+            Err(e) => tracing::warn!(error = %e, "cannot sweep the open-file cache"),
+        }
+    }
 }
 
 /// Resolves when the HTTP accept loop ends (never, unless it panicked);

@@ -17,6 +17,13 @@
 //!   after at most `valid` (default 1 s): entries older than that are
 //!   resolved again. Path safety is unchanged: every cached descriptor was
 //!   opened by `openat2(RESOLVE_BENEATH)` beneath the root.
+//! - Nothing is held long unasked: [`OpenFiles::sweep`], run on a disk
+//!   thread every `valid` (at most every [`MAX_SWEEP_PERIOD`]) by the
+//!   front door's timer (`super::start`), drops expired entries and those
+//!   whose file lost its last link. Without it a file downloaded once,
+//!   then deleted or rotated away, stayed open (its blocks never freed)
+//!   until its path was asked for again or the cache filled up. A timer
+//!   costs nothing per request and works when no request comes at all.
 //!
 //! Directories are never cached (a listing is always read fresh).
 
@@ -28,6 +35,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Most paths kept open at once (each holds one descriptor).
 pub const MAX_OPEN_FILES: usize = 1024;
+
+/// The longest time between two sweeps, whatever `valid` is: a deleted
+/// file is let go within about this long even with a long-lived cache.
+/// A sweep is at most [`MAX_OPEN_FILES`] `fstat`s on a disk thread.
+pub const MAX_SWEEP_PERIOD: Duration = Duration::from_secs(1);
 
 /// A hit: the open file and the facts of its `fstat`.
 #[derive(Debug)]
@@ -67,6 +79,61 @@ impl OpenFiles {
     /// True when caching is switched off.
     pub fn is_off(&self) -> bool {
         self.valid.is_zero() || self.max == 0
+    }
+
+    /// How often [`OpenFiles::sweep`] should run (`None`: caching is
+    /// off): every `valid`, at most [`MAX_SWEEP_PERIOD`]. An entry is
+    /// then dropped at most about one period after it expired, or after
+    /// its file was unlinked.
+    pub fn sweep_every(&self) -> Option<Duration> {
+        (!self.is_off()).then_some(self.valid.min(MAX_SWEEP_PERIOD))
+    }
+
+    /// Drops expired entries and entries whose file has no link left
+    /// (deleted, or replaced by a rename), so their descriptors close and
+    /// the disk space of a deleted file is freed. Returns how many went.
+    ///
+    /// Calls `fstat` on every live entry (in-memory inodes, at most
+    /// [`MAX_OPEN_FILES`]) and may close the last descriptor of a deleted
+    /// file, which can take a while for a big one: run it on a disk
+    /// thread, not on an event loop. The `fstat`s happen without the lock,
+    /// so requests are not held up by them.
+    pub fn sweep(&self, now: Instant) -> usize {
+        if self.is_off() {
+            return 0;
+        }
+        let mut gone: Vec<Arc<File>> = Vec::new();
+        let live: Vec<(String, Arc<File>)> = {
+            let mut map = self.lock();
+            let valid = self.valid;
+            map.retain(|_, e| {
+                let keep = now.saturating_duration_since(e.opened) < valid;
+                if !keep {
+                    gone.push(Arc::clone(&e.file));
+                }
+                keep
+            });
+            map.iter()
+                .map(|(k, e)| (k.clone(), Arc::clone(&e.file)))
+                .collect()
+        };
+        let unlinked: Vec<(String, Arc<File>)> = live
+            .into_iter()
+            .filter(|(_, f)| !f.metadata().is_ok_and(|m| m.nlink() > 0))
+            .collect();
+        if !unlinked.is_empty() {
+            let mut map = self.lock();
+            for (rel, file) in unlinked {
+                // Only if a request did not put a fresh file there meanwhile.
+                if map.get(&rel).is_some_and(|e| Arc::ptr_eq(&e.file, &file)) {
+                    map.remove(&rel);
+                    gone.push(file);
+                }
+            }
+        }
+        // The descriptors close here, outside the lock (unless a send
+        // still holds one: then when it ends).
+        gone.len()
     }
 
     /// The cached file for `rel`, re-checked with `fstat`; `None` on a
@@ -201,6 +268,48 @@ mod tests {
         assert_eq!(c.get("a", t0).unwrap().len, 4);
         std::fs::remove_file(&p).unwrap();
         assert!(c.get("a", t0).is_none());
+    }
+
+    #[test]
+    fn a_sweep_closes_expired_and_unlinked_files_without_a_request_for_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = OpenFiles::new(Duration::from_secs(10), 8);
+        let t0 = Instant::now();
+        let mut weak = Vec::new();
+        for name in ["old", "deleted", "kept"] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, name).unwrap();
+            let f = open(&p);
+            weak.push(Arc::downgrade(&f));
+            let opened = if name == "old" {
+                t0
+            } else {
+                t0 + Duration::from_secs(5)
+            };
+            c.put(name, &f, opened);
+        }
+        std::fs::remove_file(dir.path().join("deleted")).unwrap();
+        // Nothing expired and nothing unlinked yet at t0 + 5 s... except
+        // "deleted", which goes at once.
+        assert_eq!(c.sweep(t0 + Duration::from_secs(5)), 1);
+        assert_eq!(c.len(), 2);
+        // "old" is past its 10 s; "kept" (opened at 5 s) is not.
+        assert_eq!(c.sweep(t0 + Duration::from_secs(10)), 1);
+        assert_eq!(c.len(), 1);
+        assert!(c.get("kept", t0 + Duration::from_secs(10)).is_some());
+        // The cache held the only references: the descriptors are closed.
+        let open_now: Vec<bool> = weak.iter().map(|w| w.upgrade().is_some()).collect();
+        assert_eq!(open_now, [false, false, true]);
+        assert_eq!(c.sweep(t0 + Duration::from_secs(15)), 1);
+        assert_eq!(c.len(), 0);
+        assert!(weak[2].upgrade().is_none());
+        // Off: nothing to sweep, no timer wanted.
+        let off = OpenFiles::new(Duration::ZERO, 8);
+        assert_eq!(off.sweep(t0), 0);
+        assert_eq!(off.sweep_every(), None);
+        assert_eq!(c.sweep_every(), Some(MAX_SWEEP_PERIOD));
+        let short = OpenFiles::new(Duration::from_millis(300), 8);
+        assert_eq!(short.sweep_every(), Some(Duration::from_millis(300)));
     }
 
     #[test]

@@ -62,10 +62,11 @@ pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
 }
 
 /// A platform entry as the listing shows it. Upload temp files and kept
-/// partials are left out. Names that are not UTF-8
-/// are left out (no request could name them); so are symlinks that
-/// escape the root (`FileKind::Symlink`): they could not be followed and
-/// their own metadata is no business of the client's.
+/// partials are left out. Names that are not UTF-8 are left out (no
+/// request could name them; `sluice_http::listing` leaves out names with
+/// control bytes for the same reason); so are symlinks that escape the
+/// root (`FileKind::Symlink`): they could not be followed and their own
+/// metadata is no business of the client's.
 fn entry(e: sluice_platform::fs::DirEntry) -> Option<DirEntry> {
     if is_internal_name(&e.name) {
         return None;

@@ -65,7 +65,8 @@ pub struct HttpArgs {
     pub http_max_connections: Option<usize>,
     /// Seconds an open file is reused by later requests for the same path
     /// (re-checked with fstat each time; a deleted or replaced file is
-    /// noticed at once); 0 opens every request anew [default: 1].
+    /// noticed at once, and closed within about a second even if never
+    /// asked for again); 0 opens every request anew [default: 1].
     #[arg(long, value_name = "SECS")]
     pub http_open_cache: Option<u64>,
 }
