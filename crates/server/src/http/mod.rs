@@ -169,6 +169,10 @@ async fn sweep_open_files(ctx: Weak<HttpContext>, every: Duration) {
     loop {
         tick.tick().await;
         let Some(c) = ctx.upgrade() else { return };
+        if c.open_files.is_empty() {
+            // Nothing cached (an FTP-only load, an idle server): no disk job.
+            continue;
+        }
         let engine = c.engine.clone();
         let job = move || c.open_files.sweep(std::time::Instant::now());
         match engine.run_blocking(&Cancel::new(), job).await {

@@ -204,6 +204,11 @@ impl OpenFiles {
         self.lock().len()
     }
 
+    /// True when nothing is cached (the sweep then has nothing to do).
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// Drops the entry for `rel` if it still holds `file`.
     fn remove(&self, rel: &str, file: &Arc<File>) {
         let mut map = self.lock();
