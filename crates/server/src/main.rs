@@ -48,6 +48,8 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once at start-up: the size of the biggest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Cmd {
     /// Serve a directory over FTP (anonymous, read-only by default).
     ///
