@@ -28,6 +28,10 @@ pub struct VirtualPath {
     /// The client asked for `.../` (a directory); matters for redirects
     /// and relative links in listings.
     trailing_slash: bool,
+    /// The client's path had a `..` segment: a listing must be redirected
+    /// to the normalized path, or its relative links resolve against the
+    /// unnormalized one (`/sub/..` is `/`, but `./x` there means `/sub/x`).
+    climbed: bool,
 }
 
 /// Why a request path was refused. Every variant answers 400 except
@@ -79,6 +83,7 @@ impl VirtualPath {
         VirtualPath {
             path: "/".to_owned(),
             trailing_slash: true,
+            climbed: false,
         }
     }
 
@@ -95,6 +100,11 @@ impl VirtualPath {
     /// The client's path ended in `/` (or was the root).
     pub fn has_trailing_slash(&self) -> bool {
         self.trailing_slash
+    }
+
+    /// The client's path had a `..` segment.
+    pub fn climbed(&self) -> bool {
+        self.climbed
     }
 
     /// The path relative to the served root, for `openat2(root_fd, ..,
@@ -150,6 +160,7 @@ pub fn normalize(raw: &str) -> Result<VirtualPath, PathError> {
     }
     let mut stack: Vec<String> = Vec::new();
     let mut last_was_dir = false;
+    let mut climbed = false;
     for raw_seg in raw[1..].split('/') {
         let seg = decode_segment(raw_seg)?;
         match seg.as_str() {
@@ -157,6 +168,7 @@ pub fn normalize(raw: &str) -> Result<VirtualPath, PathError> {
             ".." => {
                 stack.pop();
                 last_was_dir = true;
+                climbed = true;
             }
             _ => {
                 stack.push(seg);
@@ -170,7 +182,10 @@ pub fn normalize(raw: &str) -> Result<VirtualPath, PathError> {
         path.push_str(seg);
     }
     if path.is_empty() {
-        return Ok(VirtualPath::root());
+        return Ok(VirtualPath {
+            climbed,
+            ..VirtualPath::root()
+        });
     }
     if path.len() > MAX_PATH_BYTES {
         return Err(PathError::TooLong);
@@ -178,6 +193,7 @@ pub fn normalize(raw: &str) -> Result<VirtualPath, PathError> {
     Ok(VirtualPath {
         path,
         trailing_slash: last_was_dir,
+        climbed,
     })
 }
 
@@ -282,6 +298,9 @@ mod tests {
         assert_eq!(n("/a/%2e%2e/%2E%2E/%2e%2e/x"), "/x");
         assert_eq!(n("/a/.."), "/");
         assert!(normalize("/a/..").unwrap().has_trailing_slash());
+        assert!(normalize("/a/..").unwrap().climbed());
+        assert!(normalize("/..").unwrap().climbed());
+        assert!(!normalize("/a/./b/").unwrap().climbed());
         // "..." is a legal file name, not a dot segment.
         assert_eq!(n("/.../..a"), "/.../..a");
     }

@@ -113,6 +113,11 @@ impl Default for Options {
 /// Decide the response to `req` given what the shell found.
 pub fn respond(req: &Request, resource: Resource, now: SystemTime, opts: &Options) -> Plan {
     let mut plan = match resource {
+        // `/a.txt/` names a directory that is not there (as the kernel and
+        // nginx say for `file/`), not the file.
+        Resource::File { .. } if req.path.has_trailing_slash() => {
+            simple(req, Status::NotFound, now, opts)
+        }
         Resource::File { len, mtime } => file(req, len, mtime, now, opts),
         Resource::Directory { entries } => directory(req, &entries, now, opts),
         Resource::NotFound => simple(req, Status::NotFound, now, opts),
@@ -229,8 +234,9 @@ fn simple(req: &Request, status: Status, now: SystemTime, opts: &Options) -> Pla
 }
 
 fn directory(req: &Request, entries: &[DirEntry], now: SystemTime, opts: &Options) -> Plan {
-    if !req.path.has_trailing_slash() {
-        // Relative links in the listing need the slash: redirect.
+    if !req.path.has_trailing_slash() || req.path.climbed() {
+        // Relative links in the listing need the slash, and a path without
+        // `..` (they resolve against the path as sent): redirect.
         let mut location = req.path.encoded(true);
         if let Some(q) = &req.query {
             location.push('?');
@@ -546,6 +552,22 @@ mod tests {
         assert_eq!(p.status, Status::MovedPermanently);
         let (p, _) = go(&get("/gone", "If-Match: *\r\n"), Resource::NotFound);
         assert_eq!(p.status, Status::NotFound);
+    }
+
+    #[test]
+    fn listings_redirect_to_the_normalized_path_and_files_refuse_a_slash() {
+        let listing = || Resource::Directory {
+            entries: Vec::new(),
+        };
+        let (p, h) = go(&get("/d/sub/..", ""), listing());
+        assert_eq!(p.status, Status::MovedPermanently);
+        assert!(h.contains("\r\nLocation: /d/\r\n"), "{h}");
+        let (p, h) = go(&get("/..", ""), listing());
+        assert_eq!(p.status, Status::MovedPermanently);
+        assert!(h.contains("\r\nLocation: /\r\n"), "{h}");
+        assert_eq!(go(&get("/d/", ""), listing()).0.status, Status::Ok);
+        assert_eq!(go(&get("/a/", ""), file()).0.status, Status::NotFound);
+        assert_eq!(go(&get("/x/../a", ""), file()).0.status, Status::Ok);
     }
 
     #[test]
