@@ -43,6 +43,7 @@ impl Session {
         if let State::AwaitTransfer(t) = &mut self.state {
             match cmd {
                 Command::Abor => {
+                    t.abor_sent = true;
                     if !t.abort_requested {
                         t.abort_requested = true;
                         self.actions.push_back(Action::Abort);
@@ -569,6 +570,7 @@ impl Session {
         self.state = State::AwaitTransfer(Transfer {
             started: false,
             abort_requested: false,
+            abor_sent: false,
             quit_after: false,
         });
     }

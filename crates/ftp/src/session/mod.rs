@@ -119,6 +119,8 @@ enum Pending {
 struct Transfer {
     started: bool,
     abort_requested: bool,
+    /// ABOR itself was sent (QUIT also aborts, but is not answered as ABOR).
+    abor_sent: bool,
     quit_after: bool,
 }
 
@@ -415,7 +417,7 @@ impl Session {
             Ok(_) => self.reply(ReplyCode::TRANSFER_COMPLETE, "Transfer complete."),
             Err(e) => self.push(&e.reply()),
         }
-        if t.abort_requested {
+        if t.abor_sent {
             // RFC 959 4.1.3: after the 426 for the transfer, a 226 for ABOR.
             self.reply(ReplyCode::TRANSFER_COMPLETE, "ABOR successful.");
         }
