@@ -440,6 +440,12 @@ mod tests {
         parse_request(head.as_bytes()).unwrap().unwrap().0
     }
 
+    fn listing() -> Resource {
+        Resource::Directory {
+            entries: Vec::new(),
+        }
+    }
+
     fn file() -> Resource {
         Resource::File {
             len: 1000,
@@ -524,9 +530,6 @@ mod tests {
 
     #[test]
     fn preconditions_on_other_answers() {
-        let listing = || Resource::Directory {
-            entries: Vec::new(),
-        };
         // A listing has no ETag: only "*" passes.
         let (p, h) = go(&get("/d/", "If-Match: \"x\"\r\n"), listing());
         assert_412(&p, &h);
@@ -556,9 +559,6 @@ mod tests {
 
     #[test]
     fn listings_redirect_to_the_normalized_path_and_files_refuse_a_slash() {
-        let listing = || Resource::Directory {
-            entries: Vec::new(),
-        };
         let (p, h) = go(&get("/d/sub/..", ""), listing());
         assert_eq!(p.status, Status::MovedPermanently);
         assert!(h.contains("\r\nLocation: /d/\r\n"), "{h}");

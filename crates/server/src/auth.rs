@@ -113,14 +113,19 @@ mod tests {
     use super::*;
     use crate::config::{ServeArgs, UserConfig};
 
+    /// The configuration of `sluice serve DIR` with no file and no flags.
+    fn config_in(dir: &std::path::Path) -> ServeConfig {
+        let args = ServeArgs {
+            dir: Some(dir.into()),
+            ..Default::default()
+        };
+        ServeConfig::load(&args).unwrap()
+    }
+
     #[test]
     fn anonymous_and_configured_users() {
         let dir = tempfile::tempdir().unwrap();
-        let args = ServeArgs {
-            dir: Some(dir.path().into()),
-            ..Default::default()
-        };
-        let mut config = ServeConfig::load(&args).unwrap();
+        let mut config = config_in(dir.path());
         config.users.push(UserConfig {
             name: "alice".into(),
             password_hash: hash_password("s3cret").unwrap(),
@@ -143,11 +148,7 @@ mod tests {
     #[test]
     fn without_users_no_password_costs_a_hash() {
         let dir = tempfile::tempdir().unwrap();
-        let args = ServeArgs {
-            dir: Some(dir.path().into()),
-            ..Default::default()
-        };
-        let users = Users::new(&ServeConfig::load(&args).unwrap());
+        let users = Users::new(&config_in(dir.path()));
         assert!(!users.check_is_costly("x"));
         assert!(users.check("x", "y").is_none());
         assert!(users.check_slots().available_permits() >= 1);

@@ -79,14 +79,13 @@ pub fn run(a: &GetArgs) -> Result<()> {
         .filter(|s| !s.is_empty());
     // A device is opened first: one that takes positional writes
     // (/dev/null) can take parallel ranges, a FIFO only one in-order stream.
-    let mut device = match &dest {
+    let device = match &dest {
         Dest::Device(p) => Some(writer::device_sink(p)?),
         _ => None,
     };
     let positional = match &dest {
         Dest::File { .. } => true,
-        Dest::Device(_) => matches!(device, Some(Sink::File(_))),
-        Dest::Stdout => false,
+        _ => matches!(device, Some(Sink::File(_))),
     };
     let streams = if positional { a.opts.parallel } else { 1 };
 
@@ -98,13 +97,8 @@ pub fn run(a: &GetArgs) -> Result<()> {
     };
     already = fetch.already;
 
-    let (sink, prefix_file) = match &dest {
-        Dest::Stdout => (Sink::Stdout, None),
-        Dest::Device(p) => match device.take() {
-            Some(sink) => (sink, None),
-            None => (writer::device_sink(p)?, None),
-        },
-        Dest::File { part, resume, .. } => {
+    let (sink, prefix_file) = match (&dest, device) {
+        (Dest::File { part, resume, .. }, _) => {
             let f = writer::open_part(part, already)?;
             writer::save_prefix(resume, already)?;
             match &fetch.etag {
@@ -116,6 +110,8 @@ pub fn run(a: &GetArgs) -> Result<()> {
             }
             (Sink::File(f), Some(resume.clone()))
         }
+        (_, Some(device)) => (device, None),
+        (_, None) => (Sink::Stdout, None),
     };
     let stats = Arc::new(Stats::default());
     let n_streams = fetch.pieces.len();

@@ -145,12 +145,13 @@ impl Prefetcher {
 mod tests {
     use super::*;
 
-    #[test]
-    fn close_cancels_queued_and_submitted_reads_and_frees_budget() {
+    /// A prefetcher with `queue_depth` reads at once and one connection,
+    /// open on a 1 GiB range and sampled at 10 MB/s.
+    fn one_fast_connection(queue_depth: usize) -> (Prefetcher, Duration) {
         let mut p = Prefetcher::new(
             PlanConfig::default(),
             SchedConfig {
-                queue_depth: 1,
+                queue_depth,
                 max_merge: 0,
             },
         );
@@ -165,6 +166,12 @@ mod tests {
                 ..FlowSample::default()
             },
         );
+        (p, t)
+    }
+
+    #[test]
+    fn close_cancels_queued_and_submitted_reads_and_frees_budget() {
+        let (mut p, t) = one_fast_connection(1);
         let sub = p.poll_submit(t).expect("a read");
         assert!(
             p.scheduler().queued() > 0,
@@ -183,24 +190,7 @@ mod tests {
 
     #[test]
     fn a_read_that_ran_after_close_is_counted_once() {
-        let mut p = Prefetcher::new(
-            PlanConfig::default(),
-            SchedConfig {
-                queue_depth: 2,
-                max_merge: 0,
-            },
-        );
-        let t = Duration::ZERO;
-        p.handle_open(t, ConnId(1), 0, 1 << 30);
-        p.handle_sample(
-            t,
-            ConnId(1),
-            &FlowSample {
-                delivery_rate: 10_000_000,
-                cwnd: 10,
-                ..FlowSample::default()
-            },
-        );
+        let (mut p, t) = one_fast_connection(2);
         let a = p.poll_submit(t).expect("a read");
         let b = p.poll_submit(t).expect("a second read");
         p.handle_close(ConnId(1));
