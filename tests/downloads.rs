@@ -369,6 +369,16 @@ fn concurrent_clients_of_the_same_big_file() {
             .arg(format!("file://{}", dest.display()));
         jobs.push((dest, cmd));
     }
+    run_all_and_compare(&server, jobs, f);
+}
+
+/// Runs every client at once and compares each file it wrote with `f`.
+#[track_caller]
+fn run_all_and_compare(
+    server: &FtpServer,
+    jobs: Vec<(std::path::PathBuf, Command)>,
+    f: &crate::harness::corpus::TestFile,
+) {
     let results: Vec<(std::path::PathBuf, Output)> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .into_iter()
@@ -399,6 +409,64 @@ fn concurrent_clients_of_the_same_big_file() {
         results.len(),
         failures.join("\n\n")
     );
+}
+
+/// `--runtime per-core --workers 2`: loop 0 accepts and hands every other
+/// session to loop 1, which serves it (with its data connections) on its
+/// own thread. Four concurrent downloads and every size arrive intact,
+/// and loop 1 did work (its thread slept and woke, which an idle loop
+/// does not).
+#[test]
+fn sessions_are_spread_over_per_core_loops() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = crate::harness::servers::sluice(crate::harness::servers::ServeOptions {
+        extra_args: ["--runtime", "per-core", "--workers", "2", "--no-http"]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    });
+    let loop1_switches = || loop_thread_switches(server.pid(), "sluice-loop-1");
+    let before = loop1_switches().expect("a thread named sluice-loop-1");
+    let f = corpus().file(BIG);
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-loops-")
+        .tempdir()
+        .expect("dest dir");
+    let jobs = (0..4)
+        .map(|i| {
+            let dest = dir.path().join(format!("curl-{i}.bin"));
+            let mut cmd = Command::new("curl");
+            cmd.args(["-sS", "--fail", "-o"])
+                .arg(&dest)
+                .arg(server.url(&f.name));
+            (dest, cmd)
+        })
+        .collect();
+    run_all_and_compare(&server, jobs, f);
+    curl_get(&server, &["--ftp-pasv"]);
+    let after = loop1_switches().expect("loop 1 still running");
+    assert!(
+        after > before + 10,
+        "loop 1 served nothing: {before} -> {after} voluntary switches"
+    );
+}
+
+/// Voluntary context switches of the server thread named `name`.
+fn loop_thread_switches(pid: u32, name: &str) -> Option<u64> {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+        return status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok());
+    }
+    None
 }
 
 /// IPv6 loopback: the data connection can only be set up with EPSV/EPRT.

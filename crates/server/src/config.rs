@@ -25,6 +25,7 @@
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //! runtime = "shared"            # --runtime shared|per-core (event loops; crate::runtime)
+//! workers = 1                   # --workers N (loops or workers; default: half the cores)
 //!
 //! [[user]]
 //! name = "alice"
@@ -130,10 +131,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
     /// Event loops: `per-core` (one single-threaded loop per worker
-    /// thread, each with its own HTTP listener) or `shared` (one
-    /// multi-thread work-stealing runtime) [default: shared].
+    /// thread; FTP sessions and HTTP connections are spread over them) or
+    /// `shared` (one multi-thread work-stealing runtime) [default: shared].
     #[arg(long, value_name = "per-core|shared")]
     pub runtime: Option<String>,
+    /// Event-loop threads (`per-core`) or runtime workers (`shared`)
+    /// [default: env SLUICE_WORKERS, else half the cores, at least one].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -186,6 +191,7 @@ struct FileConfig {
     http_max_connections: Option<usize>,
     http_open_cache: Option<u64>,
     runtime: Option<String>,
+    workers: Option<u16>,
     #[serde(default, rename = "user")]
     users: Vec<UserConfig>,
 }
@@ -255,6 +261,9 @@ pub struct ServeConfig {
     pub ftp_enabled: bool,
     /// Event-loop structure (`--runtime`, key `runtime`; crate::runtime).
     pub runtime: crate::runtime::RuntimeKind,
+    /// Loops or workers (`--workers`, key `workers`; `None`: the
+    /// environment or the default, see `crate::runtime::workers`).
+    pub workers: Option<usize>,
 }
 
 impl ServeConfig {
@@ -461,6 +470,10 @@ impl ServeConfig {
                 args.runtime.as_deref(),
                 file.runtime.as_deref(),
             )?,
+            workers: match args.workers.or(file.workers) {
+                Some(0) => bail!("workers must be at least 1"),
+                w => w.map(usize::from),
+            },
             users: file.users,
         })
     }

@@ -20,6 +20,7 @@ mod data;
 mod ftp;
 mod http;
 mod logbuf;
+mod loops;
 mod metrics;
 mod ops;
 mod runtime;
@@ -113,7 +114,7 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     sluice_platform::fs::ServedRoot::open(&cfg.root)
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
     let kind = cfg.runtime;
-    let workers = runtime::workers()?;
+    let workers = runtime::workers(cfg.workers)?;
     let rt = runtime::build_main(kind, workers)?;
     let r = rt.block_on(serve_on(cfg, kind, workers));
     // Whatever access and transfer lines are still gathered.
@@ -135,14 +136,14 @@ async fn serve_on(
     if let Some(addr) = cfg.metrics {
         metrics::start(addr, engine.clone()).await?;
     }
-    // HTTP front door (crate::http) on the same engine; with `per-core`
-    // its connections are spread over all the loops.
+    // With `per-core` both front doors spread their connections over all
+    // the loops (crate::loops).
     let loops = if kind == runtime::RuntimeKind::PerCore {
-        workers
+        loops::Loops::start(workers)?
     } else {
-        1
+        loops::Loops::here()
     };
-    let http_task = http::start(&cfg, &engine, loops).await?;
+    let http_task = http::start(&cfg, &engine, &loops).await?;
     if !cfg.ftp_enabled {
         return http::serve_alone(http_task, stop_signal()).await;
     }
@@ -170,9 +171,7 @@ async fn serve_on(
         config: cfg,
         engine,
     });
-    // FTP sessions (and their data transfers) live on this loop; see
-    // crate::runtime for why and what it would take to spread them.
-    let ftp_task = tokio::spawn(ftp::run(ctx, listener));
+    let ftp_task = tokio::spawn(ftp::run(ctx, listener, loops));
     tokio::select! {
         _ = ftp_task => {}
         _ = http::finished(http_task) => {}

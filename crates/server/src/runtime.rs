@@ -3,16 +3,17 @@
 //! the environment):
 //!
 //! - `per-core`: N single-threaded tokio runtimes on N threads, nginx
-//!   style. Loop 0 runs on the main thread: it accepts HTTP connections
-//!   and hands them round-robin to all loops (itself included), and each
-//!   connection is served to its end on its loop's thread: no work
-//!   stealing, no cross-thread wake-up per request. Loop 0 also holds the
-//!   FTP front door (its sessions and data transfers), the metrics
-//!   listener and the signal handling.
+//!   style. Loop 0 runs on the main thread: it accepts FTP and HTTP
+//!   connections and hands them round-robin to all loops (itself
+//!   included, see `loops.rs`), and each connection (an FTP session with
+//!   its data transfers) is served to its end on its loop's thread: no
+//!   work stealing, no cross-thread wake-up per request or block. Loop 0
+//!   also holds the metrics listener and the signal handling.
 //! - `shared`: one multi-thread work-stealing runtime with N workers
 //!   for everything (the layout before `per-core`).
 //!
-//! N is `SLUICE_WORKERS`, by default half the cores (at least one): see
+//! N is `--workers` (key `workers`, env `SLUICE_WORKERS`), by default half
+//! the cores (at least one): see
 //! [`default_workers`]. `SLUICE_RUNTIME=current` (kept from before) is
 //! `per-core` with one loop. `SLUICE_EVENT_INTERVAL` sets how many tasks
 //! a loop polls between checks of the I/O driver (tokio's default 61).
@@ -24,10 +25,6 @@
 //! Why not every loop waiting on one shared listening socket: the loop
 //! that wakes first takes a whole burst of connections (wrk's 256 at
 //! start) and the other loops idle.
-//!
-//! Why FTP stays on loop 0: `ftp::run` owns its max-sessions gate, so
-//! several accept loops would each allow `max_sessions`; spreading FTP
-//! sessions needs that gate passed in (see the report).
 //!
 //! Every loop's thread writes the gathered log lines before it sleeps
 //! (`logbuf::flush` as `on_thread_park`).
@@ -85,7 +82,8 @@ impl RuntimeKind {
     }
 }
 
-/// How many loops (`per-core`) or workers (`shared`).
+/// How many loops (`per-core`) or workers (`shared`): `--workers` (or
+/// the key), else `SLUICE_WORKERS`, else [`default_workers`].
 ///
 /// Why half the cores by default, measured (bench/dlcost.py, 2 cores,
 /// warm 2 GiB over loopback, sendfile): a sender spends its time in the
@@ -95,7 +93,10 @@ impl RuntimeKind {
 /// switches per GiB from ~775 to ~440 for one stream and ~410 to ~330 for
 /// 16 concurrent downloads, with the same MB/s. Only measured on 2 cores:
 /// revisit on larger hosts.
-pub fn workers() -> Result<usize> {
+pub fn workers(configured: Option<usize>) -> Result<usize> {
+    if let Some(n) = configured {
+        return Ok(n.max(1));
+    }
     if std::env::var("SLUICE_RUNTIME").is_ok_and(|v| v.trim() == "current") {
         return Ok(1);
     }

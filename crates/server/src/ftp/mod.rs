@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::auth::Users;
 use crate::config::ServeConfig;
+use crate::loops::Loops;
 
 /// What every FTP session shares.
 #[derive(Debug)]
@@ -44,8 +45,9 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Accepts control connections forever.
-pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener) {
+/// Accepts control connections forever; each session (and its data
+/// transfers) is served on the next of `loops` in turn.
+pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener, loops: Loops) {
     let gate = Arc::new(Semaphore::new(ctx.config.max_sessions));
     let next_id = AtomicU64::new(1);
     loop {
@@ -63,13 +65,15 @@ pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener) {
         match Arc::clone(&gate).try_acquire_owned() {
             Ok(permit) => {
                 let ctx = Arc::clone(&ctx);
-                tokio::spawn(
-                    async move {
-                        session::serve(ctx, conn).await;
-                        drop(permit);
-                    }
-                    .instrument(span),
-                );
+                loops.spread(conn, move |conn| {
+                    tokio::spawn(
+                        async move {
+                            session::serve(ctx, conn).await;
+                            drop(permit);
+                        }
+                        .instrument(span),
+                    );
+                });
             }
             Err(_) => {
                 tokio::spawn(

@@ -32,7 +32,7 @@ async fn server(
         config,
         engine,
     });
-    tokio::spawn(super::run(ctx, listener));
+    tokio::spawn(super::run(ctx, listener, crate::loops::Loops::here()));
     addr
 }
 

@@ -340,16 +340,10 @@ mod tests {
             settings,
             Engine::new(EngineConfig::default()),
         ));
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let c = Arc::clone(&ctx);
-        std::thread::spawn(move || {
-            crate::runtime::build_loop()
-                .unwrap()
-                .block_on(super::super::serve_handed(c, Some(rx)))
-        });
+        let loops = crate::loops::Loops::start(2).unwrap();
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        tokio::spawn(super::super::run_spread(ctx, l, vec![tx]));
+        tokio::spawn(super::super::run_spread(ctx, l, loops));
         for _ in 0..4 {
             let out = exchange(
                 addr,

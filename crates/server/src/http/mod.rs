@@ -33,13 +33,14 @@ use sluice_http::{respond_status, Status};
 use sluice_platform::fs::ServedRoot;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 pub use settings::HttpSettings;
 
 use crate::config::ServeConfig;
+use crate::loops::Loops;
 
 /// How long a refused connection (503) may take to receive its answer.
 const REFUSAL_DEADLINE: Duration = Duration::from_secs(5);
@@ -81,27 +82,17 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// A connection accepted on loop 0 and handed to another event loop.
-#[derive(Debug)]
-pub struct Handover {
-    stream: std::net::TcpStream,
-    peer: SocketAddr,
-    id: u64,
-    permit: OwnedSemaphorePermit,
-}
-
 /// Starts the HTTP front door next to FTP, if configured: binds, prints
 /// `http listening on ADDR` on stdout (tests parse it when given port 0)
-/// and spawns the accept loop on this runtime. With `loops` above one
-/// (`--runtime per-core`) it starts `loops - 1` more event-loop threads
-/// and hands accepted connections round-robin to all loops, this one
-/// included ([`run_spread`]). When the *default* address is taken (say,
+/// and spawns the accept loop on this runtime, which hands accepted
+/// connections round-robin to `loops` (`--runtime per-core`; see
+/// `crate::loops`). When the *default* address is taken (say,
 /// by another `sluice serve` started without `--http`), it warns and
 /// runs without HTTP; an address given explicitly must bind.
 pub async fn start(
     cfg: &ServeConfig,
     engine: &Engine,
-    loops: usize,
+    loops: &Loops,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
@@ -136,26 +127,7 @@ pub async fn start(
     if let Some(every) = ctx.open_files.sweep_every() {
         tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
     }
-    let mut others = Vec::new();
-    let mut inboxes = Vec::new();
-    for _ in 1..loops.max(1) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        others.push(tx);
-        inboxes.push(Some(rx));
-    }
-    if !inboxes.is_empty() {
-        let inboxes = Arc::new(std::sync::Mutex::new(inboxes));
-        let c = Arc::clone(&ctx);
-        crate::runtime::spawn_loops(loops, move |i| {
-            let rx = inboxes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_mut(i - 1)
-                .and_then(Option::take);
-            serve_handed(Arc::clone(&c), rx)
-        })?;
-    }
-    Ok(Some(tokio::spawn(run_spread(ctx, listener, others))))
+    Ok(Some(tokio::spawn(run_spread(ctx, listener, loops.clone()))))
 }
 
 /// Every `every`, drops stale entries of the open-file cache (see
@@ -217,44 +189,13 @@ pub async fn serve_alone(
 /// starts [`run_spread`] through [`start`]; tests call this.)
 #[cfg(test)]
 pub async fn run(ctx: Arc<HttpContext>, listener: TcpListener) {
-    run_spread(ctx, listener, Vec::new()).await
+    run_spread(ctx, listener, Loops::here()).await
 }
 
-/// Serves the connections loop 0 hands to this loop, each in its own
-/// task here, until the acceptor is gone.
-async fn serve_handed(ctx: Arc<HttpContext>, rx: Option<mpsc::UnboundedReceiver<Handover>>) {
-    let Some(mut rx) = rx else { return };
-    while let Some(h) = rx.recv().await {
-        let span = tracing::debug_span!("http", id = h.id, peer = %h.peer);
-        match TcpStream::from_std(h.stream) {
-            Ok(stream) => {
-                let ctx = Arc::clone(&ctx);
-                let permit = h.permit;
-                tokio::spawn(
-                    async move {
-                        conn::serve(ctx, stream, h.peer, h.id).await;
-                        drop(permit);
-                    }
-                    .instrument(span),
-                );
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot take over an HTTP connection"),
-        }
-    }
-}
-
-/// The accept loop: each connection is served on this loop or handed to
-/// one of `others` (the other event loops), in turn. Round-robin keeps
-/// the loops evenly loaded where a shared listening socket would let
-/// whichever loop wakes first take a burst of connections; it costs one
-/// cross-thread wake-up per connection, none per request.
-pub async fn run_spread(
-    ctx: Arc<HttpContext>,
-    listener: TcpListener,
-    others: Vec<mpsc::UnboundedSender<Handover>>,
-) {
+/// The accept loop: each connection is served on the next of `loops` in
+/// turn.
+pub async fn run_spread(ctx: Arc<HttpContext>, listener: TcpListener, loops: Loops) {
     let gate = Arc::clone(&ctx.gate);
-    let mut turn = 0usize;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -269,32 +210,16 @@ pub async fn run_spread(
         let span = tracing::debug_span!("http", id, %peer);
         match Arc::clone(&gate).try_acquire_owned() {
             Ok(permit) => {
-                turn = (turn + 1) % (others.len() + 1);
-                if let Some(tx) = turn.checked_sub(1).and_then(|k| others.get(k)) {
-                    match stream.into_std() {
-                        Ok(stream) => {
-                            let h = Handover {
-                                stream,
-                                peer,
-                                id,
-                                permit,
-                            };
-                            if tx.send(h).is_err() {
-                                tracing::warn!(%peer, "event loop gone; connection dropped");
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "cannot hand an HTTP connection over"),
-                    }
-                    continue;
-                }
                 let ctx = Arc::clone(&ctx);
-                tokio::spawn(
-                    async move {
-                        conn::serve(ctx, stream, peer, id).await;
-                        drop(permit);
-                    }
-                    .instrument(span),
-                );
+                loops.spread(stream, move |stream| {
+                    tokio::spawn(
+                        async move {
+                            conn::serve(ctx, stream, peer, id).await;
+                            drop(permit);
+                        }
+                        .instrument(span),
+                    );
+                });
             }
             Err(_) => {
                 tokio::spawn(refuse(stream, peer).instrument(span));
