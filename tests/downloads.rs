@@ -455,7 +455,10 @@ fn sessions_are_spread_over_per_core_loops() {
 
 /// Voluntary context switches of the server thread named `name`.
 fn loop_thread_switches(pid: u32, name: &str) -> Option<u64> {
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
         if comm.trim() != name {
             continue;
