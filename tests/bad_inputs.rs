@@ -529,6 +529,146 @@ fn unknown_command_gets_500_or_502() {
     assert_serves_fresh_session(&server);
 }
 
+/// An empty line, or one of only spaces, gets an answer before and after
+/// login: a client waiting for a reply must not hang. (vsftpd 3.0.3 answers
+/// a line of spaces with 500, 530 before login, but ignores a bare CRLF,
+/// so only sluice is held to the bare-CRLF case.)
+#[test]
+fn bare_line_ends_are_ignored_and_blank_commands_get_500() {
+    let server = under_test(false);
+    let mut c = server.connect();
+    // A bare CRLF (a keep-alive) gets no reply, as from vsftpd: the
+    // reply to the NOOP after it is the next one read.
+    c.send_raw(b"\r\n").expect("send");
+    let r = c.cmd("   ");
+    assert_code(&c, "spaces before login", r.code, &[500, 530]);
+    c.login_anonymous();
+    c.send_raw(b"\r\n").expect("send");
+    let r = c.cmd("NOOP");
+    assert_code(&c, "NOOP after a bare CRLF", r.code, &[200]);
+    let r = c.cmd("   ");
+    assert_code(&c, "spaces after login", r.code, &[500]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// A NUL or another control character in USER is refused as a bad user
+/// name (not a file name), and the PASS after it logs nobody in, not even
+/// a name that an earlier USER gave.
+#[test]
+fn control_characters_in_user_are_refused() {
+    let server = under_test(false);
+    let mut c = server.connect();
+    for (before, raw) in [
+        (false, &b"USER anony\0mous\r\n"[..]),
+        (false, b"USER anony\x01mous\r\n"),
+        (true, b"USER anony\x1bmous\r\n"),
+    ] {
+        if before {
+            let r = c.cmd("USER anonymous");
+            if r.code == 230 {
+                // vsftpd with no_anon_password: logged in at once, so
+                // there is no earlier name left waiting for PASS.
+                c.quit();
+                assert_serves_fresh_session(&server);
+                return;
+            }
+            assert_code(&c, "USER anonymous", r.code, &[331]);
+        }
+        c.send_raw(raw).expect("send USER");
+        let r = c
+            .read_reply()
+            .unwrap_or_else(|e| panic!("no reply to USER: {e}\n{}", c.transcript()));
+        // vsftpd: 530 "This FTP server is anonymous only."
+        assert_code(&c, "USER with a control character", r.code, &[501, 530]);
+        assert!(
+            !r.text().contains("file name"),
+            "USER refused with a file-name wording\n{}",
+            c.transcript()
+        );
+        let r = c.cmd("PASS sluice-test@example.org");
+        assert_code(&c, "PASS after a refused USER", r.code, &[503, 530]);
+    }
+    // The session can still log in properly.
+    c.login_anonymous();
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// LIST writes `p` for a FIFO and `s` for a socket as `ls -l` does (or `?`
+/// while the server cannot tell the type), never `-`, which says "plain
+/// file".
+#[test]
+fn list_does_not_show_fifos_and_sockets_as_plain_files() {
+    let server = under_test(false);
+    let st = std::process::Command::new("mkfifo")
+        .arg(server.local("a-fifo"))
+        .status()
+        .expect("run mkfifo");
+    assert!(st.success(), "mkfifo failed");
+    let _sock = std::os::unix::net::UnixListener::bind(server.local("a-socket"))
+        .expect("bind a unix socket");
+    let mut c = logged_in(&server);
+    let data = c.open_passive();
+    let t = c.transfer_in("LIST", data);
+    assert_code(&c, "LIST", t.last().code, &[226]);
+    let listing = String::from_utf8_lossy(&t.data);
+    for (name, want) in [("a-fifo", 'p'), ("a-socket", 's'), ("f4095.bin", '-')] {
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_else(|| panic!("LIST does not show {name}:\n{listing}"));
+        let first = line.chars().next();
+        assert!(
+            first == Some(want),
+            "LIST shows {name} as {line:?}, want type `{want}`"
+        );
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// A path ending in `/` names a directory: on a regular file RETR, SIZE,
+/// MDTM, DELE and RNFR fail with 550 (vsftpd: open() gives ENOTDIR), while
+/// a directory works with the slash as without it.
+#[test]
+fn a_trailing_slash_on_a_file_gets_550() {
+    let server = under_test(true);
+    fs::create_dir(server.local("adir")).expect("mkdir");
+    let file = server.remote_path("f4095.bin");
+    let mut c = logged_in(&server);
+    let t = c.retr(&format!("{file}/"));
+    assert_code(&c, "RETR file/", t.last().code, &[550]);
+    assert!(t.data.is_empty(), "RETR file/ sent {} bytes", t.data.len());
+    for verb in ["SIZE", "MDTM", "DELE", "RNFR"] {
+        let r = c.cmd(&format!("{verb} {file}/"));
+        assert_code(&c, &format!("{verb} file/"), r.code, &[550]);
+    }
+    assert!(server.local("f4095.bin").is_file(), "DELE file/ removed it");
+    let dir = server.remote_path("adir");
+    let r = c.cmd(&format!("CWD {dir}/"));
+    assert_code(&c, "CWD dir/", r.code, &[250]);
+    let r = c.cmd("CDUP");
+    assert_code(&c, "CDUP", r.code, &[200, 250]);
+    let mut listings = vec!["LIST", "NLST"];
+    if server.kind == Kind::Sluice {
+        listings.push("MLSD");
+    }
+    for verb in listings {
+        let data = c.open_passive();
+        let t = c.transfer_in(&format!("{verb} {dir}/"), data);
+        assert_code(&c, &format!("{verb} dir/"), t.last().code, &[226]);
+    }
+    let new = server.remote_path("newdir");
+    let r = c.cmd(&format!("MKD {new}/"));
+    assert_code(&c, "MKD dir/", r.code, &[257]);
+    let r = c.cmd(&format!("RMD {new}/"));
+    assert_code(&c, "RMD dir/", r.code, &[250]);
+    assert!(!server.local("newdir").exists());
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
 #[test]
 fn retr_before_pasv_or_port_gets_425_or_503() {
     let server = under_test(false);

@@ -330,7 +330,8 @@ pub enum CommandError {
     /// No terminator within [`MAX_LINE`] bytes. Framing is lost: reply,
     /// then close the control connection.
     LineTooLong,
-    /// An empty line.
+    /// A line of only spaces (a bare line end never gets here: the
+    /// session ignores it): answered with 500, as vsftpd does.
     Empty,
     /// A verb that is not letters, or too long. Carries a clipped, escaped
     /// echo of the input.
@@ -343,8 +344,10 @@ pub enum CommandError {
     Unsupported(&'static str),
     /// A path longer than [`crate::limits::MAX_PATH`], or a user/password over its bound.
     TooLong(&'static str),
-    /// A path or name that is not UTF-8 or contains NUL, CR or LF.
+    /// A path that is not UTF-8 or contains NUL, CR or LF.
     BadPath(&'static str),
+    /// A USER/ACCT name that is not UTF-8 or holds a control character.
+    BadName(&'static str),
     /// EPRT with a network protocol other than 1 or 2.
     UnsupportedProtocol,
 }
@@ -372,10 +375,28 @@ impl CommandError {
             Self::BadPath(v) => {
                 Reply::new(C::BAD_FILE_NAME, format!("{v}: file name not allowed."))
             }
+            Self::BadName("ACCT") => Reply::new(C::BAD_ARGUMENTS, "Invalid account name."),
+            Self::BadName(_) => Reply::new(C::BAD_ARGUMENTS, "Invalid user name."),
             Self::UnsupportedProtocol => Reply::new(
                 C::BAD_NETWORK_PROTOCOL,
                 "Network protocol not supported, use (1,2)",
             ),
+        }
+    }
+
+    /// The verb whose argument was refused, when the error is about one.
+    pub fn verb(&self) -> Option<&'static str> {
+        match self {
+            Self::MissingArgument(v)
+            | Self::BadArgument(v)
+            | Self::Unsupported(v)
+            | Self::TooLong(v)
+            | Self::BadPath(v)
+            | Self::BadName(v) => Some(v),
+            Self::LineTooLong
+            | Self::Empty
+            | Self::UnknownCommand(_)
+            | Self::UnsupportedProtocol => None,
         }
     }
 
@@ -620,6 +641,30 @@ mod tests {
         let long = format!("RETR {}", "a".repeat(MAX_PATH + 1));
         assert_eq!(p(&long), Err(CommandError::TooLong("RETR")));
         assert_eq!(p("RETR é").unwrap(), Command::Retr("é".into()));
+    }
+
+    #[test]
+    fn control_characters_in_names_are_refused_as_names() {
+        for line in [
+            &b"USER a\0b"[..],
+            b"USER a\x01b",
+            b"USER \x1b[2J",
+            b"USER a\tb",
+            b"USER a\x7f",
+            b"USER \xff\xfe",
+            b"ACCT a\0b",
+        ] {
+            let r = parse_command(line).unwrap_err().reply();
+            assert_eq!(r.code, ReplyCode::BAD_ARGUMENTS, "{line:?}");
+            assert!(
+                r.text().contains(" name") && !r.text().contains("file"),
+                "{line:?}: {}",
+                r.text()
+            );
+        }
+        assert!(p("USER a b@c.d").is_ok());
+        // Passwords are bytes; whatever they hold is the checker's business.
+        assert!(matches!(parse_command(b"PASS a\0b"), Ok(Command::Pass(_))));
     }
 
     #[test]

@@ -14,17 +14,57 @@
 
 use std::fmt::Write as _;
 
-/// What kind of directory entry.
+/// What kind of directory entry; LIST shows it as `ls -l` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryKind {
-    /// Regular file.
+    /// Regular file (`-`).
     File,
-    /// Directory.
+    /// Directory (`d`).
     Dir,
-    /// Symbolic link.
+    /// Symbolic link (`l`).
     Symlink,
-    /// Anything else (device, fifo, socket).
+    /// Named pipe (`p`).
+    Fifo,
+    /// Unix domain socket (`s`).
+    Socket,
+    /// Character device (`c`).
+    CharDevice,
+    /// Block device (`b`).
+    BlockDevice,
+    /// Not a regular file, of a type the server could not tell (`?`, as
+    /// GNU ls writes an unknown type).
     Other,
+}
+
+impl EntryKind {
+    /// The kind a `st_mode` value's type bits (`S_IFMT`) say. The values
+    /// are the same on every Linux architecture.
+    pub fn from_mode(st_mode: u32) -> EntryKind {
+        match st_mode & 0o170000 {
+            0o100000 => EntryKind::File,
+            0o040000 => EntryKind::Dir,
+            0o120000 => EntryKind::Symlink,
+            0o010000 => EntryKind::Fifo,
+            0o140000 => EntryKind::Socket,
+            0o020000 => EntryKind::CharDevice,
+            0o060000 => EntryKind::BlockDevice,
+            _ => EntryKind::Other,
+        }
+    }
+
+    /// The type character of an `ls -l` line.
+    fn ls_char(self) -> char {
+        match self {
+            EntryKind::File => '-',
+            EntryKind::Dir => 'd',
+            EntryKind::Symlink => 'l',
+            EntryKind::Fifo => 'p',
+            EntryKind::Socket => 's',
+            EntryKind::CharDevice => 'c',
+            EntryKind::BlockDevice => 'b',
+            EntryKind::Other => '?',
+        }
+    }
 }
 
 /// One directory entry, as the server found it.
@@ -72,12 +112,7 @@ const SIX_MONTHS: i64 = 182 * 24 * 3600;
 /// the two forms).
 pub fn list_line(e: &EntryInfo, now: i64, out: &mut Vec<u8>) {
     let mut s = String::with_capacity(80 + e.name.len());
-    s.push(match e.kind {
-        EntryKind::File => '-',
-        EntryKind::Dir => 'd',
-        EntryKind::Symlink => 'l',
-        EntryKind::Other => '-',
-    });
+    s.push(e.kind.ls_char());
     // setuid, setgid and sticky show in the x column as ls does: s/S, s/S, t/T.
     for (shift, special, set, unset) in [
         (6u32, 0o4000, 's', 'S'),
@@ -138,7 +173,14 @@ pub fn mlsx_facts(e: &EntryInfo, role: MlsxRole, writable: bool) -> String {
         (MlsxRole::Entry, EntryKind::Dir) => "dir",
         (MlsxRole::Entry, EntryKind::File) => "file",
         (MlsxRole::Entry, EntryKind::Symlink) => "OS.unix=symlink",
-        (MlsxRole::Entry, EntryKind::Other) => "OS.unix=special",
+        (
+            MlsxRole::Entry,
+            EntryKind::Fifo
+            | EntryKind::Socket
+            | EntryKind::CharDevice
+            | EntryKind::BlockDevice
+            | EntryKind::Other,
+        ) => "OS.unix=special",
     };
     let is_dir = e.kind == EntryKind::Dir || role != MlsxRole::Entry;
     // r/w for files; e (enter), l (list), c (create), m (mkdir) for dirs.
@@ -341,6 +383,40 @@ mod tests {
             ..file()
         };
         assert!(line(&future).contains("Nov 22  2026"));
+    }
+
+    #[test]
+    fn type_character_as_ls() {
+        for (kind, c) in [
+            (EntryKind::File, '-'),
+            (EntryKind::Dir, 'd'),
+            (EntryKind::Symlink, 'l'),
+            (EntryKind::Fifo, 'p'),
+            (EntryKind::Socket, 's'),
+            (EntryKind::CharDevice, 'c'),
+            (EntryKind::BlockDevice, 'b'),
+            // A type the server could not tell is not a plain file.
+            (EntryKind::Other, '?'),
+        ] {
+            let e = EntryInfo { kind, ..file() };
+            assert!(line(&e).starts_with(c), "{kind:?}: {}", line(&e));
+            if !matches!(kind, EntryKind::File | EntryKind::Dir | EntryKind::Symlink) {
+                let facts = mlsx_facts(&e, MlsxRole::Entry, false);
+                assert!(facts.starts_with("type=OS.unix=special;"), "{facts}");
+            }
+        }
+        for (mode, kind) in [
+            (0o100644, EntryKind::File),
+            (0o040755, EntryKind::Dir),
+            (0o120777, EntryKind::Symlink),
+            (0o010644, EntryKind::Fifo),
+            (0o140755, EntryKind::Socket),
+            (0o020620, EntryKind::CharDevice),
+            (0o060660, EntryKind::BlockDevice),
+            (0o644, EntryKind::Other),
+        ] {
+            assert_eq!(EntryKind::from_mode(mode), kind, "{mode:o}");
+        }
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! as on a chrooted server). Client arguments are resolved against it with
 //! [`VirtualPath::resolve`].
 //!
+//! A trailing slash is not kept in the text but not forgotten either: a
+//! client path ending in `/` (or `/.`) names a directory, as in POSIX path
+//! resolution, and [`VirtualPath::names_dir`] tells the shell to refuse it
+//! when it is anything else (`RETR file/` is "Not a directory", as open(2)
+//! says ENOTDIR).
+//!
 //! This is bookkeeping, not a security boundary: the shell hands a virtual
 //! path to `sluice_platform::fs::ServedRoot`, where the kernel resolves it
 //! beneath the served root (`openat2(RESOLVE_BENEATH)`) and refuses symlinks
@@ -14,8 +20,12 @@
 use crate::limits::MAX_PATH;
 
 /// A normalized, `/`-rooted path inside the served tree.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct VirtualPath(String);
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct VirtualPath {
+    path: String,
+    /// Written with a trailing slash: must be a directory.
+    dir: bool,
+}
 
 /// Why a client path argument was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,21 +39,39 @@ pub enum PathError {
 impl VirtualPath {
     /// The root, `/`.
     pub fn root() -> VirtualPath {
-        VirtualPath("/".to_string())
+        VirtualPath::plain("/".to_string())
+    }
+
+    fn plain(path: String) -> VirtualPath {
+        VirtualPath { path, dir: false }
     }
 
     /// The path as text, always starting with `/`.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.path
     }
 
     /// True for `/`.
     pub fn is_root(&self) -> bool {
-        self.0 == "/"
+        self.path == "/"
+    }
+
+    /// True if the client wrote the path ending in `/` (or `/.`): it names
+    /// a directory, and an operation on it must fail with "Not a
+    /// directory" if it is anything else. Never true for `/`.
+    pub fn names_dir(&self) -> bool {
+        self.dir
+    }
+
+    /// The same path without the [`names_dir`](Self::names_dir) flag.
+    pub fn without_dir_flag(self) -> VirtualPath {
+        VirtualPath::plain(self.path)
     }
 
     /// Resolves a client argument against `self` (the working directory).
-    /// Absolute arguments start from `/`; `..` never climbs above `/`.
+    /// Absolute arguments start from `/`; `..` never climbs above `/`. An
+    /// argument whose last component is empty or `.` (`d/`, `d/.`) gives a
+    /// path that [`names_dir`](Self::names_dir).
     pub fn resolve(&self, arg: &str) -> Result<VirtualPath, PathError> {
         if arg.len() > MAX_PATH {
             return Err(PathError::TooLong);
@@ -65,7 +93,7 @@ impl VirtualPath {
                 c => parts.push(c),
             }
         }
-        let mut s = String::with_capacity(arg.len() + self.0.len() + 1);
+        let mut s = String::with_capacity(arg.len() + self.path.len() + 1);
         for p in &parts {
             s.push('/');
             s.push_str(p);
@@ -76,14 +104,16 @@ impl VirtualPath {
         if s.len() > MAX_PATH {
             return Err(PathError::TooLong);
         }
-        Ok(VirtualPath(s))
+        // `..` needs no flag: what it leaves is an ancestor, a directory.
+        let dir = !arg.is_empty() && matches!(arg.rsplit('/').next(), Some("" | ".")) && s != "/";
+        Ok(VirtualPath { path: s, dir })
     }
 
     /// The parent directory (`/` for `/`).
     pub fn parent(&self) -> VirtualPath {
-        match self.0.rfind('/') {
+        match self.path.rfind('/') {
             Some(0) | None => VirtualPath::root(),
-            Some(i) => VirtualPath(self.0[..i].to_string()),
+            Some(i) => VirtualPath::plain(self.path[..i].to_string()),
         }
     }
 
@@ -92,19 +122,28 @@ impl VirtualPath {
         if self.is_root() {
             None
         } else {
-            self.0.rsplit('/').next()
+            self.path.rsplit('/').next()
         }
     }
 
     /// The components, root first, without the leading `/`.
     pub fn components(&self) -> impl Iterator<Item = &str> {
-        self.0.split('/').filter(|c| !c.is_empty())
+        self.path.split('/').filter(|c| !c.is_empty())
     }
 }
 
 impl std::fmt::Display for VirtualPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.path)
+    }
+}
+
+/// `VirtualPath("/a/d/")`: the text, with the trailing slash if the
+/// client wrote one.
+impl std::fmt::Debug for VirtualPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slash = if self.dir { "/" } else { "" };
+        write!(f, "VirtualPath({:?})", format!("{}{slash}", self.path))
     }
 }
 
@@ -130,6 +169,37 @@ mod tests {
             "/etc/passwd"
         );
         assert_eq!(cwd.resolve("").unwrap().as_str(), "/a/b");
+    }
+
+    #[test]
+    fn a_trailing_slash_is_kept_as_meaning() {
+        let cwd = vp("/a");
+        assert_eq!(cwd.resolve("f/").unwrap().as_str(), "/a/f");
+        assert_ne!(cwd.resolve("f/").unwrap(), cwd.resolve("f").unwrap());
+        assert_ne!(cwd.resolve("f/.").unwrap(), cwd.resolve("f").unwrap());
+        assert_eq!(cwd.resolve("/a/f").unwrap(), cwd.resolve("f").unwrap());
+        assert_eq!(cwd.resolve("/").unwrap(), VirtualPath::root());
+        let f = cwd.resolve("f/").unwrap();
+        assert!(f.names_dir());
+        assert_eq!(format!("{f:?}"), "VirtualPath(\"/a/f/\")");
+        assert_eq!(f.to_string(), "/a/f");
+        for (arg, dir) in [
+            ("f/.", true),
+            ("/f//", true),
+            (".", true),
+            ("f", false),
+            ("", false),
+            ("f/..", false),
+            ("./", true),
+            ("/", false),
+            ("..//", false),
+        ] {
+            let p = cwd.resolve(arg).unwrap();
+            assert_eq!(p.names_dir(), dir, "{arg:?}");
+        }
+        // Paths derived from a flagged one do not inherit the flag.
+        assert!(!f.parent().names_dir());
+        assert!(!f.resolve("g").unwrap().names_dir());
     }
 
     #[test]

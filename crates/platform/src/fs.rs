@@ -119,6 +119,9 @@ pub struct Metadata {
     pub mtime: SystemTime,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
+    /// File type bits (`st_mode & S_IFMT`): tells FIFOs, sockets and
+    /// devices apart where `kind` says only [`FileKind::Other`].
+    pub file_type: u32,
     /// Hard link count.
     pub nlink: u64,
 }
@@ -532,6 +535,7 @@ fn metadata(st: &libc::stat) -> Metadata {
         size: st.st_size.max(0) as u64,
         mtime,
         mode: st.st_mode & 0o7777,
+        file_type: st.st_mode & libc::S_IFMT,
         // st_nlink is u64 on x86_64, u32 on some other targets.
         #[allow(clippy::unnecessary_cast)]
         nlink: st.st_nlink as u64,

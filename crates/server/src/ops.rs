@@ -35,6 +35,24 @@ pub fn op_error(e: FsError) -> OpError {
     }
 }
 
+/// A path the client wrote as `name/` must be a directory: like open(2)
+/// on a trailing slash (ENOTDIR), anything else is "Not a directory"
+/// whatever the operation. Other paths pass.
+pub fn check_names_dir(root: &ServedRoot, path: &VirtualPath) -> Result<(), OpError> {
+    if path.names_dir() {
+        must_be_dir(root, path)
+    } else {
+        Ok(())
+    }
+}
+
+fn must_be_dir(root: &ServedRoot, path: &VirtualPath) -> Result<(), OpError> {
+    match root.stat(path.as_str()).map_err(op_error)?.kind {
+        FileKind::Dir => Ok(()),
+        _ => Err(OpError::NotADirectory),
+    }
+}
+
 /// Answers a [`Query`].
 pub fn query(
     root: &ServedRoot,
@@ -42,6 +60,7 @@ pub fn query(
     q: Query,
     writable: bool,
 ) -> Result<Answer, OpError> {
+    check_names_dir(root, path)?;
     let stat = |p: &VirtualPath| root.stat(p.as_str()).map_err(op_error);
     match q {
         Query::ChangeDir => match stat(path)?.kind {
@@ -93,6 +112,17 @@ pub fn query(
 
 /// Performs a [`Change`].
 pub fn change(root: &ServedRoot, c: &Change) -> Result<Answer, OpError> {
+    match c {
+        // mkdir(2) and rmdir(2) take `d/` as `d`.
+        Change::Mkdir(_) | Change::Rmdir(_) => {}
+        Change::Delete(p) => check_names_dir(root, p)?,
+        // rename(2) with a trailing slash on either name needs a directory
+        // to move.
+        Change::Rename { from, to } if from.names_dir() || to.names_dir() => {
+            must_be_dir(root, from)?
+        }
+        Change::Rename { .. } => {}
+    }
     let r = match c {
         Change::Mkdir(p) => root.mkdir(p.as_str()),
         Change::Rmdir(p) => root.rmdir(p.as_str()),
@@ -109,6 +139,7 @@ pub fn listing_bytes(
     format: ListFormat,
     writable: bool,
 ) -> Result<Vec<u8>, OpError> {
+    check_names_dir(root, path)?;
     let meta = root.stat(path.as_str()).map_err(op_error)?;
     let entries: Vec<DirEntry> = if meta.kind == FileKind::Dir {
         let mut all = root.list_dir(path.as_str()).map_err(op_error)?;
@@ -151,7 +182,9 @@ fn entry_info(name: &[u8], m: &Metadata) -> EntryInfo {
             FileKind::File => EntryKind::File,
             FileKind::Dir => EntryKind::Dir,
             FileKind::Symlink => EntryKind::Symlink,
-            FileKind::Other => EntryKind::Other,
+            // FIFOs, sockets and devices: p/s/c/b as ls shows them (`?`
+            // for anything else), never `-`.
+            FileKind::Other => EntryKind::from_mode(m.file_type),
         },
         size: m.size,
         mtime: unix_secs(m.mtime),
@@ -178,6 +211,7 @@ pub fn checksum(
     len: Option<u64>,
 ) -> Result<Answer, OpError> {
     use md5::Digest as _;
+    check_names_dir(root, path)?;
     let mut file = root.open_read(path.as_str()).map_err(op_error)?;
     let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
     if offset > size {
@@ -302,5 +336,102 @@ mod tests {
             Answer::Facts(f) => assert!(f.ends_with("; /f"), "{f}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn special_files_are_not_listed_as_plain_files() {
+        let (d, r) = setup();
+        let _sock = std::os::unix::net::UnixListener::bind(d.path().join("sock")).unwrap();
+        let st = std::process::Command::new("mkfifo")
+            .arg(d.path().join("fifo"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let long = String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Long, false).unwrap())
+            .unwrap();
+        for (name, kind) in [("fifo", 'p'), ("sock", 's')] {
+            let line = long
+                .lines()
+                .find(|l| l.ends_with(&format!(" {name}")))
+                .unwrap_or_else(|| panic!("{name} not listed:\n{long}"));
+            assert!(line.starts_with(kind), "{line}");
+        }
+        let mlsd =
+            String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap())
+                .unwrap();
+        for name in ["fifo", "sock"] {
+            let line = mlsd.lines().find(|l| l.ends_with(&format!("; {name}")));
+            assert!(
+                line.is_some_and(|l| l.starts_with("type=OS.unix=special;")),
+                "{name}:\n{mlsd}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_trailing_slash_on_a_file_is_not_a_directory() {
+        let (d, r) = setup();
+        let f = vp("f/");
+        for q in [
+            Query::Size,
+            Query::Modified,
+            Query::Exists,
+            Query::Facts,
+            Query::Status,
+            Query::ChangeDir,
+        ] {
+            assert_eq!(query(&r, &f, q, true), Err(OpError::NotADirectory), "{q:?}");
+        }
+        // The kept partial of f2 answers SIZE f2, not SIZE f2/.
+        assert_eq!(
+            query(&r, &vp("f2/"), Query::Size, false),
+            Err(OpError::NotFound)
+        );
+        assert_eq!(
+            listing_bytes(&r, &f, ListFormat::Long, false),
+            Err(OpError::NotADirectory)
+        );
+        assert_eq!(
+            checksum(&r, &f, ChecksumAlgorithm::Md5, 0, None),
+            Err(OpError::NotADirectory)
+        );
+        assert_eq!(
+            change(&r, &Change::Delete(f.clone())),
+            Err(OpError::NotADirectory)
+        );
+        for (from, to) in [("f/", "g"), ("f", "g/")] {
+            let c = Change::Rename {
+                from: vp(from),
+                to: vp(to),
+            };
+            assert_eq!(
+                change(&r, &c),
+                Err(OpError::NotADirectory),
+                "{from} -> {to}"
+            );
+        }
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"hello world");
+        assert!(!d.path().join("g").exists());
+        // Directories work with the slash as without it.
+        assert_eq!(
+            query(&r, &vp("sub/"), Query::ChangeDir, false),
+            Ok(Answer::Done)
+        );
+        assert_eq!(
+            query(&r, &vp("sub/"), Query::Exists, true),
+            Ok(Answer::Done)
+        );
+        assert_eq!(
+            listing_bytes(&r, &vp("sub/"), ListFormat::Names, false),
+            Ok(Vec::new())
+        );
+        assert_eq!(change(&r, &Change::Mkdir(vp("new/"))), Ok(Answer::Done));
+        let c = Change::Rename {
+            from: vp("new/"),
+            to: vp("new2/"),
+        };
+        assert_eq!(change(&r, &c), Ok(Answer::Done));
+        assert_eq!(change(&r, &Change::Rmdir(vp("new2/"))), Ok(Answer::Done));
+        assert!(!d.path().join("new2").exists());
     }
 }

@@ -32,12 +32,22 @@ fn text(a: &[u8], verb: &'static str, max: usize) -> Result<String, CommandError
     String::from_utf8(a.to_vec()).map_err(|_| CommandError::BadPath(verb))
 }
 
+/// A USER/ACCT name: UTF-8 without control characters. Names end up in
+/// logs and in the user table lookup; a NUL or an escape sequence in one is
+/// never a real name.
 pub(super) fn name(
     arg: Option<&[u8]>,
     verb: &'static str,
     max: usize,
 ) -> Result<String, CommandError> {
-    text(need(arg, verb)?, verb, max)
+    let a = need(arg, verb)?;
+    if a.len() > max {
+        return Err(CommandError::TooLong(verb));
+    }
+    if a.iter().any(u8::is_ascii_control) {
+        return Err(CommandError::BadName(verb));
+    }
+    String::from_utf8(a.to_vec()).map_err(|_| CommandError::BadName(verb))
 }
 
 pub(super) fn path(arg: Option<&[u8]>, verb: &'static str) -> Result<String, CommandError> {

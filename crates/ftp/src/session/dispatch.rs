@@ -337,7 +337,8 @@ impl Session {
                 },
                 Answer::Done,
             ) => {
-                self.cwd = path;
+                // Known to be a directory now; `CWD d/` leaves no flag behind.
+                self.cwd = path.without_dir_flag();
                 self.reply(C::FILE_ACTION_OK, "Directory successfully changed.");
             }
             (
@@ -552,6 +553,12 @@ impl Session {
         else {
             return;
         };
+        if path.names_dir() {
+            // `name/` names a directory, which no upload writes (vsftpd:
+            // 553, open(2) gives EISDIR).
+            self.reply(C::BAD_FILE_NAME, "File name not allowed.");
+            return;
+        }
         self.transfer(|data| Action::StartStor { path, kind, data });
     }
 

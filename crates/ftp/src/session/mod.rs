@@ -24,6 +24,8 @@ mod dispatch;
 #[doc(hidden)]
 pub mod internal;
 #[cfg(test)]
+mod odd_input_tests;
+#[cfg(test)]
 mod tests;
 
 pub use action::{
@@ -35,7 +37,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::command::{next_line, parse_command, CommandError, TransferMode};
+use crate::command::{next_line, parse_command, TransferMode};
 use crate::path::VirtualPath;
 use crate::reply::{Reply, ReplyCode};
 
@@ -227,11 +229,26 @@ impl Session {
             }
             used += n;
             self.last_activity = Some(now);
+            if line.is_empty() {
+                // A bare line end gets no reply, as vsftpd does: some
+                // clients and NAT boxes send one as a keep-alive and never
+                // read an answer, which would put every later reply out
+                // of step. A line of spaces is a command and gets 500.
+                continue;
+            }
             match parse_command(&line) {
                 Ok(cmd) => self.handle_command(cmd),
-                Err(CommandError::Empty) => {}
+                // Every refused line is answered: a client waiting for a
+                // reply must not hang. A flood of them is bounded like any
+                // bad line: the shell holds little unread input and reads
+                // no more until the replies are written.
                 Err(e) => {
                     self.rename_from = None;
+                    if e.verb() == Some("USER") && matches!(self.state, State::AwaitPass { .. }) {
+                        // A refused USER replaces the one before it: the
+                        // next PASS must not log in as the earlier name.
+                        self.state = State::AwaitUser;
+                    }
                     self.push(&e.reply());
                     if e.closes_connection() {
                         self.close();

@@ -15,13 +15,13 @@ fn config() -> SessionConfig {
     }
 }
 
-struct T {
-    s: Session,
-    now: Instant,
+pub(super) struct T {
+    pub(super) s: Session,
+    pub(super) now: Instant,
 }
 
 impl T {
-    fn new() -> T {
+    pub(super) fn new() -> T {
         let mut t = T {
             s: Session::new(config()),
             now: Instant::now(),
@@ -30,7 +30,7 @@ impl T {
         t
     }
 
-    fn logged_in(writable: bool) -> T {
+    pub(super) fn logged_in(writable: bool) -> T {
         let mut t = T::new();
         t.send("USER anonymous\r\nPASS x@y\r\n");
         assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
@@ -42,11 +42,11 @@ impl T {
         t
     }
 
-    fn send(&mut self, text: &str) -> usize {
+    pub(super) fn send(&mut self, text: &str) -> usize {
         self.s.handle_input(self.now, text.as_bytes()).unwrap()
     }
 
-    fn out(&mut self) -> String {
+    pub(super) fn out(&mut self) -> String {
         let mut v = Vec::new();
         self.s.poll_output(&mut v);
         String::from_utf8(v).unwrap()
@@ -54,7 +54,7 @@ impl T {
 
     /// The next action, skipping ClosePassive (bookkeeping for the shell;
     /// `passive_listener_lifetime` checks it).
-    fn action(&mut self) -> Option<Action> {
+    pub(super) fn action(&mut self) -> Option<Action> {
         loop {
             match self.s.poll_action() {
                 Some(Action::ClosePassive) => continue,
@@ -63,7 +63,7 @@ impl T {
         }
     }
 
-    fn passive(&mut self) {
+    pub(super) fn passive(&mut self) {
         self.send("EPSV\r\n");
         assert_eq!(self.action(), Some(Action::OpenPassive { extended: true }));
         self.s

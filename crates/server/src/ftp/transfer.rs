@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::data::{self, Passive};
-use crate::ops::{listing_bytes, op_error};
+use crate::ops::{check_names_dir, listing_bytes, op_error};
 use crate::upload::Upload;
 use crate::xferlog::{Direction, XferRecord};
 
@@ -209,9 +209,11 @@ async fn retr(
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
     let (root, p) = (Arc::clone(&job.root), path.clone());
-    let file = blocking(move || root.open_read(p.as_str()))
-        .await?
-        .map_err(op_error)?;
+    let file = blocking(move || {
+        check_names_dir(&root, &p)?;
+        root.open_read(p.as_str()).map_err(op_error)
+    })
+    .await??;
     let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
     if offset > size {
         return Err(OpError::OffsetBeyondEof);
