@@ -657,3 +657,4 @@ fn put_continue_p4_to_sluice() {
 fn verify_catches_corrupt_prefix_from_sluice() {
     verify_catches_corrupt_prefix(&sluice_ro(), &["-p", "4"]);
 }
+mod hostile;

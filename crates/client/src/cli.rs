@@ -49,7 +49,8 @@ pub struct TransferOpts {
           value_parser = clap::value_parser!(u64).range((1 << 20)..=(1 << 34)))]
     pub mem_cap: u64,
     /// Seconds without any progress on the control or data connections
-    /// before the transfer is abandoned.
+    /// before the transfer is abandoned (after an upload's last byte, the
+    /// server's final reply gets five times this: it may be syncing).
     #[arg(long, default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub timeout: u64,

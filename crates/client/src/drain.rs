@@ -48,6 +48,17 @@ pub enum Framing {
         /// File offset of the first byte (REST).
         base: u64,
     },
+    /// Like `Stream`, but the body ends at file offset `end` (an HTTP
+    /// body of known length): the stream is done there even if the peer
+    /// keeps the connection open, and bytes past it are never read, so a
+    /// server that sends more than it announced cannot write over a
+    /// neighbouring range.
+    Bounded {
+        /// File offset of the first byte.
+        base: u64,
+        /// One past the last byte of the body.
+        end: u64,
+    },
     /// MODE E: blocks with offsets over any number of streams, ends when
     /// the EOF block's count of EODs has been seen. Block offsets count
     /// from `base` (ERET P sends offsets relative to its start).
@@ -164,7 +175,7 @@ struct Stream {
 }
 
 enum Framer {
-    S { next: u64 },
+    S { next: u64, end: Option<u64> },
     E(Box<StreamDecoder>, u64),
 }
 
@@ -233,15 +244,30 @@ impl<'a> DrainLoop<'a> {
 
     fn add_stream(&mut self, sock: TcpStream) {
         let _ = sock.set_nonblocking(true);
-        let framer = match self.cfg.framing {
-            Framing::Stream { base } => Framer::S { next: base },
-            Framing::Extended { base } => Framer::E(Box::default(), base),
+        let (framer, ended) = match self.cfg.framing {
+            Framing::Stream { base } => (
+                Framer::S {
+                    next: base,
+                    end: None,
+                },
+                false,
+            ),
+            // An empty body (or one that came whole with the head) is
+            // done before a byte is read: do not wait for the socket.
+            Framing::Bounded { base, end } => (
+                Framer::S {
+                    next: base,
+                    end: Some(end),
+                },
+                base >= end,
+            ),
+            Framing::Extended { base } => (Framer::E(Box::default(), base), false),
         };
         self.streams.push(Stream {
             sock,
             framer,
             chunk: None,
-            ended: false,
+            ended,
         });
         self.accepted += 1;
         self.report.streams += 1;
@@ -250,14 +276,29 @@ impl<'a> DrainLoop<'a> {
 
     fn done(&self) -> bool {
         match self.cfg.framing {
-            Framing::Stream { .. } => self.accepted > 0 && self.streams.iter().all(|s| s.ended),
+            Framing::Stream { .. } | Framing::Bounded { .. } => {
+                self.accepted > 0 && self.streams.iter().all(|s| s.ended)
+            }
             Framing::Extended { .. } => self.eof_count.is_some_and(|n| self.report.eods >= n),
         }
     }
 
     fn run(&mut self) -> Result<DrainReport> {
+        let r = self.run_loop();
+        if r.is_err() {
+            // Hand on what was read before the failure, so the `.part`
+            // keeps it for `--continue`.
+            for i in 0..self.streams.len() {
+                let _ = self.flush(i);
+            }
+        }
+        r
+    }
+
+    fn run_loop(&mut self) -> Result<DrainReport> {
         let mut last_progress = Instant::now();
         while !self.done() {
+            self.check_eods_possible()?;
             if self.cancel.load(Relaxed) {
                 return Err(ClientError::net(
                     "data transfer",
@@ -294,6 +335,30 @@ impl<'a> DrainLoop<'a> {
             self.flush(i)?;
         }
         Ok(self.report.clone())
+    }
+
+    /// MODE E: fails when the EOF block asks for more EODs than can still
+    /// come (every stream we may accept has ended), instead of waiting for
+    /// the idle timeout on connections that will never be made.
+    fn check_eods_possible(&self) -> Result<()> {
+        let Some(want) = self.eof_count else {
+            return Ok(());
+        };
+        let max = match &self.listener {
+            Some((_, max, _)) => *max as u64,
+            None => self.accepted as u64,
+        };
+        let open = self.streams.iter().filter(|s| !s.ended).count() as u64;
+        let can_come = open + max.saturating_sub(self.accepted as u64);
+        if self.report.eods + can_come < want {
+            return Err(ClientError::Protocol(format!(
+                "MODE E EOF block announces {want} data connections, but at most {} can end \
+                 (we accept {max}, {} ended)",
+                self.report.eods + can_come,
+                self.report.eods
+            )));
+        }
+        Ok(())
     }
 
     /// Polls the listener and live streams; returns what is readable.
@@ -359,7 +424,16 @@ impl<'a> DrainLoop<'a> {
         let mut round = 0usize;
         while round < ROUND_BYTES {
             let target = match &self.streams[i].framer {
-                Framer::S { next } => Some((*next, CHUNK as u64)),
+                Framer::S {
+                    next,
+                    end: Some(end),
+                } => {
+                    if next >= end {
+                        return Ok(Turn::Ended);
+                    }
+                    Some((*next, (end - next).min(CHUNK as u64)))
+                }
+                Framer::S { next, end: None } => Some((*next, CHUNK as u64)),
                 Framer::E(dec, base) => match dec.pending_payload() {
                     None => None,
                     Some(p) => Some((
@@ -416,7 +490,7 @@ impl<'a> DrainLoop<'a> {
         c.filled += n;
         let full = c.filled == c.buf.len();
         match &mut st.framer {
-            Framer::S { next } => *next += n as u64,
+            Framer::S { next, .. } => *next += n as u64,
             Framer::E(dec, base) => {
                 if dec
                     .consume_payload(n as u64)
@@ -587,5 +661,81 @@ fn read_some(sock: &mut TcpStream, buf: &mut [u8]) -> Result<Option<usize>> {
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(ClientError::net("read data connection", e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::{Sink, Writer, WriterConfig};
+    use std::io::Write as _;
+    use std::net::TcpListener;
+
+    /// Drains one connection whose peer writes `sent` and then keeps the
+    /// connection open until the drain is over; returns the file.
+    fn drain_bounded(sent: &[u8], end: u64) -> (Result<DrainReport>, Vec<u8>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sent = sent.to_vec();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(&sent).unwrap();
+            let _ = done_rx.recv(); // hold the connection open
+        });
+        let sock = TcpStream::connect(addr).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let stats = Arc::new(Stats::default());
+        let w = Writer::start(
+            WriterConfig {
+                sink: Sink::File(std::fs::File::create(&path).unwrap()),
+                already: 0,
+                size: None,
+                mem_cap: 1 << 20,
+                prefix_file: None,
+                recycle: None,
+            },
+            stats.clone(),
+        )
+        .unwrap();
+        let d = Drain::start(
+            DrainConfig {
+                framing: Framing::Bounded { base: 0, end },
+                idle_timeout: Duration::from_secs(30),
+                raise_priority: false,
+            },
+            Source::Connected(sock),
+            w.input(),
+            mpsc::sync_channel(0).1,
+            stats,
+        )
+        .unwrap();
+        let r = d.join();
+        w.finish().unwrap();
+        let _ = done_tx.send(());
+        peer.join().unwrap();
+        (r, std::fs::read(&path).unwrap())
+    }
+
+    #[test]
+    fn bounded_stream_ends_at_its_length_with_the_connection_open() {
+        let (r, file) = drain_bounded(b"0123456789", 10);
+        assert_eq!(r.unwrap().bytes, 10);
+        assert_eq!(file, b"0123456789");
+    }
+
+    #[test]
+    fn bounded_stream_never_reads_past_its_end() {
+        let (r, file) = drain_bounded(b"0123456789junk", 10);
+        assert_eq!(r.unwrap().bytes, 10);
+        assert_eq!(file, b"0123456789");
+    }
+
+    #[test]
+    fn empty_bounded_stream_is_done_at_once() {
+        let (r, file) = drain_bounded(b"", 0);
+        assert_eq!(r.unwrap().bytes, 0);
+        assert!(file.is_empty());
     }
 }

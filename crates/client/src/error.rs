@@ -73,6 +73,13 @@ impl ClientError {
 
     /// A network error with context.
     pub fn net(what: impl Into<String>, cause: io::Error) -> Self {
+        // A socket read or write timeout surfaces as EAGAIN ("Resource
+        // temporarily unavailable"), which tells the user nothing.
+        let cause = if cause.kind() == io::ErrorKind::WouldBlock {
+            io::Error::new(io::ErrorKind::TimedOut, "timed out")
+        } else {
+            cause
+        };
         ClientError::Network {
             what: what.into(),
             cause,
@@ -119,3 +126,18 @@ impl std::error::Error for ClientError {}
 
 /// Shorthand used across the client.
 pub type Result<T> = std::result::Result<T, ClientError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_timeout_reads_as_timed_out() {
+        let e = ClientError::net("read listing", io::Error::from(io::ErrorKind::WouldBlock));
+        assert_eq!(e.to_string(), "read listing: timed out");
+        assert_eq!(e.exit_code(), 3);
+        let e = ClientError::net("x", io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert!(e.to_string().starts_with("x: "), "{e}");
+        assert_ne!(e.to_string(), "x: timed out");
+    }
+}

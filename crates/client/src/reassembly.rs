@@ -138,11 +138,25 @@ impl Reassembly {
         if fresh == 0 {
             return Ok(());
         }
-        self.received.insert(offset..end);
         match &mut self.in_order {
+            // Only the new bytes are written: the first copy of a byte
+            // wins, as it does for a pipe, so a later conflicting copy (a
+            // confused server re-sending a range) cannot overwrite data
+            // already written.
+            None if fresh < len => {
+                for r in missing(&self.received, offset..end) {
+                    let from = (r.start - offset) as usize;
+                    let to = (r.end - offset) as usize;
+                    self.ready.push_back(Write {
+                        offset: r.start,
+                        data: data[from..to].to_vec(),
+                    });
+                }
+            }
             None => self.ready.push_back(Write { offset, data }),
             Some(io) => io.handle(offset, data, &mut self.ready)?,
         }
+        self.received.insert(offset..end);
         Ok(())
     }
 
@@ -230,6 +244,28 @@ impl InOrder {
     }
 }
 
+/// The parts of `r` not yet in `set`, in order.
+fn missing(set: &RangeSet, r: Range<u64>) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    let mut at = r.start;
+    for s in set.ranges() {
+        if s.end <= at {
+            continue;
+        }
+        if s.start >= r.end {
+            break;
+        }
+        if s.start > at {
+            out.push(at..s.start);
+        }
+        at = at.max(s.end);
+    }
+    if at < r.end {
+        out.push(at..r.end);
+    }
+    out
+}
+
 /// Bytes of `r` already in `set`.
 fn overlap(set: &RangeSet, r: Range<u64>) -> u64 {
     set.ranges()
@@ -281,6 +317,26 @@ mod tests {
         assert_eq!(r.duplicate_bytes(), 15);
         assert_eq!(drain(&mut r).len(), 2);
         assert_eq!(r.end(), 15);
+    }
+
+    #[test]
+    fn seekable_overlap_writes_only_new_bytes() {
+        let mut r = Reassembly::seekable(0..0, Some(12));
+        r.handle_block(0, b"abcdef".to_vec()).unwrap();
+        r.handle_block(8, b"ij".to_vec()).unwrap();
+        // Conflicting copy of 4..6 and 8..10: only 6..8 and 10..12 are new.
+        r.handle_block(4, b"XXghYYkl".to_vec()).unwrap();
+        assert_eq!(
+            drain(&mut r),
+            vec![
+                (0, b"abcdef".to_vec()),
+                (8, b"ij".to_vec()),
+                (6, b"gh".to_vec()),
+                (10, b"kl".to_vec())
+            ]
+        );
+        assert_eq!(r.duplicate_bytes(), 4);
+        assert!(r.gaps(12).is_empty());
     }
 
     #[test]

@@ -226,6 +226,35 @@ fn write_loop(
         Sink::File(_) => Reassembly::seekable(0..cfg.already, cfg.size),
         Sink::Stdout | Sink::Device(_) => Reassembly::in_order(cfg.size, cfg.mem_cap),
     };
+    // The contiguous prefix known to be on disk.
+    let mut safe_prefix = re.prefix();
+    if let Err(e) = write_blocks(&cfg, rx, budget, stats, &mut re, &mut safe_prefix) {
+        // A bad block or a failed write ends the download; record how far
+        // the file is good so `--continue` does not start from scratch.
+        if let Some(p) = &cfg.prefix_file {
+            let _ = save_prefix(p, safe_prefix);
+        }
+        return Err(e);
+    }
+    if let Some(p) = &cfg.prefix_file {
+        save_prefix(p, re.prefix())?;
+    }
+    let gaps = cfg.size.map(|s| re.gaps(s)).unwrap_or_default();
+    Ok(WriterReport {
+        gaps,
+        prefix: re.prefix(),
+        end: re.end(),
+    })
+}
+
+fn write_blocks(
+    cfg: &WriterConfig,
+    rx: mpsc::Receiver<Block>,
+    budget: &Budget,
+    stats: &Stats,
+    re: &mut Reassembly,
+    safe_prefix: &mut u64,
+) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     let mut saved_prefix = re.prefix();
     for block in rx {
@@ -258,6 +287,7 @@ fn write_loop(
             }
             Stats::add(&stats.bytes_written, len);
         }
+        *safe_prefix = re.prefix();
         if !cfg.sink.in_order() {
             budget.release(n, stats);
         }
@@ -275,15 +305,7 @@ fn write_loop(
             .flush()
             .map_err(|e| ClientError::local("write to stdout", e))?;
     }
-    if let Some(p) = &cfg.prefix_file {
-        save_prefix(p, re.prefix())?;
-    }
-    let gaps = cfg.size.map(|s| re.gaps(s)).unwrap_or_default();
-    Ok(WriterReport {
-        gaps,
-        prefix: re.prefix(),
-        end: re.end(),
-    })
+    Ok(())
 }
 
 /// Records the resume point of a MODE E download (whose `.part` file may
@@ -461,6 +483,45 @@ mod tests {
         let rep = w.finish().unwrap();
         assert_eq!(rep.gaps, vec![4..10]);
         assert_eq!(rep.prefix, 4);
+    }
+
+    #[test]
+    fn bad_block_still_records_the_good_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = File::create(dir.path().join("f")).unwrap();
+        let side = dir.path().join("f.part.resume");
+        let stats = Arc::new(Stats::default());
+        let w = Writer::start(
+            WriterConfig {
+                sink: Sink::File(f),
+                already: 0,
+                size: Some(10),
+                mem_cap: 1 << 20,
+                prefix_file: Some(side.clone()),
+                recycle: None,
+            },
+            stats.clone(),
+        )
+        .unwrap();
+        let input = w.input();
+        assert!(input.send(
+            Block {
+                offset: 0,
+                data: vec![1; 6]
+            },
+            &stats
+        ));
+        // Past the announced size: the writer stops with an error.
+        let _ = input.send(
+            Block {
+                offset: 8,
+                data: vec![2; 4],
+            },
+            &stats,
+        );
+        drop(input);
+        assert!(matches!(w.finish(), Err(ClientError::Protocol(_))));
+        assert_eq!(load_prefix(&side), Some(6));
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The client side, for `sluice get http://...`: a request builder, a
-//! response-head parser (httparse) and a Content-Range parser, so
+//! response-head parser (httparse), a chunked-body decoder and a
+//! Content-Range parser, so
 //! parallel range requests (`aria2c -x` style) can check each answer
 //! covers exactly the bytes asked for.
 
 use std::fmt;
+
+pub mod chunked;
+pub use chunked::ChunkedDecoder;
 
 use crate::limits::{MAX_RESPONSE_HEADERS, MAX_RESPONSE_HEAD_BYTES};
 use crate::request::{Method, Version};
@@ -21,6 +25,8 @@ pub enum ClientError {
     BadContentRange,
     /// A request field would contain CR, LF or NUL.
     BadRequestField,
+    /// A chunked body that breaks RFC 9112 7.1.
+    BadChunk(&'static str),
 }
 
 impl fmt::Display for ClientError {
@@ -31,6 +37,7 @@ impl fmt::Display for ClientError {
             ClientError::Malformed(why) => write!(f, "malformed response: {why}"),
             ClientError::BadContentRange => f.write_str("bad Content-Range"),
             ClientError::BadRequestField => f.write_str("control byte in a request field"),
+            ClientError::BadChunk(why) => write!(f, "bad chunked body: {why}"),
         }
     }
 }
@@ -103,7 +110,7 @@ pub enum Framing {
     None,
     /// Exactly this many bytes.
     Length(u64),
-    /// Chunked transfer coding (this crate does not decode it).
+    /// Chunked transfer coding ([`ChunkedDecoder`]).
     Chunked,
     /// Until the server closes the connection.
     UntilClose,

@@ -61,10 +61,19 @@ impl Control {
             local,
             peer,
         };
+        let started = Instant::now();
         loop {
             let r = c.read_reply()?;
             match r.code.0 {
-                120 => continue, // "service ready in nnn minutes": keep waiting
+                // "Service ready in nnn minutes": keep waiting, but not
+                // past the timeout (a server could send 120 forever).
+                120 if started.elapsed() < timeout => continue,
+                120 => {
+                    return Err(ClientError::net(
+                        "waiting for the server's greeting",
+                        std::io::Error::new(ErrorKind::TimedOut, "timed out"),
+                    ))
+                }
                 220 => break,
                 _ => return Err(refused("greeting", &r)),
             }
@@ -197,14 +206,16 @@ pub fn refused(what: &str, r: &Reply) -> ClientError {
     }
 }
 
+/// Server text made safe to print: control characters (a terminal escape
+/// sequence in a reply must not reach the user's terminal) dropped, and
+/// clipped to 200 characters.
+pub fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(200).collect()
+}
+
 /// `code text` of a reply's first line, clipped, for error messages.
 pub fn one_line(r: &Reply) -> String {
-    let mut t: String = r
-        .text()
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(200)
-        .collect();
+    let mut t = printable(r.text());
     if t.is_empty() {
         t = "(no text)".into();
     }
@@ -215,4 +226,15 @@ pub fn one_line(r: &Reply) -> String {
 /// i.e. try something else rather than fail.
 pub fn is_unsupported(code: ReplyCode) -> bool {
     matches!(code.0, 500 | 501 | 502 | 504 | 522)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_drops_terminal_escapes_and_clips() {
+        assert_eq!(printable("12\x1b[2J34\x07"), "12[2J34");
+        assert_eq!(printable(&"a".repeat(500)).len(), 200);
+    }
 }

@@ -192,7 +192,7 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
 
 /// Where to resume: the recorded prefix if we wrote this `.part`, else the
 /// length of a `.part` left by a stream-mode client.
-fn resume_point(part: &Path, resume: &Path) -> u64 {
+pub(crate) fn resume_point(part: &Path, resume: &Path) -> u64 {
     let len = std::fs::metadata(part).map(|m| m.len()).unwrap_or(0);
     match writer::load_prefix(resume) {
         // Never more than the file holds (a deleted or truncated .part).
@@ -219,7 +219,10 @@ fn transfer(
     let (source, framing) = if extended {
         let r = ctl.cmd(&format!("OPTS RETR Parallelism={n},{n},{n};"))?;
         if !r.code.is_completion() {
-            tracing::info!("server refused parallelism: {}", r.text());
+            tracing::info!(
+                "server refused parallelism: {}",
+                super::control::printable(r.text())
+            );
         }
         let listener = data::active(ctl)?;
         // ERET P numbers its blocks from the start of the range.

@@ -173,7 +173,8 @@ fn send_stream(
     let _ = sock.flush();
     count_retransmits(&sock, stats);
     drop(sock);
-    let last = final_reply(ctl, || true, stats)?;
+    // Every byte is out: from here on, silence is a timeout.
+    let last = final_reply(ctl, || false, stats)?;
     if !last.code.is_completion() {
         return Err(refused("transfer", &last));
     }
@@ -239,8 +240,10 @@ fn send_extended(
                 .map_err(|e| ClientError::local("start sender thread", e))?,
         );
     }
-    let all_sent = || threads.iter().all(|t| t.is_finished());
-    let last = final_reply(ctl, all_sent, stats);
+    // While a sender runs, its own write timeout watches the data; once
+    // all are done, the wait for the final reply is what may time out.
+    let sending = || !threads.iter().all(|t| t.is_finished());
+    let last = final_reply(ctl, sending, stats);
     let mut socks = Vec::new();
     let mut send_err = None;
     for t in threads {
@@ -308,10 +311,18 @@ fn count_retransmits(sock: &TcpStream, stats: &Stats) {
     }
 }
 
+/// After the last byte of an upload, the final reply may take this many
+/// `--timeout`s: the server is still writing (Sluice fsyncs before it
+/// renames; a large upload can leave gigabytes of dirty pages for a slow
+/// disk), and giving up then would call a good upload failed. A server
+/// that never answers is still given up on (5 minutes by default).
+const FINAL_REPLY_TIMEOUTS: u32 = 5;
+
 /// Reads replies until the final one, counting markers. While `sending()`
 /// says the data is still going out, silence is not a timeout.
 fn final_reply(ctl: &mut Control, sending: impl Fn() -> bool, stats: &Stats) -> Result<Reply> {
     let mut quiet_since = Instant::now();
+    let limit = ctl.timeout() * FINAL_REPLY_TIMEOUTS;
     loop {
         match ctl.poll_reply(Duration::from_millis(200))? {
             Some(r) if r.code.0 == 111 => Stats::add(&stats.restart_markers, 1),
@@ -321,7 +332,7 @@ fn final_reply(ctl: &mut Control, sending: impl Fn() -> bool, stats: &Stats) -> 
             None => {}
         }
         if !sending() {
-            if quiet_since.elapsed() > ctl.timeout() {
+            if quiet_since.elapsed() > limit {
                 return Err(ClientError::net(
                     "waiting for the end-of-transfer reply",
                     std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),

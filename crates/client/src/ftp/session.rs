@@ -33,11 +33,12 @@ pub fn size(ctl: &mut Control, path: &str) -> Result<Option<u64>> {
     if r.code.0 != 213 {
         return Ok(None);
     }
-    r.text()
-        .trim()
-        .parse::<u64>()
-        .map(Some)
-        .map_err(|_| ClientError::Protocol(format!("SIZE reply `{}` is not a number", r.text())))
+    r.text().trim().parse::<u64>().map(Some).map_err(|_| {
+        ClientError::Protocol(format!(
+            "SIZE reply `{}` is not a number",
+            super::control::printable(r.text())
+        ))
+    })
 }
 
 /// Asks the server for a checksum of `path`, trying the algorithms we
@@ -56,8 +57,9 @@ pub fn server_checksum(ctl: &mut Control, path: &str) -> Result<(Algorithm, Stri
             };
             if !algo.plausible(&padded) {
                 return Err(ClientError::Protocol(format!(
-                    "CKSM {} answer `{hex}` is not a {} checksum",
+                    "CKSM {} answer `{}` is not a {} checksum",
                     algo.name(),
+                    super::control::printable(&hex),
                     algo.name()
                 )));
             }

@@ -14,6 +14,10 @@ use crate::error::{ClientError, Result};
 /// Bytes read per call while the head is incomplete.
 const READ_CHUNK: usize = 16 << 10;
 
+/// Most 1xx responses skipped before the final one (a server could send
+/// them forever).
+const MAX_INTERIM_RESPONSES: usize = 16;
+
 /// Our User-Agent.
 pub const USER_AGENT: &str = concat!("sluice/", env!("CARGO_PKG_VERSION"));
 
@@ -75,40 +79,67 @@ pub fn request(
     sock.write_all(&req)
         .map_err(|e| ClientError::net("send request", e))?;
     let mut buf = Vec::with_capacity(READ_CHUNK);
+    let mut interim = 0;
     loop {
         let have = buf.len();
         buf.resize(have + READ_CHUNK, 0);
         let n = match sock.read(&mut buf[have..]) {
             Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => 0,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {
+                buf.truncate(have);
+                continue;
+            }
             Err(e) => return Err(ClientError::net("read response head", e)),
         };
         buf.truncate(have + n);
-        if n == 0 && buf.len() == have {
+        if n == 0 {
             return Err(ClientError::net(
                 "read response head",
                 std::io::Error::new(
                     ErrorKind::UnexpectedEof,
-                    "connection closed before a response",
+                    "connection closed before a complete response head",
                 ),
             ));
         }
-        match parse_response_head(&buf) {
-            Ok(Some((head, used))) => {
-                let early = buf.split_off(used);
-                return Ok(Exchange { head, early, sock });
+        while let Some((head, used)) =
+            parse_response_head(&buf).map_err(|e| ClientError::Protocol(e.to_string()))?
+        {
+            // 1xx (100 Continue, 103 Early Hints) are interim: the real
+            // response follows on the same connection (RFC 9110 15.2).
+            if (100..200).contains(&head.status) && head.status != 101 {
+                interim += 1;
+                if interim > MAX_INTERIM_RESPONSES {
+                    return Err(ClientError::Protocol(format!(
+                        "more than {MAX_INTERIM_RESPONSES} interim (1xx) responses"
+                    )));
+                }
+                buf.drain(..used);
+                continue;
             }
-            Ok(None) => {}
-            Err(e) => return Err(ClientError::Protocol(e.to_string())),
+            let early = buf.split_off(used);
+            return Ok(Exchange { head, early, sock });
         }
     }
 }
 
 /// `404 Not Found` -> a refusal error naming what was asked.
 pub fn refused(what: &str, head: &ResponseHead) -> ClientError {
+    let mut reply = format!(
+        "{} {}",
+        head.status,
+        crate::ftp::control::printable(&head.reason)
+    );
+    if (300..400).contains(&head.status) {
+        if let Some(to) = head.field("location") {
+            reply.push_str(&format!(
+                " (redirect to {}; sluice does not follow redirects, fetch that URL instead)",
+                crate::ftp::control::printable(to)
+            ));
+        }
+    }
     ClientError::Refused {
         what: what.to_owned(),
-        reply: format!("{} {}", head.status, head.reason),
+        reply,
     }
 }
 

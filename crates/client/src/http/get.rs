@@ -12,6 +12,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use std::io::Read;
+
+use sluice_http::client::ChunkedDecoder;
 use sluice_http::{ContentRange, Framing as BodyFraming, HttpUrl, Method};
 
 use super::exchange::{self, refused, Exchange};
@@ -21,7 +24,7 @@ use crate::error::{ClientError, Result};
 use crate::ftp::get::Dest;
 use crate::progress::Progress;
 use crate::stats::{self, Stats};
-use crate::writer::{self, Block, Sink, Writer, WriterConfig};
+use crate::writer::{self, Block, Sink, Writer, WriterConfig, WriterInput};
 
 /// Smallest range worth its own connection: below this, the extra
 /// round trips cost more than a second stream gains.
@@ -32,6 +35,9 @@ struct Piece {
     x: Exchange,
     /// File offset of the body's first byte.
     start: u64,
+    /// Body length, when the head says (Content-Range or Content-Length);
+    /// `None`: until the server closes.
+    len: Option<u64>,
 }
 
 /// What the requests came to.
@@ -61,9 +67,9 @@ pub fn run(a: &GetArgs) -> Result<()> {
     let timeout = Duration::from_secs(a.opts.timeout);
     let (mut already, saved_etag) = match &dest {
         Dest::File { part, resume, .. } if a.resume => {
-            let at = writer::load_prefix(resume)
-                .or_else(|| std::fs::metadata(part).ok().map(|m| m.len()))
-                .unwrap_or(0);
+            // Never past what the `.part` holds (a side file newer than
+            // the data, or a `.part` cut short): the gap would become zeros.
+            let at = crate::ftp::get::resume_point(part, resume);
             (at, std::fs::read_to_string(etag_file(part)).ok())
         }
         _ => (0, None),
@@ -153,20 +159,29 @@ pub fn run(a: &GetArgs) -> Result<()> {
 fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> Result<Fetch> {
     let range = (already > 0).then_some((already, None));
     let x = exchange::request(u, Method::Get, range, etag, timeout)?;
-    check_framing(&x)?;
+    check_coding(&x.head)?;
     let h = &x.head;
     match (h.status, h.content_range) {
         (
             206,
             Some(ContentRange::Bytes {
-                first, complete, ..
+                first,
+                last,
+                complete,
             }),
-        ) if first == already => Ok(Fetch {
-            size: complete,
-            already,
-            etag: h.etag().map(str::to_owned),
-            pieces: vec![Piece { x, start: already }],
-        }),
+        ) if first == already => {
+            let len = range_body_len(h, first, last)?;
+            Ok(Fetch {
+                size: complete,
+                already,
+                etag: h.etag().map(str::to_owned),
+                pieces: vec![Piece {
+                    len: Some(len),
+                    x,
+                    start: already,
+                }],
+            })
+        }
         (206, _) => Err(ClientError::Protocol(format!(
             "asked for bytes from {already}, got Content-Range {:?}",
             h.field("content-range")
@@ -181,7 +196,11 @@ fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> R
                 size: h.content_length,
                 already: 0,
                 etag: h.etag().map(str::to_owned),
-                pieces: vec![Piece { x, start: 0 }],
+                pieces: vec![Piece {
+                    len: h.content_length,
+                    x,
+                    start: 0,
+                }],
             })
         }
         // Resuming a file we already have in full.
@@ -247,12 +266,19 @@ fn parallel(
             etag.as_deref(),
             timeout,
         )?;
-        check_framing(&x)?;
+        check_coding(&x.head)?;
         let ok = matches!(x.head.content_range,
             Some(ContentRange::Bytes { first, last, complete })
                 if first == a && last == b - 1 && complete.is_none_or(|c| c == size));
         match x.head.status {
-            206 if ok && x.head.etag() == etag.as_deref() => pieces.push(Piece { x, start: a }),
+            206 if ok && x.head.etag() == etag.as_deref() => {
+                let len = range_body_len(&x.head, a, b - 1)?;
+                pieces.push(Piece {
+                    len: Some(len),
+                    x,
+                    start: a,
+                })
+            }
             206 | 200 => {
                 return Err(ClientError::Protocol(format!(
                     "range {a}-{} came back as {} {:?} (the file changed during the download?)",
@@ -272,15 +298,37 @@ fn parallel(
     })
 }
 
-/// We read bodies with the stream-mode drain: length-delimited or
-/// close-delimited only.
-fn check_framing(x: &Exchange) -> Result<()> {
-    if x.head.framing(Method::Get) == BodyFraming::Chunked {
-        return Err(ClientError::Protocol(
-            "chunked response bodies are not supported".into(),
-        ));
+/// The body length of a 206 for bytes `first..=last`: a Content-Length
+/// that disagrees would put bytes of the wrong offsets into the file.
+fn range_body_len(h: &sluice_http::ResponseHead, first: u64, last: u64) -> Result<u64> {
+    let len = last - first + 1;
+    match h.content_length {
+        Some(cl) if cl != len => Err(ClientError::Protocol(format!(
+            "206 response: Content-Length {cl} does not match Content-Range bytes {first}-{last}"
+        ))),
+        _ => Ok(len),
     }
-    Ok(())
+}
+
+/// The only transfer coding we decode is chunked, and we never ask for
+/// others (no TE field): a body in any other coding (`gzip`, or `gzip,
+/// chunked`) would be saved still encoded, a wrong file.
+fn check_coding(h: &sluice_http::ResponseHead) -> Result<()> {
+    let mut codings = h
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "transfer-encoding")
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    match (codings.next(), codings.next()) {
+        (None, _) => Ok(()),
+        (Some(c), None) if c.eq_ignore_ascii_case("chunked") => Ok(()),
+        _ => Err(ClientError::Protocol(format!(
+            "unsupported Transfer-Encoding `{}` (only chunked is decoded)",
+            crate::ftp::control::printable(h.field("transfer-encoding").unwrap_or(""))
+        ))),
+    }
 }
 
 /// Drains every piece into the writer; checks nothing is missing.
@@ -316,16 +364,37 @@ fn receive(
         a.opts.quiet,
     );
     let mut drains = Vec::new();
+    let mut chunked = Vec::new();
     let mut failed = None;
     for p in fetch.pieces {
-        let Piece { x, start } = p;
-        let early = x.early.len() as u64;
+        let Piece { x, start, len } = p;
+        if x.head.framing(Method::Get) == BodyFraming::Chunked {
+            let out = w.input();
+            let st = stats.clone();
+            let spawned = std::thread::Builder::new()
+                .name("sluice-chunked".into())
+                .spawn(move || read_chunked(x, start, len, &out, &st));
+            match spawned {
+                Ok(t) => chunked.push(t),
+                Err(e) => {
+                    failed = Some(ClientError::local("start reader thread", e));
+                    break;
+                }
+            }
+            continue;
+        }
+        let mut early_bytes = x.early;
+        if let Some(l) = len {
+            // Bytes past the announced body are not part of this response.
+            early_bytes.truncate(usize::try_from(l).unwrap_or(usize::MAX));
+        }
+        let early = early_bytes.len() as u64;
         if early > 0 {
             Stats::add(&stats.bytes, early);
             if !w.input().send(
                 Block {
                     offset: start,
-                    data: x.early,
+                    data: early_bytes,
                 },
                 stats,
             ) {
@@ -338,8 +407,14 @@ fn receive(
         };
         match Drain::start(
             DrainConfig {
-                framing: Framing::Stream {
-                    base: start + early,
+                framing: match len {
+                    Some(l) => Framing::Bounded {
+                        base: start + early,
+                        end: start.saturating_add(l),
+                    },
+                    None => Framing::Stream {
+                        base: start + early,
+                    },
                 },
                 idle_timeout: timeout,
                 raise_priority: a.drain_priority,
@@ -361,6 +436,14 @@ fn receive(
             failed.get_or_insert(e);
         }
     }
+    for t in chunked {
+        let r = t
+            .join()
+            .unwrap_or_else(|_| Err(ClientError::Bug("chunked reader panicked".into())));
+        if let Err(e) = r {
+            failed.get_or_insert(e);
+        }
+    }
     progress.finish();
     let wrote = w.finish()?;
     if let Some(e) = failed {
@@ -375,6 +458,75 @@ fn receive(
     }
     Ok(())
 }
+
+/// Reads a `Transfer-Encoding: chunked` body (the drain thread reads
+/// only length- or close-delimited bodies) and hands the payload to the
+/// writer from file offset `start`. The socket has the transfer timeout
+/// as its read timeout. A body that ends before its last chunk is an
+/// error: nothing else says it was cut short.
+fn read_chunked(
+    x: Exchange,
+    start: u64,
+    len: Option<u64>,
+    out: &WriterInput,
+    stats: &Stats,
+) -> Result<()> {
+    let Exchange {
+        early, mut sock, ..
+    } = x;
+    let mut dec = ChunkedDecoder::new();
+    let mut at = start;
+    let mut pending = early;
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let mut i = 0;
+        while i < pending.len() && !dec.is_done() {
+            let (used, data) = dec
+                .decode(&pending[i..])
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            if let Some(r) = data {
+                let bytes = pending[i..][r].to_vec();
+                let n = bytes.len() as u64;
+                if len.is_some_and(|l| dec.payload_len() > l) {
+                    return Err(ClientError::Protocol(format!(
+                        "chunked body longer than the {} bytes of its Content-Range",
+                        len.unwrap_or(0)
+                    )));
+                }
+                Stats::add(&stats.bytes, n);
+                if !out.send(
+                    Block {
+                        offset: at,
+                        data: bytes,
+                    },
+                    stats,
+                ) {
+                    return Err(ClientError::Bug("writer stopped".into()));
+                }
+                at += n;
+            }
+            i += used;
+        }
+        if dec.is_done() {
+            return Ok(());
+        }
+        let n = match sock.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ClientError::net("read chunked body", e)),
+        };
+        if n == 0 {
+            return Err(ClientError::Protocol(format!(
+                "connection closed inside the chunked body (after {} bytes)",
+                dec.payload_len()
+            )));
+        }
+        pending = buf[..n].to_vec();
+    }
+}
+
+/// Bytes read from the socket per call for a chunked body.
+const READ_CHUNK: usize = 128 << 10;
 
 /// Where the validator of a `.part` is kept for `--continue`.
 fn etag_file(part: &Path) -> PathBuf {
@@ -393,5 +545,47 @@ mod tests {
             etag_file(Path::new("/t/a.bin.part")),
             PathBuf::from("/t/a.bin.part.etag")
         );
+    }
+
+    fn head(raw: &str) -> sluice_http::ResponseHead {
+        sluice_http::parse_response_head(raw.as_bytes())
+            .unwrap()
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn only_plain_chunked_transfer_coding_is_taken() {
+        for ok in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n",
+        ] {
+            assert!(check_coding(&head(ok)).is_ok(), "{ok}");
+        }
+        for bad in [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert!(
+                matches!(check_coding(&head(bad)), Err(ClientError::Protocol(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn range_body_length_comes_from_content_range_and_must_match_content_length() {
+        let h =
+            head("HTTP/1.1 206 P\r\nContent-Range: bytes 10-19/100\r\nContent-Length: 10\r\n\r\n");
+        assert_eq!(range_body_len(&h, 10, 19).unwrap(), 10);
+        let h = head("HTTP/1.1 206 P\r\nContent-Range: bytes 10-19/100\r\n\r\n");
+        assert_eq!(range_body_len(&h, 10, 19).unwrap(), 10);
+        let h =
+            head("HTTP/1.1 206 P\r\nContent-Range: bytes 10-19/100\r\nContent-Length: 15\r\n\r\n");
+        assert!(matches!(
+            range_body_len(&h, 10, 19),
+            Err(ClientError::Protocol(m)) if m.contains("Content-Length 15")
+        ));
     }
 }
