@@ -24,7 +24,7 @@
 //! prefetch = "kernel"           # --prefetch tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
-//! runtime = "shared"            # --runtime shared|per-core (event loops; crate::runtime)
+//! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
 //!
 //! [[user]]
@@ -132,7 +132,7 @@ pub struct ServeArgs {
     pub metrics: Option<SocketAddr>,
     /// Event loops: `per-core` (one single-threaded loop per worker
     /// thread; FTP sessions and HTTP connections are spread over them) or
-    /// `shared` (one multi-thread work-stealing runtime) [default: shared].
+    /// `shared` (one multi-thread work-stealing runtime) [default: per-core].
     #[arg(long, value_name = "per-core|shared")]
     pub runtime: Option<String>,
     /// Event-loop threads (`per-core`) or runtime workers (`shared`)

@@ -40,20 +40,24 @@ pub enum RuntimeKind {
     Shared,
 }
 
-/// The layout when nothing chooses one. Measured on the 2-core machine
-/// (bench/http.sh and bench/dlcost.py, side by side with nginx, 64 KiB
-/// over 256 keep-alive connections, SLUICE_WORKERS=2): once the HTTP
-/// path's per-request work was cut, `per-core` and `shared` tied on
-/// requests/s, server CPU per request (22-31 us) and context switches
-/// per request (0.03-0.08) within the machine's noise. In one of three
-/// runs `per-core` had the worse p99 in every round (94-184 ms against
-/// 23-90): a loop descheduled on a loaded machine stalls all of its
-/// connections, where work stealing moves them. For FTP (16 concurrent
-/// downloads) `shared` had fewer context switches per GiB (median 623
-/// against 742), and `per-core` keeps FTP on loop 0. So `shared` stays
-/// the default; `per-core` is there to measure again on bigger hosts
-/// and once FTP sessions can be spread over the loops.
-pub const DEFAULT_RUNTIME: RuntimeKind = RuntimeKind::Shared;
+/// The layout when nothing chooses one: `per-core`. Measured on the
+/// 2-core machine (one loop or worker: the default there), 2026-11-22,
+/// loopback, warm cache, 3 runs each, side by side:
+/// - FTP (bench/dlcost.py): one 2 GiB stream 4162 MB/s, 0.241 server CPU
+///   s/GiB, 36 context switches/GiB against `shared`'s 3856, 0.265, 35;
+///   16 concurrent 256 MiB downloads 3905 MB/s, 0.244, 96 against 3656,
+///   0.253, 120. A `shared` runtime runs its one worker beside the main
+///   thread that blocks on the runtime; a `per-core` loop runs tasks and
+///   polls the I/O driver on one thread.
+/// - HTTP (bench/http.sh): a tie (2 GiB 4343 against 4281 MB/s; 64 KiB
+///   over 256 keep-alive connections 48320 against 47948 req/s, p99 10.8
+///   against 10.5 ms).
+/// Earlier, with two workers and only HTTP spread over the loops, one run
+/// of three had `per-core` with the worse p99 in every round (94-184 ms
+/// against 23-90): a loop descheduled on a loaded machine stalls all of
+/// its connections, where work stealing moves them. `--runtime shared`
+/// is there for hosts where that matters more.
+pub const DEFAULT_RUNTIME: RuntimeKind = RuntimeKind::PerCore;
 
 impl RuntimeKind {
     /// Flag over file key over `SLUICE_RUNTIME` over [`DEFAULT_RUNTIME`].
