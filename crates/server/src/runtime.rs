@@ -52,6 +52,7 @@ pub enum RuntimeKind {
 /// - HTTP (bench/http.sh): a tie (2 GiB 4343 against 4281 MB/s; 64 KiB
 ///   over 256 keep-alive connections 48320 against 47948 req/s, p99 10.8
 ///   against 10.5 ms).
+///
 /// Earlier, with two workers and only HTTP spread over the loops, one run
 /// of three had `per-core` with the worse p99 in every round (94-184 ms
 /// against 23-90): a loop descheduled on a loaded machine stalls all of
