@@ -428,7 +428,18 @@ fn sessions_are_spread_over_per_core_loops() {
         ..Default::default()
     });
     let loop1_switches = || loop_thread_switches(server.pid(), "sluice-loop-1");
-    let before = loop1_switches().expect("a thread named sluice-loop-1");
+    // A new thread names itself when it starts running, which may be
+    // after the server printed its address: wait for the name.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let before = loop {
+        match loop1_switches() {
+            Some(n) => break n,
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            None => panic!("no thread named sluice-loop-1 in the server"),
+        }
+    };
     let f = corpus().file(BIG);
     let dir = tempfile::Builder::new()
         .prefix("sluice-loops-")
