@@ -27,6 +27,24 @@ fn get(flags: &[&str], url: &str, dest: &Path) -> Output {
     run(Command::new(sluice_bin()).args(&args))
 }
 
+/// `sluice get FLAGS URL` into a fresh directory: it must fail with exit
+/// `code`, say `says`, and leave no DEST.
+#[track_caller]
+fn get_fails(flags: &[&str], url: &str, code: i32, says: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join("f");
+    let o = get(flags, url, &dest);
+    assert_fails_saying(&o, code, says);
+    assert!(!dest.exists());
+}
+
+/// Exit `code`, and `says` in what the client printed.
+#[track_caller]
+fn assert_fails_saying(o: &Output, code: i32, says: &str) {
+    assert_exit(o, code);
+    assert!(o.stderr.contains(says), "{}", o.describe());
+}
+
 /// Serves HTTP on a loopback port: each connection's request head goes
 /// to `answer`, which writes whatever it likes. Connections are served
 /// one after another until the test process ends.
@@ -122,13 +140,7 @@ fn http_206_with_content_length_not_matching_content_range_is_exit_7() {
         &format!("http://127.0.0.1:{port}/f"),
         &dest,
     );
-    assert_exit(&o, 7);
-    assert!(
-        o.stderr
-            .contains("Content-Length 5010 does not match Content-Range"),
-        "{}",
-        o.describe()
-    );
+    assert_fails_saying(&o, 7, "Content-Length 5010 does not match Content-Range");
     assert_eq!(std::fs::read(&dest).expect("dest"), b"old");
     assert_eq!(std::fs::read(&part).expect("part"), &data[..5000]);
 }
@@ -153,8 +165,7 @@ fn http_stall_mid_body_times_out_and_keeps_what_arrived() {
         &format!("http://127.0.0.1:{port}/f"),
         &dest,
     );
-    assert_exit(&o, 3);
-    assert!(o.stderr.contains("timeout"), "{}", o.describe());
+    assert_fails_saying(&o, 3, "timeout");
     assert!(!dest.exists());
     let part = std::fs::read(dir.path().join("f.part")).expect("part kept");
     assert_eq!(part, &data[..100_000], "{}", o.describe());
@@ -171,12 +182,7 @@ fn http_silent_server_is_a_clear_timeout() {
         &format!("http://127.0.0.1:{port}/f"),
         &dir.path().join("f"),
     );
-    assert_exit(&o, 3);
-    assert!(
-        o.stderr.contains("read response head: timed out"),
-        "{}",
-        o.describe()
-    );
+    assert_fails_saying(&o, 3, "read response head: timed out");
 }
 
 /// 103 Early Hints (and other 1xx) come before the real response.
@@ -215,13 +221,7 @@ fn http_redirect_is_exit_5_naming_the_location() {
         &format!("http://127.0.0.1:{port}/f"),
         &dir.path().join("f"),
     );
-    assert_exit(&o, 5);
-    assert!(
-        o.stderr
-            .contains("302 Found (redirect to http://elsewhere.example/f"),
-        "{}",
-        o.describe()
-    );
+    assert_fails_saying(&o, 5, "302 Found (redirect to http://elsewhere.example/f");
 }
 
 /// What the fake FTP server does on RETR/LIST/NLST, given the control
@@ -318,16 +318,12 @@ fn mode_e_eof_announcing_more_connections_than_allowed_is_exit_7() {
             hold_open(&mut d);
         }),
     );
-    let dir = tempfile::tempdir().expect("temp dir");
-    let dest = dir.path().join("f");
-    let o = get(&["-p", "2"], &format!("ftp://127.0.0.1:{port}/f"), &dest);
-    assert_exit(&o, 7);
-    assert!(
-        o.stderr.contains("EOF block announces 3 data connections"),
-        "{}",
-        o.describe()
+    get_fails(
+        &["-p", "2"],
+        &format!("ftp://127.0.0.1:{port}/f"),
+        7,
+        "EOF block announces 3 data connections",
     );
-    assert!(!dest.exists());
 }
 
 /// `sluice ls` prints names the server chose: control characters in them
@@ -372,12 +368,7 @@ fn ls_stalled_listing_is_a_clear_timeout() {
         "1",
         &format!("ftp://127.0.0.1:{port}/"),
     ]));
-    assert_exit(&o, 3);
-    assert!(
-        o.stderr.contains("read listing: timed out"),
-        "{}",
-        o.describe()
-    );
+    assert_fails_saying(&o, 3, "read listing: timed out");
 }
 
 /// `sluice put -q --timeout 2 [flags] FILE URL`, killed after 30 s (the
@@ -411,12 +402,7 @@ fn put_without_final_reply_times_out() {
     std::fs::write(&f, body(50_000)).expect("write");
     let o = put_with_deadline(&[], &f, &format!("ftp://127.0.0.1:{port}/up"));
     assert!(!o.timed_out, "no timeout of its own\n{}", o.describe());
-    assert_exit(&o, 3);
-    assert!(
-        o.stderr.contains("end-of-transfer reply: timed out"),
-        "{}",
-        o.describe()
-    );
+    assert_fails_saying(&o, 3, "end-of-transfer reply: timed out");
 }
 
 /// The same with `-p 4` (MODE E, four streams): the blocks all go out,
@@ -441,12 +427,7 @@ fn put_p4_without_final_reply_times_out() {
         &format!("ftp://127.0.0.1:{port}/up"),
     );
     assert!(!o.timed_out, "no timeout of its own\n{}", o.describe());
-    assert_exit(&o, 3);
-    assert!(
-        o.stderr.contains("end-of-transfer reply: timed out"),
-        "{}",
-        o.describe()
-    );
+    assert_fails_saying(&o, 3, "end-of-transfer reply: timed out");
 }
 
 /// A greeting of "120 ready in a minute" repeated forever: exit 3 after
@@ -474,8 +455,7 @@ fn endless_120_greeting_times_out() {
         std::time::Duration::from_secs(30),
     );
     assert!(!o.timed_out, "no timeout of its own\n{}", o.describe());
-    assert_exit(&o, 3);
-    assert!(o.stderr.contains("greeting: timed out"), "{}", o.describe());
+    assert_fails_saying(&o, 3, "greeting: timed out");
 }
 
 /// `data` as a chunked body, in chunks of `size`, with the last chunk and
@@ -525,13 +505,7 @@ fn http_chunked_body_cut_short_is_exit_7() {
     let dir = tempfile::tempdir().expect("temp dir");
     let dest = dir.path().join("f");
     let o = get(&[], &format!("http://127.0.0.1:{port}/f"), &dest);
-    assert_exit(&o, 7);
-    assert!(
-        o.stderr
-            .contains("connection closed inside the chunked body"),
-        "{}",
-        o.describe()
-    );
+    assert_fails_saying(&o, 7, "connection closed inside the chunked body");
     assert!(!dest.exists());
     assert_eq!(
         std::fs::read(dir.path().join("f.part")).expect("part"),
@@ -553,8 +527,7 @@ fn http_bad_chunk_size_is_exit_7() {
             &format!("http://127.0.0.1:{port}/f"),
             &dir.path().join("f"),
         );
-        assert_exit(&o, 7);
-        assert!(o.stderr.contains("bad chunk size"), "{}", o.describe());
+        assert_fails_saying(&o, 7, "bad chunk size");
     }
 }
 
@@ -567,16 +540,12 @@ fn http_unknown_transfer_coding_is_exit_7() {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc",
         );
     });
-    let dir = tempfile::tempdir().expect("temp dir");
-    let dest = dir.path().join("f");
-    let o = get(&[], &format!("http://127.0.0.1:{port}/f"), &dest);
-    assert_exit(&o, 7);
-    assert!(
-        o.stderr.contains("Transfer-Encoding `gzip`"),
-        "{}",
-        o.describe()
+    get_fails(
+        &[],
+        &format!("http://127.0.0.1:{port}/f"),
+        7,
+        "Transfer-Encoding `gzip`",
     );
-    assert!(!dest.exists());
 }
 
 /// `--continue` when the side file records more than the `.part` holds

@@ -359,6 +359,24 @@ pub fn device_sink(p: &std::path::Path) -> Result<Sink> {
 mod tests {
     use super::*;
 
+    /// A writer into `f` for a `size`-byte file, 1 MiB of memory.
+    fn file_writer(
+        f: File,
+        size: u64,
+        prefix_file: Option<std::path::PathBuf>,
+    ) -> (Writer, Arc<Stats>) {
+        let stats = Arc::new(Stats::default());
+        let cfg = WriterConfig {
+            sink: Sink::File(f),
+            already: 0,
+            size: Some(size),
+            mem_cap: 1 << 20,
+            prefix_file,
+            recycle: None,
+        };
+        (Writer::start(cfg, stats.clone()).unwrap(), stats)
+    }
+
     #[test]
     fn null_device_takes_positions_and_a_fifo_does_not() {
         let null = std::path::Path::new("/dev/null");
@@ -421,19 +439,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let f = File::create(&path).unwrap();
-        let stats = Arc::new(Stats::default());
-        let w = Writer::start(
-            WriterConfig {
-                sink: Sink::File(f),
-                already: 0,
-                size: Some(6),
-                mem_cap: 1 << 20,
-                prefix_file: None,
-                recycle: None,
-            },
-            stats.clone(),
-        )
-        .unwrap();
+        let (w, stats) = file_writer(f, 6, None);
         let input = w.input();
         assert!(input.send(
             Block {
@@ -460,19 +466,7 @@ mod tests {
     fn writer_reports_gaps() {
         let dir = tempfile::tempdir().unwrap();
         let f = File::create(dir.path().join("f")).unwrap();
-        let stats = Arc::new(Stats::default());
-        let w = Writer::start(
-            WriterConfig {
-                sink: Sink::File(f),
-                already: 0,
-                size: Some(10),
-                mem_cap: 1 << 20,
-                prefix_file: None,
-                recycle: None,
-            },
-            stats.clone(),
-        )
-        .unwrap();
+        let (w, stats) = file_writer(f, 10, None);
         assert!(w.input().send(
             Block {
                 offset: 0,
@@ -490,19 +484,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = File::create(dir.path().join("f")).unwrap();
         let side = dir.path().join("f.part.resume");
-        let stats = Arc::new(Stats::default());
-        let w = Writer::start(
-            WriterConfig {
-                sink: Sink::File(f),
-                already: 0,
-                size: Some(10),
-                mem_cap: 1 << 20,
-                prefix_file: Some(side.clone()),
-                recycle: None,
-            },
-            stats.clone(),
-        )
-        .unwrap();
+        let (w, stats) = file_writer(f, 10, Some(side.clone()));
         let input = w.input();
         assert!(input.send(
             Block {
