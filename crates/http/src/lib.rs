@@ -55,8 +55,8 @@ pub mod serve;
 pub mod url;
 
 pub use client::{
-    parse_content_range, parse_response_head, ChunkedDecoder, ClientRequest, ContentRange,
-    Framing, ResponseHead,
+    parse_content_range, parse_response_head, ChunkedDecoder, ClientRequest, ContentRange, Framing,
+    ResponseHead,
 };
 pub use listing::{DirEntry, EntryKind};
 pub use log::AccessEntry;

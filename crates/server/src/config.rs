@@ -614,6 +614,32 @@ mod tests {
     }
 
     #[test]
+    fn runtime_and_workers_flag_over_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "runtime = \"shared\"\nworkers = 3\n").unwrap();
+        let base = ServeArgs {
+            dir: Some(dir.path().to_path_buf()),
+            config: Some(path),
+            ..Default::default()
+        };
+        let c = ServeConfig::merge(&base).unwrap();
+        assert_eq!(c.runtime, crate::runtime::RuntimeKind::Shared);
+        assert_eq!(c.workers, Some(3));
+        let c = ServeConfig::merge(&ServeArgs {
+            runtime: Some("per-core".into()),
+            workers: Some(2),
+            ..base.clone()
+        })
+        .unwrap();
+        assert_eq!(c.runtime, crate::runtime::RuntimeKind::PerCore);
+        assert_eq!(c.workers, Some(2));
+        assert_eq!(crate::runtime::workers(c.workers).unwrap(), 2);
+        std::fs::write(dir.path().join("c.toml"), "workers = 0\n").unwrap();
+        assert!(ServeConfig::merge(&base).is_err());
+    }
+
+    #[test]
     fn blocking_data_path_and_send_knobs_parse() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
