@@ -195,6 +195,13 @@ fn verify_catches_corrupt_prefix(server: &FtpServer, flags: &[&str]) {
                 out.describe()
             );
         }
+    } else if out.status.and_then(|s| s.code()) == Some(8) {
+        // A mismatch says what to do: the kept part cannot be resumed.
+        assert!(
+            out.stderr.contains("download again without --continue"),
+            "{}",
+            out.describe()
+        );
     }
     server.assert_running();
 }

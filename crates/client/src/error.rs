@@ -45,6 +45,8 @@ pub enum ClientError {
         server: String,
         /// Ours.
         local: String,
+        /// What the user can do about it (empty: nothing to add).
+        advice: String,
     },
     /// `--verify`: no checksum algorithm both sides know (exit 9).
     NoChecksum(String),
@@ -98,6 +100,27 @@ impl ClientError {
     }
 }
 
+impl ClientError {
+    /// A checksum mismatch with `advice` for the user; other errors as
+    /// they are.
+    pub fn with_advice(self, advice: impl FnOnce() -> String) -> ClientError {
+        match self {
+            ClientError::ChecksumMismatch {
+                algo,
+                server,
+                local,
+                ..
+            } => ClientError::ChecksumMismatch {
+                algo,
+                server,
+                local,
+                advice: advice(),
+            },
+            e => e,
+        }
+    }
+}
+
 impl fmt::Display for ClientError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -111,10 +134,17 @@ impl fmt::Display for ClientError {
                 algo,
                 server,
                 local,
-            } => write!(
-                f,
-                "checksum mismatch: {algo} server {server} != local {local}"
-            ),
+                advice,
+            } => {
+                write!(
+                    f,
+                    "checksum mismatch: {algo} server {server} != local {local}"
+                )?;
+                if !advice.is_empty() {
+                    write!(f, " ({advice})")?;
+                }
+                Ok(())
+            }
             ClientError::NoChecksum(m) => write!(f, "cannot verify: {m}"),
             ClientError::BrokenPipe => write!(f, "broken pipe"),
             ClientError::Bug(m) => write!(f, "internal error (bug): {m}"),
@@ -139,5 +169,27 @@ mod tests {
         let e = ClientError::net("x", io::Error::from(io::ErrorKind::ConnectionRefused));
         assert!(e.to_string().starts_with("x: "), "{e}");
         assert_ne!(e.to_string(), "x: timed out");
+    }
+
+    #[test]
+    fn a_checksum_mismatch_carries_advice_and_exit_8() {
+        let e = ClientError::ChecksumMismatch {
+            algo: "MD5".into(),
+            server: "aa".into(),
+            local: "bb".into(),
+            advice: String::new(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "checksum mismatch: MD5 server aa != local bb"
+        );
+        let e = e.with_advice(|| "try again".into());
+        assert_eq!(
+            e.to_string(),
+            "checksum mismatch: MD5 server aa != local bb (try again)"
+        );
+        assert_eq!(e.exit_code(), 8);
+        let other = ClientError::Protocol("x".into()).with_advice(|| unreachable!());
+        assert_eq!(other.to_string(), "protocol error: x");
     }
 }

@@ -160,7 +160,18 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let mut verified = String::new();
     if let Dest::File { path, part, resume } = &dest {
         if a.verify {
-            verified = session::verify(&mut ctl, &u.path, part)?;
+            // The bytes are kept (nothing is thrown away on failure), but
+            // they differ from the server's somewhere: resuming from them
+            // would end in the same mismatch.
+            verified = session::verify(&mut ctl, &u.path, part).map_err(|e| {
+                e.with_advice(|| {
+                    format!(
+                        "what arrived is kept in {}; --continue cannot repair it: \
+                         download again without --continue",
+                        part.display()
+                    )
+                })
+            })?;
         }
         std::fs::rename(part, path)
             .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;

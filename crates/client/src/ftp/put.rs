@@ -92,7 +92,12 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         detail.push_str(&format!(", resumed at {offset}"));
     }
     if a.verify {
-        let v = session::verify(&mut ctl, &remote, &a.file)?;
+        let v = session::verify(&mut ctl, &remote, &a.file).map_err(|e| {
+            e.with_advice(|| {
+                "the server's copy differs from the local file: upload again without --continue"
+                    .into()
+            })
+        })?;
         detail.push_str(&format!(", verified {v}"));
     }
     ctl.quit();

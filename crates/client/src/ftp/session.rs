@@ -85,6 +85,7 @@ pub fn verify(ctl: &mut Control, remote: &str, local: &std::path::Path) -> Resul
             algo: algo.name().into(),
             server,
             local: mine,
+            advice: String::new(),
         })
     }
 }
