@@ -100,7 +100,7 @@ pub struct ServerUsage {
 /// perf stat's counting interval: context switches over a steady window come from these.
 pub const PERF_INTERVAL_MS: u32 = 500;
 
-/// perf stat -x, -I output: (time, count) per interval ("<not counted>" is 0).
+/// perf stat -x, -I output: (time, count) per interval (`<not counted>` is 0).
 pub fn parse_perf_intervals(text: &str) -> Vec<(f64, u64)> {
     text.lines()
         .filter(|l| l.contains("context-switches"))
