@@ -38,6 +38,21 @@ fn get_fails(flags: &[&str], url: &str, code: i32, says: &str) {
     assert!(!dest.exists());
 }
 
+/// `sluice get http://127.0.0.1:PORT/f` into a fresh directory must
+/// succeed and leave exactly `want` in DEST.
+#[track_caller]
+fn get_gives(port: u16, want: &[u8]) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dest = dir.path().join("f");
+    let o = get(&[], &format!("http://127.0.0.1:{port}/f"), &dest);
+    o.assert_success();
+    assert!(
+        std::fs::read(&dest).ok().as_deref() == Some(want),
+        "{}",
+        o.describe()
+    );
+}
+
 /// Exit `code`, and `says` in what the client printed.
 #[track_caller]
 fn assert_fails_saying(o: &Output, code: i32, says: &str) {
@@ -88,11 +103,7 @@ fn http_body_ends_at_content_length_when_server_keeps_connection_open() {
         let _ = c.write_all(&d2);
         hold_open(c);
     });
-    let dir = tempfile::tempdir().expect("temp dir");
-    let dest = dir.path().join("f");
-    let o = get(&[], &format!("http://127.0.0.1:{port}/f"), &dest);
-    o.assert_success();
-    assert!(std::fs::read(&dest).ok() == Some(data), "{}", o.describe());
+    get_gives(port, &data);
 }
 
 /// Bytes after the announced Content-Length are not part of the file.
@@ -105,15 +116,7 @@ fn http_bytes_past_content_length_are_not_written() {
         let _ = c.write_all(head.as_bytes());
         let _ = c.write_all(&d2);
     });
-    let dir = tempfile::tempdir().expect("temp dir");
-    let dest = dir.path().join("f");
-    let o = get(&[], &format!("http://127.0.0.1:{port}/f"), &dest);
-    o.assert_success();
-    assert!(
-        std::fs::read(&dest).ok().as_deref() == Some(&data[..40_000]),
-        "{}",
-        o.describe()
-    );
+    get_gives(port, &data[..40_000]);
 }
 
 /// A 206 whose Content-Length disagrees with its Content-Range: the
@@ -200,10 +203,7 @@ fn http_interim_1xx_responses_are_skipped() {
         let _ = c.write_all(head.as_bytes());
         let _ = c.write_all(&d2);
     });
-    let dir = tempfile::tempdir().expect("temp dir");
-    let dest = dir.path().join("f");
-    get(&[], &format!("http://127.0.0.1:{port}/f"), &dest).assert_success();
-    assert!(std::fs::read(&dest).ok() == Some(data));
+    get_gives(port, &data);
 }
 
 /// Redirects are not followed (a server could send us anywhere, or round
@@ -486,10 +486,7 @@ fn http_chunked_body_is_decoded() {
         let _ = c.write_all(&chunked(&d2, 7_000, true));
         hold_open(c); // the last chunk, not the close, ends the body
     });
-    let dir = tempfile::tempdir().expect("temp dir");
-    let dest = dir.path().join("f");
-    get(&[], &format!("http://127.0.0.1:{port}/f"), &dest).assert_success();
-    assert!(std::fs::read(&dest).ok() == Some(data));
+    get_gives(port, &data);
 }
 
 /// A chunked body cut off before its last chunk: exit 7, the `.part`

@@ -476,40 +476,9 @@ fn read_chunked(
     } = x;
     let mut dec = ChunkedDecoder::new();
     let mut at = start;
-    let mut pending = early;
+    decode_into(&mut dec, &early, &mut at, len, out, stats)?;
     let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        let mut i = 0;
-        while i < pending.len() && !dec.is_done() {
-            let (used, data) = dec
-                .decode(&pending[i..])
-                .map_err(|e| ClientError::Protocol(e.to_string()))?;
-            if let Some(r) = data {
-                let bytes = pending[i..][r].to_vec();
-                let n = bytes.len() as u64;
-                if len.is_some_and(|l| dec.payload_len() > l) {
-                    return Err(ClientError::Protocol(format!(
-                        "chunked body longer than the {} bytes of its Content-Range",
-                        len.unwrap_or(0)
-                    )));
-                }
-                Stats::add(&stats.bytes, n);
-                if !out.send(
-                    Block {
-                        offset: at,
-                        data: bytes,
-                    },
-                    stats,
-                ) {
-                    return Err(ClientError::Bug("writer stopped".into()));
-                }
-                at += n;
-            }
-            i += used;
-        }
-        if dec.is_done() {
-            return Ok(());
-        }
+    while !dec.is_done() {
         let n = match sock.read(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -521,8 +490,50 @@ fn read_chunked(
                 dec.payload_len()
             )));
         }
-        pending = buf[..n].to_vec();
+        decode_into(&mut dec, &buf[..n], &mut at, len, out, stats)?;
     }
+    Ok(())
+}
+
+/// Decodes `input` and hands its payload to the writer at `*at`; stops
+/// at the end of the body (bytes after it are not ours).
+fn decode_into(
+    dec: &mut ChunkedDecoder,
+    input: &[u8],
+    at: &mut u64,
+    len: Option<u64>,
+    out: &WriterInput,
+    stats: &Stats,
+) -> Result<()> {
+    let mut i = 0;
+    while i < input.len() && !dec.is_done() {
+        let (used, data) = dec
+            .decode(&input[i..])
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        if let Some(r) = data {
+            if len.is_some_and(|l| dec.payload_len() > l) {
+                return Err(ClientError::Protocol(format!(
+                    "chunked body longer than the {} bytes of its Content-Range",
+                    len.unwrap_or(0)
+                )));
+            }
+            let bytes = input[i..][r].to_vec();
+            let n = bytes.len() as u64;
+            Stats::add(&stats.bytes, n);
+            if !out.send(
+                Block {
+                    offset: *at,
+                    data: bytes,
+                },
+                stats,
+            ) {
+                return Err(ClientError::Bug("writer stopped".into()));
+            }
+            *at += n;
+        }
+        i += used;
+    }
+    Ok(())
 }
 
 /// Bytes read from the socket per call for a chunked body.
