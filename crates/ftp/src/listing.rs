@@ -254,10 +254,14 @@ pub fn parse_mdtm(s: &str) -> Option<i64> {
         n(10..12)?,
         n(12..14)?,
     );
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || se > 60
+    {
         return None;
     }
-    Some(days_from_civil(y, mo as u32, d as u32) * 86400 + h * 3600 + mi * 60 + se)
+    let secs = days_from_civil(y, mo as u32, d as u32) * 86400 + h * 3600 + mi * 60 + se;
+    // A leap second on the last second of 9999 would format as year 10000,
+    // 15 digits that no MLSD parser expects (found by the ftp_mdtm target).
+    (secs < days_from_civil(10000, 1, 1) * 86400).then_some(secs)
 }
 
 /// A UTC calendar time.
@@ -297,6 +301,15 @@ impl Civil {
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (days_from_civil).
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        4 | 6 | 9 | 11 => 30,
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        _ => 31,
+    }
+}
+
 fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -342,6 +355,14 @@ mod tests {
         assert_eq!(parse_mdtm("20261122055600.123"), Some(NOW));
         assert_eq!(parse_mdtm("2026112205560"), None);
         assert_eq!(parse_mdtm("20261322055600"), None);
+        // Days that do not exist are refused, not rolled into the next month.
+        assert_eq!(parse_mdtm("20260231000000"), None);
+        assert_eq!(parse_mdtm("20250229000000"), None);
+        assert!(parse_mdtm("20240229000000").is_some());
+        assert!(parse_mdtm("20000229000000").is_some());
+        assert_eq!(parse_mdtm("21000229000000"), None);
+        assert_eq!(parse_mdtm("99991231235960"), None);
+        assert!(parse_mdtm("99991231235959").is_some());
         for t in [0, NOW, 951_782_400, 4_102_444_800, -86_400 * 365] {
             assert_eq!(parse_mdtm(&mdtm(t)), Some(t));
         }
