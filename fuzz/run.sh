@@ -39,8 +39,14 @@ for t in $targets; do
         inputs=$(find "$corpus" seeds/"$t" -type f 2>/dev/null | head -1)
         if [ -z "$inputs" ]; then echo "$t: no corpus"; continue; fi
         dirs="$corpus"; [ -d "seeds/$t" ] && dirs="$dirs seeds/$t"
+        log=$(mktemp)
         # shellcheck disable=SC2086
-        "$bin/$t" -runs=0 $dirs 2>&1 | grep -E 'INITED|Done|ERROR|panicked' || status=1
+        if "$bin/$t" -runs=0 -artifact_prefix="artifacts/$t/" $dirs >"$log" 2>&1; then
+            echo "$t: $(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log") inputs replayed, no crash"
+        else
+            echo "$t: CRASH replaying its corpus:"; tail -30 "$log"; status=1
+        fi
+        rm -f "$log"
         continue
     fi
     scratch=$(mktemp -d)
