@@ -26,6 +26,8 @@ pub mod internal;
 #[cfg(test)]
 mod odd_input_tests;
 #[cfg(test)]
+mod pipelining_tests;
+#[cfg(test)]
 mod tests;
 
 pub use action::{
@@ -378,8 +380,36 @@ impl Session {
         };
         match result {
             Ok(answer) => self.answer(pending, answer),
-            Err(e) => self.push(&e.reply()),
+            Err(e) => {
+                // A refused command leaves no state: a failed RNFR must not
+                // arm the RNTO after it.
+                self.rename_from = None;
+                self.push(&e.reply())
+            }
         }
+    }
+
+    /// REIN (RFC 959 4.1.1): forget the login and every setting, as on a
+    /// fresh connection, and answer 220. The shell drops its login when
+    /// [`Session::login`] goes back to `None`.
+    fn reinitialize(&mut self) {
+        if self.data == DataSetup::Passive {
+            self.actions.push_back(Action::ClosePassive);
+        }
+        self.state = State::AwaitUser;
+        self.login = None;
+        self.cwd = VirtualPath::root();
+        self.ascii = false;
+        self.mode = TransferMode::Stream;
+        self.data = DataSetup::None;
+        self.epsv_all = false;
+        self.rest = None;
+        self.rest_ranges = None;
+        self.rename_from = None;
+        self.parallelism = 1;
+        self.buffer = None;
+        self.marker_secs = DEFAULT_MARKER_SECS;
+        self.reply(ReplyCode::SERVICE_READY, "Service ready for new user.");
     }
 
     /// The shell opened the file and is about to move data: sends 150.
