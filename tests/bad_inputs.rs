@@ -836,7 +836,8 @@ fn commands_pipelined_after_an_asynchronous_one_are_all_answered() {
         ("NOOP".to_string(), vec![200]),
     ];
     let stream: String = cmds.iter().map(|(c, _)| format!("{c}\r\n")).collect();
-    c.send_raw(stream.as_bytes()).expect("send the pipelined commands");
+    c.send_raw(stream.as_bytes())
+        .expect("send the pipelined commands");
     for (cmd, codes) in &cmds {
         let r = c
             .read_reply()

@@ -57,3 +57,6 @@ mod data_path;
 /// and stalled clients, many idle sessions): each test checks the replies
 /// and that the server still serves a fresh session.
 mod bad_inputs;
+
+// Both front doors' listener: backlog, running out of descriptors.
+mod listener;

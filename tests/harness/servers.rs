@@ -174,6 +174,8 @@ pub struct ServeOptions {
     /// Listen address; default 127.0.0.1:0.
     pub listen: Option<SocketAddr>,
     pub extra_args: Vec<String>,
+    /// Run under `prlimit --nofile=N:N` (soft and hard descriptor limit).
+    pub nofile: Option<u64>,
 }
 
 /// Starts `sluice serve ROOT --ftp 127.0.0.1:0 [--writable]` on a fresh
@@ -181,7 +183,16 @@ pub struct ServeOptions {
 pub fn sluice(opts: ServeOptions) -> FtpServer {
     let (top, root) = make_root(opts.writable);
     let stderr_path = top.path().join("sluice.stderr");
-    let mut cmd = Command::new(super::process::sluice_bin());
+    let mut cmd = match opts.nofile {
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}"))
+                .arg("--")
+                .arg(super::process::sluice_bin());
+            c
+        }
+        None => Command::new(super::process::sluice_bin()),
+    };
     let listen = opts
         .listen
         .unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));

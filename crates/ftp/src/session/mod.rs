@@ -330,6 +330,17 @@ impl Session {
         }
     }
 
+    /// The shell cannot serve the session now (out of file descriptors,
+    /// say): 421 with `text` and close, whatever was outstanding. Not a
+    /// failed login: the client should try again later.
+    pub fn handle_unavailable(&mut self, text: &str) {
+        if matches!(self.state, State::Closed) {
+            return;
+        }
+        self.reply(ReplyCode::SERVICE_NOT_AVAILABLE, text);
+        self.close();
+    }
+
     /// The shell's answer to [`Action::OpenPassive`]: the address to
     /// announce (the listener's, or `--pasv-address` with its port), or
     /// `None` if no listener could be opened.

@@ -63,9 +63,9 @@ impl SimShell {
                     writable: true,
                     allow_foreign_data_host: false,
                 })),
-                Action::OpenPassive { .. } => {
-                    self.s.handle_passive(Some("127.0.0.1:50000".parse().unwrap()))
-                }
+                Action::OpenPassive { .. } => self
+                    .s
+                    .handle_passive(Some("127.0.0.1:50000".parse().unwrap())),
                 Action::Query { query, .. } => self.s.handle_result(match query {
                     Query::Size => Ok(Answer::Size(7)),
                     Query::Modified => Ok(Answer::Modified(1_700_000_000)),
@@ -159,11 +159,21 @@ fn the_example_from_the_issue_is_answered_in_one_read() {
 fn a_refused_rnfr_does_not_arm_rnto() {
     let mut t = T::logged_in(true);
     t.send("RNFR outlink\r\n");
-    assert!(matches!(t.action(), Some(Action::Query { query: Query::Exists, .. })));
+    assert!(matches!(
+        t.action(),
+        Some(Action::Query {
+            query: Query::Exists,
+            ..
+        })
+    ));
     t.s.handle_result(Err(OpError::NotFound));
     assert!(t.out().starts_with("550 "));
     t.send("RNTO x\r\n");
-    assert_eq!(t.action(), None, "RNTO after a refused RNFR asked for a change");
+    assert_eq!(
+        t.action(),
+        None,
+        "RNTO after a refused RNFR asked for a change"
+    );
     assert_eq!(t.out(), "503 RNFR required first.\r\n");
 }
 
@@ -171,10 +181,29 @@ fn a_refused_rnfr_does_not_arm_rnto() {
 fn rein_logs_out_and_resets() {
     let mut t = T::logged_in(true);
     t.send("TYPE A\r\nREIN\r\n");
-    assert_eq!(t.out(), "200 Switching to ASCII mode.\r\n220 Service ready for new user.\r\n");
+    assert_eq!(
+        t.out(),
+        "200 Switching to ASCII mode.\r\n220 Service ready for new user.\r\n"
+    );
     assert_eq!(t.s.login(), None);
     t.send("PWD\r\n");
-    assert!(t.out().starts_with("530 "), "PWD after REIN must need a login");
+    assert!(
+        t.out().starts_with("530 "),
+        "PWD after REIN must need a login"
+    );
     t.send("USER anonymous\r\nPASS y\r\n");
     assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
+}
+
+#[test]
+fn unavailable_during_login_is_421_not_530() {
+    let mut t = T::new();
+    t.send("USER anonymous\r\nPASS x\r\n");
+    assert!(matches!(t.action(), Some(Action::Authenticate { .. })));
+    t.s.handle_unavailable("Out of resources, try again later.");
+    assert_eq!(
+        t.out(),
+        "331 Please specify the password.\r\n421 Out of resources, try again later.\r\n"
+    );
+    assert_eq!(t.action(), Some(Action::Close));
 }

@@ -228,13 +228,21 @@ impl Driver {
                 } else {
                     users.check(&name, &pass)
                 };
-                let login = login.and_then(|l| match ServedRoot::open(&l.root) {
-                    Ok(r) => Some((l, Arc::new(r))),
-                    Err(e) => {
+                let login = match login.map(|l| (ServedRoot::open(&l.root), l)) {
+                    None => None,
+                    Some((Ok(r), l)) => Some((l, Arc::new(r))),
+                    Some((Err(e), _)) if sluice_platform::sys::is_out_of_descriptors(&e) => {
+                        // Not the client's fault: "try later", not 530.
+                        tracing::warn!(error = %e, "login deferred: out of file descriptors");
+                        self.session
+                            .handle_unavailable("Out of resources, try again later.");
+                        return true;
+                    }
+                    Some((Err(e), l)) => {
                         tracing::error!(error = %e, root = %l.root.display(), "cannot open the login's root");
                         None
                     }
-                });
+                };
                 match login {
                     Some((l, root)) => {
                         tracing::info!(user = %user, writable = l.writable, "login");
