@@ -76,7 +76,10 @@ fn entry(e: sluice_platform::fs::DirEntry) -> Option<DirEntry> {
         FileKind::File => EntryKind::File,
         FileKind::Dir => EntryKind::Dir,
         FileKind::Symlink => return None,
-        FileKind::Other => EntryKind::Other,
+        // FIFOs, sockets and devices: a request for one answers 403, so
+        // a link to it would only ever fail (FTP leaves them out of
+        // downloads the same way).
+        FileKind::Other => return None,
     };
     Some(DirEntry {
         name,
