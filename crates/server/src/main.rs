@@ -20,6 +20,7 @@ mod data;
 mod ftp;
 mod http;
 mod listener;
+mod listing;
 mod logbuf;
 mod loops;
 mod metrics;

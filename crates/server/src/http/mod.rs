@@ -47,7 +47,7 @@ use crate::loops::Loops;
 pub struct HttpContext {
     /// The served root, opened once (`O_PATH`); every request path is
     /// resolved beneath it by the kernel.
-    pub root: ServedRoot,
+    pub root: Arc<ServedRoot>,
     /// Deadlines and bounds.
     pub settings: HttpSettings,
     /// The data-delivery engine shared with the FTP front door.
@@ -64,7 +64,7 @@ impl HttpContext {
     /// A context serving `root`.
     pub fn new(root: ServedRoot, settings: HttpSettings, engine: Engine) -> HttpContext {
         HttpContext {
-            root,
+            root: Arc::new(root),
             gate: Arc::new(Semaphore::new(settings.max_connections)),
             open_files: open_files::OpenFiles::new(settings.open_cache, open_files::MAX_OPEN_FILES),
             settings,
