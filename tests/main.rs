@@ -60,3 +60,6 @@ mod bad_inputs;
 
 // Both front doors' listener: backlog, running out of descriptors.
 mod listener;
+
+// Big directory listings over both doors: complete, streamed, bounded.
+mod listings;

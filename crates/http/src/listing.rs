@@ -435,6 +435,37 @@ mod tests {
         assert_eq!(list.matches("\"name\"").count(), sample().len() + 1);
     }
 
+    /// Streaming: a listing rendered a batch at a time holds no more than
+    /// one batch's bytes (the renderer keeps counters only), whatever the
+    /// directory's size, and the batches add up to every entry.
+    #[test]
+    fn a_streamed_listing_holds_one_batch_at_a_time() {
+        for json in [false, true] {
+            let mut r = Renderer::new(&normalize("/big/").unwrap(), json);
+            let (mut names, mut biggest) = (0, 0);
+            // A long name, escaped: the worst line is still bounded.
+            let long = "&".repeat(200);
+            for b in 0..20 {
+                let batch: Vec<DirEntry> = (0..1000)
+                    .map(|i| entry(&format!("{long}{b}-{i}"), EntryKind::File, 1 << 40))
+                    .collect();
+                let mut out = Vec::new();
+                r.batch(&batch, &mut out);
+                biggest = biggest.max(out.len());
+                let text = String::from_utf8(out).unwrap();
+                names += text
+                    .matches(if json { "{\"name\":" } else { "<a href=\"./" })
+                    .count();
+            }
+            let mut out = Vec::new();
+            r.end(&mut out);
+            // Head of the page + 1000 lines of at most 2 KiB.
+            assert!(biggest <= 1024 + 1000 * 2048, "{biggest}");
+            assert_eq!(names, 20_000);
+            assert!(std::mem::size_of::<Renderer>() < 128);
+        }
+    }
+
     #[test]
     fn dates() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
