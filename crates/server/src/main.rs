@@ -173,6 +173,7 @@ async fn serve_on(
         out.flush()?;
     }
     let ctx = Arc::new(ftp::FtpContext {
+        served_root: Default::default(),
         users: auth::Users::new(&cfg),
         config: cfg,
         engine,

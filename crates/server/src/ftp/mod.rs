@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use sluice_engine::Engine;
 use sluice_ftp::session::{Session, SessionConfig};
+use sluice_platform::fs::ServedRoot;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -38,6 +39,25 @@ pub struct FtpContext {
     pub users: Users,
     /// The data-delivery engine.
     pub engine: Engine,
+    /// The served root, opened at the first login that uses it and shared
+    /// by every such session: one descriptor per session (its socket)
+    /// instead of two.
+    pub served_root: std::sync::OnceLock<Arc<ServedRoot>>,
+}
+
+impl FtpContext {
+    /// The root a login serves: the shared one for the served root, a
+    /// fresh descriptor for a user's own root.
+    pub fn open_root(&self, root: &std::path::Path) -> std::io::Result<Arc<ServedRoot>> {
+        if root != self.config.root {
+            return ServedRoot::open(root).map(Arc::new);
+        }
+        if let Some(r) = self.served_root.get() {
+            return Ok(Arc::clone(r));
+        }
+        let r = Arc::new(ServedRoot::open(root)?);
+        Ok(Arc::clone(self.served_root.get_or_init(|| r)))
+    }
 }
 
 /// Binds the FTP listener (so port 0 is resolved before anything prints).

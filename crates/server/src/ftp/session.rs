@@ -228,9 +228,9 @@ impl Driver {
                 } else {
                     users.check(&name, &pass)
                 };
-                let login = match login.map(|l| (ServedRoot::open(&l.root), l)) {
+                let login = match login.map(|l| (self.ctx.open_root(&l.root), l)) {
                     None => None,
-                    Some((Ok(r), l)) => Some((l, Arc::new(r))),
+                    Some((Ok(r), l)) => Some((l, r)),
                     Some((Err(e), _)) if sluice_platform::sys::is_out_of_descriptors(&e) => {
                         // Not the client's fault: "try later", not 530.
                         tracing::warn!(error = %e, "login deferred: out of file descriptors");

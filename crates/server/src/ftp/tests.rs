@@ -30,6 +30,7 @@ async fn server(
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let ctx = Arc::new(FtpContext {
+        served_root: Default::default(),
         users: Users::new(&config),
         config,
         engine,
