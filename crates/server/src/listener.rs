@@ -91,6 +91,8 @@ pub struct Door {
     pub name: &'static str,
     /// The connection limit (may be shared by several accept loops).
     pub gate: Arc<Semaphore>,
+    /// The gate's size.
+    pub limit: usize,
     /// Sent to a connection over the limit before it is closed (made
     /// afresh each time: an HTTP refusal carries the date).
     pub full: fn() -> Vec<u8>,
@@ -106,6 +108,7 @@ where
     F: Fn(TcpStream, SocketAddr, OwnedSemaphorePermit) + Clone + Send + 'static,
 {
     let door = Arc::new(door);
+    tokio::spawn(trim_after_bursts(Arc::clone(&door)));
     let mut reserve = open_reserve();
     let mut trouble = Trouble::new(door.name);
     let mut backoff = FIRST_BACKOFF;
@@ -167,6 +170,38 @@ fn refuse_one_queued(listener: &TcpListener, bytes: &[u8]) -> bool {
             true
         }
         Err(_) => false,
+    }
+}
+
+/// How often the door checks whether a burst of clients has gone.
+const TRIM_CHECK: Duration = Duration::from_secs(5);
+
+/// Clients gone since the last trim that make one worth its cost.
+const TRIM_AFTER: usize = 1000;
+
+/// Gives freed memory back after a burst of connections has closed. The
+/// allocator keeps what 10,000 sessions used (about 100 MB) for reuse,
+/// which is bounded (a second burst reuses it) but looks like a leak and
+/// is lost to the page cache; once a thousand clients have gone since the
+/// high-water mark, it is returned (`malloc_trim`, on a blocking thread).
+async fn trim_after_bursts(door: Arc<Door>) {
+    let mut tick = tokio::time::interval(TRIM_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut high = 0usize;
+    loop {
+        tick.tick().await;
+        let in_use = door.limit.saturating_sub(door.gate.available_permits());
+        high = high.max(in_use);
+        if high - in_use >= TRIM_AFTER {
+            high = in_use;
+            let trimmed =
+                tokio::task::spawn_blocking(sluice_platform::memory::release_free_memory).await;
+            tracing::debug!(
+                door = door.name,
+                ?trimmed,
+                "freed memory returned after a burst"
+            );
+        }
     }
 }
 
@@ -268,6 +303,7 @@ mod tests {
         let door = Door {
             name: "test",
             gate: Arc::new(Semaphore::new(1)),
+            limit: 1,
             full: || b"421 full\r\n".to_vec(),
             exhausted: || b"421 later\r\n".to_vec(),
         };

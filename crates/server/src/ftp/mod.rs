@@ -85,6 +85,7 @@ pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener, loops: Loops) {
     let door = Door {
         name: "ftp",
         gate: Arc::new(Semaphore::new(ctx.config.max_sessions)),
+        limit: ctx.config.max_sessions,
         full: || refusal("Too many sessions, try again later."),
         exhausted: || refusal("Out of resources, try again later."),
     };

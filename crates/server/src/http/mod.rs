@@ -195,6 +195,7 @@ pub async fn run_spread(ctx: Arc<HttpContext>, listener: TcpListener, loops: Loo
     let door = Door {
         name: "http",
         gate: Arc::clone(&ctx.gate),
+        limit: ctx.settings.max_connections,
         full: || status_bytes(Status::ServiceUnavailable),
         exhausted: || status_bytes(Status::ServiceUnavailable),
     };
