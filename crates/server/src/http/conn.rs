@@ -144,12 +144,9 @@ async fn send_listing(
         let piece = match lister.next(&ctx.engine, &cancel).await {
             Ok(Some(p)) => p,
             Ok(None) => return Ok(()),
-            Err(e) => {
-                // The head is out: all that is left is to cut the body
-                // short (the connection closes).
-                tracing::warn!(error = %e, "listing stopped");
-                return Err(SendError::NoFile);
-            }
+            // The head is out: all that is left is to cut the body short
+            // (the connection closes).
+            Err(e) => return Err(SendError::Listing(e.to_string())),
         };
         let plan = Plan {
             status: Status::Ok,
