@@ -178,7 +178,11 @@ fn out_of_descriptors_clients_get_421_and_the_server_recovers() {
     // Failed accepts are logged once per interval with a count, not once
     // per failure (the old loop wrote ten lines a second).
     let lines = server.log_tail().matches("out of file descriptors").count();
-    assert!(lines <= 6, "{lines} log lines about descriptors\n{}", server.log_tail());
+    assert!(
+        lines <= 6,
+        "{lines} log lines about descriptors\n{}",
+        server.log_tail()
+    );
     drop(held);
     // The sessions end as the server sees the closes: poll, bounded.
     let deadline = Instant::now() + Duration::from_secs(30);

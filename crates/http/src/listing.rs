@@ -187,9 +187,9 @@ impl Renderer {
     pub fn end(&mut self, out: &mut Vec<u8>) {
         self.begin(out);
         if self.json {
-            let _ = write!(
+            let _ = writeln!(
                 Bytes(out),
-                "],\"truncated\":{},\"sorted\":{}}}\n",
+                "],\"truncated\":{},\"sorted\":{}}}",
                 self.cut,
                 self.in_order
             );
