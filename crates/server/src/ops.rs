@@ -10,7 +10,7 @@ use sluice_ftp::path::VirtualPath;
 use sluice_ftp::session::{Answer, Change, ChecksumAlgorithm, ListFormat, OpError, Query};
 use sluice_platform::fs::{DirEntry, FileKind, FsError, Metadata, ServedRoot};
 
-use crate::upload::{is_internal_name, partial_path};
+use crate::upload::{is_internal_name, partial_len, partial_path};
 
 /// Most entries one listing sends; a directory larger than this is cut
 /// (with a log line), bounding memory per LIST.
@@ -72,11 +72,11 @@ pub fn query(
             Ok(m) if m.kind == FileKind::File => Ok(Answer::Size(m.size)),
             Ok(_) => Err(OpError::NotAFile),
             // A kept partial upload answers SIZE so clients can resume
-            // (see upload.rs); it is never served by RETR or listed.
-            Err(FsError::NotFound) => match partial_path(path).map(|p| root.stat(p.as_str())) {
-                Some(Ok(m)) if m.kind == FileKind::File => Ok(Answer::Size(m.size)),
-                _ => Err(OpError::NotFound),
-            },
+            // (see upload.rs): its length up to its first hole. It is
+            // never served by RETR or listed.
+            Err(FsError::NotFound) => partial_len(root, path)
+                .map(Answer::Size)
+                .ok_or(OpError::NotFound),
             Err(e) => Err(op_error(e)),
         },
         Query::Modified => {
@@ -212,14 +212,26 @@ pub fn checksum(
 ) -> Result<Answer, OpError> {
     use md5::Digest as _;
     check_names_dir(root, path)?;
-    let mut file = root.open_read(path.as_str()).map_err(op_error)?;
-    let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
+    // Like SIZE, a name that does not exist answers for its kept partial
+    // (up to its first hole), so `sluice put --continue` can check the
+    // prefix it is about to keep.
+    let (mut file, size) = match root.open_read(path.as_str()) {
+        Ok(f) => {
+            let size = f.metadata().map_err(|e| op_error(e.into()))?.len();
+            (f, size)
+        }
+        Err(FsError::NotFound) => match (partial_path(path), partial_len(root, path)) {
+            (Some(p), Some(n)) => (root.open_read(p.as_str()).map_err(op_error)?, n),
+            _ => return Err(OpError::NotFound),
+        },
+        Err(e) => return Err(op_error(e)),
+    };
     if offset > size {
         return Err(OpError::OffsetBeyondEof);
     }
     file.seek(SeekFrom::Start(offset))
         .map_err(|e| op_error(e.into()))?;
-    let mut reader = file.take(len.unwrap_or(u64::MAX));
+    let mut reader = file.take(len.unwrap_or(u64::MAX).min(size - offset));
     let mut buf = vec![0u8; 1 << 20];
     enum H {
         A(adler::Adler32),

@@ -386,6 +386,7 @@ impl Driver {
             writable: login.writable,
             cancel: cancel.clone(),
             cached,
+            partials: self.ctx.config.partials,
         };
         self.running = Some(cancel);
         tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());
