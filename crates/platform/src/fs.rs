@@ -551,6 +551,14 @@ pub fn data_prefix_len(file: &File) -> io::Result<u64> {
     Ok((r as u64).min(file.metadata()?.len()))
 }
 
+/// Releases the `flock` [`ServedRoot::open_locked`] took, without waiting
+/// for every clone of the descriptor to close (a transfer's helpers may
+/// drop theirs a little later).
+pub fn unlock(file: &File) {
+    // SAFETY: flock on a descriptor we borrow; no pointers involved.
+    let _ = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+}
+
 fn same_inode(file: &File, dir: BorrowedFd<'_>, name: &CStr) -> bool {
     use std::os::unix::fs::MetadataExt;
     let Ok(m) = file.metadata() else { return false };

@@ -32,30 +32,31 @@
 //! | command | no P, no F | no P, F | P, no F | P and F |
 //! |---|---|---|---|---|
 //! | STOR | write P from 0 | write P from 0 | P truncated to 0 | P truncated to 0 |
-//! | REST n + STOR | 554 (n > 0) | 554 no partial | P cut to n (n ≤ P) | P cut to n (n ≤ P) |
+//! | REST n + STOR | 554 no partial | 554 no partial | P cut to n (n ≤ P, else 554) | 550 ambiguous |
 //! | REST ranges + STOR (MODE E) | 554 | 554 | blocks into P (ranges within P) | same |
-//! | APPE | write P from 0 | copy of F + data | P from its end | 450 pending |
-//! | ESTO A k | P from 0 (k = 0) else 554 | copy of F, blocks at k (k ≤ F) | P cut to k (k ≤ P) | 450 pending |
+//! | APPE | write P from 0 | copy of F + data | P from its end | 550 ambiguous |
+//! | ESTO A k | P from 0 (k = 0) else 554 | copy of F, blocks at k (k ≤ F) | P cut to k (k ≤ P) | 550 ambiguous |
 //! | SIZE / CKSM | 550 | F | P | F |
 //!
 //! Why these: `curl -C -` and `lftp put -c` ask `SIZE` and then send from
 //! that offset with APPE (curl) or REST + STOR (lftp), so SIZE and the
 //! resuming command must speak of the same object. SIZE keeps describing
 //! F when F exists (downloaders and segmenting clients such as aria2 plan
-//! with it), so a client that read F's size and then says APPE could mean
-//! "append to F" or "continue the partial": with both present APPE (and
-//! ESTO) is refused with a clear 450 instead of guessing. REST + STOR
-//! resumes only a partial, never F: in Sluice F is always a complete
-//! file, never the head of an interrupted upload, so "keep F's first n
-//! bytes and write the rest" would splice an old file and a new one (the
-//! failure that prompted this design). REST n within P keeps bytes of the
-//! interrupted upload, which is right whatever n the client learned. An
+//! with it), so a client that read F's size and then says APPE or REST n
+//! could mean F or the partial: with both present APPE, ESTO and REST +
+//! STOR are refused with a clear 550 instead of guessing (a plain STOR
+//! replaces both; so does the retention below). REST + STOR resumes only a
+//! partial, never F: in Sluice F is always a complete file, never the head
+//! of an interrupted upload, so "keep F's first n bytes and write the
+//! rest" would splice an old file and a new one (the failure that
+//! prompted this design). An
 //! APPE (or ESTO) to F works on a private copy of F (`copy_file_range`)
 //! that is discarded if the transfer fails: the client's retry re-reads
 //! F's size and appends again. MODE E `REST` ranges (globus-url-copy
 //! `-rst`) name ranges the server acknowledged with 111 markers, which are
 //! sent only after the bytes are written, so they are in P even after a
-//! server kill; without a P they are refused. What no server can catch is
+//! server kill, and can only mean P (also when F exists); without a P
+//! they are refused. What no server can catch is
 //! a client resuming with a *different* source file than the interrupted
 //! one; `sluice put --continue` compares the server's prefix with `CKSM
 //! <alg> 0 <n>` first and restarts from 0 when it differs.
@@ -81,7 +82,7 @@ use std::time::{Duration, SystemTime};
 
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::session::{OpError, StoreKind};
-use sluice_platform::fs::{data_prefix_len, FileKind, FsError, ServedRoot, TempFile};
+use sluice_platform::fs::{data_prefix_len, unlock, FileKind, FsError, ServedRoot, TempFile};
 
 use crate::ops::op_error;
 
@@ -211,6 +212,11 @@ impl Upload {
         };
         match kind {
             StoreKind::Replace => resume(Some(0)),
+            StoreKind::Restart(_) | StoreKind::Append | StoreKind::Adjusted(_)
+                if pending && complete.is_some() =>
+            {
+                Err(OpError::PartialPending)
+            }
             StoreKind::Restart(n) if pending => resume(Some(n)),
             StoreKind::Restart(_) => Err(OpError::NoPartial),
             StoreKind::RestartRanges(0) => resume(Some(0)),
@@ -228,9 +234,6 @@ impl Upload {
                 })
             }
             StoreKind::RestartRanges(_) => Err(OpError::NoPartial),
-            StoreKind::Append | StoreKind::Adjusted(_) if pending && complete.is_some() => {
-                Err(OpError::PartialPending)
-            }
             StoreKind::Append if pending => resume(None),
             StoreKind::Adjusted(k) if pending => resume(Some(k)),
             StoreKind::Append => match complete {
@@ -261,8 +264,11 @@ impl Upload {
             Target::Partial { file, partial } => {
                 file.sync_all().map_err(|e| op_error(e.into()))?;
                 // Renamed while still locked: nobody else can be writing it.
-                root.rename(partial.as_str(), self.path.as_str())
-                    .map_err(op_error)
+                let r = root
+                    .rename(partial.as_str(), self.path.as_str())
+                    .map_err(op_error);
+                unlock(&file);
+                r
             }
         }
     }
@@ -284,6 +290,7 @@ impl Upload {
                 } else if let Err(e) = file.sync_data() {
                     tracing::warn!(error = %e, "cannot sync partial upload");
                 }
+                unlock(&file);
             }
         }
     }
@@ -403,33 +410,46 @@ mod tests {
     fn failed_replace_keeps_partial_and_never_touches_target() {
         let (d, r) = setup();
         let up = prep(&r, "/f", StoreKind::Replace).unwrap();
-        up.file().write_all_at(b"new!", 0).unwrap();
+        let writer = up.file(); // a helper that lets go of it late
+        writer.write_all_at(b"new!", 0).unwrap();
         up.fail(&r, OpError::ConnectionLost);
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"0123456789");
         assert_eq!(
             std::fs::read(d.path().join(".f.sluice-partial")).unwrap(),
             b"new!"
         );
-        // REST 2 + STOR continues the partial, then renames it over f.
-        let up = prep(&r, "/f", StoreKind::Restart(2)).unwrap();
+        // f and a partial: REST + STOR is ambiguous, STOR replaces both.
+        assert!(matches!(
+            prep(&r, "/f", StoreKind::Restart(2)),
+            Err(OpError::PartialPending)
+        ));
+        let up = prep(&r, "/f", StoreKind::Replace).unwrap();
+        up.file().write_all_at(b"XY", 0).unwrap();
+        up.commit(&r).unwrap();
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"XY");
+        assert!(!d.path().join(".f.sluice-partial").exists());
+        // Without f, REST 2 + STOR continues the partial, then renames it.
+        std::fs::write(d.path().join(".g.sluice-partial"), b"new!").unwrap();
+        let up = prep(&r, "/g", StoreKind::Restart(2)).unwrap();
         assert_eq!(up.start, 2);
         up.file().write_all_at(b"XY", 2).unwrap();
         up.commit(&r).unwrap();
-        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"neXY");
-        assert!(!d.path().join(".f.sluice-partial").exists());
+        assert_eq!(std::fs::read(d.path().join("g")).unwrap(), b"neXY");
+        drop(writer);
     }
 
     #[test]
     fn a_writer_that_dies_leaves_the_partial_under_its_own_name() {
         // kill -9 of the server = the Upload is dropped without fail().
         let (d, r) = setup();
-        let up = prep(&r, "/f", StoreKind::Replace).unwrap();
+        let up = prep(&r, "/g", StoreKind::Replace).unwrap();
         up.file().write_all_at(b"abc", 0).unwrap();
         // While it is being written, nobody else may take it.
-        assert!(matches!(prep(&r, "/f", StoreKind::Replace), Err(OpError::Busy)));
+        assert!(matches!(prep(&r, "/g", StoreKind::Replace), Err(OpError::Busy)));
+        assert!(matches!(prep(&r, "/g", StoreKind::Append), Err(OpError::Busy)));
         drop(up);
-        assert_eq!(names(&d), [".f.sluice-partial", "f"]);
-        let up = prep(&r, "/f", StoreKind::Restart(3)).unwrap();
+        assert_eq!(names(&d), [".g.sluice-partial", "f"]);
+        let up = prep(&r, "/g", StoreKind::Restart(3)).unwrap();
         assert_eq!(up.start, 3);
     }
 
@@ -445,13 +465,13 @@ mod tests {
         ));
         assert!(matches!(prep(&r, "/new", StoreKind::Adjusted(4)), Err(OpError::NoPartial)));
         // A partial shorter than the offset is refused, not padded.
-        std::fs::write(d.path().join(".f.sluice-partial"), b"abc").unwrap();
+        std::fs::write(d.path().join(".new.sluice-partial"), b"abc").unwrap();
         assert!(matches!(
-            prep(&r, "/f", StoreKind::Restart(4)),
+            prep(&r, "/new", StoreKind::Restart(4)),
             Err(OpError::OffsetBeyondEof)
         ));
         assert!(matches!(
-            prep(&r, "/f", StoreKind::RestartRanges(4)),
+            prep(&r, "/new", StoreKind::RestartRanges(4)),
             Err(OpError::OffsetBeyondEof)
         ));
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"0123456789");
@@ -466,6 +486,12 @@ mod tests {
             prep(&r, "/f", StoreKind::Adjusted(3)),
             Err(OpError::PartialPending)
         ));
+        assert!(matches!(
+            prep(&r, "/f", StoreKind::Restart(3)),
+            Err(OpError::PartialPending)
+        ));
+        // MODE E restart ranges can only mean the partial.
+        assert_eq!(prep(&r, "/f", StoreKind::RestartRanges(3)).unwrap().start, 0);
         // Without the complete file, APPE continues the partial.
         std::fs::write(d.path().join(".g.sluice-partial"), b"abc").unwrap();
         let up = prep(&r, "/g", StoreKind::Append).unwrap();

@@ -269,8 +269,9 @@ pub enum OpError {
     /// REST + STOR with nothing to resume: no interrupted upload of the name
     /// is kept (a complete file under the name is not one).
     NoPartial,
-    /// APPE/ESTO of a complete file while an interrupted upload of the same
-    /// name is kept: the client's idea of the size may be either one.
+    /// APPE/ESTO/REST+STOR of a complete file while an interrupted upload
+    /// of the same name is kept: the offset the client learned from SIZE
+    /// may belong to either one.
     PartialPending,
     /// Another upload of the same name is in progress.
     Busy,
@@ -306,9 +307,10 @@ impl OpError {
                 ReplyCode(554),
                 "No interrupted upload of this name to resume; STOR without REST sends the whole file.",
             ),
+            // 5xx: nothing changes by retrying (lftp retries 4xx forever).
             Self::PartialPending => (
-                C::FILE_UNAVAILABLE_TRANSIENT,
-                "An interrupted upload of this name is pending; resume it with REST + STOR, or replace the file with STOR.",
+                C::FILE_UNAVAILABLE,
+                "Both a complete file and an interrupted upload have this name; STOR without REST replaces both.",
             ),
             Self::Busy => (
                 C::FILE_UNAVAILABLE_TRANSIENT,
