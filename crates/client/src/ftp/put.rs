@@ -1,8 +1,8 @@
 //! `sluice put FILE ftp://...`: one file up.
 //!
 //! ```text
-//! TYPE I, [MODE E], [SIZE path (--continue)], EPSV|PASV
-//! MODE S: connect, [REST k] STOR path (APPE if REST is refused), send, close
+//! TYPE I, [MODE E], [SIZE path, CKSM alg 0 k path (--continue)], EPSV|PASV
+//! MODE S: connect, STOR path | APPE path (resume at k), send, close
 //! MODE E: ALLO len, STOR path | ESTO A k path, connect N streams,
 //!         blocks striped over them, EOD on each, EOF(N) on the first
 //! 1xx (111/112 markers) ... 226
@@ -140,10 +140,12 @@ fn resume_offset(
     }
     let (algo, server) = match session::server_checksum_of(ctl, remote, 0, Some(have)) {
         Ok(c) => c,
+        // Nothing better can be done against a server without checksums
+        // (vsftpd): the resume is what was asked for; say it is unchecked.
         Err(ClientError::NoChecksum(why)) => {
             return Ok((
-                0,
-                format!("cannot check the server's {have} bytes ({why}): sending it all again"),
+                have,
+                format!("resuming at {have} without checking the server's bytes ({why})"),
             ))
         }
         Err(e) => return Err(e),
@@ -194,13 +196,11 @@ fn send_stream(
     let to = data::passive(ctl)?;
     let mut sock = data::connect(to, ctl.timeout())?;
     let cmd = if offset > 0 {
-        let r = ctl.cmd(&format!("REST {offset}"))?;
-        if r.code.0 == 350 {
-            format!("STOR {remote}")
-        } else {
-            // Without REST for STOR, append to what the server has.
-            format!("APPE {remote}")
-        }
+        // APPE, not REST + STOR: what the server has was read with SIZE
+        // (and checked with CKSM), and Sluice continues with REST + STOR
+        // only an interrupted upload, while APPE also extends a complete
+        // file (docs/SECURITY.md, "Partial uploads").
+        format!("APPE {remote}")
     } else {
         format!("STOR {remote}")
     };

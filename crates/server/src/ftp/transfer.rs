@@ -68,6 +68,35 @@ pub struct Job {
     pub cached: Vec<TcpStream>,
     /// How long kept partial uploads live (crate::upload).
     pub partials: PartialPolicy,
+    /// A second handle on the control connection ([`control_watch`]), to
+    /// tell a MODE S upload's end from its client's death.
+    pub control: Option<TcpStream>,
+}
+
+/// A second handle on the control connection (a dup of its fd, never read,
+/// only peeked) for [`Job::control`].
+pub fn control_watch(conn: &TcpStream) -> Option<TcpStream> {
+    watch_handle(conn)
+}
+
+/// How long a finished MODE S upload watches the control connection for
+/// its client's death before it counts as complete (overlapping the
+/// commit's fsync).
+const CONTROL_CLOSE_GRACE: Duration = Duration::from_millis(20);
+
+/// True when the client closes (or resets) the control connection within
+/// `grace`. A MODE S upload ends with the data connection's FIN, and a
+/// client killed mid-upload sends exactly that too, with its control
+/// connection's FIN a moment before or after: only the control connection
+/// tells a finished upload from a dead client (a live one waits there
+/// for 226), and the session task may not have read it yet.
+async fn control_closes_within(job: &Job, grace: Duration) -> bool {
+    let Some(c) = &job.control else { return false };
+    let mut b = [0u8; 1];
+    match tokio::time::timeout(grace, c.peek(&mut b)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => true,
+        Ok(Ok(_)) | Err(_) => false,
+    }
 }
 
 /// What to do.
@@ -368,6 +397,22 @@ async fn stor(
             Ok(n)
         }
     });
+    let result = match result {
+        Ok(n) if data.mode == TransferMode::Stream => {
+            // The commit's fsync starts now, while we look at the control
+            // connection, so the look costs no time when the disk is slow.
+            let f = upload.file();
+            let sync = tokio::task::spawn_blocking(move || f.sync_data());
+            let dead = control_closes_within(job, CONTROL_CLOSE_GRACE).await;
+            let _ = sync.await;
+            if dead || job.cancel.is_cancelled() {
+                Err(OpError::Aborted)
+            } else {
+                Ok(n)
+            }
+        }
+        r => r,
+    };
     let root = Arc::clone(&job.root);
     let failed = result.as_ref().err().copied();
     let finished = blocking(move || match failed {
