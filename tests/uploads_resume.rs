@@ -11,7 +11,7 @@
 
 use crate::harness::control::mode_e;
 use crate::harness::corpus::{sha256_file, write_pseudo_random};
-use crate::harness::process::ProcessGuard;
+use crate::harness::process::{is_root, ProcessGuard};
 use crate::harness::servers::{kill9, sluice, ServeOptions};
 use crate::harness::*;
 use std::fs;
@@ -399,4 +399,108 @@ fn globus_url_copy_rst_with_server_killed() {
         .arg(server.url("g.bin")));
     out.assert_success();
     assert_eq!(sha256_file(&target), sha256_file(&f.new), "{}", out.describe());
+}
+
+/// A small tmpfs, unmounted on drop.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    /// `None` (the test skips) unless we are root and mount works.
+    fn mount(size: &str) -> Option<SmallFs> {
+        if !is_root() {
+            eprintln!("skipping: mounting a small tmpfs needs root");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipping: cannot mount a tmpfs");
+            return None;
+        }
+        Some(SmallFs { dir })
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// Disk full: the server says 452, `sluice put` shows that reply and exits
+/// 5 (the server refused), and the failed upload's partial does not keep
+/// the disk full: the next upload that fits succeeds.
+#[test]
+fn disk_full_gives_452_exit_5_and_frees_the_partial() {
+    let Some(small) = SmallFs::mount("8m") else {
+        return;
+    };
+    let root = small.dir.path().to_path_buf();
+    let server = server_on(Some(root.clone()));
+    let files = tempfile::tempdir().expect("temp dir");
+    let big = files.path().join("big.bin");
+    let small_file = files.path().join("small.bin");
+    write_pseudo_random(&big, 16 << 20, 1);
+    write_pseudo_random(&small_file, 4 << 20, 2);
+    let out = run(Command::new(sluice_bin())
+        .args(["put", "-q"])
+        .arg(&big)
+        .arg(server.url("big.bin")));
+    assert_eq!(out.status.and_then(|s| s.code()), Some(5), "{}", out.describe());
+    assert!(out.stderr.contains("452"), "the server's reply is not shown\n{}", out.describe());
+    let left: Vec<_> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let out = run(Command::new(sluice_bin())
+        .args(["put", "-q"])
+        .arg(&small_file)
+        .arg(server.url("small.bin")));
+    out.assert_success();
+    assert_eq!(sha256_file(&root.join("small.bin")), sha256_file(&small_file));
+}
+
+/// The xferlog line of a failed transfer counts the bytes that moved (and
+/// says `i`, incomplete): a download cut by ABOR, an upload whose client
+/// was killed.
+#[test]
+fn xferlog_counts_bytes_of_failed_transfers() {
+    use std::io::Read;
+    let server = server_on(None);
+    write_pseudo_random(&server.root.join("dl.bin"), 256 << 20, 3);
+    let mut c = server.connect();
+    c.login_anonymous();
+    assert_eq!(c.cmd("TYPE I").code, 200);
+    let mut data = c.open_passive();
+    assert!(c.cmd("RETR dl.bin").is_preliminary(), "{}", c.transcript());
+    let mut got = vec![0u8; 4 << 20];
+    data.read_exact(&mut got).expect("first 4 MiB");
+    drop(data);
+    let _ = c.try_cmd("ABOR");
+    let logged = |name: &str| -> Option<(u64, String)> {
+        server.stderr_text().lines().find_map(|l| {
+            let f: Vec<&str> = l.split(" xferlog: ").nth(1)?.split(' ').collect();
+            (f.get(3) == Some(&name)).then(|| (f[2].parse().unwrap_or(0), f.last().unwrap_or(&"").to_string()))
+        })
+    };
+    wait_for("the download's xferlog line", 60, || logged("/dl.bin").is_some());
+    let (bytes, status) = logged("/dl.bin").unwrap();
+    assert_eq!(status, "i", "{}", server.log_tail());
+    assert!(bytes >= 4 << 20 && bytes < 256 << 20, "download logged {bytes} bytes");
+
+    let f = files();
+    let curl = slow_curl_upload(&f.new, &server.url("up.bin"));
+    wait_for("the upload to arrive", 60, || in_progress(&server.root, "up.bin") >= KILL_AFTER);
+    kill9(&curl);
+    wait_for("the upload's xferlog line", 60, || logged("/up.bin").is_some());
+    let (bytes, status) = logged("/up.bin").unwrap();
+    assert_eq!(status, "i", "{}", server.log_tail());
+    assert!(bytes >= KILL_AFTER && bytes < NEW_SIZE, "upload logged {bytes} bytes");
 }

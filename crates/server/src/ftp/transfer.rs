@@ -140,7 +140,7 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
             // (with the incomplete flag), not 0.
             bytes: match &result {
                 Ok(n) => *n,
-                Err(_) => progress.bytes(),
+                Err(_) => moved_before_failure(&work, direction, &progress),
             },
             path: path.as_str(),
             ascii,
@@ -155,6 +155,19 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
 }
 
 type Record = Option<(VirtualPath, bool, Direction)>;
+
+/// Payload bytes a failed transfer moved. Uploads: what reached the file.
+/// MODE S downloads: what went into the socket (the senders count whole
+/// pieces into `progress` only when a piece completes); MODE E downloads
+/// count only whole blocks (the socket count would include headers).
+fn moved_before_failure(work: &Work, direction: Direction, progress: &Progress) -> u64 {
+    match (direction, work) {
+        (Direction::Outgoing, Work::Retr { data, .. }) if data.mode == TransferMode::Stream => {
+            progress.bytes().max(progress.counters().snapshot().bytes_sent)
+        }
+        _ => progress.bytes(),
+    }
+}
 
 async fn execute(
     job: &Job,
