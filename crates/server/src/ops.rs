@@ -328,10 +328,19 @@ mod tests {
             query(&r, &vp("sub"), Query::ChangeDir, false),
             Ok(Answer::Done)
         );
-        // The partial answers SIZE for resuming clients.
+        // The partial answers SIZE for resuming clients, and CKSM (with
+        // offset and length) so `sluice put --continue` can check it.
         assert_eq!(
             query(&r, &vp("f2"), Query::Size, false),
             Ok(Answer::Size(3))
+        );
+        assert_eq!(
+            checksum(&r, &vp("f2"), ChecksumAlgorithm::Md5, 0, Some(3)),
+            Ok(Answer::Checksum("900150983cd24fb0d6963f7d28e17f72".into())) // md5("abc")
+        );
+        assert_eq!(
+            checksum(&r, &vp("f2"), ChecksumAlgorithm::Md5, 4, None),
+            Err(OpError::OffsetBeyondEof)
         );
         assert_eq!(
             query(&r, &vp("nope"), Query::Size, false),

@@ -171,7 +171,9 @@ impl Upload {
             Err(FsError::NotFound) => None,
             Err(e) => return Err(op_error(e)),
         };
-        sweep(root, path, policy);
+        if sweep_due(&path.parent()) {
+            sweep(root, path, policy);
+        }
         let pending = matches!(root.stat(partial.as_str()), Ok(m) if m.kind == FileKind::File && m.size > 0);
         let lock = || -> Result<Arc<File>, OpError> {
             match root.open_locked(partial.as_str()).map_err(op_error)? {
@@ -295,6 +297,36 @@ impl Upload {
         }
     }
 }
+
+/// Sweeps one directory at most this often: a sweep lists the directory,
+/// which must not happen for every upload into one with 100,000 entries.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// True when `dir` has not been swept for [`SWEEP_EVERY`] (and notes that
+/// it is being swept now). Remembers at most [`SWEEP_MEMORY`] directories.
+fn sweep_due(dir: &VirtualPath) -> bool {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::Instant;
+    static LAST: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
+    let Ok(mut guard) = LAST.lock() else { return true };
+    let map = guard.get_or_insert_with(HashMap::new);
+    let now = Instant::now();
+    if map.get(dir.as_str()).is_some_and(|t| now.duration_since(*t) < SWEEP_EVERY) {
+        return false;
+    }
+    if map.len() >= SWEEP_MEMORY {
+        map.retain(|_, t| now.duration_since(*t) < SWEEP_EVERY);
+        if map.len() >= SWEEP_MEMORY {
+            map.clear();
+        }
+    }
+    map.insert(dir.as_str().to_string(), now);
+    true
+}
+
+/// Most directories [`sweep_due`] remembers.
+const SWEEP_MEMORY: usize = 4096;
 
 /// Removes kept partials and leftover temps in `path`'s directory that
 /// the policy no longer keeps (never one whose writer holds its lock, nor
@@ -557,7 +589,8 @@ mod tests {
         up.fail(&r, OpError::NoSpace);
         assert_eq!(names(&d), ["f"]);
         // Expired partials and leftover temps of other names go when an
-        // upload starts in their directory; a locked one stays.
+        // upload starts in their directory (at most once a minute); a
+        // locked one stays.
         std::fs::write(d.path().join(".a.sluice-partial"), b"abc").unwrap();
         std::fs::write(d.path().join(".b.sluice-1234.part"), b"abc").unwrap();
         let busy = prep(&r, "/c", StoreKind::Replace).unwrap();
@@ -571,8 +604,7 @@ mod tests {
             let f = File::options().write(true).open(d.path().join(n)).unwrap();
             f.set_modified(an_hour_ago).unwrap();
         }
-        let up = Upload::prepare(&r, &vp("/f"), StoreKind::Replace, &expire_all).unwrap();
-        up.commit(&r).unwrap();
+        sweep(&r, &vp("/f"), &expire_all);
         assert_eq!(names(&d), [".c.sluice-partial", "f"]);
         // The size cap removes the oldest first.
         std::fs::write(d.path().join(".a.sluice-partial"), b"abc").unwrap();
