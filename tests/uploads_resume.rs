@@ -218,7 +218,9 @@ fn scenario(f: &Files, prior: Prior, killed: Killed, resumer: Resumer) -> Option
             "{what}: the client failed and {name} changed to a wrong file\n{}",
             out.describe()
         ))
-    } else if prior == Prior::NewName || matches!(resumer, Resumer::SluicePut | Resumer::SluicePutP4) {
+    } else if prior == Prior::NewName
+        || matches!(resumer, Resumer::SluicePut | Resumer::SluicePutP4)
+    {
         // Nothing is ambiguous here: the resume must work.
         Some(format!("{what}: the resume failed\n{}", out.describe()))
     } else if !out.stderr.contains("550") && !out.stdout.contains("550") {
@@ -233,7 +235,10 @@ fn scenario(f: &Files, prior: Prior, killed: Killed, resumer: Resumer) -> Option
         // It says what it did.
         let said = out.stderr.contains("resuming at") || out.stderr.contains("sending it all");
         if !said {
-            return Some(format!("{what}: sluice put did not say how it resumed\n{}", out.describe()));
+            return Some(format!(
+                "{what}: sluice put did not say how it resumed\n{}",
+                out.describe()
+            ));
         }
     }
     if failure.is_some() {
@@ -301,7 +306,8 @@ fn mode_e_restart_ranges_after_server_kill() {
     assert!(c.cmd("STOR t.bin").is_preliminary(), "{}", c.transcript());
     // Chunks 8..12 never come: a hole.
     for i in (0..8).chain(12..chunks) {
-        data.write_all(&mode_e::header(0, mib as u64, (i * mib) as u64)).unwrap();
+        data.write_all(&mode_e::header(0, mib as u64, (i * mib) as u64))
+            .unwrap();
         data.write_all(chunk(i)).unwrap();
     }
     wait_for("blocks past the hole on disk", 60, || {
@@ -319,7 +325,10 @@ fn mode_e_restart_ranges_after_server_kill() {
     assert_eq!(c.cmd("TYPE I").code, 200);
     let size = c.cmd("SIZE t.bin");
     let size: u64 = size.text().rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(size <= (8 * mib) as u64, "SIZE counts past the hole: {size}");
+    assert!(
+        size <= (8 * mib) as u64,
+        "SIZE counts past the hole: {size}"
+    );
     assert_eq!(c.cmd("MODE E").code, 200);
     let ranges: Vec<String> = have
         .iter()
@@ -341,8 +350,16 @@ fn mode_e_restart_ranges_after_server_kill() {
     drop(data);
     let mut replies = vec![first_reply];
     c.read_final(&mut replies, "STOR");
-    assert_eq!(replies.last().map(|r| r.code), Some(226), "{}", c.transcript());
-    assert!(fs::read(root.join("t.bin")).unwrap() == content, "wrong file after the restart");
+    assert_eq!(
+        replies.last().map(|r| r.code),
+        Some(226),
+        "{}",
+        c.transcript()
+    );
+    assert!(
+        fs::read(root.join("t.bin")).unwrap() == content,
+        "wrong file after the restart"
+    );
     // A complete file is not an interrupted upload.
     assert_eq!(c.cmd("REST 0-1048576").code, 350);
     let _data = c.open_passive();
@@ -375,8 +392,12 @@ fn globus_url_copy_rst_with_server_killed() {
     .expect("start globus-url-copy");
     // Freeze the client once data arrives, kill the server, bring a new
     // one up on the same port, let the client go on.
-    wait_for("the upload to start", 60, || in_progress(&root, "g.bin") > 0 || guc.exited().is_some());
-    let _ = Command::new("kill").args(["-STOP", &guc.pid.to_string()]).status();
+    wait_for("the upload to start", 60, || {
+        in_progress(&root, "g.bin") > 0 || guc.exited().is_some()
+    });
+    let _ = Command::new("kill")
+        .args(["-STOP", &guc.pid.to_string()])
+        .status();
     first.kill9();
     let server = sluice(ServeOptions {
         writable: true,
@@ -384,12 +405,18 @@ fn globus_url_copy_rst_with_server_killed() {
         listen: Some(first.addr()),
         ..Default::default()
     });
-    let _ = Command::new("kill").args(["-CONT", &guc.pid.to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-CONT", &guc.pid.to_string()])
+        .status();
     wait_for("globus-url-copy to end", 120, || guc.exited().is_some());
     let status = guc.exited().expect("exited");
     let now = sha256_file(&target);
     if status.success() {
-        assert_eq!(now, sha256_file(&f.new), "globus-url-copy -rst succeeded with a wrong file");
+        assert_eq!(
+            now,
+            sha256_file(&f.new),
+            "globus-url-copy -rst succeeded with a wrong file"
+        );
     } else {
         assert_eq!(now, sha256_file(&f.old), "a failed upload changed the file");
     }
@@ -398,7 +425,12 @@ fn globus_url_copy_rst_with_server_killed() {
         .arg(format!("file://{}", f.new.display()))
         .arg(server.url("g.bin")));
     out.assert_success();
-    assert_eq!(sha256_file(&target), sha256_file(&f.new), "{}", out.describe());
+    assert_eq!(
+        sha256_file(&target),
+        sha256_file(&f.new),
+        "{}",
+        out.describe()
+    );
 }
 
 /// A small tmpfs, unmounted on drop.
@@ -429,7 +461,10 @@ impl SmallFs {
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -448,23 +483,37 @@ fn disk_full_gives_452_exit_5_and_frees_the_partial() {
     let small_file = files.path().join("small.bin");
     write_pseudo_random(&big, 16 << 20, 1);
     write_pseudo_random(&small_file, 4 << 20, 2);
-    let out = run(Command::new(sluice_bin())
-        .args(["put", "-q"])
-        .arg(&big)
-        .arg(server.url("big.bin")));
-    assert_eq!(out.status.and_then(|s| s.code()), Some(5), "{}", out.describe());
-    assert!(out.stderr.contains("452"), "the server's reply is not shown\n{}", out.describe());
-    let left: Vec<_> = fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
+    for streams in ["1", "4"] {
+        let out = run(Command::new(sluice_bin())
+            .args(["put", "-q", "-p", streams])
+            .arg(&big)
+            .arg(server.url("big.bin")));
+        assert_eq!(
+            out.status.and_then(|s| s.code()),
+            Some(5),
+            "{}",
+            out.describe()
+        );
+        assert!(
+            out.stderr.contains("452"),
+            "no 452 shown\n{}",
+            out.describe()
+        );
+        let left: Vec<_> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "-p {streams} left behind: {left:?}");
+    }
     let out = run(Command::new(sluice_bin())
         .args(["put", "-q"])
         .arg(&small_file)
         .arg(server.url("small.bin")));
     out.assert_success();
-    assert_eq!(sha256_file(&root.join("small.bin")), sha256_file(&small_file));
+    assert_eq!(
+        sha256_file(&root.join("small.bin")),
+        sha256_file(&small_file)
+    );
 }
 
 /// The xferlog line of a failed transfer counts the bytes that moved (and
@@ -487,20 +536,37 @@ fn xferlog_counts_bytes_of_failed_transfers() {
     let logged = |name: &str| -> Option<(u64, String)> {
         server.stderr_text().lines().find_map(|l| {
             let f: Vec<&str> = l.split(" xferlog: ").nth(1)?.split(' ').collect();
-            (f.get(3) == Some(&name)).then(|| (f[2].parse().unwrap_or(0), f.last().unwrap_or(&"").to_string()))
+            (f.get(3) == Some(&name)).then(|| {
+                (
+                    f[2].parse().unwrap_or(0),
+                    f.last().unwrap_or(&"").to_string(),
+                )
+            })
         })
     };
-    wait_for("the download's xferlog line", 60, || logged("/dl.bin").is_some());
+    wait_for("the download's xferlog line", 60, || {
+        logged("/dl.bin").is_some()
+    });
     let (bytes, status) = logged("/dl.bin").unwrap();
     assert_eq!(status, "i", "{}", server.log_tail());
-    assert!(bytes >= 4 << 20 && bytes < 256 << 20, "download logged {bytes} bytes");
+    assert!(
+        (4 << 20..256 << 20).contains(&bytes),
+        "download logged {bytes} bytes"
+    );
 
     let f = files();
     let curl = slow_curl_upload(&f.new, &server.url("up.bin"));
-    wait_for("the upload to arrive", 60, || in_progress(&server.root, "up.bin") >= KILL_AFTER);
+    wait_for("the upload to arrive", 60, || {
+        in_progress(&server.root, "up.bin") >= KILL_AFTER
+    });
     kill9(&curl);
-    wait_for("the upload's xferlog line", 60, || logged("/up.bin").is_some());
+    wait_for("the upload's xferlog line", 60, || {
+        logged("/up.bin").is_some()
+    });
     let (bytes, status) = logged("/up.bin").unwrap();
     assert_eq!(status, "i", "{}", server.log_tail());
-    assert!(bytes >= KILL_AFTER && bytes < NEW_SIZE, "upload logged {bytes} bytes");
+    assert!(
+        (KILL_AFTER..NEW_SIZE).contains(&bytes),
+        "upload logged {bytes} bytes"
+    );
 }

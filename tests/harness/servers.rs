@@ -159,7 +159,11 @@ pub fn kill9(proc: &ProcessGuard) {
         .status();
     let deadline = Instant::now() + Duration::from_secs(30);
     while proc.exited().is_none() {
-        assert!(Instant::now() < deadline, "pid {} survived kill -9", proc.pid);
+        assert!(
+            Instant::now() < deadline,
+            "pid {} survived kill -9",
+            proc.pid
+        );
         thread::sleep(Duration::from_millis(10));
     }
 }

@@ -312,7 +312,10 @@ impl ServedRoot {
                 libc::openat(
                     parent.as_raw_fd(),
                     name.as_ptr(),
-                    libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC
                         | libc::O_NONBLOCK,
                     0o644 as libc::c_uint,
                 )

@@ -487,7 +487,10 @@ impl ServeConfig {
                     Some(0) => None,
                     Some(s) => Some(Duration::from_secs(s)),
                 },
-                max_bytes: args.partial_max_bytes.or(file.partial_max_bytes).filter(|&b| b > 0),
+                max_bytes: args
+                    .partial_max_bytes
+                    .or(file.partial_max_bytes)
+                    .filter(|&b| b > 0),
             },
             runtime: crate::runtime::RuntimeKind::choose(
                 args.runtime.as_deref(),

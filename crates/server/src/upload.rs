@@ -174,7 +174,8 @@ impl Upload {
         if sweep_due(&path.parent()) {
             sweep(root, path, policy);
         }
-        let pending = matches!(root.stat(partial.as_str()), Ok(m) if m.kind == FileKind::File && m.size > 0);
+        let pending =
+            matches!(root.stat(partial.as_str()), Ok(m) if m.kind == FileKind::File && m.size > 0);
         let lock = || -> Result<Arc<File>, OpError> {
             match root.open_locked(partial.as_str()).map_err(op_error)? {
                 Some(f) => Ok(Arc::new(f)),
@@ -309,10 +310,15 @@ fn sweep_due(dir: &VirtualPath) -> bool {
     use std::sync::Mutex;
     use std::time::Instant;
     static LAST: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
-    let Ok(mut guard) = LAST.lock() else { return true };
+    let Ok(mut guard) = LAST.lock() else {
+        return true;
+    };
     let map = guard.get_or_insert_with(HashMap::new);
     let now = Instant::now();
-    if map.get(dir.as_str()).is_some_and(|t| now.duration_since(*t) < SWEEP_EVERY) {
+    if map
+        .get(dir.as_str())
+        .is_some_and(|t| now.duration_since(*t) < SWEEP_EVERY)
+    {
         return false;
     }
     if map.len() >= SWEEP_MEMORY {
@@ -477,8 +483,14 @@ mod tests {
         let up = prep(&r, "/g", StoreKind::Replace).unwrap();
         up.file().write_all_at(b"abc", 0).unwrap();
         // While it is being written, nobody else may take it.
-        assert!(matches!(prep(&r, "/g", StoreKind::Replace), Err(OpError::Busy)));
-        assert!(matches!(prep(&r, "/g", StoreKind::Append), Err(OpError::Busy)));
+        assert!(matches!(
+            prep(&r, "/g", StoreKind::Replace),
+            Err(OpError::Busy)
+        ));
+        assert!(matches!(
+            prep(&r, "/g", StoreKind::Append),
+            Err(OpError::Busy)
+        ));
         drop(up);
         assert_eq!(names(&d), [".g.sluice-partial", "f"]);
         let up = prep(&r, "/g", StoreKind::Restart(3)).unwrap();
@@ -489,13 +501,22 @@ mod tests {
     fn rest_stor_resumes_only_a_partial() {
         let (d, r) = setup();
         // f is complete: its first bytes are not the head of an upload.
-        assert!(matches!(prep(&r, "/f", StoreKind::Restart(4)), Err(OpError::NoPartial)));
-        assert!(matches!(prep(&r, "/new", StoreKind::Restart(4)), Err(OpError::NoPartial)));
+        assert!(matches!(
+            prep(&r, "/f", StoreKind::Restart(4)),
+            Err(OpError::NoPartial)
+        ));
+        assert!(matches!(
+            prep(&r, "/new", StoreKind::Restart(4)),
+            Err(OpError::NoPartial)
+        ));
         assert!(matches!(
             prep(&r, "/f", StoreKind::RestartRanges(4)),
             Err(OpError::NoPartial)
         ));
-        assert!(matches!(prep(&r, "/new", StoreKind::Adjusted(4)), Err(OpError::NoPartial)));
+        assert!(matches!(
+            prep(&r, "/new", StoreKind::Adjusted(4)),
+            Err(OpError::NoPartial)
+        ));
         // A partial shorter than the offset is refused, not padded.
         std::fs::write(d.path().join(".new.sluice-partial"), b"abc").unwrap();
         assert!(matches!(
@@ -513,7 +534,10 @@ mod tests {
     fn append_to_a_complete_file_while_a_partial_is_pending_is_refused() {
         let (d, r) = setup();
         std::fs::write(d.path().join(".f.sluice-partial"), b"abc").unwrap();
-        assert!(matches!(prep(&r, "/f", StoreKind::Append), Err(OpError::PartialPending)));
+        assert!(matches!(
+            prep(&r, "/f", StoreKind::Append),
+            Err(OpError::PartialPending)
+        ));
         assert!(matches!(
             prep(&r, "/f", StoreKind::Adjusted(3)),
             Err(OpError::PartialPending)
@@ -523,7 +547,10 @@ mod tests {
             Err(OpError::PartialPending)
         ));
         // MODE E restart ranges can only mean the partial.
-        assert_eq!(prep(&r, "/f", StoreKind::RestartRanges(3)).unwrap().start, 0);
+        assert_eq!(
+            prep(&r, "/f", StoreKind::RestartRanges(3)).unwrap().start,
+            0
+        );
         // Without the complete file, APPE continues the partial.
         std::fs::write(d.path().join(".g.sluice-partial"), b"abc").unwrap();
         let up = prep(&r, "/g", StoreKind::Append).unwrap();
@@ -600,7 +627,11 @@ mod tests {
             max_bytes: None,
         };
         let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
-        for n in [".a.sluice-partial", ".b.sluice-1234.part", ".c.sluice-partial"] {
+        for n in [
+            ".a.sluice-partial",
+            ".b.sluice-1234.part",
+            ".c.sluice-partial",
+        ] {
             let f = File::options().write(true).open(d.path().join(n)).unwrap();
             f.set_modified(an_hour_ago).unwrap();
         }

@@ -127,7 +127,10 @@ fn resume_offset(
     local: &Path,
 ) -> Result<(u64, String)> {
     let Some(have) = session::size(ctl, remote)?.filter(|&n| n > 0) else {
-        return Ok((0, "the server has nothing of this file: sending it all".into()));
+        return Ok((
+            0,
+            "the server has nothing of this file: sending it all".into(),
+        ));
     };
     if have > len {
         return Ok((

@@ -163,7 +163,9 @@ type Record = Option<(VirtualPath, bool, Direction)>;
 fn moved_before_failure(work: &Work, direction: Direction, progress: &Progress) -> u64 {
     match (direction, work) {
         (Direction::Outgoing, Work::Retr { data, .. }) if data.mode == TransferMode::Stream => {
-            progress.bytes().max(progress.counters().snapshot().bytes_sent)
+            progress
+                .bytes()
+                .max(progress.counters().snapshot().bytes_sent)
         }
         _ => progress.bytes(),
     }
@@ -247,6 +249,7 @@ async fn list(
     Ok(bytes.len() as u64)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn retr(
     job: &Job,
     path: &VirtualPath,
@@ -301,7 +304,7 @@ async fn retr(
         spec,
         base,
         conns,
-        Arc::clone(&progress),
+        Arc::clone(progress),
         job.cancel.clone(),
     );
     let r = with_markers(fut, data, progress, false, events).await;
