@@ -232,8 +232,15 @@ fn scenario(f: &Files, prior: Prior, killed: Killed, resumer: Resumer) -> Option
         None
     };
     if failure.is_none() && matches!(resumer, Resumer::SluicePut | Resumer::SluicePutP4) {
-        // It says what it did.
-        let said = out.stderr.contains("resuming at") || out.stderr.contains("sending it all");
+        // It says what it did: resumed the interrupted upload of a new
+        // name after checking it; sent everything when SIZE described the
+        // old file.
+        let said = match prior {
+            Prior::NewName => out.stderr.contains("resuming at") && out.stderr.contains("match"),
+            Prior::ExistingFile => {
+                out.stderr.contains("differ") && out.stderr.contains("sending it all")
+            }
+        };
         if !said {
             return Some(format!(
                 "{what}: sluice put did not say how it resumed\n{}",

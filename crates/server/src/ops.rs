@@ -123,6 +123,17 @@ pub fn change(root: &ServedRoot, c: &Change) -> Result<Answer, OpError> {
         }
         Change::Rename { .. } => {}
     }
+    // Only uploads create partials and temps: a client that put its own
+    // bytes under such a name could have them committed by someone else's
+    // upload (crate::upload).
+    if let Change::Rename { to, .. } = c {
+        if to
+            .file_name()
+            .is_some_and(|n| is_internal_name(n.as_bytes()))
+        {
+            return Err(OpError::BadName);
+        }
+    }
     let r = match c {
         Change::Mkdir(p) => root.mkdir(p.as_str()),
         Change::Rmdir(p) => root.rmdir(p.as_str()),
@@ -327,6 +338,17 @@ mod tests {
         assert_eq!(
             query(&r, &vp("sub"), Query::ChangeDir, false),
             Ok(Answer::Done)
+        );
+        // Nobody but an upload writes under an internal name.
+        assert_eq!(
+            change(
+                &r,
+                &Change::Rename {
+                    from: vp("f"),
+                    to: vp(".g.sluice-partial")
+                }
+            ),
+            Err(OpError::BadName)
         );
         // The partial answers SIZE for resuming clients, and CKSM (with
         // offset and length) so `sluice put --continue` can check it.

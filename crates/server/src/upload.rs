@@ -165,6 +165,14 @@ impl Upload {
         policy: &PartialPolicy,
     ) -> Result<Upload, OpError> {
         let partial = partial_path(path).ok_or(OpError::BadName)?;
+        // A client's own bytes under a partial's name could be committed
+        // by someone else's upload of the name it belongs to.
+        if path
+            .file_name()
+            .is_some_and(|n| is_internal_name(n.as_bytes()))
+        {
+            return Err(OpError::BadName);
+        }
         let complete = match root.stat(path.as_str()) {
             Ok(m) if m.kind != FileKind::File => return Err(OpError::NotAFile),
             Ok(m) => Some(m.size),
@@ -659,6 +667,10 @@ mod tests {
         let up = prep(&r, "/g", StoreKind::Replace).unwrap();
         up.fail(&r, OpError::DataConnection);
         assert_eq!(names(&d), ["dir", "f"]);
+        assert!(matches!(
+            prep(&r, "/.f.sluice-partial", StoreKind::Replace),
+            Err(OpError::BadName)
+        ));
         assert!(is_internal_name(b".g.sluice-partial"));
         assert!(is_internal_name(b".g.sluice-1a2b.part"));
         assert!(!is_internal_name(b".profile"));
