@@ -78,7 +78,6 @@
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::session::{OpError, StoreKind};
@@ -86,32 +85,12 @@ use sluice_platform::fs::{data_prefix_len, unlock, FileKind, FsError, ServedRoot
 
 use crate::ops::op_error;
 
+mod retention;
+pub use retention::PartialPolicy;
+use retention::{sweep, sweep_due};
+
 /// Suffix of kept partial uploads.
 pub const PARTIAL_SUFFIX: &str = ".sluice-partial";
-
-/// How long kept partials live and how much space they may take.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PartialPolicy {
-    /// Partials (and leftover temps) older than this are removed when an
-    /// upload starts in their directory; `None`: kept until resumed.
-    pub max_age: Option<Duration>,
-    /// Most bytes of partials per directory; the oldest go first.
-    /// `None`: no limit.
-    pub max_bytes: Option<u64>,
-}
-
-impl Default for PartialPolicy {
-    fn default() -> Self {
-        PartialPolicy {
-            max_age: Some(Duration::from_secs(DEFAULT_PARTIAL_MAX_AGE_SECS)),
-            max_bytes: None,
-        }
-    }
-}
-
-/// Default `partial_max_age`: one week (a resume normally follows within
-/// minutes; a week covers a long weekend of a broken link).
-pub const DEFAULT_PARTIAL_MAX_AGE_SECS: u64 = 7 * 24 * 3600;
 
 /// True for names this module creates, which listings hide.
 pub fn is_internal_name(name: &[u8]) -> bool {
@@ -304,106 +283,6 @@ impl Upload {
                 unlock(&file);
             }
         }
-    }
-}
-
-/// Sweeps one directory at most this often: a sweep lists the directory,
-/// which must not happen for every upload into one with 100,000 entries.
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
-
-/// True when `dir` has not been swept for [`SWEEP_EVERY`] (and notes that
-/// it is being swept now). Remembers at most [`SWEEP_MEMORY`] directories.
-fn sweep_due(dir: &VirtualPath) -> bool {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    use std::time::Instant;
-    static LAST: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
-    let Ok(mut guard) = LAST.lock() else {
-        return true;
-    };
-    let map = guard.get_or_insert_with(HashMap::new);
-    let now = Instant::now();
-    if map
-        .get(dir.as_str())
-        .is_some_and(|t| now.duration_since(*t) < SWEEP_EVERY)
-    {
-        return false;
-    }
-    if map.len() >= SWEEP_MEMORY {
-        map.retain(|_, t| now.duration_since(*t) < SWEEP_EVERY);
-        if map.len() >= SWEEP_MEMORY {
-            map.clear();
-        }
-    }
-    map.insert(dir.as_str().to_string(), now);
-    true
-}
-
-/// Most directories [`sweep_due`] remembers.
-const SWEEP_MEMORY: usize = 4096;
-
-/// Removes kept partials and leftover temps in `path`'s directory that
-/// the policy no longer keeps (never one whose writer holds its lock, nor
-/// `path`'s own partial, which the caller is about to resume or replace).
-pub fn sweep(root: &ServedRoot, path: &VirtualPath, policy: &PartialPolicy) {
-    if policy.max_age.is_none() && policy.max_bytes.is_none() {
-        return;
-    }
-    let dir = path.parent();
-    let own = partial_path(path);
-    let Ok(entries) = root.list_dir(dir.as_str()) else {
-        return;
-    };
-    let now = SystemTime::now();
-    let mut kept: Vec<(SystemTime, u64, VirtualPath)> = Vec::new();
-    for e in entries {
-        if e.meta.kind != FileKind::File || !is_internal_name(&e.name) {
-            continue;
-        }
-        let Ok(name) = std::str::from_utf8(&e.name) else {
-            continue;
-        };
-        let Ok(p) = dir.resolve(name) else { continue };
-        if Some(&p) == own.as_ref() {
-            continue;
-        }
-        let age = now.duration_since(e.meta.mtime).unwrap_or_default();
-        if policy.max_age.is_some_and(|max| age > max) {
-            remove_unless_busy(root, &p);
-        } else {
-            kept.push((e.meta.mtime, e.meta.size, p));
-        }
-    }
-    if let Some(max) = policy.max_bytes {
-        kept.sort_by_key(|k| k.0);
-        let mut total: u64 = kept.iter().map(|k| k.1).sum();
-        for (_, size, p) in &kept {
-            if total <= max {
-                break;
-            }
-            if remove_unless_busy(root, p) {
-                total -= size;
-            }
-        }
-    }
-}
-
-/// Removes `p` if nobody holds its lock (a partial being written does).
-fn remove_unless_busy(root: &ServedRoot, p: &VirtualPath) -> bool {
-    let name = p.file_name().unwrap_or("");
-    if name.ends_with(PARTIAL_SUFFIX) {
-        // Taking the lock proves no upload writes it; unlink while held.
-        match root.open_locked(p.as_str()) {
-            Ok(Some(_lock)) => {}
-            _ => return false,
-        }
-    }
-    match root.unlink(p.as_str()) {
-        Ok(()) => {
-            tracing::info!(path = p.as_str(), "removed an expired partial upload");
-            true
-        }
-        Err(_) => false,
     }
 }
 
@@ -617,43 +496,12 @@ mod tests {
     }
 
     #[test]
-    fn disk_full_drops_the_partial_and_old_ones_expire() {
+    fn disk_full_drops_the_partial() {
         let (d, r) = setup();
         let up = prep(&r, "/f", StoreKind::Replace).unwrap();
         up.file().write_all_at(b"abc", 0).unwrap();
         up.fail(&r, OpError::NoSpace);
         assert_eq!(names(&d), ["f"]);
-        // Expired partials and leftover temps of other names go when an
-        // upload starts in their directory (at most once a minute); a
-        // locked one stays.
-        std::fs::write(d.path().join(".a.sluice-partial"), b"abc").unwrap();
-        std::fs::write(d.path().join(".b.sluice-1234.part"), b"abc").unwrap();
-        let busy = prep(&r, "/c", StoreKind::Replace).unwrap();
-        busy.file().write_all_at(b"x", 0).unwrap();
-        let expire_all = PartialPolicy {
-            max_age: Some(Duration::ZERO),
-            max_bytes: None,
-        };
-        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
-        for n in [
-            ".a.sluice-partial",
-            ".b.sluice-1234.part",
-            ".c.sluice-partial",
-        ] {
-            let f = File::options().write(true).open(d.path().join(n)).unwrap();
-            f.set_modified(an_hour_ago).unwrap();
-        }
-        sweep(&r, &vp("/f"), &expire_all);
-        assert_eq!(names(&d), [".c.sluice-partial", "f"]);
-        // The size cap removes the oldest first.
-        std::fs::write(d.path().join(".a.sluice-partial"), b"abc").unwrap();
-        let cap = PartialPolicy {
-            max_age: None,
-            max_bytes: Some(3),
-        };
-        drop(busy);
-        sweep(&r, &vp("/f"), &cap);
-        assert_eq!(names(&d), [".a.sluice-partial", "f"]);
     }
 
     #[test]
