@@ -577,3 +577,38 @@ fn xferlog_counts_bytes_of_failed_transfers() {
         "upload logged {bytes} bytes"
     );
 }
+
+/// An earlier partial of a *different* file under the name: `sluice put
+/// --continue` finds the server's bytes are not the start of its file
+/// (CKSM of the partial with offset and length) and sends everything.
+#[test]
+fn sluice_put_continue_over_a_partial_of_another_file_sends_everything() {
+    let f = files();
+    let server = server_on(None);
+    fs::copy(&f.old, server.root.join(".other.bin.sluice-partial")).expect("seed partial");
+    for extra in [&[][..], &["-p", "4"][..]] {
+        let out = run(Command::new(sluice_bin())
+            .args(["put", "--continue", "-q"])
+            .args(extra)
+            .arg(&f.new)
+            .arg(server.url("other.bin")));
+        out.assert_success();
+        assert_eq!(
+            sha256_file(&server.root.join("other.bin")),
+            sha256_file(&f.new),
+            "{}",
+            out.describe()
+        );
+        if extra.is_empty() {
+            assert!(
+                out.stderr.contains("differ") && out.stderr.contains("sending it all"),
+                "{}",
+                out.describe()
+            );
+        }
+        assert!(!server.root.join(".other.bin.sluice-partial").exists());
+        // The same state again for the MODE E run.
+        fs::copy(&f.old, server.root.join(".other.bin.sluice-partial")).expect("seed partial");
+        fs::remove_file(server.root.join("other.bin")).expect("remove");
+    }
+}
