@@ -30,6 +30,8 @@ mod downloads;
 /// refusing writes.
 mod uploads;
 
+mod uploads_resume;
+
 /// The `sluice get/put/ls` client against vsftpd (MODE S), against
 /// globus-gridftp-server (MODE E, -p 4), and against `sluice serve`,
 /// with `--verify`, `--continue`, IPv6, `--stats`, `--mem-cap`, stdout or

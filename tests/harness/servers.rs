@@ -137,6 +137,35 @@ impl FtpServer {
     pub fn connect(&self) -> Control {
         Control::connect_to(self.addr())
     }
+
+    /// Everything the server wrote to stderr (its log) so far.
+    pub fn stderr_text(&self) -> String {
+        fs::read(&self.stderr_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// `kill -9` the server and wait until it is gone (the root stays,
+    /// for a new server to serve it: `ServeOptions::root`).
+    pub fn kill9(&self) {
+        kill9(&self.proc);
+    }
+}
+
+/// `kill -9` a process and wait (bounded) until it has exited.
+pub fn kill9(proc: &ProcessGuard) {
+    let _ = Command::new("kill")
+        .args(["-9", &proc.pid.to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proc.exited().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "pid {} survived kill -9",
+            proc.pid
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
 }
 
 impl Drop for FtpServer {
@@ -174,6 +203,9 @@ pub struct ServeOptions {
     /// Listen address; default 127.0.0.1:0.
     pub listen: Option<SocketAddr>,
     pub extra_args: Vec<String>,
+    /// Serve this existing directory instead of a fresh corpus root (a
+    /// server restarted after `kill9`, a small file system).
+    pub root: Option<PathBuf>,
     /// Run under `prlimit --nofile=N:N` (soft and hard descriptor limit).
     pub nofile: Option<u64>,
 }
@@ -181,7 +213,16 @@ pub struct ServeOptions {
 /// Starts `sluice serve ROOT --ftp 127.0.0.1:0 [--writable]` on a fresh
 /// root holding the corpus, and waits for `ftp listening on ADDR:PORT`.
 pub fn sluice(opts: ServeOptions) -> FtpServer {
-    let (top, root) = make_root(opts.writable);
+    let (top, root) = match &opts.root {
+        Some(r) => (
+            tempfile::Builder::new()
+                .prefix("sluice-srv-")
+                .tempdir()
+                .expect("server temp dir"),
+            r.clone(),
+        ),
+        None => make_root(opts.writable),
+    };
     let stderr_path = top.path().join("sluice.stderr");
     let mut cmd = match opts.nofile {
         Some(n) => {

@@ -83,7 +83,15 @@ impl Hasher {
 
 /// Checksum of a whole local file.
 pub fn file(path: &Path, algo: Algorithm) -> std::io::Result<String> {
-    let mut f = File::open(path)?;
+    prefix(&File::open(path)?, u64::MAX, algo)
+}
+
+/// Checksum of the first `len` bytes of `f` (fewer if it is shorter).
+pub fn prefix(f: &File, len: u64, algo: Algorithm) -> std::io::Result<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = f;
+    f.seek(SeekFrom::Start(0))?;
+    let mut f = f.take(len);
     let mut h = Hasher::new(algo);
     let mut buf = vec![0u8; 1 << 20];
     loop {

@@ -92,8 +92,11 @@ pub struct PutArgs {
     /// Target URL: ftp://[user[:password]@]host[:port]/path. A URL ending
     /// in `/` names a directory; the local file name is appended.
     pub url: String,
-    /// Resume a partial upload: ask the server for the size it has (SIZE)
-    /// and send the rest (REST+STOR, or ESTO in MODE E).
+    /// Resume a partial upload: ask the server for the size it has (SIZE),
+    /// check that those bytes are the start of FILE (CKSM with offset and
+    /// length) and send the rest (APPE, or ESTO in MODE E); when they
+    /// differ, send all of FILE. A server without CKSM is resumed
+    /// unchecked (and the client says so).
     #[arg(short = 'c', long = "continue")]
     pub resume: bool,
     /// Compare the server's checksum of the uploaded file with the local

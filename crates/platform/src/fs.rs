@@ -348,6 +348,51 @@ impl ServedRoot {
         Err(FsError::AlreadyExists)
     }
 
+    /// Opens (creating it if needed, never following a symlink) the file
+    /// `path` for reading and writing and takes an exclusive `flock` on it
+    /// without waiting. `Ok(None)`: another holder has the lock. Upload
+    /// partials use this: the lock dies with the process (a `kill -9`
+    /// frees the name for the resume), and the name is checked to still
+    /// lead to the locked file, so a file renamed away by its last holder
+    /// (a committed upload) is never taken for the partial.
+    pub fn open_locked(&self, path: &str) -> Result<Option<File>, FsError> {
+        let (parent, name) = self.parent(path)?;
+        for _ in 0..4 {
+            // SAFETY: valid dir fd and NUL-terminated single-component name.
+            let fd = cvt_retry(|| unsafe {
+                libc::openat(
+                    parent.as_raw_fd(),
+                    name.as_ptr(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC
+                        | libc::O_NONBLOCK,
+                    0o644 as libc::c_uint,
+                )
+            })?;
+            // SAFETY: openat returned a new fd that nobody else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            if fstat(fd.as_fd())?.kind != FileKind::File {
+                return Err(FsError::PermissionDenied);
+            }
+            let file = File::from(regular_blocking(fd)?);
+            // SAFETY: flock on a descriptor we own; no pointers involved.
+            if let Err(e) = cvt_retry(|| unsafe {
+                libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB)
+            }) {
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    return Ok(None);
+                }
+                return Err(e.into());
+            }
+            if same_inode(&file, parent.as_fd(), &name) {
+                return Ok(Some(file));
+            }
+        }
+        Ok(None)
+    }
+
     /// Resolves `path` beneath the root with `openat2`.
     fn resolve(&self, path: &str, flags: libc::c_int) -> Result<OwnedFd, FsError> {
         let rel = relative(path);
@@ -540,6 +585,49 @@ fn regular_blocking(fd: OwnedFd) -> Result<OwnedFd, FsError> {
     // SAFETY: F_SETFL with an integer argument on a descriptor we own.
     cvt_retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) })?;
     Ok(fd)
+}
+
+/// Length of the data at the start of `file` before its first hole
+/// (`SEEK_HOLE`; the file's length when it has none, or when the file
+/// system does not report holes). Bytes past a hole were written out of
+/// order (MODE E) around bytes that never came.
+pub fn data_prefix_len(file: &File) -> io::Result<u64> {
+    // SAFETY: lseek on a descriptor we borrow; no pointers involved.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            // Empty file (ENXIO) or no SEEK_HOLE support: no hole known.
+            Some(libc::ENXIO) | Some(libc::EINVAL) => Ok(file.metadata()?.len()),
+            _ => Err(e),
+        };
+    }
+    Ok((r as u64).min(file.metadata()?.len()))
+}
+
+/// Releases the `flock` [`ServedRoot::open_locked`] took, without waiting
+/// for every clone of the descriptor to close (a transfer's helpers may
+/// drop theirs a little later).
+pub fn unlock(file: &File) {
+    // SAFETY: flock on a descriptor we borrow; no pointers involved.
+    let _ = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+}
+
+fn same_inode(file: &File, dir: BorrowedFd<'_>, name: &CStr) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = file.metadata() else { return false };
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, NUL-terminated name, live writable `stat`.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    r == 0 && st.st_ino == m.ino() && st.st_dev == m.dev()
 }
 
 fn fstat(fd: BorrowedFd<'_>) -> Result<Metadata, FsError> {

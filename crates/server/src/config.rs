@@ -27,6 +27,8 @@
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
+//! partial_max_age = 604800       # --partial-max-age SECS (0: keep interrupted uploads forever)
+//! partial_max_bytes = 0          # --partial-max-bytes BYTES per directory (0: no limit)
 //!
 //! [[user]]
 //! name = "alice"
@@ -144,6 +146,15 @@ pub struct ServeArgs {
     /// [default: env SLUICE_WORKERS, else half the cores, at least one].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
+    /// Seconds an interrupted upload's partial is kept for a resume; then
+    /// it is removed when an upload starts in its directory. 0: forever
+    /// [default: 604800, a week]. docs/SECURITY.md, "Partial uploads".
+    #[arg(long, value_name = "SECS")]
+    pub partial_max_age: Option<u64>,
+    /// Most bytes of kept partials per directory (the oldest go first);
+    /// 0: no limit [default: 0].
+    #[arg(long, value_name = "BYTES")]
+    pub partial_max_bytes: Option<u64>,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -198,6 +209,8 @@ struct FileConfig {
     http_open_cache: Option<u64>,
     runtime: Option<String>,
     workers: Option<u16>,
+    partial_max_age: Option<u64>,
+    partial_max_bytes: Option<u64>,
     #[serde(default, rename = "user")]
     users: Vec<UserConfig>,
 }
@@ -267,6 +280,8 @@ pub struct ServeConfig {
     pub http: Option<crate::http::HttpSettings>,
     /// Serve FTP (false with --no-ftp).
     pub ftp_enabled: bool,
+    /// Retention of interrupted uploads (`--partial-max-age`, `--partial-max-bytes`).
+    pub partials: crate::upload::PartialPolicy,
     /// Event-loop structure (`--runtime`, key `runtime`; crate::runtime).
     pub runtime: crate::runtime::RuntimeKind,
     /// Loops or workers (`--workers`, key `workers`; `None`: the
@@ -477,6 +492,17 @@ impl ServeConfig {
                 },
             )?,
             ftp_enabled: !(args.http.no_ftp || file.no_ftp.unwrap_or(false)),
+            partials: crate::upload::PartialPolicy {
+                max_age: match args.partial_max_age.or(file.partial_max_age) {
+                    None => crate::upload::PartialPolicy::default().max_age,
+                    Some(0) => None,
+                    Some(s) => Some(Duration::from_secs(s)),
+                },
+                max_bytes: args
+                    .partial_max_bytes
+                    .or(file.partial_max_bytes)
+                    .filter(|&b| b > 0),
+            },
             runtime: crate::runtime::RuntimeKind::choose(
                 args.runtime.as_deref(),
                 file.runtime.as_deref(),

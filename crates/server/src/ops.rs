@@ -10,7 +10,7 @@ use sluice_ftp::path::VirtualPath;
 use sluice_ftp::session::{Answer, Change, ChecksumAlgorithm, ListFormat, OpError, Query};
 use sluice_platform::fs::{DirEntry, FileKind, FsError, Metadata, ServedRoot};
 
-use crate::upload::{is_internal_name, partial_path};
+use crate::upload::{is_internal_name, partial_len, partial_path};
 
 /// Most entries one listing sends; a directory larger than this is cut
 /// (with a log line), bounding memory per LIST.
@@ -72,11 +72,11 @@ pub fn query(
             Ok(m) if m.kind == FileKind::File => Ok(Answer::Size(m.size)),
             Ok(_) => Err(OpError::NotAFile),
             // A kept partial upload answers SIZE so clients can resume
-            // (see upload.rs); it is never served by RETR or listed.
-            Err(FsError::NotFound) => match partial_path(path).map(|p| root.stat(p.as_str())) {
-                Some(Ok(m)) if m.kind == FileKind::File => Ok(Answer::Size(m.size)),
-                _ => Err(OpError::NotFound),
-            },
+            // (see upload.rs): its length up to its first hole. It is
+            // never served by RETR or listed.
+            Err(FsError::NotFound) => partial_len(root, path)
+                .map(Answer::Size)
+                .ok_or(OpError::NotFound),
             Err(e) => Err(op_error(e)),
         },
         Query::Modified => {
@@ -122,6 +122,17 @@ pub fn change(root: &ServedRoot, c: &Change) -> Result<Answer, OpError> {
             must_be_dir(root, from)?
         }
         Change::Rename { .. } => {}
+    }
+    // Only uploads create partials and temps: a client that put its own
+    // bytes under such a name could have them committed by someone else's
+    // upload (crate::upload).
+    if let Change::Rename { to, .. } = c {
+        if to
+            .file_name()
+            .is_some_and(|n| is_internal_name(n.as_bytes()))
+        {
+            return Err(OpError::BadName);
+        }
     }
     let r = match c {
         Change::Mkdir(p) => root.mkdir(p.as_str()),
@@ -293,14 +304,26 @@ pub fn checksum(
 ) -> Result<Answer, OpError> {
     use md5::Digest as _;
     check_names_dir(root, path)?;
-    let mut file = root.open_read(path.as_str()).map_err(op_error)?;
-    let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
+    // Like SIZE, a name that does not exist answers for its kept partial
+    // (up to its first hole), so `sluice put --continue` can check the
+    // prefix it is about to keep.
+    let (mut file, size) = match root.open_read(path.as_str()) {
+        Ok(f) => {
+            let size = f.metadata().map_err(|e| op_error(e.into()))?.len();
+            (f, size)
+        }
+        Err(FsError::NotFound) => match (partial_path(path), partial_len(root, path)) {
+            (Some(p), Some(n)) => (root.open_read(p.as_str()).map_err(op_error)?, n),
+            _ => return Err(OpError::NotFound),
+        },
+        Err(e) => return Err(op_error(e)),
+    };
     if offset > size {
         return Err(OpError::OffsetBeyondEof);
     }
     file.seek(SeekFrom::Start(offset))
         .map_err(|e| op_error(e.into()))?;
-    let mut reader = file.take(len.unwrap_or(u64::MAX));
+    let mut reader = file.take(len.unwrap_or(u64::MAX).min(size - offset));
     let mut buf = vec![0u8; 1 << 20];
     enum H {
         A(adler::Adler32),
@@ -397,10 +420,30 @@ mod tests {
             query(&r, &vp("sub"), Query::ChangeDir, false),
             Ok(Answer::Done)
         );
-        // The partial answers SIZE for resuming clients.
+        // Nobody but an upload writes under an internal name.
+        assert_eq!(
+            change(
+                &r,
+                &Change::Rename {
+                    from: vp("f"),
+                    to: vp(".g.sluice-partial")
+                }
+            ),
+            Err(OpError::BadName)
+        );
+        // The partial answers SIZE for resuming clients, and CKSM (with
+        // offset and length) so `sluice put --continue` can check it.
         assert_eq!(
             query(&r, &vp("f2"), Query::Size, false),
             Ok(Answer::Size(3))
+        );
+        assert_eq!(
+            checksum(&r, &vp("f2"), ChecksumAlgorithm::Md5, 0, Some(3)),
+            Ok(Answer::Checksum("900150983cd24fb0d6963f7d28e17f72".into())) // md5("abc")
+        );
+        assert_eq!(
+            checksum(&r, &vp("f2"), ChecksumAlgorithm::Md5, 4, None),
+            Err(OpError::OffsetBeyondEof)
         );
         assert_eq!(
             query(&r, &vp("nope"), Query::Size, false),

@@ -1,8 +1,8 @@
 //! `sluice put FILE ftp://...`: one file up.
 //!
 //! ```text
-//! TYPE I, [MODE E], [SIZE path (--continue)], EPSV|PASV
-//! MODE S: connect, [REST k] STOR path (APPE if REST is refused), send, close
+//! TYPE I, [MODE E], [SIZE path, CKSM alg 0 k path (--continue)], EPSV|PASV
+//! MODE S: connect, STOR path | APPE path (resume at k), send, close
 //! MODE E: ALLO len, STOR path | ESTO A k path, connect N streams,
 //!         blocks striped over them, EOD on each, EOF(N) on the first
 //! 1xx (111/112 markers) ... 226
@@ -60,14 +60,13 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let extended = a.opts.parallel > 1 && session::try_mode_e(&mut ctl)?;
 
     let mut offset = 0;
+    let mut resumed = String::new();
     if a.resume {
-        offset = session::size(&mut ctl, &remote)?.unwrap_or(0);
-        if offset > len {
-            return Err(ClientError::Usage(format!(
-                "--continue: the server's file ({offset} bytes) is longer than {} ({len} bytes)",
-                a.file.display()
-            )));
-        }
+        let (o, said) = resume_offset(&mut ctl, &remote, &file, len, &a.file)?;
+        offset = o;
+        // Said now, before the transfer and its progress bar.
+        eprintln!("sluice: {said}");
+        resumed = said;
     }
     let stats = Arc::new(Stats::default());
     let t0 = Instant::now();
@@ -90,6 +89,8 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     );
     if offset > 0 {
         detail.push_str(&format!(", resumed at {offset}"));
+    } else if !resumed.is_empty() {
+        detail.push_str(", sent from 0");
     }
     if a.verify {
         let v = session::verify(&mut ctl, &remote, &a.file).map_err(|e| {
@@ -112,6 +113,66 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--continue`: where to start, and a sentence saying why. The server's
+/// bytes are kept only when its checksum of them equals ours: a size alone
+/// does not say they are the start of *this* file (an older file of the
+/// same name, or an interrupted upload of another one, has a size too).
+fn resume_offset(
+    ctl: &mut Control,
+    remote: &str,
+    file: &File,
+    len: u64,
+    local: &Path,
+) -> Result<(u64, String)> {
+    let Some(have) = session::size(ctl, remote)?.filter(|&n| n > 0) else {
+        return Ok((
+            0,
+            "the server has nothing of this file: sending it all".into(),
+        ));
+    };
+    if have > len {
+        return Ok((
+            0,
+            format!(
+                "the server has {have} bytes, more than {} ({len}): sending it all again",
+                local.display()
+            ),
+        ));
+    }
+    let (algo, server) = match session::server_checksum_of(ctl, remote, 0, Some(have)) {
+        Ok(c) => c,
+        // Nothing better can be done against a server without checksums
+        // (vsftpd): the resume is what was asked for; say it is unchecked.
+        Err(ClientError::NoChecksum(why)) => {
+            return Ok((
+                have,
+                format!("resuming at {have} without checking the server's bytes ({why})"),
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let mine = crate::checksum::prefix(file, have, algo)
+        .map_err(|e| ClientError::local(format!("checksum {}", local.display()), e))?;
+    if crate::checksum::same(&server, &mine) {
+        Ok((
+            have,
+            format!(
+                "resuming at {have}: the server's first {have} bytes match ({} {mine})",
+                algo.name()
+            ),
+        ))
+    } else {
+        Ok((
+            0,
+            format!(
+                "the server's first {have} bytes differ from {} ({} {server}, local {mine}): sending it all again",
+                local.display(),
+                algo.name()
+            ),
+        ))
+    }
 }
 
 /// A URL ending in `/` names a directory: append the local file name.
@@ -138,13 +199,11 @@ fn send_stream(
     let to = data::passive(ctl)?;
     let mut sock = data::connect(to, ctl.timeout())?;
     let cmd = if offset > 0 {
-        let r = ctl.cmd(&format!("REST {offset}"))?;
-        if r.code.0 == 350 {
-            format!("STOR {remote}")
-        } else {
-            // Without REST for STOR, append to what the server has.
-            format!("APPE {remote}")
-        }
+        // APPE, not REST + STOR: what the server has was read with SIZE
+        // (and checked with CKSM), and Sluice continues with REST + STOR
+        // only an interrupted upload, while APPE also extends a complete
+        // file (docs/SECURITY.md, "Partial uploads").
+        format!("APPE {remote}")
     } else {
         format!("STOR {remote}")
     };
@@ -160,8 +219,10 @@ fn send_stream(
     let mut left = len - offset;
     while left > 0 {
         // std::io::copy from a File to a TcpStream uses sendfile on Linux.
-        let n = std::io::copy(&mut f.take(left.min(STREAM_ROUND)), &mut sock)
-            .map_err(|e| ClientError::net("send data", e))?;
+        let n = match std::io::copy(&mut f.take(left.min(STREAM_ROUND)), &mut sock) {
+            Ok(n) => n,
+            Err(e) => return Err(why_send_failed(ctl, e)),
+        };
         if n == 0 {
             return Err(ClientError::local(
                 "read",
@@ -184,6 +245,26 @@ fn send_stream(
         return Err(refused("transfer", &last));
     }
     Ok(1)
+}
+
+/// The data connection broke while sending: a server that stops an upload
+/// (452 disk full, 426 aborted) closes it and says why on the control
+/// connection. That reply is the error (exit 5) when it comes within one
+/// `--timeout`; otherwise the send error is.
+fn why_send_failed(ctl: &mut Control, e: std::io::Error) -> ClientError {
+    let deadline = Instant::now() + ctl.timeout();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match ctl.poll_reply(left) {
+            Ok(Some(r)) if r.code.is_preliminary() => continue,
+            Ok(Some(r)) if r.code.is_failure() => return refused("transfer", &r),
+            _ => break,
+        }
+    }
+    ClientError::net("send data", e)
 }
 
 /// MODE E: `-p N` streams, blocks of `--block-size` handed out in file

@@ -44,9 +44,21 @@ pub fn size(ctl: &mut Control, path: &str) -> Result<Option<u64>> {
 /// Asks the server for a checksum of `path`, trying the algorithms we
 /// know in order of strength: `CKSM <algo> 0 -1 <path>` (GridFTP).
 pub fn server_checksum(ctl: &mut Control, path: &str) -> Result<(Algorithm, String)> {
+    server_checksum_of(ctl, path, 0, None)
+}
+
+/// [`server_checksum`] of `len` bytes from `offset` (`None`: to the end):
+/// `CKSM <algo> <offset> <len|-1> <path>`.
+pub fn server_checksum_of(
+    ctl: &mut Control,
+    path: &str,
+    offset: u64,
+    len: Option<u64>,
+) -> Result<(Algorithm, String)> {
     let mut last = String::from("the server has no CKSM command");
+    let len = len.map_or_else(|| "-1".to_string(), |l| l.to_string());
     for algo in checksum::ALGORITHMS {
-        let r = ctl.cmd(&format!("CKSM {} 0 -1 {path}", algo.name()))?;
+        let r = ctl.cmd(&format!("CKSM {} {offset} {len} {path}", algo.name()))?;
         if r.code.0 == 213 {
             let hex = r.text().trim().to_ascii_lowercase();
             // Some servers print ADLER32 without leading zeros.

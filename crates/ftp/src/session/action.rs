@@ -47,6 +47,10 @@ pub enum StoreKind {
     Append,
     /// ESTO A n: MODE E blocks land at n + their offset in the existing file.
     Adjusted(u64),
+    /// MODE E `REST <ranges>` + STOR: the client says the server holds
+    /// these ranges of an interrupted upload (they end at this offset) and
+    /// sends the others; blocks land at their own offsets.
+    RestartRanges(u64),
 }
 
 /// Which listing a [`Action::List`] wants.
@@ -262,6 +266,15 @@ pub enum OpError {
     BadName,
     /// REST/ERET offset past the end of the file.
     OffsetBeyondEof,
+    /// REST + STOR with nothing to resume: no interrupted upload of the name
+    /// is kept (a complete file under the name is not one).
+    NoPartial,
+    /// APPE/ESTO/REST+STOR of a complete file while an interrupted upload
+    /// of the same name is kept: the offset the client learned from SIZE
+    /// may belong to either one.
+    PartialPending,
+    /// Another upload of the same name is in progress.
+    Busy,
     /// Could not open (or lost) the data connection before any data.
     DataConnection,
     /// The data connection broke mid-transfer.
@@ -290,6 +303,19 @@ impl OpError {
             Self::NoSpace => (C::INSUFFICIENT_STORAGE, "Insufficient storage space."),
             Self::BadName => (C::BAD_FILE_NAME, "File name not allowed."),
             Self::OffsetBeyondEof => (ReplyCode(554), "Restart offset beyond end of file."),
+            Self::NoPartial => (
+                ReplyCode(554),
+                "No interrupted upload of this name to resume; STOR without REST sends the whole file.",
+            ),
+            // 5xx: nothing changes by retrying (lftp retries 4xx forever).
+            Self::PartialPending => (
+                C::FILE_UNAVAILABLE,
+                "Both a complete file and an interrupted upload have this name; STOR without REST replaces both.",
+            ),
+            Self::Busy => (
+                C::FILE_UNAVAILABLE_TRANSIENT,
+                "Another upload of this name is in progress.",
+            ),
             Self::DataConnection => (C::CANT_OPEN_DATA, "Can't open data connection."),
             Self::ConnectionLost => (C::TRANSFER_ABORTED, "Connection closed; transfer aborted."),
             Self::Aborted => (C::TRANSFER_ABORTED, "Transfer aborted."),

@@ -258,7 +258,9 @@ impl Session {
                 let kind = match (self.rest.take(), self.rest_ranges.take()) {
                     // MODE E restart: keep what is there; blocks land at
                     // their own offsets.
-                    (_, Some(_)) => StoreKind::Adjusted(0),
+                    (_, Some(set)) => {
+                        StoreKind::RestartRanges(set.ranges().last().map(|r| r.end).unwrap_or(0))
+                    }
                     (None | Some(0), None) => StoreKind::Replace,
                     (Some(n), None) => StoreKind::Restart(n),
                 };

@@ -27,8 +27,11 @@ pub enum Op {
     Advance(u16),
 }
 
-const ERRORS: [OpError; 14] = [
+const ERRORS: [OpError; 17] = [
     OpError::NotFound,
+    OpError::NoPartial,
+    OpError::PartialPending,
+    OpError::Busy,
     OpError::NotAFile,
     OpError::NotADirectory,
     OpError::PermissionDenied,

@@ -527,7 +527,7 @@ fn mode_e_restart_ranges() {
     assert!(matches!(
         t.action(),
         Some(Action::StartStor {
-            kind: StoreKind::Adjusted(0),
+            kind: StoreKind::RestartRanges(100),
             ..
         })
     ));

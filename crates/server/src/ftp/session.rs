@@ -406,6 +406,8 @@ impl Driver {
             writable: login.writable,
             cancel: cancel.clone(),
             cached,
+            partials: self.ctx.config.partials,
+            control: transfer::control_watch(self.wr.as_ref()),
         };
         self.running = Some(cancel);
         tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());

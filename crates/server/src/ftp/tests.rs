@@ -153,7 +153,8 @@ async fn interrupted_upload_never_shows_under_the_final_name() {
     );
     // A complete upload replaces it atomically.
     let mut d = c.epsv(addr).await;
-    assert!(c.cmd("STOR keep.bin").await.starts_with("150"));
+    let r = c.cmd("STOR keep.bin").await;
+    assert!(r.starts_with("150"), "{r}");
     d.write_all(b"new").await.unwrap();
     drop(d);
     assert!(c.reply().await.starts_with("226"));

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use crate::data::{self, Passive};
 use crate::listing::Lister;
 use crate::ops::{check_names_dir, op_error, open_listing, FtpLines, ListSource};
-use crate::upload::Upload;
+use crate::upload::{PartialPolicy, Upload};
 use crate::xferlog::{Direction, XferRecord};
 
 /// What a transfer task tells its session.
@@ -67,6 +67,37 @@ pub struct Job {
     /// Connections kept from the previous MODE E upload on this data
     /// channel (`globus-url-copy -fast`); the client may send on them.
     pub cached: Vec<TcpStream>,
+    /// How long kept partial uploads live (crate::upload).
+    pub partials: PartialPolicy,
+    /// A second handle on the control connection ([`control_watch`]), to
+    /// tell a MODE S upload's end from its client's death.
+    pub control: Option<TcpStream>,
+}
+
+/// A second handle on the control connection (a dup of its fd, never read,
+/// only peeked) for [`Job::control`].
+pub fn control_watch(conn: &TcpStream) -> Option<TcpStream> {
+    watch_handle(conn)
+}
+
+/// How long a finished MODE S upload watches the control connection for
+/// its client's death before it counts as complete (overlapping the
+/// commit's fsync).
+const CONTROL_CLOSE_GRACE: Duration = Duration::from_millis(20);
+
+/// True when the client closes (or resets) the control connection within
+/// `grace`. A MODE S upload ends with the data connection's FIN, and a
+/// client killed mid-upload sends exactly that too, with its control
+/// connection's FIN a moment before or after: only the control connection
+/// tells a finished upload from a dead client (a live one waits there
+/// for 226), and the session task may not have read it yet.
+async fn control_closes_within(job: &Job, grace: Duration) -> bool {
+    let Some(c) = &job.control else { return false };
+    let mut b = [0u8; 1];
+    match tokio::time::timeout(grace, c.peek(&mut b)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => true,
+        Ok(Ok(_)) | Err(_) => false,
+    }
 }
 
 /// What to do.
@@ -100,14 +131,17 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
     let cached = std::mem::take(&mut job.cached);
     // Not raced against ABOR here: each step watches the cancel token
     // itself, so an aborted upload still gets to keep its partial.
-    let (result, record) = execute(&job, &work, &events, cached).await;
+    let progress = Progress::new();
+    let (result, record) = execute(&job, &work, &events, cached, &progress).await;
     if let Some((path, ascii, direction)) = record {
         XferRecord {
             elapsed: started.elapsed(),
             peer: job.peer,
+            // A failed transfer logs the bytes that moved before it broke
+            // (with the incomplete flag), not 0.
             bytes: match &result {
                 Ok(n) => *n,
-                Err(_) => 0,
+                Err(_) => moved_before_failure(&work, direction, &progress),
             },
             path: path.as_str(),
             ascii,
@@ -123,11 +157,27 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
 
 type Record = Option<(VirtualPath, bool, Direction)>;
 
+/// Payload bytes a failed transfer moved. Uploads: what reached the file.
+/// MODE S downloads: what went into the socket (the senders count whole
+/// pieces into `progress` only when a piece completes); MODE E downloads
+/// count only whole blocks (the socket count would include headers).
+fn moved_before_failure(work: &Work, direction: Direction, progress: &Progress) -> u64 {
+    match (direction, work) {
+        (Direction::Outgoing, Work::Retr { data, .. }) if data.mode == TransferMode::Stream => {
+            progress
+                .bytes()
+                .max(progress.counters().snapshot().bytes_sent)
+        }
+        _ => progress.bytes(),
+    }
+}
+
 async fn execute(
     job: &Job,
     work: &Work,
     events: &mpsc::UnboundedSender<Event>,
     cached: Vec<TcpStream>,
+    progress: &Arc<Progress>,
 ) -> (Result<u64, OpError>, Record) {
     match work {
         Work::List { path, format, data } => (list(job, path, *format, data, events).await, None),
@@ -138,11 +188,11 @@ async fn execute(
             skip,
             data,
         } => {
-            let r = retr(job, path, *offset, *len, skip, data, events).await;
+            let r = retr(job, path, *offset, *len, skip, data, events, progress).await;
             (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
         }
         Work::Stor { path, kind, data } => {
-            let r = stor(job, path, *kind, data, events, cached).await;
+            let r = stor(job, path, *kind, data, events, cached, progress).await;
             (r, Some((path.clone(), data.ascii, Direction::Incoming)))
         }
     }
@@ -249,6 +299,7 @@ async fn finish_list_conn(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn retr(
     job: &Job,
     path: &VirtualPath,
@@ -257,6 +308,7 @@ async fn retr(
     skip: &[std::ops::Range<u64>],
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
+    progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
     let (root, p) = (Arc::clone(&job.root), path.clone());
     let file = blocking(move || {
@@ -294,7 +346,6 @@ async fn retr(
         TransferMode::Stream => conns.first().and_then(watch_handle),
         TransferMode::ExtendedBlock => None,
     };
-    let progress = Progress::new();
     // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
     // globus-gridftp-server sends); REST n + RETR keeps file offsets.
     let base = if len_given { offset } else { 0 };
@@ -303,10 +354,10 @@ async fn retr(
         spec,
         base,
         conns,
-        Arc::clone(&progress),
+        Arc::clone(progress),
         job.cancel.clone(),
     );
-    let r = with_markers(fut, data, &progress, false, events).await;
+    let r = with_markers(fut, data, progress, false, events).await;
     let n = r.map_err(|e| transfer_error(&e, &job.cancel))?;
     if let Some(w) = watch {
         // Send 226 once the client has closed its end (it has read to our
@@ -354,12 +405,12 @@ async fn stor(
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
     cached: Vec<TcpStream>,
+    progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
-    let (root, p) = (Arc::clone(&job.root), path.clone());
-    let upload = blocking(move || Upload::prepare(&root, &p, kind)).await??;
+    let (root, p, policy) = (Arc::clone(&job.root), path.clone(), job.partials);
+    let upload = blocking(move || Upload::prepare(&root, &p, kind, &policy)).await??;
     let _ = events.send(Event::Started(None));
     let file = upload.file();
-    let progress = Progress::new();
     let result: Result<u64, OpError> = async {
         if data.mode == TransferMode::Stream {
             let mut conns = open_data(job, data, 1).await?;
@@ -369,10 +420,10 @@ async fn stor(
                 file,
                 upload.start,
                 conn,
-                Arc::clone(&progress),
+                Arc::clone(progress),
                 job.cancel.clone(),
             );
-            with_markers(fut, data, &progress, true, events)
+            with_markers(fut, data, progress, true, events)
                 .await
                 .map_err(|e| transfer_error(&e, &job.cancel))
         } else {
@@ -381,7 +432,7 @@ async fn stor(
             // offsets.
             let base = match kind {
                 StoreKind::Adjusted(_) | StoreKind::Append => upload.start,
-                StoreKind::Replace | StoreKind::Restart(_) => 0,
+                StoreKind::Replace | StoreKind::Restart(_) | StoreKind::RestartRanges(_) => 0,
             };
             let (tx, rx) = mpsc::channel(8);
             let acceptor = accept_all(job, data, tx, cached).await?;
@@ -390,10 +441,10 @@ async fn stor(
                 file,
                 base,
                 rx,
-                Arc::clone(&progress),
+                Arc::clone(progress),
                 job.cancel.clone(),
             );
-            let r = with_markers(fut, data, &progress, true, events).await;
+            let r = with_markers(fut, data, progress, true, events).await;
             acceptor.abort();
             let summary = r.map_err(|e| transfer_error(&e, &job.cancel))?;
             if !summary.kept.is_empty() && !job.cancel.is_cancelled() {
@@ -412,13 +463,28 @@ async fn stor(
             Ok(n)
         }
     });
+    let result = match result {
+        Ok(n) if data.mode == TransferMode::Stream => {
+            // The commit's fsync starts now, while we look at the control
+            // connection, so the look costs no time when the disk is slow.
+            let f = upload.file();
+            let sync = tokio::task::spawn_blocking(move || f.sync_data());
+            let dead = control_closes_within(job, CONTROL_CLOSE_GRACE).await;
+            let _ = sync.await;
+            if dead || job.cancel.is_cancelled() {
+                Err(OpError::Aborted)
+            } else {
+                Ok(n)
+            }
+        }
+        r => r,
+    };
     let root = Arc::clone(&job.root);
-    let ok = result.is_ok();
-    let finished = blocking(move || {
-        if ok {
-            upload.commit(&root)
-        } else {
-            upload.keep_partial();
+    let failed = result.as_ref().err().copied();
+    let finished = blocking(move || match failed {
+        None => upload.commit(&root),
+        Some(why) => {
+            upload.fail(&root, why);
             Ok(())
         }
     })
