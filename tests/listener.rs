@@ -63,6 +63,18 @@ fn both_doors_listen_with_a_large_configurable_backlog() {
             "{door} listen backlog (--listen-backlog 1000)"
         );
     }
+    // The same from the configuration file.
+    let dir = tempfile::tempdir().expect("config dir");
+    let file = dir.path().join("sluice.toml");
+    std::fs::write(&file, "listen_backlog = 700\n").expect("write config");
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--config".into(), file.display().to_string()],
+        ..Default::default()
+    });
+    let want = 700.min(somaxconn());
+    for (door, port) in [("ftp", server.port), ("http", http_port(&server))] {
+        assert_eq!(backlog_of(port), Some(want), "{door} listen_backlog = 700");
+    }
 }
 
 /// Descriptor limit for the server under test: what it needs to start
