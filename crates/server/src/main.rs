@@ -188,13 +188,28 @@ async fn serve_on(
 }
 
 /// Ctrl-C or SIGTERM: stop serving (the caller writes out the gathered
-/// log lines before the process ends).
+/// log lines before the process ends). SIGHUP, whose default action would
+/// end the process (and every transfer with it) when an operator or a
+/// logrotate script sends the conventional "reload", is logged and
+/// otherwise ignored until configuration reload exists.
 async fn stop_signal() {
     use tokio::signal::unix::{signal, SignalKind};
+    let ignore_hangups = async {
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                while hup.recv().await.is_some() {
+                    tracing::warn!("SIGHUP ignored: configuration reload is not supported yet; restart to apply changes");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch SIGHUP; it will stop the server"),
+        }
+        std::future::pending::<()>().await
+    };
     match signal(SignalKind::terminate()) {
         Ok(mut term) => tokio::select! {
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
             _ = term.recv() => tracing::info!("terminated; stopping"),
+            _ = ignore_hangups => {}
         },
         Err(e) => {
             tracing::warn!(error = %e, "cannot watch SIGTERM; Ctrl-C only");
