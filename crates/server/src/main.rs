@@ -117,7 +117,7 @@ fn serve(args: config::ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
     let kind = cfg.runtime;
     let workers = runtime::workers(cfg.workers)?;
-    let rt = runtime::build_main(kind, workers)?;
+    let rt = runtime::build_main(kind, workers, cfg.event_interval)?;
     let r = rt.block_on(serve_on(cfg, kind, workers));
     // Whatever access and transfer lines are still gathered.
     logbuf::flush();
@@ -130,10 +130,7 @@ async fn serve_on(
     kind: runtime::RuntimeKind,
     workers: usize,
 ) -> Result<()> {
-    let engine = Engine::try_new(cfg.engine_config(
-        // SLUICE_NOTSENT_LOWAT, SLUICE_CHUNK_SIZE, ... (engine tuning.rs).
-        EngineConfig::default().with_env_overrides(),
-    ))
+    let engine = Engine::try_new(cfg.engine_config(EngineConfig::default()))
     .context("cannot start the engine")?;
     if let Some(addr) = cfg.metrics {
         metrics::start(addr, engine.clone()).await?;
@@ -141,7 +138,7 @@ async fn serve_on(
     // With `per-core` both front doors spread their connections over all
     // the loops (crate::loops).
     let loops = if kind == runtime::RuntimeKind::PerCore {
-        loops::Loops::start(workers)?
+        loops::Loops::start(workers, cfg.event_interval)?
     } else {
         loops::Loops::here()
     };
