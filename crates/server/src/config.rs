@@ -337,6 +337,21 @@ impl ServeConfig {
             Some(path) => read_file(path)?,
             None => FileConfig::default(),
         };
+        Self::merge_file(args, file)
+    }
+
+    /// Checks a config file's text as `--config` would, with no flags and
+    /// no file system access (the `config_toml` fuzz target's entry point).
+    #[doc(hidden)]
+    pub fn check_text(text: &str) -> Result<ServeConfig> {
+        let args = ServeArgs {
+            dir: Some(PathBuf::from("/")),
+            ..Default::default()
+        };
+        Self::merge_file(&args, parse_file(text)?)
+    }
+
+    fn merge_file(args: &ServeArgs, file: FileConfig) -> Result<ServeConfig> {
         let root = match args.dir.clone().or(file.root) {
             Some(r) => r,
             None => std::env::current_dir().context("cannot read the current directory")?,

@@ -1,33 +1,10 @@
 //! `sluice`: the server (`sluice serve`) and the client subcommands
-//! (`sluice get | put | ls`) in one binary.
-//!
-//! Brief overview: [`config`] merges flags and the TOML file into a
-//! `ServeConfig`; [`auth`] checks logins; [`ftp`] is the FTP front door
-//! (listener, session tasks driving `sluice_ftp::session::Session`, data
-//! transfers through `sluice_transfer`); [`ops`] and [`upload`] are the
-//! file-system side, always through `sluice_platform::fs::ServedRoot`;
-//! [`data`] opens data connections; [`xferlog`] writes one line per
-//! transfer. Each front door is its own module with its own listener, so
-//! another (HTTP) is one more module and one more `tokio::spawn` in
-//! [`serve`]. [`runtime`] lays out the event loops (`--runtime per-core`
-//! or `shared`); [`logbuf`] is the stderr writer that batches access and
-//! transfer lines.
+//! (`sluice get | put | ls`) in one binary. The server's modules live in
+//! the `sluice_server` library (src/lib.rs), so fuzz targets and tests can
+//! reach its parsers (the configuration file) without a process.
 #![forbid(unsafe_code)]
 
-mod auth;
-mod config;
-mod data;
-mod ftp;
-mod http;
-mod listener;
-mod listing;
-mod logbuf;
-mod loops;
-mod metrics;
-mod ops;
-mod runtime;
-mod upload;
-mod xferlog;
+use sluice_server::{auth, config, ftp, http, listener, logbuf, loops, metrics, runtime};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
