@@ -56,6 +56,25 @@ pub struct TransferOpts {
     pub timeout: u64,
 }
 
+/// Options of tree transfers (`-r`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TreeOpts {
+    /// Whole tree: get -r URL DIR downloads the directory URL into DIR
+    /// (created; default: the URL's last name), put -r DIR URL uploads DIR's
+    /// contents into the directory URL (created). Needs MLSD on FTP.
+    /// Symlinks and special files are skipped with a note; a listing with
+    /// a name that could leave DIR (`..`, `/`, control characters) stops
+    /// the job. A failed file is retried with backoff and resumed; the
+    /// others go on, and the summary lists what failed.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Files in flight at once with -r, each worker on one reused control
+    /// connection (default 4).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64),
+          value_name = "N", requires = "recursive")]
+    pub files: Option<u64>,
+}
+
 /// `sluice get URL [DEST]`: download a file.
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_long_help = EXIT_CODES_HELP)]
@@ -81,6 +100,9 @@ pub struct GetArgs {
     /// Options every transfer takes.
     #[command(flatten)]
     pub opts: TransferOpts,
+    /// Tree transfers.
+    #[command(flatten)]
+    pub tree: TreeOpts,
 }
 
 /// `sluice put FILE URL`: upload a file.
@@ -106,6 +128,9 @@ pub struct PutArgs {
     /// Options every transfer takes.
     #[command(flatten)]
     pub opts: TransferOpts,
+    /// Tree transfers.
+    #[command(flatten)]
+    pub tree: TreeOpts,
 }
 
 /// `sluice ls URL`: list a directory.
@@ -233,6 +258,7 @@ mod tests {
                 mem_cap: 1 << 20,
                 timeout: 1,
             },
+            tree: TreeOpts::default(),
         })
         .unwrap_err();
         assert_eq!(e.exit_code(), 2);

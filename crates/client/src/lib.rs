@@ -31,6 +31,7 @@ pub mod priority;
 pub mod progress;
 pub mod reassembly;
 pub mod stats;
+pub mod tree;
 pub mod url;
 pub mod writer;
 
@@ -38,10 +39,16 @@ use error::Result;
 
 /// `sluice get`: picks the protocol by URL scheme.
 pub fn get(args: cli::GetArgs) -> Result<()> {
+    if args.tree.recursive && http::is_http(&args.url) {
+        return Err(error::ClientError::Usage(
+            "get -r over HTTP is not built yet (use ftp://)".into(),
+        ));
+    }
     if http::is_http(&args.url) {
         return http::get::run(&args);
     }
     match url::parse(&args.url)? {
+        url::Target::Ftp(u) if args.tree.recursive => tree::ftp::get_tree(&u, &args),
         url::Target::Ftp(u) => ftp::get::run(&u, &args),
     }
 }
@@ -49,6 +56,7 @@ pub fn get(args: cli::GetArgs) -> Result<()> {
 /// `sluice put`: picks the protocol by URL scheme.
 pub fn put(args: cli::PutArgs) -> Result<()> {
     match url::parse(&args.url)? {
+        url::Target::Ftp(u) if args.tree.recursive => tree::ftp::put_tree(&u, &args),
         url::Target::Ftp(u) => ftp::put::run(&u, &args),
     }
 }

@@ -1,0 +1,440 @@
+//! `sluice get -r ftp://...` and `sluice put -r DIR ftp://...`: the I/O
+//! half of tree transfers over FTP. The tree is listed first on one
+//! connection (MLSD, breadth first), its directories created, then its
+//! files moved by [`jobs::run`] workers that each reuse one connection.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::jobs::{self, Outcome};
+use super::plan::{self, Action, Entry, Kind};
+use crate::cli::{GetArgs, PutArgs};
+use crate::error::{ClientError, Result};
+use crate::ftp::control::{refused, Control};
+use crate::ftp::get::Dest;
+use crate::ftp::{data, get, put, session};
+use crate::stats::Stats;
+use crate::url::FtpUrl;
+use crate::writer::{self, Sink};
+
+/// Largest MLSD listing we read for one directory.
+const MAX_LISTING: usize = 256 << 20;
+
+/// A worker's connection: logged in, TYPE I, MODE E when `-p N` > 1 and
+/// the server has it.
+struct Conn {
+    ctl: Control,
+    extended: bool,
+    mfmt: bool,
+}
+
+fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
+    let mut ctl = session::open(u, timeout)?;
+    ctl.expect_ok("TYPE I", "TYPE I")?;
+    let mfmt = session::features(&mut ctl)?
+        .is_some_and(|f| f.iter().any(|l| l.split_whitespace().next() == Some("MFMT")));
+    let extended = parallel > 1 && session::try_mode_e(&mut ctl)?;
+    Ok(Conn {
+        ctl,
+        extended,
+        mfmt,
+    })
+}
+
+/// `base` (the URL's path) joined with a relative path.
+fn remote_join(base: &str, rel: &str) -> String {
+    let base = base.trim_end_matches('/');
+    if rel.is_empty() {
+        if base.is_empty() {
+            "/".into()
+        } else {
+            base.into()
+        }
+    } else {
+        format!("{base}/{rel}")
+    }
+}
+
+/// Reads the MLSD listing of `path`.
+fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let to = data::passive(ctl)?;
+    let sock = data::connect(to, ctl.timeout())?;
+    let first = ctl.cmd(&format!("MLSD {path}"))?;
+    if crate::ftp::control::is_unsupported(first.code) {
+        return Err(ClientError::Refused {
+            what: "MLSD (a tree transfer needs RFC 3659 machine listings)".into(),
+            reply: crate::ftp::control::one_line(&first),
+        });
+    }
+    if !first.code.is_preliminary() {
+        return Err(refused(&format!("MLSD {}", plan::shown(path)), &first));
+    }
+    let _ = sock.set_read_timeout(Some(ctl.timeout()));
+    let mut raw = Vec::new();
+    (&sock)
+        .take(MAX_LISTING as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| ClientError::net("read MLSD listing", e))?;
+    drop(sock);
+    if raw.len() > MAX_LISTING {
+        return Err(ClientError::Protocol(format!(
+            "MLSD listing of {} is larger than {MAX_LISTING} bytes",
+            plan::shown(path)
+        )));
+    }
+    let last = ctl.read_reply()?;
+    if !last.code.is_completion() {
+        return Err(refused("MLSD", &last));
+    }
+    Ok(raw)
+}
+
+/// A file to download.
+struct Fetch {
+    size: Option<u64>,
+    mtime: Option<i64>,
+}
+
+/// Creates directory `p` inside the tree; an existing directory is fine,
+/// an existing symlink is not (it could lead out of the tree).
+fn make_dir(p: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ClientError::local(
+            format!("create directory {}", p.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a directory (symlinks are not followed)",
+            ),
+        )),
+        Err(_) => std::fs::create_dir(p)
+            .map_err(|e| ClientError::local(format!("create directory {}", p.display()), e)),
+    }
+}
+
+fn with_ext(p: &Path, ext: &str) -> PathBuf {
+    let mut s = p.to_path_buf().into_os_string();
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+fn to_system_time(secs: i64) -> Option<SystemTime> {
+    u64::try_from(secs)
+        .ok()
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+}
+
+/// `sluice get -r`.
+pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
+    let root = match &a.dest {
+        Some(d) => d.clone(),
+        None => PathBuf::from(
+            u.path
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .filter(|n| plan::check_name(n).is_ok())
+                .unwrap_or("."),
+        ),
+    };
+    if !root.is_dir() {
+        std::fs::create_dir_all(&root)
+            .map_err(|e| ClientError::local(format!("create directory {}", root.display()), e))?;
+    }
+    let timeout = Duration::from_secs(a.opts.timeout);
+    let t0 = Instant::now();
+    let mut ctl = session::open(u, timeout)?;
+    let mut dirs = VecDeque::from([String::new()]);
+    let mut files = Vec::new();
+    let mut skipped = 0u64;
+    while let Some(dir) = dirs.pop_front() {
+        let path = remote_join(&u.path, &dir);
+        let raw = mlsd(&mut ctl, &path)?;
+        let entries = plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?;
+        let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
+            ClientError::Protocol(format!("{}: {b}; refusing the whole tree", plan::shown(&path)))
+        })?;
+        for act in actions {
+            match act {
+                Action::Descend { rel } => {
+                    make_dir(&root.join(&rel))?;
+                    dirs.push_back(rel);
+                }
+                Action::Copy { rel, size, mtime } => files.push((rel, Fetch { size, mtime })),
+                Action::Skip { rel, why } => {
+                    skipped += 1;
+                    eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
+                }
+            }
+        }
+    }
+    ctl.quit();
+    let total = files.len();
+    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let mut per_file = a.clone();
+    per_file.opts.quiet = true;
+    let out = jobs::run(
+        files,
+        workers,
+        || open(u, a.opts.parallel, timeout),
+        |c, rel, f, attempt| fetch(c, u, &per_file, &root, rel, f, attempt > 0 || a.resume),
+    );
+    finish("received", out, total, skipped, t0)
+}
+
+/// Downloads one file of the tree on a worker's connection.
+fn fetch(
+    c: &mut Conn,
+    u: &FtpUrl,
+    a: &GetArgs,
+    root: &Path,
+    rel: &str,
+    f: &Fetch,
+    resume: bool,
+) -> Result<u64> {
+    let path = root.join(rel);
+    let part = with_ext(&path, ".part");
+    let resume_file = with_ext(&path, ".part.resume");
+    let mut already = if resume {
+        get::resume_point(&part, &resume_file)
+    } else {
+        0
+    };
+    if f.size.is_some_and(|s| already > s) {
+        already = 0;
+    }
+    let file = writer::open_part(&part, already)?;
+    writer::save_prefix(&resume_file, already)?;
+    let stats = Arc::new(Stats::default());
+    if !(already > 0 && f.size == Some(already)) {
+        let fu = FtpUrl {
+            path: remote_join(&u.path, rel),
+            ..u.clone()
+        };
+        let dest = Dest::File {
+            path: path.clone(),
+            part: part.clone(),
+            resume: resume_file.clone(),
+        };
+        get::transfer(
+            &mut c.ctl,
+            &fu,
+            a,
+            c.extended,
+            f.size,
+            already,
+            Sink::File(file),
+            &dest,
+            &stats,
+        )?;
+    }
+    std::fs::rename(&part, &path)
+        .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
+    let _ = std::fs::remove_file(&resume_file);
+    if let Some(t) = f.mtime.and_then(to_system_time) {
+        let _ = File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|h| h.set_modified(t));
+    }
+    Ok(stats.bytes.load(Relaxed))
+}
+
+/// A file to upload.
+struct Send {
+    local: PathBuf,
+    mtime: Option<i64>,
+}
+
+/// Lists the local tree under `root`: directories (parents first) and
+/// files; symlinks, special files and names the protocol cannot carry
+/// (not UTF-8, control characters) are skipped with a note.
+fn walk_local(root: &Path) -> Result<(Vec<String>, Vec<(String, Send)>, u64)> {
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    let mut skipped = 0;
+    let mut todo = VecDeque::from([String::new()]);
+    while let Some(dir) = todo.pop_front() {
+        let here = root.join(&dir);
+        let rd = std::fs::read_dir(&here)
+            .map_err(|e| ClientError::local(format!("read directory {}", here.display()), e))?;
+        let mut entries = Vec::new();
+        for de in rd {
+            let de = de.map_err(|e| ClientError::local(format!("read {}", here.display()), e))?;
+            let Some(name) = de.file_name().to_str().map(str::to_string) else {
+                skipped += 1;
+                eprintln!(
+                    "sluice: skipped {}: name is not UTF-8",
+                    de.path().display()
+                );
+                continue;
+            };
+            if let Err(b) = plan::check_name(&name) {
+                skipped += 1;
+                eprintln!("sluice: skipped {}: {}", b.shown, b.why);
+                continue;
+            }
+            let m = std::fs::symlink_metadata(de.path())
+                .map_err(|e| ClientError::local(format!("stat {}", de.path().display()), e))?;
+            let ft = m.file_type();
+            entries.push(Entry {
+                name,
+                kind: if ft.is_symlink() {
+                    Kind::Link
+                } else if ft.is_dir() {
+                    Kind::Dir
+                } else if ft.is_file() {
+                    Kind::File
+                } else {
+                    Kind::Other
+                },
+                size: Some(m.len()),
+                mtime: m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs() as i64),
+            });
+        }
+        let actions = plan::plan_dir(&dir, &entries)
+            .map_err(|b| ClientError::Bug(format!("checked name refused: {b}")))?;
+        for act in actions {
+            match act {
+                Action::Descend { rel } => {
+                    dirs.push(rel.clone());
+                    todo.push_back(rel);
+                }
+                Action::Copy { rel, mtime, .. } => {
+                    let local = root.join(&rel);
+                    files.push((rel, Send { local, mtime }));
+                }
+                Action::Skip { rel, why } => {
+                    skipped += 1;
+                    eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
+                }
+            }
+        }
+    }
+    Ok((dirs, files, skipped))
+}
+
+/// `sluice put -r`.
+pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
+    if !a.file.is_dir() {
+        return Err(ClientError::Usage(format!(
+            "{} is not a directory (put -r sends a directory tree)",
+            a.file.display()
+        )));
+    }
+    let t0 = Instant::now();
+    let (dirs, files, skipped) = walk_local(&a.file)?;
+    let timeout = Duration::from_secs(a.opts.timeout);
+    let mut ctl = session::open(u, timeout)?;
+    // The target and every directory, parents first. A refusal is not an
+    // error yet: the directory may exist; a STOR into it will tell.
+    for rel in std::iter::once("").chain(dirs.iter().map(String::as_str)) {
+        let path = remote_join(&u.path, rel);
+        if path != "/" {
+            let r = ctl.cmd(&format!("MKD {path}"))?;
+            if !r.code.is_completion() {
+                tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
+            }
+        }
+    }
+    ctl.quit();
+    let total = files.len();
+    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let out = jobs::run(
+        files,
+        workers,
+        || open(u, a.opts.parallel, timeout),
+        |c, rel, s, attempt| send(c, u, a, rel, s, attempt > 0 || a.resume),
+    );
+    finish("sent", out, total, skipped, t0)
+}
+
+/// Uploads one file of the tree on a worker's connection; a retry resumes
+/// after the server's bytes when its checksum shows they are ours.
+fn send(c: &mut Conn, u: &FtpUrl, a: &PutArgs, rel: &str, s: &Send, resume: bool) -> Result<u64> {
+    let file = File::open(&s.local)
+        .map_err(|e| ClientError::local(format!("open {}", s.local.display()), e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| ClientError::local(format!("stat {}", s.local.display()), e))?
+        .len();
+    let remote = remote_join(&u.path, rel);
+    let offset = if resume {
+        put::resume_offset(&mut c.ctl, &remote, &file, len, &s.local)?.0
+    } else {
+        0
+    };
+    let stats = Arc::new(Stats::default());
+    if offset < len || offset == 0 {
+        if c.extended {
+            put::send_extended(&mut c.ctl, &file, len, offset, &remote, a, &stats)?;
+        } else {
+            put::send_stream(&mut c.ctl, &file, len, offset, &remote, &stats)?;
+        }
+    }
+    if c.mfmt {
+        if let Some(t) = s.mtime {
+            // Keeps the modification time on the server (a later --sync
+            // compares it); a refusal only costs that.
+            let r = c
+                .ctl
+                .cmd(&format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)))?;
+            if !r.code.is_completion() {
+                tracing::info!("MFMT refused: {}", crate::ftp::control::one_line(&r));
+            }
+        }
+    }
+    Ok(stats.bytes.load(Relaxed))
+}
+
+/// Prints the job's summary and failures; an error if any file failed.
+fn finish(verb: &str, out: Outcome, total: usize, skipped: u64, t0: Instant) -> Result<()> {
+    let elapsed = t0.elapsed();
+    let mut detail = format!("{} of {total} files", out.done);
+    if skipped > 0 {
+        detail.push_str(&format!(", {skipped} skipped"));
+    }
+    if out.retries > 0 {
+        detail.push_str(&format!(", {} retries", out.retries));
+    }
+    if !out.failed.is_empty() {
+        detail.push_str(&format!(", {} failed", out.failed.len()));
+    }
+    eprintln!(
+        "{}",
+        crate::stats::summary(verb, out.bytes, elapsed, &detail)
+    );
+    for f in &out.failed {
+        eprintln!("sluice: failed: {}: {}", plan::shown(&f.rel), f.error);
+    }
+    match out.failed.into_iter().next() {
+        None => Ok(()),
+        Some(first) => Err(ClientError::Tree {
+            failed: total - out.done as usize,
+            total,
+            first: Box::new(first.error),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths_join() {
+        assert_eq!(remote_join("/", ""), "/");
+        assert_eq!(remote_join("/", "a b/c"), "/a b/c");
+        assert_eq!(remote_join("/d/", "x"), "/d/x");
+        assert_eq!(remote_join("/d", ""), "/d");
+    }
+}
