@@ -1,0 +1,271 @@
+//! `sluice get -r` / `sluice put -r`: whole trees against `sluice serve`
+//! (nested directories, spaces and UTF-8 in names, an empty file, a 5 MiB
+//! file; sha256 of every file), a server killed mid-tree and restarted
+//! (the job retries, resumes and ends with every file right), and
+//! scripted hostile servers whose listings name paths outside DEST.
+
+use crate::harness::corpus::write_pseudo_random;
+use crate::harness::process::ProcessGuard;
+use crate::harness::servers::{sluice, sluice_rw, ServeOptions};
+use crate::harness::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn sluice_cmd(args: &[&str]) -> Output {
+    run(Command::new(sluice_bin()).args(args))
+}
+
+/// Relative path -> sha256 of every regular file under `root`.
+fn tree_sums(root: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        for e in fs::read_dir(dir).expect("read_dir") {
+            let e = e.expect("entry");
+            let t = e.file_type().expect("type");
+            if t.is_dir() {
+                walk(root, &e.path(), out);
+            } else if t.is_file() {
+                let rel = e.path().strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                out.insert(rel, sha256_file(&e.path()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// A tree with nested directories, spaces and UTF-8 names, an empty file,
+/// a 5 MiB file, a symlink and a FIFO (both must be skipped).
+fn make_tree(root: &Path) {
+    fs::create_dir_all(root.join("a dir/sub deeper")).unwrap();
+    fs::create_dir_all(root.join("日本語/ünï")).unwrap();
+    fs::create_dir_all(root.join("empty dir")).unwrap();
+    write_pseudo_random(&root.join("big.bin"), 5 << 20, 1);
+    fs::write(root.join("empty"), b"").unwrap();
+    fs::write(root.join("a dir/with space.txt"), b"hello tree\n").unwrap();
+    write_pseudo_random(&root.join("a dir/sub deeper/x;y=z.dat"), 70_000, 2);
+    write_pseudo_random(&root.join("日本語/ünï/café ☕.bin"), 123_457, 3);
+    fs::write(root.join("-leading dash"), b"x").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
+    let _ = Command::new("mkfifo").arg(root.join("fifo")).status();
+}
+
+/// put -r a tree to `sluice serve`, check the server's copy, get -r it
+/// back and check that: every file by sha256, the empty directory made,
+/// links and FIFOs skipped with a note, modification times kept.
+#[test]
+fn tree_up_and_down_against_sluice() {
+    let server = sluice_rw();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    make_tree(&src);
+    let want = tree_sums(&src);
+    assert_eq!(want.len(), 6, "{want:?}");
+
+    let up = sluice_cmd(&["put", "-r", "-q", src.to_str().unwrap(), &server.url("up/")]);
+    up.assert_success();
+    assert!(up.stderr.contains("skipped link: symbolic link"), "{}", up.describe());
+    assert!(up.stderr.contains("skipped fifo"), "{}", up.describe());
+    assert!(up.stderr.contains("6 of 6 files"), "{}", up.describe());
+    assert_eq!(tree_sums(&server.local("up")), want);
+    assert!(server.local("up/empty dir").is_dir());
+
+    let dest = work.path().join("down");
+    let down = sluice_cmd(&[
+        "get", "-r", "-q", "--files", "3", &server.url("up"), dest.to_str().unwrap(),
+    ]);
+    down.assert_success();
+    assert_eq!(tree_sums(&dest), want, "{}", down.describe());
+    assert!(dest.join("empty dir").is_dir());
+    // The server's modification time (MLSD modify fact) is kept.
+    let mtime = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
+    let secs = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert_eq!(
+        secs(mtime(&dest.join("big.bin"))),
+        secs(mtime(&server.local("up/big.bin")))
+    );
+    // No leftovers.
+    assert!(!tree_sums(&dest).keys().any(|k| k.ends_with(".part")));
+}
+
+fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// The server is killed (-9) mid-tree and a new one started on the same
+/// port: the client's workers reconnect with backoff, resume their files
+/// and the job ends with every file correct and exit 0. The client is
+/// frozen (SIGSTOP) around the kill, so the kill lands mid-tree whatever
+/// the machine's speed.
+#[test]
+fn tree_download_survives_a_server_killed_and_restarted() {
+    let first = sluice_rw();
+    let root = first.root.clone();
+    let tree = root.join("many");
+    for d in 0..10 {
+        for f in 0..30 {
+            let p = tree.join(format!("d{d}/f {f}.bin"));
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            write_pseudo_random(&p, 200_000 + f * 1000, d * 100 + f);
+        }
+    }
+    let want = tree_sums(&tree);
+    let work = tempfile::tempdir().unwrap();
+    let dest = work.path().join("got");
+    let err = work.path().join("stderr");
+    let client = ProcessGuard::spawn(
+        Command::new(sluice_bin())
+            .args(["get", "-r", "-q", "--files", "2", "--timeout", "10"])
+            .arg(first.url("many"))
+            .arg(&dest)
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&err).unwrap()),
+    )
+    .expect("start sluice get -r");
+    let done = |d: &Path| {
+        fs::read_dir(d.join("d0")).map(|r| r.filter_map(|e| e.ok()).filter(|e| !e.file_name().to_string_lossy().contains(".part")).count()).unwrap_or(0)
+    };
+    wait_for("a few files to arrive", 60, || done(&dest) >= 3 || client.exited().is_some());
+    signal(client.pid, "-STOP");
+    assert!(client.exited().is_none(), "the client finished before the kill");
+    first.kill9();
+    let second = sluice(ServeOptions {
+        writable: true,
+        root: Some(root.clone()),
+        listen: Some(first.addr()),
+        ..Default::default()
+    });
+    signal(client.pid, "-CONT");
+    wait_for("the client to end", 120, || client.exited().is_some());
+    let status = client.exited().unwrap();
+    let stderr = fs::read_to_string(&err).unwrap_or_default();
+    assert!(status.success(), "{status}\n{stderr}\n{}", second.log_tail());
+    assert!(stderr.contains("retry 1"), "no retry reported:\n{stderr}");
+    assert_eq!(tree_sums(&dest), want, "{stderr}");
+}
+
+/// A scripted FTP server (any number of sessions) whose MLSD of `/` is
+/// `listing`; RETR of `good` sends "GOOD", anything else is 550.
+fn fake_tree_server(listing: &'static [u8]) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for ctl in l.incoming() {
+            let Ok(ctl) = ctl else { return };
+            thread::spawn(move || session(ctl, listing));
+        }
+    });
+    port
+}
+
+fn session(ctl: TcpStream, listing: &[u8]) {
+    let mut w = ctl.try_clone().unwrap();
+    let mut r = BufReader::new(ctl);
+    let _ = w.write_all(b"220 fake\r\n");
+    let mut pasv: Option<TcpListener> = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let cmd = line.trim_end().to_string();
+        let (verb, arg) = cmd.split_once(' ').unwrap_or((&cmd, ""));
+        let reply: Vec<u8> = match verb.to_ascii_uppercase().as_str() {
+            "USER" => b"331 pw\r\n".to_vec(),
+            "PASS" => b"230 in\r\n".to_vec(),
+            "FEAT" | "EPSV" => b"500 no\r\n".to_vec(),
+            "PASV" => {
+                let dl = TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = dl.local_addr().unwrap().port();
+                pasv = Some(dl);
+                format!("227 Entering (127,0,0,1,{},{})\r\n", p >> 8, p & 255).into_bytes()
+            }
+            "MLSD" | "RETR" => {
+                let body: &[u8] = if verb == "MLSD" {
+                    listing
+                } else if arg.ends_with("/good") {
+                    b"GOOD"
+                } else {
+                    let _ = w.write_all(b"550 no such file\r\n");
+                    continue;
+                };
+                let _ = w.write_all(b"150 go\r\n");
+                let (mut d, _) = pasv.take().expect("PASV first").accept().unwrap();
+                let _ = d.write_all(body);
+                drop(d);
+                b"226 done\r\n".to_vec()
+            }
+            "QUIT" => {
+                let _ = w.write_all(b"221 bye\r\n");
+                return;
+            }
+            _ => b"200 ok\r\n".to_vec(),
+        };
+        let _ = w.write_all(&reply);
+    }
+}
+
+/// Listings that name a path outside DEST (`..`, an absolute path, a
+/// name with `/`) or carry control characters: the whole job is refused
+/// with exit 7 and a clear message, and nothing is written anywhere.
+#[test]
+fn hostile_tree_listings_are_refused() {
+    let cases: [(&'static [u8], &str); 5] = [
+        (b"type=file;size=4; good\r\ntype=file;size=4; ..\r\n", "`..`"),
+        (b"type=file;size=4; good\r\ntype=dir; ../../escape\r\n", "`../../escape`"),
+        (b"type=file;size=4; /tmp/sluice-abs-escape\r\n", "`/tmp/sluice-abs-escape`"),
+        (b"type=file;size=4; a/b\r\n", "`a/b`"),
+        (b"type=file;size=4; evil\x1b]0;title\x07\r\n", "evil\\x1b]0;title\\x07"),
+    ];
+    for (listing, shown) in cases {
+        let port = fake_tree_server(listing);
+        let work = tempfile::tempdir().unwrap();
+        let dest = work.path().join("inner/dest");
+        let o = sluice_cmd(&[
+            "get", "-r", "-q", "--timeout", "5",
+            &format!("ftp://127.0.0.1:{port}/"),
+            dest.to_str().unwrap(),
+        ]);
+        assert_exit(&o, 7);
+        assert!(o.stderr.contains("unsafe name") && o.stderr.contains(shown), "{}", o.describe());
+        assert!(!o.stderr.contains('\x1b'), "{}", o.describe());
+        assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
+        assert!(!Path::new("/tmp/sluice-abs-escape").exists());
+    }
+}
+
+/// One file of the tree is refused (550): the others arrive, the summary
+/// names the failed one and why, and the exit status is the refusal's (5).
+#[test]
+fn a_failed_file_is_listed_and_the_tree_goes_on() {
+    let port = fake_tree_server(
+        b"type=file;size=4; good\r\ntype=file;size=9; missing one\r\ntype=OS.unix=slink:/x; ln\r\n",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let dest = work.path().join("d");
+    let o = sluice_cmd(&[
+        "get", "-r", "-q", "--timeout", "5",
+        &format!("ftp://127.0.0.1:{port}/"),
+        dest.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 5);
+    assert!(o.stderr.contains("failed: missing one: RETR: 550 no such file"), "{}", o.describe());
+    assert!(o.stderr.contains("1 of 2 files failed"), "{}", o.describe());
+    assert!(o.stderr.contains("skipped ln: symbolic link"), "{}", o.describe());
+    assert_eq!(fs::read(dest.join("good")).unwrap(), b"GOOD");
+}
