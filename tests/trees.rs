@@ -92,6 +92,66 @@ fn tree_up_and_down_against_sluice() {
     );
     // No leftovers.
     assert!(!tree_sums(&dest).keys().any(|k| k.ends_with(".part")));
+
+    // The same tree over Sluice's HTTP door (its JSON listing).
+    let hdest = work.path().join("http down");
+    let hdown = sluice_cmd(&["get", "-r", "-q", &server.http_url("up/"), hdest.to_str().unwrap()]);
+    hdown.assert_success();
+    assert!(hdown.stderr.contains("6 of 6 files"), "{}", hdown.describe());
+    assert_eq!(tree_sums(&hdest), want, "{}", hdown.describe());
+    assert!(hdest.join("empty dir").is_dir());
+    assert_eq!(
+        secs(mtime(&hdest.join("日本語/ünï/café ☕.bin"))),
+        secs(mtime(&server.local("up/日本語/ünï/café ☕.bin")))
+    );
+
+    // And from nginx's HTML autoindex pages.
+    if require_tool("nginx") {
+        let (_nginx, port, _dir) = nginx_autoindex(&server.local("up"));
+        let ndest = work.path().join("nginx");
+        let ndown = sluice_cmd(&[
+            "get", "-r", "-q",
+            &format!("http://127.0.0.1:{port}/"),
+            ndest.to_str().unwrap(),
+        ]);
+        ndown.assert_success();
+        assert_eq!(tree_sums(&ndest), want, "{}", ndown.describe());
+        assert!(ndest.join("empty dir").is_dir());
+    }
+}
+
+/// nginx serving `root` with `autoindex on`, on a free port.
+fn nginx_autoindex(root: &Path) -> (ProcessGuard, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("nginx dir");
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let conf = dir.path().join("nginx.conf");
+    let d = dir.path().display();
+    fs::write(
+        &conf,
+        format!(
+            "daemon off; master_process off; worker_processes 1; user root;\n\
+             pid {d}/nginx.pid; error_log {d}/error.log;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{ access_log {d}/access.log; client_body_temp_path {d}/tmp;\n\
+               proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
+               server {{ listen 127.0.0.1:{port}; root {}; autoindex on; charset utf-8; }} }}\n",
+            root.display()
+        ),
+    )
+    .expect("nginx.conf");
+    let proc = ProcessGuard::spawn(
+        Command::new(crate::harness::process::find_tool("nginx").expect("nginx"))
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .expect("start nginx");
+    wait_for("nginx to listen", 30, || TcpStream::connect(("127.0.0.1", port)).is_ok());
+    (proc, port, dir)
 }
 
 fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {

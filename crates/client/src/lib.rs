@@ -40,9 +40,7 @@ use error::Result;
 /// `sluice get`: picks the protocol by URL scheme.
 pub fn get(args: cli::GetArgs) -> Result<()> {
     if args.tree.recursive && http::is_http(&args.url) {
-        return Err(error::ClientError::Usage(
-            "get -r over HTTP is not built yet (use ftp://)".into(),
-        ));
+        return tree::http::get_tree(&args);
     }
     if http::is_http(&args.url) {
         return http::get::run(&args);

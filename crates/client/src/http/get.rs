@@ -148,7 +148,10 @@ pub fn run(a: &GetArgs) -> Result<()> {
         detail.push_str(&format!(", resumed at {already}"));
     }
     let bytes = stats.bytes.load(Relaxed);
-    eprintln!("{}", stats::summary("received", bytes, elapsed, &detail));
+    // A file of a tree (`-r`) is counted in the tree's one summary.
+    if !a.tree.recursive {
+        eprintln!("{}", stats::summary("received", bytes, elapsed, &detail));
+    }
     if a.opts.stats {
         eprint!("{}", stats.render("HTTP", elapsed));
     }

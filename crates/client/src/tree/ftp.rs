@@ -102,7 +102,7 @@ struct Fetch {
 
 /// Creates directory `p` inside the tree; an existing directory is fine,
 /// an existing symlink is not (it could lead out of the tree).
-fn make_dir(p: &Path) -> Result<()> {
+pub(super) fn make_dir(p: &Path) -> Result<()> {
     match std::fs::symlink_metadata(p) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(ClientError::local(
@@ -236,13 +236,19 @@ fn fetch(
     std::fs::rename(&part, &path)
         .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
     let _ = std::fs::remove_file(&resume_file);
-    if let Some(t) = f.mtime.and_then(to_system_time) {
+    set_mtime(&path, f.mtime);
+    Ok(stats.bytes.load(Relaxed))
+}
+
+/// Gives a downloaded file the server's modification time (best effort:
+/// a file system that refuses only loses the time).
+pub(super) fn set_mtime(path: &Path, mtime: Option<i64>) {
+    if let Some(t) = mtime.and_then(to_system_time) {
         let _ = File::options()
             .write(true)
-            .open(&path)
+            .open(path)
             .and_then(|h| h.set_modified(t));
     }
-    Ok(stats.bytes.load(Relaxed))
 }
 
 /// A file to upload.
@@ -397,7 +403,7 @@ fn send(c: &mut Conn, u: &FtpUrl, a: &PutArgs, rel: &str, s: &Send, resume: bool
 }
 
 /// Prints the job's summary and failures; an error if any file failed.
-fn finish(verb: &str, out: Outcome, total: usize, skipped: u64, t0: Instant) -> Result<()> {
+pub(super) fn finish(verb: &str, out: Outcome, total: usize, skipped: u64, t0: Instant) -> Result<()> {
     let elapsed = t0.elapsed();
     let mut detail = format!("{} of {total} files", out.done);
     if skipped > 0 {
