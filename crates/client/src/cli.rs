@@ -73,6 +73,17 @@ pub struct TreeOpts {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64),
           value_name = "N", requires = "recursive")]
     pub files: Option<u64>,
+    /// With -r: move only files that differ (size or modification time;
+    /// with --checksum, the server's CKSM) from the copy already there.
+    #[arg(long, requires = "recursive")]
+    pub sync: bool,
+    /// With --sync: compare by checksum (FTP CKSM) instead of size and time.
+    #[arg(long, requires = "sync")]
+    pub checksum: bool,
+    /// With --sync: delete what the destination has and the source does
+    /// not (a true mirror).
+    #[arg(long, requires = "sync")]
+    pub delete: bool,
 }
 
 /// `sluice get URL [DEST]`: download a file.

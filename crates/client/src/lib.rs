@@ -54,7 +54,7 @@ pub fn get(args: cli::GetArgs) -> Result<()> {
 /// `sluice put`: picks the protocol by URL scheme.
 pub fn put(args: cli::PutArgs) -> Result<()> {
     match url::parse(&args.url)? {
-        url::Target::Ftp(u) if args.tree.recursive => tree::ftp::put_tree(&u, &args),
+        url::Target::Ftp(u) if args.tree.recursive => tree::ftp_put::put_tree(&u, &args),
         url::Target::Ftp(u) => ftp::put::run(&u, &args),
     }
 }

@@ -2,6 +2,7 @@
 //! half of tree transfers over FTP. The tree is listed first on one
 //! connection (MLSD, breadth first), its directories created, then its
 //! files moved by [`jobs::run`] workers that each reuse one connection.
+//! Uploads are in [`super::ftp_put`].
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -11,12 +12,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::jobs::{self, Outcome};
-use super::plan::{self, Action, Entry, Kind};
-use crate::cli::{GetArgs, PutArgs};
+use super::sync::{self, Notes};
+use crate::checksum;
+use std::sync::atomic::AtomicU64;
+use super::plan::{self, Action};
+use crate::cli::GetArgs;
 use crate::error::{ClientError, Result};
 use crate::ftp::control::{refused, Control};
 use crate::ftp::get::Dest;
-use crate::ftp::{data, get, put, session};
+use crate::ftp::{data, get, session};
 use crate::stats::Stats;
 use crate::url::FtpUrl;
 use crate::writer::{self, Sink};
@@ -26,13 +30,13 @@ const MAX_LISTING: usize = 256 << 20;
 
 /// A worker's connection: logged in, TYPE I, MODE E when `-p N` > 1 and
 /// the server has it.
-struct Conn {
-    ctl: Control,
-    extended: bool,
-    mfmt: bool,
+pub(super) struct Conn {
+    pub(super) ctl: Control,
+    pub(super) extended: bool,
+    pub(super) mfmt: bool,
 }
 
-fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
+pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
     let mut ctl = session::open(u, timeout)?;
     ctl.expect_ok("TYPE I", "TYPE I")?;
     let mfmt = session::features(&mut ctl)?
@@ -46,7 +50,7 @@ fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
 }
 
 /// `base` (the URL's path) joined with a relative path.
-fn remote_join(base: &str, rel: &str) -> String {
+pub(super) fn remote_join(base: &str, rel: &str) -> String {
     let base = base.trim_end_matches('/');
     if rel.is_empty() {
         if base.is_empty() {
@@ -60,7 +64,7 @@ fn remote_join(base: &str, rel: &str) -> String {
 }
 
 /// Reads the MLSD listing of `path`.
-fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
+pub(super) fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let to = data::passive(ctl)?;
     let sock = data::connect(to, ctl.timeout())?;
@@ -151,7 +155,7 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let mut ctl = session::open(u, timeout)?;
     let mut dirs = VecDeque::from([String::new()]);
     let mut files = Vec::new();
-    let mut skipped = 0u64;
+    let mut notes = Notes::default();
     while let Some(dir) = dirs.pop_front() {
         let path = remote_join(&u.path, &dir);
         let raw = mlsd(&mut ctl, &path)?;
@@ -159,21 +163,33 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
             ClientError::Protocol(format!("{}: {b}; refusing the whole tree", plan::shown(&path)))
         })?;
+        if a.tree.delete {
+            let keep = entries.iter().map(|e| e.name.clone()).collect();
+            notes.deleted += sync::delete_local_extras(&root.join(&dir), &dir, &keep)?;
+        }
         for act in actions {
             match act {
                 Action::Descend { rel } => {
                     make_dir(&root.join(&rel))?;
                     dirs.push_back(rel);
                 }
-                Action::Copy { rel, size, mtime } => files.push((rel, Fetch { size, mtime })),
+                Action::Copy { rel, size, mtime } => {
+                    let have = sync::local_have(&root.join(&rel));
+                    if a.tree.sync && !a.tree.checksum && !plan::differs(size, mtime, have, true) {
+                        notes.uptodate += 1;
+                        continue;
+                    }
+                    files.push((rel, Fetch { size, mtime }));
+                }
                 Action::Skip { rel, why } => {
-                    skipped += 1;
+                    notes.skipped += 1;
                     eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
                 }
             }
         }
     }
     ctl.quit();
+    let same = AtomicU64::new(0);
     let total = files.len();
     let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
     let mut per_file = a.clone();
@@ -182,9 +198,16 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         files,
         workers,
         || open(u, a.opts.parallel, timeout),
-        |c, rel, f, attempt| fetch(c, u, &per_file, &root, rel, f, attempt > 0 || a.resume),
+        |c, rel, f, attempt| {
+            if a.tree.checksum && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)? {
+                same.fetch_add(1, Relaxed);
+                return Ok(0);
+            }
+            fetch(c, u, &per_file, &root, rel, f, attempt > 0 || a.resume)
+        },
     );
-    finish("received", out, total, skipped, t0)
+    notes.same = same.into_inner();
+    finish("received", out, total + notes.uptodate as usize, &notes, t0)
 }
 
 /// Downloads one file of the tree on a worker's connection.
@@ -251,163 +274,34 @@ pub(super) fn set_mtime(path: &Path, mtime: Option<i64>) {
     }
 }
 
-/// A file to upload.
-struct Send {
-    local: PathBuf,
-    mtime: Option<i64>,
-}
-
-/// Lists the local tree under `root`: directories (parents first) and
-/// files; symlinks, special files and names the protocol cannot carry
-/// (not UTF-8, control characters) are skipped with a note.
-fn walk_local(root: &Path) -> Result<(Vec<String>, Vec<(String, Send)>, u64)> {
-    let mut dirs = Vec::new();
-    let mut files = Vec::new();
-    let mut skipped = 0;
-    let mut todo = VecDeque::from([String::new()]);
-    while let Some(dir) = todo.pop_front() {
-        let here = root.join(&dir);
-        let rd = std::fs::read_dir(&here)
-            .map_err(|e| ClientError::local(format!("read directory {}", here.display()), e))?;
-        let mut entries = Vec::new();
-        for de in rd {
-            let de = de.map_err(|e| ClientError::local(format!("read {}", here.display()), e))?;
-            let Some(name) = de.file_name().to_str().map(str::to_string) else {
-                skipped += 1;
-                eprintln!(
-                    "sluice: skipped {}: name is not UTF-8",
-                    de.path().display()
-                );
-                continue;
-            };
-            if let Err(b) = plan::check_name(&name) {
-                skipped += 1;
-                eprintln!("sluice: skipped {}: {}", b.shown, b.why);
-                continue;
-            }
-            let m = std::fs::symlink_metadata(de.path())
-                .map_err(|e| ClientError::local(format!("stat {}", de.path().display()), e))?;
-            let ft = m.file_type();
-            entries.push(Entry {
-                name,
-                kind: if ft.is_symlink() {
-                    Kind::Link
-                } else if ft.is_dir() {
-                    Kind::Dir
-                } else if ft.is_file() {
-                    Kind::File
-                } else {
-                    Kind::Other
-                },
-                size: Some(m.len()),
-                mtime: m
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-                    .map(|d| d.as_secs() as i64),
-            });
-        }
-        let actions = plan::plan_dir(&dir, &entries)
-            .map_err(|b| ClientError::Bug(format!("checked name refused: {b}")))?;
-        for act in actions {
-            match act {
-                Action::Descend { rel } => {
-                    dirs.push(rel.clone());
-                    todo.push_back(rel);
-                }
-                Action::Copy { rel, mtime, .. } => {
-                    let local = root.join(&rel);
-                    files.push((rel, Send { local, mtime }));
-                }
-                Action::Skip { rel, why } => {
-                    skipped += 1;
-                    eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
-                }
-            }
-        }
-    }
-    Ok((dirs, files, skipped))
-}
-
-/// `sluice put -r`.
-pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
-    if !a.file.is_dir() {
-        return Err(ClientError::Usage(format!(
-            "{} is not a directory (put -r sends a directory tree)",
-            a.file.display()
-        )));
-    }
-    let t0 = Instant::now();
-    let (dirs, files, skipped) = walk_local(&a.file)?;
-    let timeout = Duration::from_secs(a.opts.timeout);
-    let mut ctl = session::open(u, timeout)?;
-    // The target and every directory, parents first. A refusal is not an
-    // error yet: the directory may exist; a STOR into it will tell.
-    for rel in std::iter::once("").chain(dirs.iter().map(String::as_str)) {
-        let path = remote_join(&u.path, rel);
-        if path != "/" {
-            let r = ctl.cmd(&format!("MKD {path}"))?;
-            if !r.code.is_completion() {
-                tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
-            }
-        }
-    }
-    ctl.quit();
-    let total = files.len();
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
-    let out = jobs::run(
-        files,
-        workers,
-        || open(u, a.opts.parallel, timeout),
-        |c, rel, s, attempt| send(c, u, a, rel, s, attempt > 0 || a.resume),
-    );
-    finish("sent", out, total, skipped, t0)
-}
-
-/// Uploads one file of the tree on a worker's connection; a retry resumes
-/// after the server's bytes when its checksum shows they are ours.
-fn send(c: &mut Conn, u: &FtpUrl, a: &PutArgs, rel: &str, s: &Send, resume: bool) -> Result<u64> {
-    let file = File::open(&s.local)
-        .map_err(|e| ClientError::local(format!("open {}", s.local.display()), e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| ClientError::local(format!("stat {}", s.local.display()), e))?
-        .len();
-    let remote = remote_join(&u.path, rel);
-    let offset = if resume {
-        put::resume_offset(&mut c.ctl, &remote, &file, len, &s.local)?.0
-    } else {
-        0
+/// `--sync --checksum`: whether the server's `remote` and the local
+/// `local` have the same size and CKSM (the strongest both know).
+pub(super) fn same_checksum(c: &mut Conn, remote: &str, local: &Path, size: Option<u64>) -> Result<bool> {
+    let Some(have) = sync::local_have(local) else {
+        return Ok(false);
     };
-    let stats = Arc::new(Stats::default());
-    if offset < len || offset == 0 {
-        if c.extended {
-            put::send_extended(&mut c.ctl, &file, len, offset, &remote, a, &stats)?;
-        } else {
-            put::send_stream(&mut c.ctl, &file, len, offset, &remote, &stats)?;
-        }
+    if size != Some(have.size) {
+        return Ok(false);
     }
-    if c.mfmt {
-        if let Some(t) = s.mtime {
-            // Keeps the modification time on the server (a later --sync
-            // compares it); a refusal only costs that.
-            let r = c
-                .ctl
-                .cmd(&format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)))?;
-            if !r.code.is_completion() {
-                tracing::info!("MFMT refused: {}", crate::ftp::control::one_line(&r));
-            }
-        }
-    }
-    Ok(stats.bytes.load(Relaxed))
+    let (algo, theirs) = session::server_checksum(&mut c.ctl, remote)?;
+    let mine = checksum::file(local, algo)
+        .map_err(|e| ClientError::local(format!("checksum {}", local.display()), e))?;
+    Ok(checksum::same(&theirs, &mine))
 }
 
 /// Prints the job's summary and failures; an error if any file failed.
-pub(super) fn finish(verb: &str, out: Outcome, total: usize, skipped: u64, t0: Instant) -> Result<()> {
+pub(super) fn finish(verb: &str, out: Outcome, total: usize, notes: &Notes, t0: Instant) -> Result<()> {
     let elapsed = t0.elapsed();
-    let mut detail = format!("{} of {total} files", out.done);
-    if skipped > 0 {
-        detail.push_str(&format!(", {skipped} skipped"));
+    let moved = out.done - notes.same.min(out.done);
+    let mut detail = format!("{moved} of {total} files");
+    if notes.uptodate + notes.same > 0 {
+        detail.push_str(&format!(", {} up to date", notes.uptodate + notes.same));
+    }
+    if notes.deleted > 0 {
+        detail.push_str(&format!(", {} deleted", notes.deleted));
+    }
+    if notes.skipped > 0 {
+        detail.push_str(&format!(", {} skipped", notes.skipped));
     }
     if out.retries > 0 {
         detail.push_str(&format!(", {} retries", out.retries));
@@ -422,10 +316,11 @@ pub(super) fn finish(verb: &str, out: Outcome, total: usize, skipped: u64, t0: I
     for f in &out.failed {
         eprintln!("sluice: failed: {}: {}", plan::shown(&f.rel), f.error);
     }
+    let failed = out.failed.len();
     match out.failed.into_iter().next() {
         None => Ok(()),
         Some(first) => Err(ClientError::Tree {
-            failed: total - out.done as usize,
+            failed,
             total,
             first: Box::new(first.error),
         }),

@@ -15,6 +15,7 @@ use sluice_http::{Framing, HttpUrl, Method};
 
 use super::http_listing::{self, MAX_LISTING};
 use super::jobs;
+use super::sync::{self, Notes};
 use super::plan::{self, Action, Entry};
 use crate::cli::GetArgs;
 use crate::error::{ClientError, Result};
@@ -121,6 +122,11 @@ struct Fetch {
 
 /// `sluice get -r http://...`.
 pub fn get_tree(a: &GetArgs) -> Result<()> {
+    if a.tree.checksum {
+        return Err(ClientError::Usage(
+            "--checksum needs ftp:// (HTTP has no checksum command)".into(),
+        ));
+    }
     let mut base = a.url.split(['?', '#']).next().unwrap_or("").to_string();
     if !base.ends_with('/') {
         base.push('/');
@@ -146,28 +152,41 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
     let t0 = Instant::now();
     let mut dirs = VecDeque::from([String::new()]);
     let mut files = Vec::new();
-    let mut skipped = 0;
+    let mut notes = Notes::default();
     while let Some(dir) = dirs.pop_front() {
         let url = dir_url(&base, &dir);
         let (entries, _json) = list(&url, timeout)?;
         let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
             ClientError::Protocol(format!("{url}: {b}; refusing the whole tree"))
         })?;
+        if a.tree.delete {
+            let keep = entries.iter().map(|e| e.name.clone()).collect();
+            notes.deleted += sync::delete_local_extras(&root.join(&dir), &dir, &keep)?;
+        }
         for act in actions {
             match act {
                 Action::Descend { rel } => {
                     super::ftp::make_dir(&root.join(&rel))?;
                     dirs.push_back(rel);
                 }
-                Action::Copy { rel, mtime, .. } => files.push((rel, Fetch { mtime })),
+                Action::Copy { rel, mtime, size } => {
+                    // An HTML index gives neither size nor time: every
+                    // file differs.
+                    let have = sync::local_have(&root.join(&rel));
+                    if a.tree.sync && !plan::differs(size, mtime, have, true) {
+                        notes.uptodate += 1;
+                        continue;
+                    }
+                    files.push((rel, Fetch { mtime }))
+                }
                 Action::Skip { rel, why } => {
-                    skipped += 1;
+                    notes.skipped += 1;
                     eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
                 }
             }
         }
     }
-    let total = files.len();
+    let total = files.len() + notes.uptodate as usize;
     let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
     let out = jobs::run(
         files,
@@ -175,7 +194,7 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
         || Ok(()),
         |_, rel, f, attempt| fetch(a, &base, &root, rel, f, attempt > 0 || a.resume),
     );
-    super::ftp::finish("received", out, total, skipped, t0)
+    super::ftp::finish("received", out, total, &notes, t0)
 }
 
 fn fetch(a: &GetArgs, base: &str, root: &Path, rel: &str, f: &Fetch, resume: bool) -> Result<u64> {

@@ -5,7 +5,9 @@
 //! files on `--files N` workers with retries, [`ftp`] and [`http`] do the I/O
 //! ([`http_listing`] reads HTTP directory listings).
 pub mod ftp;
+pub mod ftp_put;
 pub mod http;
 pub mod http_listing;
 pub mod jobs;
 pub mod plan;
+pub mod sync;

@@ -163,6 +163,33 @@ fn order(a: &Action) -> (u8, &str) {
     }
 }
 
+/// What a sync knows of the copy already at the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Have {
+    /// Its size.
+    pub size: u64,
+    /// Its modification time, seconds since the epoch, if known.
+    pub mtime: Option<i64>,
+}
+
+/// `--sync` by size and time: whether `src` must be copied over `dst`.
+/// Sizes must match and times match to the second (listings and MFMT
+/// carry whole seconds). When the destination cannot be given the
+/// source's time (`dst_time_settable` false: an FTP server without
+/// MFMT), a destination copy at least as new as the source counts.
+/// An unknown size or time on either side means "copy".
+pub fn differs(src_size: Option<u64>, src_mtime: Option<i64>, dst: Option<Have>, dst_time_settable: bool) -> bool {
+    let Some(dst) = dst else { return true };
+    if src_size != Some(dst.size) {
+        return true;
+    }
+    match (src_mtime, dst.mtime) {
+        (Some(s), Some(d)) if dst_time_settable => s != d,
+        (Some(s), Some(d)) => d < s,
+        _ => true,
+    }
+}
+
 /// Parses an MLSD listing (RFC 3659 7.2: `fact=value;...; name` per line,
 /// CRLF or LF ends). The listed directory itself (`type=cdir`) and its
 /// parent (`pdir`) are dropped; a line without facts is an error (the
@@ -263,6 +290,20 @@ type=file;size=0; caf\xc3\xa9\r\n";
         for good in ["a b", "café", "..x", "x..", "-rf", " lead", "日本"] {
             assert!(check_name(good).is_ok(), "{good}");
         }
+    }
+
+    #[test]
+    fn sync_compares_size_and_time() {
+        let have = |size, mtime| Some(Have { size, mtime: Some(mtime) });
+        assert!(!differs(Some(5), Some(100), have(5, 100), true));
+        assert!(differs(Some(5), Some(100), have(5, 101), true));
+        assert!(differs(Some(6), Some(100), have(5, 100), true));
+        assert!(differs(Some(5), Some(100), None, true));
+        assert!(differs(None, Some(100), have(5, 100), true));
+        assert!(differs(Some(5), None, have(5, 100), true));
+        // No MFMT: the server's copy is newer than the source.
+        assert!(!differs(Some(5), Some(100), have(5, 150), false));
+        assert!(differs(Some(5), Some(100), have(5, 50), false));
     }
 
     #[test]
