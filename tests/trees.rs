@@ -329,3 +329,63 @@ fn a_failed_file_is_listed_and_the_tree_goes_on() {
     assert!(o.stderr.contains("skipped ln: symbolic link"), "{}", o.describe());
     assert_eq!(fs::read(dest.join("good")).unwrap(), b"GOOD");
 }
+
+fn inode(p: &Path) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap())
+}
+
+/// `--sync --delete` both ways: after files change, appear and vanish,
+/// only those move (the summary counts them; an unchanged file keeps its
+/// inode, so it was not rewritten), what the source lacks is deleted, and
+/// both trees end equal by sha256.
+#[test]
+fn tree_sync_moves_only_what_changed_and_deletes() {
+    let server = sluice_rw();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    make_tree(&src);
+    sluice_cmd(&["put", "-r", "-q", src.to_str().unwrap(), &server.url("up/")]).assert_success();
+    let dest = work.path().join("down");
+    sluice_cmd(&["get", "-r", "-q", &server.url("up"), dest.to_str().unwrap()]).assert_success();
+
+    // Server side: one file changed, one deleted, one new.
+    fs::write(server.local("up/a dir/with space.txt"), b"changed on the server\n").unwrap();
+    fs::remove_file(server.local("up/empty")).unwrap();
+    fs::write(server.local("up/new.txt"), b"new\n").unwrap();
+    // Local side: extras the mirror must remove.
+    fs::write(dest.join("local-only.txt"), b"x").unwrap();
+    fs::create_dir_all(dest.join("extra dir/deep")).unwrap();
+    fs::write(dest.join("extra dir/deep/f"), b"x").unwrap();
+    let big_ino = inode(&dest.join("big.bin"));
+
+    let o = sluice_cmd(&[
+        "get", "-r", "-q", "--sync", "--delete", &server.url("up"), dest.to_str().unwrap(),
+    ]);
+    o.assert_success();
+    assert!(o.stderr.contains("2 of 6 files, 4 up to date, 3 deleted"), "{}", o.describe());
+    assert_eq!(tree_sums(&dest), tree_sums(&server.local("up")), "{}", o.describe());
+    assert!(!dest.join("extra dir").exists());
+    assert_eq!(inode(&dest.join("big.bin")), big_ino, "an unchanged file was rewritten");
+
+    // Nothing changed: nothing moves.
+    let o = sluice_cmd(&["get", "-r", "-q", "--sync", &server.url("up"), dest.to_str().unwrap()]);
+    assert!(o.stderr.contains("0 of 6 files, 6 up to date"), "{}", o.describe());
+    // --checksum: the same verdict from the server's CKSM.
+    let o = sluice_cmd(&[
+        "get", "-r", "-q", "--sync", "--checksum", &server.url("up"), dest.to_str().unwrap(),
+    ]);
+    assert!(o.stderr.contains("0 of 6 files, 6 up to date"), "{}", o.describe());
+
+    // Upload side: one local file changed, one deleted, one added.
+    write_pseudo_random(&src.join("a dir/sub deeper/x;y=z.dat"), 80_000, 9);
+    fs::remove_file(src.join("-leading dash")).unwrap();
+    fs::write(src.join("added.bin"), b"added\n").unwrap();
+    let o = sluice_cmd(&[
+        "put", "-r", "-q", "--sync", "--delete", src.to_str().unwrap(), &server.url("up/"),
+    ]);
+    o.assert_success();
+    // empty (gone from the server), with space.txt (changed there),
+    // x;y=z.dat and added.bin move; new.txt and -leading dash are deleted.
+    assert!(o.stderr.contains("4 of 6 files, 2 up to date, 2 deleted"), "{}", o.describe());
+    assert_eq!(tree_sums(&server.local("up")), tree_sums(&src));
+}
