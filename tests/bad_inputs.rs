@@ -812,3 +812,76 @@ fn many_idle_sessions_do_not_starve_a_new_one() {
     drop(idle);
     assert_serves_fresh_session(&server);
 }
+
+/// Commands pipelined behind one the server answers asynchronously (PASS,
+/// SIZE, CWD, MDTM, MLST, STAT, CKSM) are answered without the client
+/// sending more bytes: all of them go in one write, then every reply is
+/// read in order (a stall shows as a read timeout).
+#[test]
+fn commands_pipelined_after_an_asynchronous_one_are_all_answered() {
+    let server = under_test(false);
+    let mut c = server.connect();
+    let file = server.remote_path("f4095.bin");
+    let cmds = [
+        ("USER anonymous".to_string(), vec![331]),
+        ("PASS x@y".to_string(), vec![230]),
+        (format!("SIZE {file}"), vec![213]),
+        ("SYST".to_string(), vec![215]),
+        (format!("MDTM {file}"), vec![213]),
+        ("CWD /".to_string(), vec![250]),
+        (format!("MLST {file}"), vec![250]),
+        (format!("STAT {file}"), vec![211, 212, 213]),
+        ("PWD".to_string(), vec![257]),
+        (format!("CKSM MD5 0 -1 {file}"), vec![213, 500, 502]),
+        ("NOOP".to_string(), vec![200]),
+    ];
+    let stream: String = cmds.iter().map(|(c, _)| format!("{c}\r\n")).collect();
+    c.send_raw(stream.as_bytes())
+        .expect("send the pipelined commands");
+    for (cmd, codes) in &cmds {
+        let r = c
+            .read_reply()
+            .unwrap_or_else(|e| panic!("no reply to pipelined `{cmd}`: {e}\n{}", c.transcript()));
+        assert_code(&c, &format!("pipelined `{cmd}`"), r.code, codes);
+    }
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// A refused RNFR leaves nothing armed: the RNTO after it is refused (503)
+/// and the symlink it named is not renamed.
+#[test]
+fn a_refused_rnfr_does_not_arm_rnto() {
+    let server = under_test(true);
+    symlink("/etc", server.local("outlink")).expect("symlink");
+    let mut c = logged_in(&server);
+    let r = c.cmd(&format!("RNFR {}", server.remote_path("outlink")));
+    assert_code(&c, "RNFR of a symlink out of the root", r.code, &[550]);
+    let r = c.cmd(&format!("RNTO {}", server.remote_path("x")));
+    assert_code(&c, "RNTO after a refused RNFR", r.code, &[503]);
+    assert!(
+        fs::symlink_metadata(server.local("outlink")).is_ok()
+            && fs::symlink_metadata(server.local("x")).is_err(),
+        "the refused RNFR's link was renamed\n{}",
+        c.transcript()
+    );
+    c.quit();
+    assert_serves_fresh_session(&server);
+}
+
+/// REIN logs the user out (RFC 959 4.1.1): 220, then commands need a new
+/// login, which works.
+#[test]
+fn rein_logs_the_user_out() {
+    let server = under_test(false);
+    let mut c = logged_in(&server);
+    let r = c.cmd("REIN");
+    assert_code(&c, "REIN", r.code, &[220]);
+    let r = c.cmd("PWD");
+    assert_code(&c, "PWD after REIN", r.code, &[530]);
+    c.login_anonymous();
+    let r = c.cmd("PWD");
+    assert_code(&c, "PWD after a new login", r.code, &[257]);
+    c.quit();
+    assert_serves_fresh_session(&server);
+}

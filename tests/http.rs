@@ -590,6 +590,31 @@ fn listings_offer_only_names_that_can_be_fetched() {
     assert_serves_fresh(&s);
 }
 
+/// FIFOs and sockets answer 403, so the listings leave them out instead
+/// of offering links that only ever fail.
+#[test]
+fn listings_leave_out_fifos_and_sockets() {
+    let s = sluice_http(&[]);
+    let root = s.ftp.root.clone();
+    let st = std::process::Command::new("mkfifo")
+        .arg(root.join("a-fifo"))
+        .status()
+        .expect("run mkfifo");
+    assert!(st.success(), "mkfifo failed");
+    let _sock = std::os::unix::net::UnixListener::bind(root.join("a-socket")).expect("bind");
+    assert_eq!(status(&raw(s.port, &get("/a-fifo", ""))), 403);
+    for path in ["/", "/?format=json"] {
+        let r = raw(s.port, &get(path, ""));
+        assert_eq!(status(&r), 200);
+        let page = String::from_utf8_lossy(body(&r)).into_owned();
+        assert!(page.contains("f1.bin"), "{page}");
+        for gone in ["a-fifo", "a-socket"] {
+            assert!(!page.contains(gone), "{path} lists {gone}:\n{page}");
+        }
+    }
+    assert_serves_fresh(&s);
+}
+
 /// Targets of the server's open descriptors that end with `suffix`.
 fn open_fds_ending(pid: u32, suffix: &str) -> Vec<String> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))

@@ -63,3 +63,9 @@ mod data_path;
 /// and stalled clients, many idle sessions): each test checks the replies
 /// and that the server still serves a fresh session.
 mod bad_inputs;
+
+// Both front doors' listener: backlog, running out of descriptors.
+mod listener;
+
+// Big directory listings over both doors: complete, streamed, bounded.
+mod listings;

@@ -206,6 +206,8 @@ pub struct ServeOptions {
     /// Serve this existing directory instead of a fresh corpus root (a
     /// server restarted after `kill9`, a small file system).
     pub root: Option<PathBuf>,
+    /// Run under `prlimit --nofile=N:N` (soft and hard descriptor limit).
+    pub nofile: Option<u64>,
 }
 
 /// Starts `sluice serve ROOT --ftp 127.0.0.1:0 [--writable]` on a fresh
@@ -222,7 +224,16 @@ pub fn sluice(opts: ServeOptions) -> FtpServer {
         None => make_root(opts.writable),
     };
     let stderr_path = top.path().join("sluice.stderr");
-    let mut cmd = Command::new(super::process::sluice_bin());
+    let mut cmd = match opts.nofile {
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}"))
+                .arg("--")
+                .arg(super::process::sluice_bin());
+            c
+        }
+        None => Command::new(super::process::sluice_bin()),
+    };
     let listen = opts
         .listen
         .unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));

@@ -213,6 +213,8 @@ pub enum Command {
     Eprt(SocketAddr),
     /// `ABOR`.
     Abor,
+    /// `REIN` (RFC 959: log out, keep the connection).
+    Rein,
     /// `NOOP`.
     Noop,
     /// `STAT [path]`.
@@ -299,6 +301,7 @@ impl Command {
             Self::Mkd(_) => "MKD",
             Self::Rmd(_) => "RMD",
             Self::Rnfr(_) => "RNFR",
+            Self::Rein => "REIN",
             Self::Rnto(_) => "RNTO",
             Self::Pasv => "PASV",
             Self::Epsv(_) => "EPSV",
@@ -392,6 +395,7 @@ pub fn parse_command(line: &[u8]) -> Result<Command, CommandError> {
         b"MKD" | b"XMKD" => Command::Mkd(path(arg, "MKD")?),
         b"RMD" | b"XRMD" => Command::Rmd(path(arg, "RMD")?),
         b"RNFR" => Command::Rnfr(path(arg, "RNFR")?),
+        b"REIN" => Command::Rein,
         b"RNTO" => Command::Rnto(path(arg, "RNTO")?),
         b"PASV" => Command::Pasv,
         b"EPSV" => Command::Epsv(match arg.map(<[u8]>::trim_ascii) {

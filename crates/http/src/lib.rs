@@ -64,5 +64,8 @@ pub use path::{normalize, VirtualPath};
 pub use range::{ByteRange, RangeOutcome};
 pub use request::{parse_request, Method, Request, RequestError, Version};
 pub use response::Status;
-pub use serve::{respond, respond_error, respond_status, Options, Plan, Resource, Segment};
+pub use serve::{
+    chunk, listing_framing, respond, respond_error, respond_status, ListingFraming, Options, Plan,
+    Resource, Segment, LAST_CHUNK,
+};
 pub use url::{HttpUrl, UrlError};

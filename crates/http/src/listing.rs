@@ -61,95 +61,202 @@ pub struct DirEntry {
 }
 
 /// The entries a request can name (see the module docs), directories
-/// first, then by name (bytewise, so the order is stable across
-/// locales); at most [`MAX_LISTING_ENTRIES`]. Returns the sorted entries
-/// and whether some were cut off.
-fn sorted(entries: &[DirEntry]) -> (Vec<&DirEntry>, bool) {
+/// first, then by name (bytewise, so the order is stable across locales).
+fn sorted(entries: &[DirEntry]) -> Vec<&DirEntry> {
     let mut v: Vec<&DirEntry> = entries
         .iter()
         .filter(|e| is_requestable_name(&e.name))
         .collect();
     v.sort_by(|a, b| (a.kind != EntryKind::Dir, &a.name).cmp(&(b.kind != EntryKind::Dir, &b.name)));
-    let cut = v.len() > MAX_LISTING_ENTRIES;
-    v.truncate(MAX_LISTING_ENTRIES);
-    (v, cut)
+    v
 }
 
-/// The HTML listing of `dir`.
+/// The HTML listing of `dir`, whole (directories first, then by name; at
+/// most [`MAX_LISTING_ENTRIES`]).
 pub fn html(dir: &VirtualPath, entries: &[DirEntry]) -> String {
-    let (list, cut) = sorted(entries);
-    let title = html_escape(&dir_display(dir));
-    let mut out = String::with_capacity(512 + list.len() * 160);
+    whole(dir, entries, false)
+}
+
+/// The JSON listing of `dir`, whole:
+/// `{"path":"/a/","entries":[{"name":..,"type":"file","size":N,
+/// "mtime":UNIX_SECONDS_OR_NULL},..],"truncated":false}`.
+pub fn json(dir: &VirtualPath, entries: &[DirEntry]) -> String {
+    whole(dir, entries, true)
+}
+
+fn whole(dir: &VirtualPath, entries: &[DirEntry], json: bool) -> String {
+    let mut r = Renderer::new(dir, json);
+    let mut out = Vec::with_capacity(512 + entries.len().min(MAX_LISTING_ENTRIES) * 160);
+    r.batch(entries, &mut out);
+    r.end(&mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Renders a listing a batch of entries at a time, so a directory of any
+/// size is sent with the memory of one batch: the page's head comes with
+/// the first batch, its end with [`Renderer::end`]. Each batch is ordered
+/// (directories first, then by name); a listing given in one batch is
+/// ordered as a whole. After [`MAX_LISTING_ENTRIES`] entries the rest
+/// are dropped and the page says it was cut ([`Renderer::is_full`]).
+#[derive(Debug)]
+pub struct Renderer {
+    json: bool,
+    title: String,
+    root: bool,
+    started: bool,
+    count: usize,
+    cut: bool,
+    in_order: bool,
+}
+
+impl Renderer {
+    /// A renderer for `dir`, HTML or JSON.
+    pub fn new(dir: &VirtualPath, json: bool) -> Renderer {
+        Renderer {
+            json,
+            title: dir_display(dir),
+            root: dir.is_root(),
+            started: false,
+            count: 0,
+            cut: false,
+            in_order: true,
+        }
+    }
+
+    /// Says the page was sent in several batches, so it is not ordered
+    /// as a whole (the HTML page says so; JSON has `"sorted":false`).
+    pub fn set_unordered(&mut self) {
+        self.in_order = false;
+    }
+
+    /// True once [`MAX_LISTING_ENTRIES`] entries were rendered: read no more.
+    pub fn is_full(&self) -> bool {
+        self.count >= MAX_LISTING_ENTRIES
+    }
+
+    fn begin(&mut self, out: &mut Vec<u8>) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        if self.json {
+            out.extend_from_slice(b"{\"path\":");
+            let mut s = String::new();
+            json_string(&mut s, &self.title);
+            out.extend_from_slice(s.as_bytes());
+            out.extend_from_slice(b",\"entries\":[");
+            return;
+        }
+        let title = html_escape(&self.title);
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width\">\
+             <title>Index of {title}</title>\n<style>body{{font-family:sans-serif}}\
+             td{{padding:0 1em}}td.s{{text-align:right;font-family:monospace}}</style>\
+             </head>\n<body>\n<h1>Index of {title}</h1>\n<table>\n\
+             <tr><th>Name</th><th>Size</th><th>Modified (UTC)</th></tr>\n"
+        );
+        if !self.root {
+            s.push_str("<tr><td><a href=\"../\">../</a></td><td></td><td></td></tr>\n");
+        }
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    /// Appends the rendering of `entries` (the page's head first, on the
+    /// first call).
+    pub fn batch(&mut self, entries: &[DirEntry], out: &mut Vec<u8>) {
+        self.begin(out);
+        let mut s = String::with_capacity(entries.len() * 160);
+        for e in sorted(entries) {
+            if self.is_full() {
+                self.cut = true;
+                break;
+            }
+            if self.json {
+                entry_json(&mut s, e, self.count > 0);
+            } else {
+                entry_html(&mut s, e);
+            }
+            self.count += 1;
+        }
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    /// Appends the end of the page.
+    pub fn end(&mut self, out: &mut Vec<u8>) {
+        self.begin(out);
+        if self.json {
+            let _ = writeln!(
+                Bytes(out),
+                "],\"truncated\":{},\"sorted\":{}}}",
+                self.cut,
+                self.in_order
+            );
+            return;
+        }
+        out.extend_from_slice(b"</table>\n");
+        if self.cut {
+            let _ = writeln!(
+                Bytes(out),
+                "<p>Listing cut off after {MAX_LISTING_ENTRIES} entries.</p>"
+            );
+        }
+        if !self.in_order {
+            out.extend_from_slice(
+                b"<p>A large directory: entries are shown as it holds them, not sorted.</p>\n",
+            );
+        }
+        out.extend_from_slice(b"</body></html>\n");
+    }
+}
+
+/// `fmt::Write` onto a byte buffer.
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn entry_html(out: &mut String, e: &DirEntry) {
+    let slash = if e.kind == EntryKind::Dir { "/" } else { "" };
+    let href = html_escape(&encode_segment(&e.name));
+    let name = html_escape(&e.name);
+    let size = if e.kind == EntryKind::Dir {
+        "-".to_owned()
+    } else {
+        e.size.to_string()
+    };
+    let date = e.mtime.map(civil_time).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "<tr><td><a href=\"./{href}{slash}\">{name}{slash}</a></td>\
+         <td class=\"s\">{size}</td><td>{date}</td></tr>"
+    );
+}
+
+fn entry_json(out: &mut String, e: &DirEntry, comma: bool) {
+    if comma {
+        out.push(',');
+    }
+    out.push_str("{\"name\":");
+    json_string(out, &e.name);
     let _ = write!(
         out,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width\">\
-         <title>Index of {title}</title>\n<style>body{{font-family:sans-serif}}\
-         td{{padding:0 1em}}td.s{{text-align:right;font-family:monospace}}</style>\
-         </head>\n<body>\n<h1>Index of {title}</h1>\n<table>\n\
-         <tr><th>Name</th><th>Size</th><th>Modified (UTC)</th></tr>\n"
+        ",\"type\":\"{}\",\"size\":{},\"mtime\":",
+        e.kind.as_str(),
+        e.size
     );
-    if !dir.is_root() {
-        out.push_str("<tr><td><a href=\"../\">../</a></td><td></td><td></td></tr>\n");
-    }
-    for e in list {
-        let slash = if e.kind == EntryKind::Dir { "/" } else { "" };
-        let href = html_escape(&encode_segment(&e.name));
-        let name = html_escape(&e.name);
-        let size = if e.kind == EntryKind::Dir {
-            "-".to_owned()
-        } else {
-            e.size.to_string()
-        };
-        let date = e.mtime.map(civil_time).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "<tr><td><a href=\"./{href}{slash}\">{name}{slash}</a></td>\
-             <td class=\"s\">{size}</td><td>{date}</td></tr>"
-        );
-    }
-    out.push_str("</table>\n");
-    if cut {
-        let _ = writeln!(
-            out,
-            "<p>Listing cut off after {MAX_LISTING_ENTRIES} entries.</p>"
-        );
-    }
-    out.push_str("</body></html>\n");
-    out
-}
-
-/// The JSON listing of `dir`:
-/// `{"path":"/a/","truncated":false,"entries":[{"name":..,"type":"file",
-/// "size":N,"mtime":UNIX_SECONDS_OR_NULL},..]}`.
-pub fn json(dir: &VirtualPath, entries: &[DirEntry]) -> String {
-    let (list, cut) = sorted(entries);
-    let mut out = String::with_capacity(64 + list.len() * 96);
-    out.push_str("{\"path\":");
-    json_string(&mut out, &dir_display(dir));
-    let _ = write!(out, ",\"truncated\":{cut},\"entries\":[");
-    for (i, e) in list.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
+    match e.mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
+        Some(d) => {
+            let _ = write!(out, "{}", d.as_secs());
         }
-        out.push_str("{\"name\":");
-        json_string(&mut out, &e.name);
-        let _ = write!(
-            out,
-            ",\"type\":\"{}\",\"size\":{},\"mtime\":",
-            e.kind.as_str(),
-            e.size
-        );
-        match e.mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
-            Some(d) => {
-                let _ = write!(out, "{}", d.as_secs());
-            }
-            None => out.push_str("null"),
-        }
-        out.push('}');
+        None => out.push_str("null"),
     }
-    out.push_str("]}\n");
-    out
+    out.push('}');
 }
 
 fn dir_display(dir: &VirtualPath) -> String {
@@ -282,14 +389,20 @@ mod tests {
     #[test]
     fn json_escapes_everything() {
         let out = json(&normalize("/pub").unwrap(), &sample());
-        assert!(out.starts_with("{\"path\":\"/pub/\",\"truncated\":false,\"entries\":[{\"name\":\"sub dir\",\"type\":\"dir\""));
+        assert!(out.starts_with(
+            "{\"path\":\"/pub/\",\"entries\":[{\"name\":\"sub dir\",\"type\":\"dir\""
+        ));
+        assert!(
+            out.ends_with("],\"truncated\":false,\"sorted\":true}\n"),
+            "{out}"
+        );
         assert!(out.contains(
             "{\"name\":\"q\\\"\\\\\\u2028\",\"type\":\"other\",\"size\":0,\"mtime\":null}"
         ));
         assert!(
             out.contains("{\"name\":\"b.txt\",\"type\":\"file\",\"size\":10,\"mtime\":1700000000}")
         );
-        assert!(out.trim_end().ends_with("]}"));
+        assert!(out.trim_end().ends_with("}"));
     }
 
     #[test]
@@ -320,6 +433,37 @@ mod tests {
         assert!(page.contains("<a href=\"./ok%C3%A9\">ok\u{e9}</a>"));
         assert!(list.contains("\"name\":\"ok\u{e9}\""));
         assert_eq!(list.matches("\"name\"").count(), sample().len() + 1);
+    }
+
+    /// Streaming: a listing rendered a batch at a time holds no more than
+    /// one batch's bytes (the renderer keeps counters only), whatever the
+    /// directory's size, and the batches add up to every entry.
+    #[test]
+    fn a_streamed_listing_holds_one_batch_at_a_time() {
+        for json in [false, true] {
+            let mut r = Renderer::new(&normalize("/big/").unwrap(), json);
+            let (mut names, mut biggest) = (0, 0);
+            // A long name, escaped: the worst line is still bounded.
+            let long = "&".repeat(200);
+            for b in 0..20 {
+                let batch: Vec<DirEntry> = (0..1000)
+                    .map(|i| entry(&format!("{long}{b}-{i}"), EntryKind::File, 1 << 40))
+                    .collect();
+                let mut out = Vec::new();
+                r.batch(&batch, &mut out);
+                biggest = biggest.max(out.len());
+                let text = String::from_utf8(out).unwrap();
+                names += text
+                    .matches(if json { "{\"name\":" } else { "<a href=\"./" })
+                    .count();
+            }
+            let mut out = Vec::new();
+            r.end(&mut out);
+            // Head of the page + 1000 lines of at most 2 KiB.
+            assert!(biggest <= 1024 + 1000 * 2048, "{biggest}");
+            assert_eq!(names, 20_000);
+            assert!(std::mem::size_of::<Renderer>() < 128);
+        }
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub enum Resource {
         /// The entries, in any order.
         entries: Vec<DirEntry>,
     },
+    /// A directory whose entries the shell sends itself, a batch at a
+    /// time ([`crate::listing::Renderer`] framed as [`listing_framing`]
+    /// says): the plan holds the head only.
+    StreamedDirectory,
     /// Nothing there (ENOENT, ENOTDIR, or escapes the root): 404.
     NotFound,
     /// There but not served (EACCES, listing disabled, not a regular
@@ -119,7 +123,8 @@ pub fn respond(req: &Request, resource: Resource, now: SystemTime, opts: &Option
             simple(req, Status::NotFound, now, opts)
         }
         Resource::File { len, mtime } => file(req, len, mtime, now, opts),
-        Resource::Directory { entries } => directory(req, &entries, now, opts),
+        Resource::Directory { entries } => directory(req, Some(&entries), now, opts),
+        Resource::StreamedDirectory => directory(req, None, now, opts),
         Resource::NotFound => simple(req, Status::NotFound, now, opts),
         Resource::Forbidden => simple(req, Status::Forbidden, now, opts),
         Resource::Unavailable => simple(req, Status::ServiceUnavailable, now, opts),
@@ -233,7 +238,43 @@ fn simple(req: &Request, status: Status, now: SystemTime, opts: &Options) -> Pla
     }
 }
 
-fn directory(req: &Request, entries: &[DirEntry], now: SystemTime, opts: &Options) -> Plan {
+/// How the body of a streamed listing is delimited: chunked for an
+/// HTTP/1.1 connection kept alive, else by closing the connection (an
+/// HTTP/1.0 client cannot take chunks; one that asked to close needs
+/// no length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListingFraming {
+    /// `Transfer-Encoding: chunked` ([`chunk`] each piece, then [`LAST_CHUNK`]).
+    Chunked,
+    /// Raw bytes, then close.
+    UntilClose,
+}
+
+/// The framing of a streamed listing for `req`.
+pub fn listing_framing(req: &Request) -> ListingFraming {
+    if req.keep_alive && req.version == Version::Http11 {
+        ListingFraming::Chunked
+    } else {
+        ListingFraming::UntilClose
+    }
+}
+
+/// Appends `data` as one chunk (RFC 9112 7.1); empty data adds nothing
+/// (an empty chunk would end the body).
+pub fn chunk(data: &[u8], out: &mut Vec<u8>) {
+    if data.is_empty() {
+        return;
+    }
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The end of a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// A listing: whole (`entries`) or streamed by the shell (`None`).
+fn directory(req: &Request, entries: Option<&[DirEntry]>, now: SystemTime, opts: &Options) -> Plan {
     if !req.path.has_trailing_slash() || req.path.climbed() {
         // Relative links in the listing need the slash, and a path without
         // `..` (they resolve against the path as sent): redirect.
@@ -259,13 +300,38 @@ fn directory(req: &Request, entries: &[DirEntry], now: SystemTime, opts: &Option
     if conditional::evaluate_unvalidated(&conditions(req)) == Precondition::Failed {
         return precondition_failed(req, None, now, opts);
     }
-    let (body, ctype) = if req.wants_json() {
-        (listing::json(&req.path, entries), "application/json")
+    let ctype = if req.wants_json() {
+        "application/json"
     } else {
-        (
-            listing::html(&req.path, entries),
-            "text/html; charset=utf-8",
-        )
+        "text/html; charset=utf-8"
+    };
+    let Some(entries) = entries else {
+        let framing = listing_framing(req);
+        let keep_alive = framing == ListingFraming::Chunked;
+        let mut h = HeadBuilder::common(
+            Status::Ok,
+            now,
+            &opts.server,
+            keep_alive,
+            req.version == Version::Http10,
+        );
+        h.field("Content-Type", ctype);
+        if keep_alive {
+            h.field("Transfer-Encoding", "chunked");
+        }
+        h.field("Cache-Control", "no-cache");
+        return Plan {
+            status: Status::Ok,
+            head: h.finish(),
+            body: Vec::new(),
+            keep_alive,
+            range_ignored: None,
+        };
+    };
+    let body = if req.wants_json() {
+        listing::json(&req.path, entries)
+    } else {
+        listing::html(&req.path, entries)
     };
     let mut h = common(req, Status::Ok, now, opts);
     h.field("Content-Type", ctype);

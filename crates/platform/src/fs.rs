@@ -135,6 +135,57 @@ pub struct DirEntry {
     pub meta: Metadata,
 }
 
+/// A directory being read in batches ([`ServedRoot::open_dir`]): a
+/// listing of any size is read, rendered and sent a batch at a time
+/// instead of being held whole.
+pub struct DirReader {
+    path: String,
+    iter: nix::dir::OwningIter,
+    /// The directory again, for `fstatat` (the iterator owns its fd).
+    dup: OwnedFd,
+}
+
+impl std::fmt::Debug for DirReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirReader")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl DirReader {
+    /// Up to `max` more entries (with metadata, as
+    /// [`ServedRoot::list_dir`] gives them) in directory order; empty at
+    /// the end. `.` and `..` are left out; `root` resolves symlinks.
+    pub fn next_batch(&mut self, root: &ServedRoot, max: usize) -> Result<Vec<DirEntry>, FsError> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(entry) = self.iter.next() else {
+                break;
+            };
+            let entry = entry.map_err(|e| FsError::from(io::Error::from(e)))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let Ok(meta) = fstatat_nofollow(self.dup.as_fd(), entry.file_name()) else {
+                continue; // raced with a delete
+            };
+            let meta = if meta.kind == FileKind::Symlink {
+                let child = join(&self.path, name);
+                root.stat(&child).unwrap_or(meta)
+            } else {
+                meta
+            };
+            out.push(DirEntry {
+                name: name.to_vec(),
+                meta,
+            });
+        }
+        Ok(out)
+    }
+}
+
 /// A directory served to clients; see the module docs.
 #[derive(Debug)]
 pub struct ServedRoot {
@@ -194,37 +245,37 @@ impl ServedRoot {
     /// Lists a directory, sorted by name. `.` and `..` are left out.
     /// Symlinks inside the root show their target's metadata; symlinks that
     /// escape show as [`FileKind::Symlink`] with the link's own metadata, so
-    /// nothing about outside files leaks into a listing.
+    /// nothing about outside files leaks into a listing. Holds the whole
+    /// directory: listings sent to clients read it in batches
+    /// ([`ServedRoot::open_dir`]).
     pub fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, FsError> {
+        let mut dir = self.open_dir(path)?;
+        let mut out = Vec::new();
+        loop {
+            let batch = dir.next_batch(self, 4096)?;
+            if batch.is_empty() {
+                break;
+            }
+            out.extend(batch);
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Opens a directory for reading in batches, in directory order
+    /// (see [`DirReader::next_batch`]).
+    pub fn open_dir(&self, path: &str) -> Result<DirReader, FsError> {
         let fd = self.resolve(path, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let raw = fd.as_raw_fd();
         // nix's Dir takes ownership of the fd; keep a duplicate for fstatat.
         let dup = fd.try_clone()?;
         std::mem::forget(fd);
         let dir = nix::dir::Dir::from_fd(raw).map_err(|e| FsError::from(io::Error::from(e)))?;
-        let mut out = Vec::new();
-        for entry in dir {
-            let entry = entry.map_err(|e| FsError::from(io::Error::from(e)))?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            let Ok(meta) = fstatat_nofollow(dup.as_fd(), entry.file_name()) else {
-                continue; // raced with a delete
-            };
-            let meta = if meta.kind == FileKind::Symlink {
-                let child = join(path, name);
-                self.stat(&child).unwrap_or(meta)
-            } else {
-                meta
-            };
-            out.push(DirEntry {
-                name: name.to_vec(),
-                meta,
-            });
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(DirReader {
+            path: path.to_owned(),
+            iter: dir.into_iter(),
+            dup,
+        })
     }
 
     /// Creates a directory (mode 0755 before umask).

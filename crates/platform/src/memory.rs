@@ -22,6 +22,24 @@ pub fn return_large_allocations(bytes: usize) -> bool {
     }
 }
 
+/// Gives memory the allocator holds free back to the kernel (glibc's
+/// `malloc_trim(0)`: the top of each heap and whole free pages inside
+/// them). Costs a walk of the heaps; for after a burst of connections
+/// has gone, not for every free. Returns false where there is no such
+/// call or nothing was returned.
+pub fn release_free_memory() -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: malloc_trim takes no pointers and only releases memory
+        // the allocator itself holds free; it is thread-safe.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,6 +84,36 @@ pub fn wait_writable_or_stop(
     Ok(WriteWait::Writable)
 }
 
+/// Raises the soft limit on open descriptors (RLIMIT_NOFILE) to the hard
+/// limit, as nginx's `worker_rlimit_nofile` does, and returns the soft
+/// limit now in force. A server holds one or two descriptors per client;
+/// the usual soft default (1024) is far below what it is configured for.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit for getrlimit to fill.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid rlimit; setrlimit only reads it.
+        if cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) }).is_ok() {
+            lim = raised;
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// True for the errors that say "out of descriptors" (EMFILE for the
+/// process, ENFILE for the system).
+pub fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

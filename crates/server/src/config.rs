@@ -13,6 +13,7 @@
 //! writable = false              # --writable (anonymous and users without `writable`)
 //! anonymous = true              # accept USER anonymous / ftp
 //! max_sessions = 256            # --max-sessions
+//! listen_backlog = 511          # --listen-backlog (both doors)
 //! idle_timeout = 300            # --idle-timeout, seconds
 //! pasv_ports = "50000-50100"    # --pasv-ports
 //! pasv_address = "203.0.113.7"  # --pasv-address (what PASV announces)
@@ -74,6 +75,10 @@ pub struct ServeArgs {
     /// [default: 256].
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<usize>,
+    /// Listen backlog of the FTP and HTTP listeners (the kernel caps it
+    /// at net.core.somaxconn) [default: 511, as nginx].
+    #[arg(long, value_name = "N")]
+    pub listen_backlog: Option<u32>,
     /// Seconds a control connection may sit idle (no command, no
     /// transfer) before it is closed with 421 [default: 300].
     #[arg(long, value_name = "SECS")]
@@ -181,6 +186,7 @@ struct FileConfig {
     writable: Option<bool>,
     anonymous: Option<bool>,
     max_sessions: Option<usize>,
+    listen_backlog: Option<u32>,
     idle_timeout: Option<u64>,
     pasv_ports: Option<String>,
     pasv_address: Option<String>,
@@ -243,6 +249,8 @@ pub struct ServeConfig {
     pub anonymous: bool,
     /// Session limit.
     pub max_sessions: usize,
+    /// Listen backlog of both front doors.
+    pub listen_backlog: u32,
     /// Idle timeout.
     pub idle_timeout: Duration,
     /// Passive port range, inclusive; `None` lets the kernel choose.
@@ -456,6 +464,9 @@ impl ServeConfig {
             writable: args.writable || file.writable.unwrap_or(false),
             anonymous: file.anonymous.unwrap_or(true),
             max_sessions,
+            listen_backlog: (args.listen_backlog.or(file.listen_backlog))
+                .unwrap_or(crate::listener::DEFAULT_BACKLOG)
+                .max(1),
             idle_timeout: Duration::from_secs(idle),
             pasv_ports,
             pasv_address,

@@ -19,6 +19,8 @@ mod config;
 mod data;
 mod ftp;
 mod http;
+mod listener;
+mod listing;
 mod logbuf;
 mod loops;
 mod metrics;
@@ -143,11 +145,15 @@ async fn serve_on(
     } else {
         loops::Loops::here()
     };
+    listener::check_fd_budget(
+        cfg.max_sessions * usize::from(cfg.ftp_enabled)
+            + cfg.http.as_ref().map_or(0, |h| h.max_connections),
+    );
     let http_task = http::start(&cfg, &engine, &loops).await?;
     if !cfg.ftp_enabled {
         return http::serve_alone(http_task, stop_signal()).await;
     }
-    let listener = ftp::bind(cfg.ftp)
+    let listener = ftp::bind(cfg.ftp, cfg.listen_backlog)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.ftp))?;
     let addr = listener.local_addr()?;
@@ -167,6 +173,7 @@ async fn serve_on(
         out.flush()?;
     }
     let ctx = Arc::new(ftp::FtpContext {
+        served_root: Default::default(),
         users: auth::Users::new(&cfg),
         config: cfg,
         engine,

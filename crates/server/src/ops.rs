@@ -186,6 +186,87 @@ pub fn listing_bytes(
     Ok(out)
 }
 
+/// What a LIST/NLST/MLSD sends: a file's line, whole, or a directory to
+/// stream ([`crate::listing`]).
+pub enum ListSource {
+    /// The listing of one file.
+    Bytes(Vec<u8>),
+    /// An open directory and its own metadata (MLSD's `cdir` line).
+    Dir(sluice_platform::fs::DirReader, Metadata),
+}
+
+/// Opens what a listing of `path` sends (blocks: run it off the loop).
+pub fn open_listing(
+    root: &ServedRoot,
+    path: &VirtualPath,
+    format: ListFormat,
+    writable: bool,
+) -> Result<ListSource, OpError> {
+    check_names_dir(root, path)?;
+    let meta = root.stat(path.as_str()).map_err(op_error)?;
+    if meta.kind == FileKind::Dir {
+        let dir = root.open_dir(path.as_str()).map_err(op_error)?;
+        return Ok(ListSource::Dir(dir, meta));
+    }
+    listing_bytes(root, path, format, writable).map(ListSource::Bytes)
+}
+
+/// FTP listing lines for a streamed directory listing: upload temp files
+/// and kept partials left out, at most [`MAX_LIST_ENTRIES`] entries.
+pub struct FtpLines {
+    format: ListFormat,
+    writable: bool,
+    now: i64,
+    count: usize,
+    /// MLSD's `cdir` line, sent before the first entry.
+    cdir: Option<Metadata>,
+}
+
+impl FtpLines {
+    /// Lines in `format` for a directory whose own metadata is `dir`.
+    pub fn new(format: ListFormat, writable: bool, dir: Metadata) -> FtpLines {
+        FtpLines {
+            format,
+            writable,
+            now: unix_secs(SystemTime::now()),
+            count: 0,
+            cdir: (format == ListFormat::Machine).then_some(dir),
+        }
+    }
+}
+
+impl crate::listing::Render for FtpLines {
+    fn batch(&mut self, entries: Vec<DirEntry>, out: &mut Vec<u8>) {
+        if let Some(m) = self.cdir.take() {
+            listing::mlsd_line(&entry_info(b".", &m), MlsxRole::Cdir, self.writable, out);
+        }
+        for e in entries.iter().filter(|e| !is_internal_name(&e.name)) {
+            if self.count >= MAX_LIST_ENTRIES {
+                tracing::info!("listing cut to {MAX_LIST_ENTRIES} entries");
+                return;
+            }
+            self.count += 1;
+            let info = entry_info(&e.name, &e.meta);
+            match self.format {
+                ListFormat::Long => listing::list_line(&info, self.now, out),
+                ListFormat::Names => listing::nlst_line(&info, out),
+                ListFormat::Machine => {
+                    listing::mlsd_line(&info, MlsxRole::Entry, self.writable, out)
+                }
+            }
+        }
+    }
+
+    fn end(&mut self, _in_order: bool, out: &mut Vec<u8>) {
+        // An empty directory's MLSD still has its cdir line.
+        self.batch(Vec::new(), out);
+    }
+
+    fn is_full(&self) -> bool {
+        self.count >= MAX_LIST_ENTRIES
+    }
+}
+
 fn entry_info(name: &[u8], m: &Metadata) -> EntryInfo {
     EntryInfo {
         name: String::from_utf8_lossy(name).into_owned(),

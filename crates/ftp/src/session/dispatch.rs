@@ -33,7 +33,7 @@ const HELP_LINES: &[&str] = &[
     "The following commands are recognized.",
     "ABOR APPE CDUP CKSM CWD DCAU DELE EPRT EPSV ERET ESTO FEAT HELP LIST MDTM",
     "MKD MLSD MLST MODE NLST NOOP OPTS PASS PASV PBSZ PORT PROT PWD QUIT REST",
-    "RETR RMD RNFR RNTO SBUF SIZE STAT STOR STRU SYST TYPE USER",
+    "REIN RETR RMD RNFR RNTO SBUF SIZE STAT STOR STRU SYST TYPE USER",
     "Help OK.",
 ];
 
@@ -95,6 +95,7 @@ impl Session {
                 self.push(&Reply::multi(C::SYSTEM_STATUS, lines));
             }
             Command::Syst => self.reply(C::SYSTEM_TYPE, "UNIX Type: L8"),
+            Command::Rein => self.reinitialize(),
             Command::Noop => self.reply(C::OK, "NOOP ok."),
             Command::Help(_) => self.push(&Reply::multi(
                 C::HELP,
@@ -319,6 +320,7 @@ impl Session {
             | Command::Quit
             | Command::Feat
             | Command::Syst
+            | Command::Rein
             | Command::Noop
             | Command::Help(_)
             | Command::Abor

@@ -26,6 +26,8 @@ pub mod internal;
 #[cfg(test)]
 mod odd_input_tests;
 #[cfg(test)]
+mod pipelining_tests;
+#[cfg(test)]
 mod tests;
 
 pub use action::{
@@ -328,6 +330,17 @@ impl Session {
         }
     }
 
+    /// The shell cannot serve the session now (out of file descriptors,
+    /// say): 421 with `text` and close, whatever was outstanding. Not a
+    /// failed login: the client should try again later.
+    pub fn handle_unavailable(&mut self, text: &str) {
+        if matches!(self.state, State::Closed) {
+            return;
+        }
+        self.reply(ReplyCode::SERVICE_NOT_AVAILABLE, text);
+        self.close();
+    }
+
     /// The shell's answer to [`Action::OpenPassive`]: the address to
     /// announce (the listener's, or `--pasv-address` with its port), or
     /// `None` if no listener could be opened.
@@ -378,8 +391,36 @@ impl Session {
         };
         match result {
             Ok(answer) => self.answer(pending, answer),
-            Err(e) => self.push(&e.reply()),
+            Err(e) => {
+                // A refused command leaves no state: a failed RNFR must not
+                // arm the RNTO after it.
+                self.rename_from = None;
+                self.push(&e.reply())
+            }
         }
+    }
+
+    /// REIN (RFC 959 4.1.1): forget the login and every setting, as on a
+    /// fresh connection, and answer 220. The shell drops its login when
+    /// [`Session::login`] goes back to `None`.
+    fn reinitialize(&mut self) {
+        if self.data == DataSetup::Passive {
+            self.actions.push_back(Action::ClosePassive);
+        }
+        self.state = State::AwaitUser;
+        self.login = None;
+        self.cwd = VirtualPath::root();
+        self.ascii = false;
+        self.mode = TransferMode::Stream;
+        self.data = DataSetup::None;
+        self.epsv_all = false;
+        self.rest = None;
+        self.rest_ranges = None;
+        self.rename_from = None;
+        self.parallelism = 1;
+        self.buffer = None;
+        self.marker_secs = DEFAULT_MARKER_SECS;
+        self.reply(ReplyCode::SERVICE_READY, "Service ready for new user.");
     }
 
     /// The shell opened the file and is about to move data: sends 150.

@@ -3,8 +3,8 @@
 //! ([`transfer`]).
 //!
 //! ```text
-//!  TcpListener ──accept──▶ max-sessions gate ──▶ session task (Session + socket)
-//!                                 │ full: 421      │ actions
+//!  crate::listener ──accept──▶ max-sessions gate ──▶ session task (Session + socket)
+//!                                 │ full: 421             │ actions
 //!                                                  ├─▶ ops (blocking pool): stat, list, mkdir, CKSM
 //!                                                  └─▶ transfer task: data conns + sluice_transfer
 //! ```
@@ -20,13 +20,14 @@ use std::sync::Arc;
 
 use sluice_engine::Engine;
 use sluice_ftp::session::{Session, SessionConfig};
-use tokio::io::AsyncWriteExt;
+use sluice_platform::fs::ServedRoot;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::auth::Users;
 use crate::config::ServeConfig;
+use crate::listener::Door;
 use crate::loops::Loops;
 
 /// What every FTP session shares.
@@ -38,68 +39,68 @@ pub struct FtpContext {
     pub users: Users,
     /// The data-delivery engine.
     pub engine: Engine,
+    /// The served root, opened at the first login that uses it and shared
+    /// by every such session: one descriptor per session (its socket)
+    /// instead of two.
+    pub served_root: std::sync::OnceLock<Arc<ServedRoot>>,
+}
+
+impl FtpContext {
+    /// The root a login serves: the shared one for the served root, a
+    /// fresh descriptor for a user's own root.
+    pub fn open_root(&self, root: &std::path::Path) -> std::io::Result<Arc<ServedRoot>> {
+        if root != self.config.root {
+            return ServedRoot::open(root).map(Arc::new);
+        }
+        if let Some(r) = self.served_root.get() {
+            return Ok(Arc::clone(r));
+        }
+        let r = Arc::new(ServedRoot::open(root)?);
+        Ok(Arc::clone(self.served_root.get_or_init(|| r)))
+    }
 }
 
 /// Binds the FTP listener (so port 0 is resolved before anything prints).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    crate::listener::bind(addr, backlog)
 }
 
-/// Accepts control connections forever; each session (and its data
-/// transfers) is served on the next of `loops` in turn.
+/// The 421 a session gets when the server cannot take it (`text` says why).
+fn refusal(text: &str) -> Vec<u8> {
+    let any = SocketAddr::from(([0, 0, 0, 0], 0));
+    let config = SessionConfig {
+        local_addr: any,
+        peer_addr: any,
+        idle_timeout: std::time::Duration::ZERO,
+        greeting: String::new(),
+    };
+    let mut out = Vec::new();
+    Session::refuse(config, text).poll_output(&mut out);
+    out
+}
+
+/// Accepts control connections forever (crate::listener); each session
+/// (and its data transfers) is served on the next of `loops` in turn.
 pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener, loops: Loops) {
-    let gate = Arc::new(Semaphore::new(ctx.config.max_sessions));
-    let next_id = AtomicU64::new(1);
-    loop {
-        let (conn, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                // EMFILE and friends: log, breathe, go on serving.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    let door = Door {
+        name: "ftp",
+        gate: Arc::new(Semaphore::new(ctx.config.max_sessions)),
+        limit: ctx.config.max_sessions,
+        full: || refusal("Too many sessions, try again later."),
+        exhausted: || refusal("Out of resources, try again later."),
+    };
+    let next_id = Arc::new(AtomicU64::new(1));
+    crate::listener::run(listener, door, loops, move |conn, peer, permit| {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("session", id, %peer);
-        match Arc::clone(&gate).try_acquire_owned() {
-            Ok(permit) => {
-                let ctx = Arc::clone(&ctx);
-                loops.spread(conn, move |conn| {
-                    tokio::spawn(
-                        async move {
-                            session::serve(ctx, conn).await;
-                            drop(permit);
-                        }
-                        .instrument(span),
-                    );
-                });
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(
+            async move {
+                session::serve(ctx, conn).await;
+                drop(permit);
             }
-            Err(_) => {
-                tokio::spawn(
-                    async move {
-                        tracing::info!("refused: max sessions reached");
-                        let mut conn = conn;
-                        if let (Ok(local_addr), Ok(peer_addr)) =
-                            (conn.local_addr(), conn.peer_addr())
-                        {
-                            let config = SessionConfig {
-                                local_addr,
-                                peer_addr,
-                                idle_timeout: std::time::Duration::ZERO,
-                                greeting: String::new(),
-                            };
-                            let mut s =
-                                Session::refuse(config, "Too many sessions, try again later.");
-                            let mut out = Vec::new();
-                            s.poll_output(&mut out);
-                            let _ = conn.write_all(&out).await;
-                        }
-                        let _ = conn.shutdown().await;
-                    }
-                    .instrument(span),
-                );
-            }
-        }
-    }
+            .instrument(span),
+        );
+    })
+    .await
 }

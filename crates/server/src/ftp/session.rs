@@ -86,9 +86,28 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let mut inbuf: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 4096];
     let mut peer_closed = false;
-    loop {
-        if !d.drive().await {
-            break;
+    'conn: loop {
+        // Input buffered behind an outstanding action (PASS, SIZE, CWD...)
+        // is offered again as soon as the session is free: waiting for the
+        // next read would stall pipelined commands that arrived in the
+        // same segment until the client sent more bytes.
+        loop {
+            if !d.drive().await {
+                break 'conn;
+            }
+            if inbuf.is_empty() || d.session.is_closed() {
+                break;
+            }
+            match d.session.handle_input(Instant::now(), &inbuf) {
+                Ok(0) => break,
+                Ok(used) => {
+                    inbuf.drain(..used.min(inbuf.len()));
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "closing session");
+                    inbuf.clear();
+                }
+            }
         }
         let deadline = d.session.poll_timeout().map(tokio::time::Instant::from_std);
         let can_read = !peer_closed && inbuf.len() < MAX_PENDING_INPUT;
@@ -122,17 +141,6 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
             },
             _ = sleep_until(deadline), if deadline.is_some() => {
                 d.session.handle_timeout(Instant::now());
-            }
-        }
-        if !inbuf.is_empty() && !d.session.is_closed() {
-            match d.session.handle_input(Instant::now(), &inbuf) {
-                Ok(used) => {
-                    inbuf.drain(..used.min(inbuf.len()));
-                }
-                Err(e) => {
-                    tracing::info!(error = %e, "closing session");
-                    inbuf.clear();
-                }
             }
         }
     }
@@ -178,6 +186,10 @@ impl Driver {
                 self.out.clear();
             }
             let Some(action) = self.session.poll_action() else {
+                if self.session.login().is_none() {
+                    // REIN logged the session out.
+                    self.login = None;
+                }
                 return true;
             };
             if !self.perform(action).await {
@@ -216,13 +228,21 @@ impl Driver {
                 } else {
                     users.check(&name, &pass)
                 };
-                let login = login.and_then(|l| match ServedRoot::open(&l.root) {
-                    Ok(r) => Some((l, Arc::new(r))),
-                    Err(e) => {
+                let login = match login.map(|l| (self.ctx.open_root(&l.root), l)) {
+                    None => None,
+                    Some((Ok(r), l)) => Some((l, r)),
+                    Some((Err(e), _)) if sluice_platform::sys::is_out_of_descriptors(&e) => {
+                        // Not the client's fault: "try later", not 530.
+                        tracing::warn!(error = %e, "login deferred: out of file descriptors");
+                        self.session
+                            .handle_unavailable("Out of resources, try again later.");
+                        return true;
+                    }
+                    Some((Err(e), l)) => {
                         tracing::error!(error = %e, root = %l.root.display(), "cannot open the login's root");
                         None
                     }
-                });
+                };
                 match login {
                     Some((l, root)) => {
                         tracing::info!(user = %user, writable = l.writable, "login");

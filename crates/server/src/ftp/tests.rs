@@ -25,9 +25,12 @@ async fn server(
     };
     let config = ServeConfig::load(&args).unwrap();
     let engine = sluice_engine::Engine::new(sluice_engine::EngineConfig::default());
-    let listener = super::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let listener = super::bind("127.0.0.1:0".parse().unwrap(), 16)
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let ctx = Arc::new(FtpContext {
+        served_root: Default::default(),
         users: Users::new(&config),
         config,
         engine,

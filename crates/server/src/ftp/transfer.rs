@@ -23,7 +23,8 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::data::{self, Passive};
-use crate::ops::{check_names_dir, listing_bytes, op_error};
+use crate::listing::Lister;
+use crate::ops::{check_names_dir, op_error, open_listing, FtpLines, ListSource};
 use crate::upload::{PartialPolicy, Upload};
 use crate::xferlog::{Direction, XferRecord};
 
@@ -211,7 +212,7 @@ async fn list(
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
     let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
-    let bytes = blocking(move || listing_bytes(&root, &p, format, w)).await??;
+    let source = blocking(move || open_listing(&root, &p, format, w)).await??;
     let _ = events.send(Event::Started(None));
     // A MODE E receiver waits for as many connections as it asked for
     // with OPTS RETR Parallelism (globus-url-copy -p N -fast lists this
@@ -224,29 +225,78 @@ async fn list(
     };
     let conns = open_data(job, data, n).await?;
     let count = conns.len() as u64;
+    let mode_e = data.mode == TransferMode::ExtendedBlock;
+    // A directory is read, rendered and sent a batch at a time
+    // (crate::listing): memory per LIST is one batch, whatever its size.
+    let (mut lister, mut whole) = match source {
+        ListSource::Bytes(b) => (None, Some(b)),
+        ListSource::Dir(reader, meta) => (
+            Some(Lister::new(
+                Arc::clone(&job.root),
+                reader,
+                Box::new(FtpLines::new(format, job.writable, meta)),
+            )),
+            None,
+        ),
+    };
+    let mut sent = 0u64;
     let write_all = async {
-        for (i, mut conn) in conns.into_iter().enumerate() {
-            if data.mode == TransferMode::ExtendedBlock {
-                if i == 0 && !bytes.is_empty() {
-                    conn.write_all(&BlockHeader::data(0, bytes.len() as u64).encode())
-                        .await?;
-                    conn.write_all(&bytes).await?;
+        let mut conns = conns.into_iter();
+        if let Some(mut conn) = conns.next() {
+            loop {
+                let piece = match (&mut lister, whole.take()) {
+                    (_, Some(b)) => b,
+                    (Some(l), None) => match l.next(&job.engine, &job.cancel).await {
+                        Ok(Some(p)) => p.bytes,
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "listing stopped");
+                            return Err(OpError::Local);
+                        }
+                    },
+                    (None, None) => break,
+                };
+                if piece.is_empty() {
+                    continue;
                 }
-                let eof = if i == 0 { Some(count) } else { None };
-                conn.write_all(&BlockHeader::end(eof, true).encode())
-                    .await?;
-            } else {
-                conn.write_all(&bytes).await?;
+                if mode_e {
+                    conn.write_all(&BlockHeader::data(sent, piece.len() as u64).encode())
+                        .await
+                        .map_err(|_| OpError::ConnectionLost)?;
+                }
+                conn.write_all(&piece)
+                    .await
+                    .map_err(|_| OpError::ConnectionLost)?;
+                sent += piece.len() as u64;
             }
-            let _ = conn.shutdown().await;
+            finish_list_conn(conn, mode_e, Some(count)).await?;
         }
-        Ok::<(), std::io::Error>(())
+        for conn in conns {
+            finish_list_conn(conn, mode_e, None).await?;
+        }
+        Ok::<(), OpError>(())
     };
     tokio::select! {
-        r = write_all => r.map_err(|_| OpError::ConnectionLost)?,
+        r = write_all => r?,
         _ = job.cancel.cancelled() => return Err(OpError::Aborted),
     }
-    Ok(bytes.len() as u64)
+    Ok(sent)
+}
+
+/// Ends one listing data connection: MODE E's EOD (with EOF on the first),
+/// then close.
+async fn finish_list_conn(
+    mut conn: TcpStream,
+    mode_e: bool,
+    eof: Option<u64>,
+) -> Result<(), OpError> {
+    if mode_e {
+        conn.write_all(&BlockHeader::end(eof, true).encode())
+            .await
+            .map_err(|_| OpError::ConnectionLost)?;
+    }
+    let _ = conn.shutdown().await;
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

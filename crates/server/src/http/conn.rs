@@ -18,16 +18,17 @@ use std::time::{Duration, SystemTime};
 use sluice_engine::{Cancel, Counters};
 use sluice_http::request::peek_request_line;
 use sluice_http::{
-    parse_request, respond, respond_error, respond_status, AccessEntry, Options, Plan, Request,
-    Resource, Status,
+    parse_request, respond, respond_error, respond_status, AccessEntry, Method, Options, Plan,
+    Request, Resource, Status,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::resolve::{resolve, Found};
-use super::send::send_plan;
+use super::resolve::{resolve, Found, HttpListing};
+use super::send::{send_plan, SendError};
 use super::HttpContext;
+use crate::listing::Lister;
 
 /// Bytes asked of the socket per read while a head is incomplete.
 const READ_CHUNK: usize = 8 << 10;
@@ -82,10 +83,14 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
         };
         buf.drain(..used);
         let time = SystemTime::now();
-        let Found { resource, file } = find(&ctx, &req).await;
+        let Found {
+            resource,
+            file,
+            dir,
+        } = find(&ctx, &req).await;
         let plan = respond(&req, resource, time, &opts);
         let counters = Counters::new();
-        let sent = send_plan(
+        let mut sent = send_plan(
             &ctx.engine,
             &stream,
             &plan,
@@ -94,7 +99,16 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
             ctx.settings.send_timeout,
         )
         .await;
+        if let (Ok(()), Some(dir), Status::Ok, false) =
+            (&sent, dir, plan.status, req.method == Method::Head)
+        {
+            sent = send_listing(&ctx, &stream, &req, dir, &counters).await;
+        }
         let body_bytes = match &sent {
+            Ok(()) if plan.body.is_empty() => counters
+                .snapshot()
+                .bytes_sent
+                .saturating_sub(plan.head.len() as u64),
             Ok(()) => plan.body_len(),
             Err(_) => counters
                 .snapshot()
@@ -110,6 +124,46 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
             linger_close(&mut stream).await;
             return;
         }
+    }
+}
+
+/// Sends a directory listing after its head, a batch at a time
+/// (crate::listing): each piece goes out, under the send timeout, before
+/// the next is read, so a client that stops reading stops the listing.
+async fn send_listing(
+    ctx: &Arc<HttpContext>,
+    stream: &TcpStream,
+    req: &Request,
+    dir: sluice_platform::fs::DirReader,
+    counters: &Counters,
+) -> Result<(), SendError> {
+    let render = Box::new(HttpListing::new(req));
+    let mut lister = Lister::new(Arc::clone(&ctx.root), dir, render);
+    let cancel = Cancel::new();
+    loop {
+        let piece = match lister.next(&ctx.engine, &cancel).await {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(()),
+            // The head is out: all that is left is to cut the body short
+            // (the connection closes).
+            Err(e) => return Err(SendError::Listing(e.to_string())),
+        };
+        let plan = Plan {
+            status: Status::Ok,
+            head: piece.bytes,
+            body: Vec::new(),
+            keep_alive: true,
+            range_ignored: None,
+        };
+        send_plan(
+            &ctx.engine,
+            stream,
+            &plan,
+            None,
+            counters,
+            ctx.settings.send_timeout,
+        )
+        .await?;
     }
 }
 
@@ -158,6 +212,7 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
                 mtime: hit.mtime,
             },
             file: Some(hit.file),
+            dir: None,
         };
     }
     let c = Arc::clone(ctx);
@@ -179,6 +234,7 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
             Found {
                 resource: Resource::Unavailable,
                 file: None,
+                dir: None,
             }
         }
     }

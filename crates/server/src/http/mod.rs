@@ -31,8 +31,7 @@ use anyhow::Context;
 use sluice_engine::{Cancel, Engine};
 use sluice_http::{respond_status, Status};
 use sluice_platform::fs::ServedRoot;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -40,17 +39,15 @@ use tracing::Instrument;
 pub use settings::HttpSettings;
 
 use crate::config::ServeConfig;
+use crate::listener::Door;
 use crate::loops::Loops;
-
-/// How long a refused connection (503) may take to receive its answer.
-const REFUSAL_DEADLINE: Duration = Duration::from_secs(5);
 
 /// What every HTTP connection shares.
 #[derive(Debug)]
 pub struct HttpContext {
     /// The served root, opened once (`O_PATH`); every request path is
     /// resolved beneath it by the kernel.
-    pub root: ServedRoot,
+    pub root: Arc<ServedRoot>,
     /// Deadlines and bounds.
     pub settings: HttpSettings,
     /// The data-delivery engine shared with the FTP front door.
@@ -67,7 +64,7 @@ impl HttpContext {
     /// A context serving `root`.
     pub fn new(root: ServedRoot, settings: HttpSettings, engine: Engine) -> HttpContext {
         HttpContext {
-            root,
+            root: Arc::new(root),
             gate: Arc::new(Semaphore::new(settings.max_connections)),
             open_files: open_files::OpenFiles::new(settings.open_cache, open_files::MAX_OPEN_FILES),
             settings,
@@ -78,8 +75,8 @@ impl HttpContext {
 }
 
 /// Binds the HTTP listener (so port 0 is resolved before anything prints).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    crate::listener::bind(addr, backlog)
 }
 
 /// Starts the HTTP front door next to FTP, if configured: binds, prints
@@ -97,7 +94,7 @@ pub async fn start(
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
     };
-    let listener = match bind(settings.addr).await {
+    let listener = match bind(settings.addr, cfg.listen_backlog).await {
         Ok(l) => l,
         Err(e) if !settings.explicit && e.kind() == std::io::ErrorKind::AddrInUse => {
             tracing::warn!(addr = %settings.addr, "default HTTP address in use; serving without HTTP (give --http ADDR:PORT or --no-http)");
@@ -192,59 +189,39 @@ pub async fn run(ctx: Arc<HttpContext>, listener: TcpListener) {
     run_spread(ctx, listener, Loops::here()).await
 }
 
-/// The accept loop: each connection is served on the next of `loops` in
-/// turn.
+/// The accept loop (crate::listener): each connection is served on the
+/// next of `loops` in turn.
 pub async fn run_spread(ctx: Arc<HttpContext>, listener: TcpListener, loops: Loops) {
-    let gate = Arc::clone(&ctx.gate);
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                // EMFILE and friends: log, breathe, go on serving.
-                tracing::warn!(error = %e, "http accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    let door = Door {
+        name: "http",
+        gate: Arc::clone(&ctx.gate),
+        limit: ctx.settings.max_connections,
+        full: || status_bytes(Status::ServiceUnavailable),
+        exhausted: || status_bytes(Status::ServiceUnavailable),
+    };
+    crate::listener::run(listener, door, loops, move |stream, peer, permit| {
         let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("http", id, %peer);
-        match Arc::clone(&gate).try_acquire_owned() {
-            Ok(permit) => {
-                let ctx = Arc::clone(&ctx);
-                loops.spread(stream, move |stream| {
-                    tokio::spawn(
-                        async move {
-                            conn::serve(ctx, stream, peer, id).await;
-                            drop(permit);
-                        }
-                        .instrument(span),
-                    );
-                });
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(
+            async move {
+                conn::serve(ctx, stream, peer, id).await;
+                drop(permit);
             }
-            Err(_) => {
-                tokio::spawn(refuse(stream, peer).instrument(span));
-            }
-        }
-    }
+            .instrument(span),
+        );
+    })
+    .await
 }
 
-/// Over the connection limit: a short 503 and close.
-async fn refuse(mut stream: TcpStream, peer: SocketAddr) {
-    tracing::info!(%peer, "http refused: max connections reached");
-    let plan = respond_status(
-        Status::ServiceUnavailable,
-        SystemTime::now(),
-        &sluice_http::Options::default(),
-    );
+/// A short response with `status` and nothing else (the refusals).
+fn status_bytes(status: Status) -> Vec<u8> {
+    let plan = respond_status(status, SystemTime::now(), &sluice_http::Options::default());
     let mut bytes = plan.head;
     for seg in plan.body {
         if let sluice_http::Segment::Bytes(b) = seg {
             bytes.extend_from_slice(&b);
         }
     }
-    let _ = tokio::time::timeout(REFUSAL_DEADLINE, async {
-        let _ = stream.write_all(&bytes).await;
-        let _ = stream.shutdown().await;
-    })
-    .await;
+    bytes
 }

@@ -8,7 +8,11 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sluice_http::{DirEntry, EntryKind, Resource, VirtualPath};
+use sluice_http::listing::Renderer;
+use sluice_http::{
+    chunk, listing_framing, DirEntry, EntryKind, ListingFraming, Resource, VirtualPath, LAST_CHUNK,
+};
+use sluice_platform::fs::DirReader;
 use sluice_platform::fs::{FileKind, FsError, ServedRoot};
 
 use crate::upload::is_internal_name;
@@ -23,6 +27,8 @@ pub struct Found {
     /// The open file, for `Resource::File` (shared: the open-file cache
     /// may hand the same descriptor to later requests).
     pub file: Option<Arc<File>>,
+    /// The open directory, for `Resource::StreamedDirectory`.
+    pub dir: Option<DirReader>,
 }
 
 /// Resolves `path` beneath `root`.
@@ -31,6 +37,7 @@ pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
     let only = |resource| Found {
         resource,
         file: None,
+        dir: None,
     };
     // Upload temp files and kept partials are not files yet: as in FTP
     // listings, they do not exist for clients.
@@ -45,19 +52,73 @@ pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
                     mtime: m.modified().unwrap_or(UNIX_EPOCH),
                 },
                 file: Some(Arc::new(file)),
+                dir: None,
             },
             Err(e) => {
                 tracing::warn!(path = rel, error = %e, "fstat failed");
                 only(Resource::Error)
             }
         },
-        Err(FsError::IsADirectory) => match root.list_dir(rel) {
-            Ok(list) => only(Resource::Directory {
-                entries: list.into_iter().filter_map(entry).collect(),
-            }),
+        // Read and sent a batch at a time by the connection
+        // (crate::listing), never whole.
+        Err(FsError::IsADirectory) => match root.open_dir(rel) {
+            Ok(dir) => Found {
+                resource: Resource::StreamedDirectory,
+                file: None,
+                dir: Some(dir),
+            },
             Err(e) => only(refusal(rel, e)),
         },
         Err(e) => only(refusal(rel, e)),
+    }
+}
+
+/// HTML or JSON listing pieces for crate::listing, framed for the wire
+/// (chunks, or raw bytes until close).
+pub struct HttpListing {
+    render: Renderer,
+    framing: ListingFraming,
+}
+
+impl HttpListing {
+    /// A listing of `dir` for `req`.
+    pub fn new(req: &sluice_http::Request) -> HttpListing {
+        HttpListing {
+            render: Renderer::new(&req.path, req.wants_json()),
+            framing: listing_framing(req),
+        }
+    }
+
+    fn frame(&self, bytes: Vec<u8>, out: &mut Vec<u8>) {
+        match self.framing {
+            ListingFraming::Chunked => chunk(&bytes, out),
+            ListingFraming::UntilClose => out.extend_from_slice(&bytes),
+        }
+    }
+}
+
+impl crate::listing::Render for HttpListing {
+    fn batch(&mut self, entries: Vec<sluice_platform::fs::DirEntry>, out: &mut Vec<u8>) {
+        let entries: Vec<DirEntry> = entries.into_iter().filter_map(entry).collect();
+        let mut bytes = Vec::new();
+        self.render.batch(&entries, &mut bytes);
+        self.frame(bytes, out);
+    }
+
+    fn end(&mut self, in_order: bool, out: &mut Vec<u8>) {
+        if !in_order {
+            self.render.set_unordered();
+        }
+        let mut bytes = Vec::new();
+        self.render.end(&mut bytes);
+        self.frame(bytes, out);
+        if self.framing == ListingFraming::Chunked {
+            out.extend_from_slice(LAST_CHUNK);
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.render.is_full()
     }
 }
 
@@ -76,7 +137,10 @@ fn entry(e: sluice_platform::fs::DirEntry) -> Option<DirEntry> {
         FileKind::File => EntryKind::File,
         FileKind::Dir => EntryKind::Dir,
         FileKind::Symlink => return None,
-        FileKind::Other => EntryKind::Other,
+        // FIFOs, sockets and devices: a request for one answers 403, so
+        // a link to it would only ever fail (FTP leaves them out of
+        // downloads the same way).
+        FileKind::Other => return None,
     };
     Some(DirEntry {
         name,
@@ -135,23 +199,29 @@ mod tests {
         (dir, r)
     }
 
+    /// The entries a listing of `path` shows (read whole).
+    fn listed(r: &ServedRoot, path: &str) -> Vec<DirEntry> {
+        let f = resolve(r, &normalize(path).unwrap());
+        assert_eq!(f.resource, Resource::StreamedDirectory);
+        let mut dir = f.dir.expect("an open directory");
+        let mut all = dir.next_batch(r, usize::MAX).unwrap();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.into_iter().filter_map(entry).collect()
+    }
+
     #[test]
     fn files_directories_and_misses() {
         let (dir, r) = root();
         let f = resolve(&r, &normalize("/sub/a.txt").unwrap());
         assert!(matches!(f.resource, Resource::File { len: 5, .. }));
         assert!(f.file.is_some());
-        match resolve(&r, &normalize("/sub/").unwrap()).resource {
-            Resource::Directory { entries } => {
-                assert_eq!(entries.len(), 1);
-                assert_eq!(entries[0].name, "a.txt");
-                assert_eq!(entries[0].size, 5);
-            }
-            other => panic!("{other:?}"),
-        }
+        let entries = listed(&r, "/sub/");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].name, "a.txt");
+        assert_eq!(entries[0].size, 5);
         assert!(matches!(
             resolve(&r, &normalize("/").unwrap()).resource,
-            Resource::Directory { .. }
+            Resource::StreamedDirectory
         ));
         assert_eq!(
             resolve(&r, &normalize("/nope").unwrap()).resource,
@@ -177,13 +247,9 @@ mod tests {
             resolve(&r, &normalize("/sub/.c.sluice-1234.part").unwrap()).resource,
             Resource::NotFound
         );
-        match resolve(&r, &normalize("/sub/").unwrap()).resource {
-            Resource::Directory { entries } => {
-                let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
-                assert_eq!(names, ["a.txt"]);
-            }
-            other => panic!("{other:?}"),
-        }
+        let entries = listed(&r, "/sub/");
+        let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a.txt"]);
     }
 
     #[test]
@@ -202,12 +268,8 @@ mod tests {
             resolve(&r, &normalize("/sub/inside").unwrap()).resource,
             Resource::File { len: 5, .. }
         ));
-        match resolve(&r, &normalize("/sub/").unwrap()).resource {
-            Resource::Directory { entries } => {
-                let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
-                assert_eq!(names, ["a.txt", "inside"]);
-            }
-            other => panic!("{other:?}"),
-        }
+        let entries = listed(&r, "/sub/");
+        let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a.txt", "inside"]);
     }
 }

@@ -29,6 +29,8 @@ pub enum SendError {
     NoFile,
     /// The engine's sender failed (peer gone, disk error, short file).
     Engine(EngineError),
+    /// A streamed listing could not be read on (its body is cut short).
+    Listing(String),
 }
 
 impl fmt::Display for SendError {
@@ -37,6 +39,7 @@ impl fmt::Display for SendError {
             SendError::Stalled => f.write_str("client took nothing within the send timeout"),
             SendError::NoFile => f.write_str("plan names file bytes without a file"),
             SendError::Engine(e) => write!(f, "{e}"),
+            SendError::Listing(e) => write!(f, "listing stopped: {e}"),
         }
     }
 }
