@@ -78,9 +78,15 @@ fn tree_up_and_down_against_sluice() {
 
     let dest = work.path().join("down");
     let down = sluice_cmd(&[
-        "get", "-r", "-q", "--files", "3", &server.url("up"), dest.to_str().unwrap(),
+        "get", "-r", "-q", "--files", "3", "--stats", &server.url("up"), dest.to_str().unwrap(),
     ]);
     down.assert_success();
+    assert!(
+        down.stderr.contains("stats: file big.bin bytes 5242880 seconds ")
+            && down.stderr.contains("stats: file 日本語/ünï/café ☕.bin bytes 123457 "),
+        "{}",
+        down.describe()
+    );
     assert_eq!(tree_sums(&dest), want, "{}", down.describe());
     assert!(dest.join("empty dir").is_dir());
     // The server's modification time (MLSD modify fact) is kept.

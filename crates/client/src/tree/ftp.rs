@@ -21,6 +21,7 @@ use crate::error::{ClientError, Result};
 use crate::ftp::control::{refused, Control};
 use crate::ftp::get::Dest;
 use crate::ftp::{data, get, session};
+use crate::progress::Progress;
 use crate::stats::Stats;
 use crate::url::FtpUrl;
 use crate::writer::{self, Sink};
@@ -194,20 +195,24 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
     let mut per_file = a.clone();
     per_file.opts.quiet = true;
+    let sizes: Option<u64> = files.iter().map(|(_, f)| f.size).sum();
+    let job = JobProgress::start(sizes, total, a.opts.quiet);
     let out = jobs::run(
         files,
         workers,
+        &job.done,
         || open(u, a.opts.parallel, timeout),
         |c, rel, f, attempt| {
             if a.tree.checksum && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)? {
                 same.fetch_add(1, Relaxed);
                 return Ok(0);
             }
-            fetch(c, u, &per_file, &root, rel, f, attempt > 0 || a.resume)
+            fetch(c, u, &per_file, &root, rel, f, attempt > 0 || a.resume, &job.stats)
         },
     );
+    job.progress.finish();
     notes.same = same.into_inner();
-    finish("received", out, total + notes.uptodate as usize, &notes, t0)
+    finish("received", out, total + notes.uptodate as usize, &notes, t0, a.opts.stats)
 }
 
 /// Downloads one file of the tree on a worker's connection.
@@ -219,6 +224,7 @@ fn fetch(
     rel: &str,
     f: &Fetch,
     resume: bool,
+    stats: &Arc<Stats>,
 ) -> Result<u64> {
     let path = root.join(rel);
     let part = with_ext(&path, ".part");
@@ -233,7 +239,6 @@ fn fetch(
     }
     let file = writer::open_part(&part, already)?;
     writer::save_prefix(&resume_file, already)?;
-    let stats = Arc::new(Stats::default());
     if !(already > 0 && f.size == Some(already)) {
         let fu = FtpUrl {
             path: remote_join(&u.path, rel),
@@ -253,14 +258,43 @@ fn fetch(
             already,
             Sink::File(file),
             &dest,
-            &stats,
+            stats,
         )?;
     }
     std::fs::rename(&part, &path)
         .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
     let _ = std::fs::remove_file(&resume_file);
     set_mtime(&path, f.mtime);
-    Ok(stats.bytes.load(Relaxed))
+    let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+    Ok(len.saturating_sub(already))
+}
+
+/// The job-wide counters every transfer of a tree adds to, and the one
+/// progress display that shows them.
+pub(super) struct JobProgress {
+    pub(super) stats: Arc<Stats>,
+    pub(super) done: Arc<AtomicU64>,
+    pub(super) progress: Progress,
+}
+
+impl JobProgress {
+    /// Starts the display (a terminal on stderr and no `-q` only).
+    pub(super) fn start(bytes: Option<u64>, files: usize, quiet: bool) -> JobProgress {
+        let stats = Arc::new(Stats::default());
+        let done = Arc::new(AtomicU64::new(0));
+        let progress = Progress::start_with_files(
+            stats.clone(),
+            bytes,
+            0,
+            Some((done.clone(), files as u64)),
+            quiet,
+        );
+        JobProgress {
+            stats,
+            done,
+            progress,
+        }
+    }
 }
 
 /// Gives a downloaded file the server's modification time (best effort:
@@ -290,7 +324,14 @@ pub(super) fn same_checksum(c: &mut Conn, remote: &str, local: &Path, size: Opti
 }
 
 /// Prints the job's summary and failures; an error if any file failed.
-pub(super) fn finish(verb: &str, out: Outcome, total: usize, notes: &Notes, t0: Instant) -> Result<()> {
+pub(super) fn finish(
+    verb: &str,
+    out: Outcome,
+    total: usize,
+    notes: &Notes,
+    t0: Instant,
+    per_file: bool,
+) -> Result<()> {
     let elapsed = t0.elapsed();
     let moved = out.done - notes.same.min(out.done);
     let mut detail = format!("{moved} of {total} files");
@@ -313,6 +354,15 @@ pub(super) fn finish(verb: &str, out: Outcome, total: usize, notes: &Notes, t0: 
         "{}",
         crate::stats::summary(verb, out.bytes, elapsed, &detail)
     );
+    if per_file {
+        for (rel, bytes, took, attempts) in &out.files {
+            eprintln!(
+                "stats: file {} bytes {bytes} seconds {:.3} attempts {attempts}",
+                plan::shown(rel),
+                took.as_secs_f64()
+            );
+        }
+    }
     for f in &out.failed {
         eprintln!("sluice: failed: {}: {}", plan::shown(&f.rel), f.error);
     }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn};
+use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress};
 use super::jobs;
 use super::plan::{self, Action, Entry, Have, Kind};
 use super::sync::Notes;
@@ -214,9 +214,12 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let same = AtomicU64::new(0);
     let total = files.len() + notes.uptodate as usize;
     let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
+    let job = JobProgress::start(Some(sizes), files.len(), a.opts.quiet);
     let out = jobs::run(
         files,
         workers,
+        &job.done,
         || open(u, a.opts.parallel, timeout),
         |c, rel, s, attempt| {
             let remote = remote_join(&u.path, rel);
@@ -224,16 +227,25 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
                 same.fetch_add(1, Relaxed);
                 return Ok(0);
             }
-            send(c, u, a, rel, s, attempt > 0 || a.resume)
+            send(c, u, a, rel, s, attempt > 0 || a.resume, &job.stats)
         },
     );
+    job.progress.finish();
     notes.same = same.into_inner();
-    finish("sent", out, total, &notes, t0)
+    finish("sent", out, total, &notes, t0, a.opts.stats)
 }
 
 /// Uploads one file of the tree on a worker's connection; a retry resumes
 /// after the server's bytes when its checksum shows they are ours.
-fn send(c: &mut Conn, u: &FtpUrl, a: &PutArgs, rel: &str, s: &Send, resume: bool) -> Result<u64> {
+fn send(
+    c: &mut Conn,
+    u: &FtpUrl,
+    a: &PutArgs,
+    rel: &str,
+    s: &Send,
+    resume: bool,
+    stats: &Arc<Stats>,
+) -> Result<u64> {
     let file = File::open(&s.local)
         .map_err(|e| ClientError::local(format!("open {}", s.local.display()), e))?;
     let len = file
@@ -246,12 +258,11 @@ fn send(c: &mut Conn, u: &FtpUrl, a: &PutArgs, rel: &str, s: &Send, resume: bool
     } else {
         0
     };
-    let stats = Arc::new(Stats::default());
     if offset < len || offset == 0 {
         if c.extended {
-            put::send_extended(&mut c.ctl, &file, len, offset, &remote, a, &stats)?;
+            put::send_extended(&mut c.ctl, &file, len, offset, &remote, a, stats)?;
         } else {
-            put::send_stream(&mut c.ctl, &file, len, offset, &remote, &stats)?;
+            put::send_stream(&mut c.ctl, &file, len, offset, &remote, stats)?;
         }
     }
     if c.mfmt {
@@ -266,6 +277,6 @@ fn send(c: &mut Conn, u: &FtpUrl, a: &PutArgs, rel: &str, s: &Send, resume: bool
             }
         }
     }
-    Ok(stats.bytes.load(Relaxed))
+    Ok(len - offset.min(len))
 }
 

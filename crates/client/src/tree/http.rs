@@ -20,6 +20,7 @@ use super::plan::{self, Action, Entry};
 use crate::cli::GetArgs;
 use crate::error::{ClientError, Result};
 use crate::http::exchange;
+use crate::stats::Stats;
 
 /// The URL of directory `rel` under `base` (which ends with `/`).
 fn dir_url(base: &str, rel: &str) -> String {
@@ -188,13 +189,22 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
     }
     let total = files.len() + notes.uptodate as usize;
     let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let job = super::ftp::JobProgress::start(None, files.len(), a.opts.quiet);
     let out = jobs::run(
         files,
         workers,
+        &job.done,
         || Ok(()),
-        |_, rel, f, attempt| fetch(a, &base, &root, rel, f, attempt > 0 || a.resume),
+        |_, rel, f, attempt| {
+            let n = fetch(a, &base, &root, rel, f, attempt > 0 || a.resume)?;
+            // The single-file download keeps its own counters: the
+            // display moves file by file.
+            Stats::add(&job.stats.bytes, n);
+            Ok(n)
+        },
     );
-    super::ftp::finish("received", out, total, &notes, t0)
+    job.progress.finish();
+    super::ftp::finish("received", out, total, &notes, t0, a.opts.stats)
 }
 
 fn fetch(a: &GetArgs, base: &str, root: &Path, rel: &str, f: &Fetch, resume: bool) -> Result<u64> {

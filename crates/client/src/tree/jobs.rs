@@ -41,6 +41,9 @@ pub struct Outcome {
     pub retries: u64,
     /// Files that failed for good, in the order they failed.
     pub failed: Vec<Failure>,
+    /// Every file that arrived: path, bytes, time of its last attempt,
+    /// attempts (for `--stats`).
+    pub files: Vec<(String, u64, Duration, u32)>,
 }
 
 /// Whether an error may go away when tried again: the network, a
@@ -67,15 +70,22 @@ pub fn backoff(n: u32) -> Duration {
 }
 
 /// Runs `jobs` on `workers` threads. `open` makes a worker's connection;
-/// `step(conn, job, attempt)` moves one file and returns its bytes.
-pub fn run<J, C, O, S>(jobs: Vec<(String, J)>, workers: usize, open: O, step: S) -> Outcome
+/// `step(conn, job, attempt)` moves one file and returns its bytes;
+/// `done` counts finished files as they finish (for the progress display).
+pub fn run<J, C, O, S>(
+    jobs: Vec<(String, J)>,
+    workers: usize,
+    done: &AtomicU64,
+    open: O,
+    step: S,
+) -> Outcome
 where
     J: Send,
     O: Fn() -> Result<C> + Sync,
     S: Fn(&mut C, &str, &J, u32) -> Result<u64> + Sync,
 {
     let queue = Mutex::new(jobs.into_iter().collect::<VecDeque<_>>());
-    let done = AtomicU64::new(0);
+    let files = Mutex::new(Vec::new());
     let bytes = AtomicU64::new(0);
     let retries = AtomicU64::new(0);
     let failed = Mutex::new(Vec::new());
@@ -90,6 +100,7 @@ where
                     };
                     let mut attempt = 0;
                     loop {
+                        let t = std::time::Instant::now();
                         let r = match conn.as_mut() {
                             Some(c) => step(c, &rel, &job, attempt),
                             None => open().and_then(|mut c| {
@@ -102,6 +113,7 @@ where
                             Ok(n) => {
                                 done.fetch_add(1, Relaxed);
                                 bytes.fetch_add(n, Relaxed);
+                                files.lock().unwrap().push((rel, n, t.elapsed(), attempt + 1));
                                 break;
                             }
                             Err(e) => {
@@ -128,7 +140,8 @@ where
         }
     });
     Outcome {
-        done: done.into_inner(),
+        done: done.load(Relaxed),
+        files: files.into_inner().unwrap(),
         bytes: bytes.into_inner(),
         retries: retries.into_inner(),
         failed: failed.into_inner().unwrap(),
@@ -153,9 +166,11 @@ mod tests {
             ("flaky".to_string(), 1),
             ("gone".to_string(), 2),
         ];
+        let done = AtomicU64::new(0);
         let out = run(
             jobs,
             1,
+            &done,
             || {
                 opens.fetch_add(1, Relaxed);
                 Ok(())
