@@ -216,6 +216,7 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
 }
 
 /// Downloads one file of the tree on a worker's connection.
+#[allow(clippy::too_many_arguments)]
 fn fetch(
     c: &mut Conn,
     u: &FtpUrl,
