@@ -395,3 +395,48 @@ fn tree_sync_moves_only_what_changed_and_deletes() {
     assert!(o.stderr.contains("4 of 6 files, 2 up to date, 2 deleted"), "{}", o.describe());
     assert_eq!(tree_sums(&server.local("up")), tree_sums(&src));
 }
+
+/// An HTTP server whose every answer is the JSON listing `body`.
+fn fake_json_server(body: &'static str) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// The JSON listing of an HTTP server is held to the same rules as MLSD:
+/// `..`, a path or an absolute name refuses the job, nothing is written.
+#[test]
+fn hostile_http_json_listing_is_refused() {
+    for (name, shown) in [("..", "`..`"), ("../../x", "`../../x`"), ("/tmp/sluice-json-escape", "`/tmp/sluice-json-escape`")] {
+        let body: &'static str = Box::leak(
+            format!(r#"{{"path":"/","truncated":false,"entries":[{{"name":"{name}","type":"file","size":1,"mtime":null}}]}}"#)
+                .into_boxed_str(),
+        );
+        let port = fake_json_server(body);
+        let work = tempfile::tempdir().unwrap();
+        let dest = work.path().join("d");
+        let o = sluice_cmd(&[
+            "get", "-r", "-q", "--timeout", "5",
+            &format!("http://127.0.0.1:{port}/"),
+            dest.to_str().unwrap(),
+        ]);
+        assert_exit(&o, 7);
+        assert!(o.stderr.contains("unsafe name") && o.stderr.contains(shown), "{}", o.describe());
+        assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
+    }
+}
