@@ -440,3 +440,50 @@ fn hostile_http_json_listing_is_refused() {
         assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
     }
 }
+
+/// `sluice cp` between two `sluice serve` (third party: the data goes
+/// from one server to the other), with --verify, into a directory URL;
+/// and `cp` of a URL to a local path and back.
+#[test]
+fn cp_server_to_server_between_two_sluice_servers() {
+    let a = crate::harness::servers::sluice_ro();
+    let b = sluice_rw();
+    let f = corpus().file((1 << 20) + 7);
+    let o = sluice_cmd(&["cp", "--verify", &a.url(&f.name), &b.url("copy.bin")]);
+    o.assert_success();
+    assert!(o.stderr.contains("third party"), "{}", o.describe());
+    compare_file(&b.local("copy.bin"), f).unwrap();
+    let o = sluice_cmd(&["cp", &a.url(&f.name), &b.url("")]);
+    o.assert_success();
+    compare_file(&b.local(&f.name), f).unwrap();
+    // A URL and a local path, both ways.
+    let work = tempfile::tempdir().unwrap();
+    let local = work.path().join("l.bin");
+    sluice_cmd(&["cp", "-q", &a.url(&f.name), local.to_str().unwrap()]).assert_success();
+    compare_file(&local, f).unwrap();
+    sluice_cmd(&["cp", "-q", local.to_str().unwrap(), &b.url("back.bin")]).assert_success();
+    compare_file(&b.local("back.bin"), f).unwrap();
+    let o = sluice_cmd(&["cp", "-p", "4", &a.url(&f.name), &b.url("x")]);
+    assert_exit(&o, 2);
+    // A read-only destination: its refusal is the error, not the source's.
+    let o = sluice_cmd(&["cp", "--timeout", "5", &b.url("back.bin"), &a.url("nope.bin")]);
+    assert_exit(&o, 5);
+    assert!(o.stderr.contains("STOR (destination)"), "{}", o.describe());
+}
+
+/// Third-party copies with globus-gridftp-server on either side (`-p 1`).
+#[test]
+fn cp_server_to_server_with_globus_gridftp_server() {
+    if !require_tool("globus-gridftp-server") {
+        return;
+    }
+    let f = corpus().file((1 << 20) + 7);
+    let sl = sluice_rw();
+    let gw = crate::harness::servers::gridftp(true);
+    let o = sluice_cmd(&["cp", &sl.url(&f.name), &gw.url("from-sluice.bin")]);
+    o.assert_success();
+    compare_file(&gw.local("from-sluice.bin"), f).unwrap();
+    let o = sluice_cmd(&["cp", &gw.url(&f.name), &sl.url("from-globus.bin")]);
+    o.assert_success();
+    compare_file(&sl.local("from-globus.bin"), f).unwrap();
+}

@@ -144,6 +144,27 @@ pub struct PutArgs {
     pub tree: TreeOpts,
 }
 
+/// `sluice cp SRC DST`: copy between any pair of URL and local path.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_long_help = EXIT_CODES_HELP)]
+pub struct CpArgs {
+    /// Source: a URL (ftp://, http://) or a local path.
+    pub src: String,
+    /// Destination: a URL (ftp://) or a local path. With two ftp:// URLs the
+    /// servers move the data between them (third party: PASV on the
+    /// destination, PORT on the source); a DST ending in `/` gets SRC's name.
+    pub dst: String,
+    /// Compare checksums after the copy (CKSM on both servers for a third-party copy).
+    #[arg(long)]
+    pub verify: bool,
+    /// Options every transfer takes.
+    #[command(flatten)]
+    pub opts: TransferOpts,
+    /// Tree transfers (URL and local path only).
+    #[command(flatten)]
+    pub tree: TreeOpts,
+}
+
 /// `sluice ls URL`: list a directory.
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_long_help = EXIT_CODES_HELP)]
@@ -169,6 +190,16 @@ pub fn run_get(args: GetArgs) -> ExitCode {
 pub fn run_put(args: PutArgs) -> ExitCode {
     let url = args.url.clone();
     finish(&url, crate::put(args))
+}
+
+/// Runs `sluice cp`.
+pub fn run_cp(args: CpArgs) -> ExitCode {
+    let url = if args.src.contains("://") {
+        args.src.clone()
+    } else {
+        args.dst.clone()
+    };
+    finish(&url, crate::cp::run(args))
 }
 
 /// Runs `sluice ls`.

@@ -23,6 +23,7 @@
 
 pub mod checksum;
 pub mod cli;
+pub mod cp;
 pub mod drain;
 pub mod error;
 pub mod ftp;
