@@ -487,3 +487,37 @@ fn cp_server_to_server_with_globus_gridftp_server() {
     o.assert_success();
     compare_file(&sl.local("from-globus.bin"), f).unwrap();
 }
+
+/// `sluice cp -f LIST`: pairs in both directions, quoted paths with
+/// spaces, a comment; a missing source fails alone, the summary names
+/// it, and the exit status is its refusal (5).
+#[test]
+fn cp_from_a_list_of_pairs() {
+    let server = sluice_rw();
+    let f = corpus().file((1 << 20) + 7);
+    let work = tempfile::tempdir().unwrap();
+    let local_up = work.path().join("up source.bin");
+    write_pseudo_random(&local_up, 300_000, 7);
+    let got = work.path().join("got it.bin");
+    let list = work.path().join("list");
+    fs::write(
+        &list,
+        format!(
+            "# pairs\n{} \"{}\"\n\"{}\" {}\n{} \"{}\"\n",
+            server.url(&f.name),
+            got.display(),
+            local_up.display(),
+            server.url("up%20dest.bin"),
+            server.url("missing.bin"),
+            work.path().join("never").display(),
+        ),
+    )
+    .unwrap();
+    let o = sluice_cmd(&["cp", "-q", "--timeout", "5", "-f", list.to_str().unwrap()]);
+    assert_exit(&o, 5);
+    assert!(o.stderr.contains("2 of 3 files, 1 failed"), "{}", o.describe());
+    assert!(o.stderr.contains("failed: ftp://") && o.stderr.contains("missing.bin"), "{}", o.describe());
+    compare_file(&got, f).unwrap();
+    assert_eq!(sha256_file(&server.local("up dest.bin")), sha256_file(&local_up));
+    assert!(!work.path().join("never").exists());
+}

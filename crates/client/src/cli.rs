@@ -149,11 +149,18 @@ pub struct PutArgs {
 #[command(after_long_help = EXIT_CODES_HELP)]
 pub struct CpArgs {
     /// Source: a URL (ftp://, http://) or a local path.
-    pub src: String,
+    #[arg(required_unless_present = "list")]
+    pub src: Option<String>,
     /// Destination: a URL (ftp://) or a local path. With two ftp:// URLs the
     /// servers move the data between them (third party: PASV on the
     /// destination, PORT on the source); a DST ending in `/` gets SRC's name.
-    pub dst: String,
+    #[arg(required_unless_present = "list")]
+    pub dst: Option<String>,
+    /// Read SRC DST pairs from LIST, one pair a line (`#` starts a comment;
+    /// a field with spaces in double quotes), and copy them --files N at a
+    /// time with retries; the summary lists what failed.
+    #[arg(short = 'f', long = "from-file", value_name = "LIST", conflicts_with_all = ["src", "dst"])]
+    pub list: Option<PathBuf>,
     /// Compare checksums after the copy (CKSM on both servers for a third-party copy).
     #[arg(long)]
     pub verify: bool,
@@ -194,10 +201,11 @@ pub fn run_put(args: PutArgs) -> ExitCode {
 
 /// Runs `sluice cp`.
 pub fn run_cp(args: CpArgs) -> ExitCode {
-    let url = if args.src.contains("://") {
-        args.src.clone()
-    } else {
-        args.dst.clone()
+    let url = match (&args.src, &args.dst, &args.list) {
+        (Some(s), _, _) if s.contains("://") => s.clone(),
+        (_, Some(d), _) => d.clone(),
+        (_, _, Some(l)) => l.display().to_string(),
+        _ => String::new(),
     };
     finish(&url, crate::cp::run(args))
 }

@@ -19,6 +19,8 @@ use crate::cli::{CpArgs, GetArgs, PutArgs};
 use crate::error::{ClientError, Result};
 use crate::ftp::control::{is_unsupported, refused, Control};
 use crate::ftp::{data, session};
+use crate::tree::jobs;
+use crate::tree::sync::Notes;
 use crate::url::{self, FtpUrl, Target};
 
 fn is_url(s: &str) -> bool {
@@ -27,20 +29,100 @@ fn is_url(s: &str) -> bool {
 
 /// Runs `sluice cp`.
 pub fn run(a: CpArgs) -> Result<()> {
-    match (is_url(&a.src), is_url(&a.dst)) {
+    if let Some(list) = &a.list {
+        return run_list(list, &a);
+    }
+    let (Some(src), Some(dst)) = (a.src.clone(), a.dst.clone()) else {
+        return Err(ClientError::Usage("give SRC and DST, or -f LIST".into()));
+    };
+    one(src, dst, a, false)
+}
+
+/// Splits one line of a `-f` list into its fields: whitespace-separated,
+/// a field in double quotes may hold spaces. Sans-I/O.
+pub fn list_fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        out.push(cur);
+    }
+    out
+}
+
+/// `-f LIST`: every pair a job on the tree runner (retries, summary).
+fn run_list(list: &std::path::Path, a: &CpArgs) -> Result<()> {
+    let text = std::fs::read_to_string(list)
+        .map_err(|e| ClientError::local(format!("read {}", list.display()), e))?;
+    let mut jobs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match list_fields(line).as_slice() {
+            // The name in the summary, without passwords.
+            [s, d] => jobs.push((
+                format!("{} -> {}", url::redact(s), url::redact(d)),
+                (s.clone(), d.clone()),
+            )),
+            _ => {
+                return Err(ClientError::Usage(format!(
+                    "{} line {}: expected `SRC DST`",
+                    list.display(),
+                    i + 1
+                )))
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let total = jobs.len();
+    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let mut each = a.clone();
+    each.opts.quiet = true;
+    let out = jobs::run(jobs, workers, &done, || Ok(()), |_, _, (s, d), attempt| {
+        one(s.clone(), d.clone(), each.clone(), attempt > 0)?;
+        Ok(0)
+    });
+    crate::tree::ftp::finish("copied", out, total, &Notes::default(), t0, a.opts.stats)
+}
+
+/// One copy; `resume` continues a download or upload a failed try began.
+fn one(src: String, dst: String, a: CpArgs, resume: bool) -> Result<()> {
+    match (is_url(&src), is_url(&dst)) {
         (true, false) => crate::get(GetArgs {
-            url: a.src,
-            dest: Some(a.dst.into()),
-            resume: false,
+            url: src,
+            dest: Some(dst.into()),
+            resume,
             verify: a.verify,
             drain_priority: false,
             opts: a.opts,
             tree: a.tree,
         }),
         (false, true) => crate::put(PutArgs {
-            file: a.src.into(),
-            url: a.dst,
-            resume: false,
+            file: src.into(),
+            url: dst,
+            resume,
             verify: a.verify,
             opts: a.opts,
             tree: a.tree,
@@ -49,7 +131,7 @@ pub fn run(a: CpArgs) -> Result<()> {
             "SRC and DST are both local paths: use cp(1)".into(),
         )),
         (true, true) => {
-            let (Ok(Target::Ftp(s)), Ok(Target::Ftp(d))) = (url::parse(&a.src), url::parse(&a.dst))
+            let (Ok(Target::Ftp(s)), Ok(Target::Ftp(d))) = (url::parse(&src), url::parse(&dst))
             else {
                 return Err(ClientError::Usage(
                     "a server-to-server copy needs two ftp:// URLs".into(),
@@ -164,4 +246,16 @@ fn third_party(s: &FtpUrl, d: &FtpUrl, a: &CpArgs) -> Result<()> {
         crate::stats::summary("copied", size.unwrap_or(0), elapsed, &detail)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn list_lines_split_with_quotes() {
+        let f = super::list_fields;
+        assert_eq!(f("ftp://h/a  /tmp/a"), ["ftp://h/a", "/tmp/a"]);
+        assert_eq!(f("\"/tmp/with space\" ftp://h/x%20y"), ["/tmp/with space", "ftp://h/x%20y"]);
+        assert_eq!(f("a \"\""), ["a", ""]);
+        assert!(f("   ").is_empty());
+    }
 }

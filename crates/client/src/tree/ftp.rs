@@ -325,7 +325,7 @@ pub(super) fn same_checksum(c: &mut Conn, remote: &str, local: &Path, size: Opti
 }
 
 /// Prints the job's summary and failures; an error if any file failed.
-pub(super) fn finish(
+pub(crate) fn finish(
     verb: &str,
     out: Outcome,
     total: usize,
