@@ -30,7 +30,13 @@ fn tree_sums(root: &Path) -> BTreeMap<String, String> {
             if t.is_dir() {
                 walk(root, &e.path(), out);
             } else if t.is_file() {
-                let rel = e.path().strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                let rel = e
+                    .path()
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
                 out.insert(rel, sha256_file(&e.path()));
             }
         }
@@ -70,7 +76,11 @@ fn tree_up_and_down_against_sluice() {
 
     let up = sluice_cmd(&["put", "-r", "-q", src.to_str().unwrap(), &server.url("up/")]);
     up.assert_success();
-    assert!(up.stderr.contains("skipped link: symbolic link"), "{}", up.describe());
+    assert!(
+        up.stderr.contains("skipped link: symbolic link"),
+        "{}",
+        up.describe()
+    );
     assert!(up.stderr.contains("skipped fifo"), "{}", up.describe());
     assert!(up.stderr.contains("6 of 6 files"), "{}", up.describe());
     assert_eq!(tree_sums(&server.local("up")), want);
@@ -78,12 +88,22 @@ fn tree_up_and_down_against_sluice() {
 
     let dest = work.path().join("down");
     let down = sluice_cmd(&[
-        "get", "-r", "-q", "--files", "3", "--stats", &server.url("up"), dest.to_str().unwrap(),
+        "get",
+        "-r",
+        "-q",
+        "--files",
+        "3",
+        "--stats",
+        &server.url("up"),
+        dest.to_str().unwrap(),
     ]);
     down.assert_success();
     assert!(
-        down.stderr.contains("stats: file big.bin bytes 5242880 seconds ")
-            && down.stderr.contains("stats: file 日本語/ünï/café ☕.bin bytes 123457 "),
+        down.stderr
+            .contains("stats: file big.bin bytes 5242880 seconds ")
+            && down
+                .stderr
+                .contains("stats: file 日本語/ünï/café ☕.bin bytes 123457 "),
         "{}",
         down.describe()
     );
@@ -91,7 +111,8 @@ fn tree_up_and_down_against_sluice() {
     assert!(dest.join("empty dir").is_dir());
     // The server's modification time (MLSD modify fact) is kept.
     let mtime = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
-    let secs = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let secs =
+        |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     assert_eq!(
         secs(mtime(&dest.join("big.bin"))),
         secs(mtime(&server.local("up/big.bin")))
@@ -101,9 +122,19 @@ fn tree_up_and_down_against_sluice() {
 
     // The same tree over Sluice's HTTP door (its JSON listing).
     let hdest = work.path().join("http down");
-    let hdown = sluice_cmd(&["get", "-r", "-q", &server.http_url("up/"), hdest.to_str().unwrap()]);
+    let hdown = sluice_cmd(&[
+        "get",
+        "-r",
+        "-q",
+        &server.http_url("up/"),
+        hdest.to_str().unwrap(),
+    ]);
     hdown.assert_success();
-    assert!(hdown.stderr.contains("6 of 6 files"), "{}", hdown.describe());
+    assert!(
+        hdown.stderr.contains("6 of 6 files"),
+        "{}",
+        hdown.describe()
+    );
     assert_eq!(tree_sums(&hdest), want, "{}", hdown.describe());
     assert!(hdest.join("empty dir").is_dir());
     assert_eq!(
@@ -116,7 +147,9 @@ fn tree_up_and_down_against_sluice() {
         let (_nginx, port, _dir) = nginx_autoindex(&server.local("up"));
         let ndest = work.path().join("nginx");
         let ndown = sluice_cmd(&[
-            "get", "-r", "-q",
+            "get",
+            "-r",
+            "-q",
             &format!("http://127.0.0.1:{port}/"),
             ndest.to_str().unwrap(),
         ]);
@@ -129,7 +162,11 @@ fn tree_up_and_down_against_sluice() {
 /// nginx serving `root` with `autoindex on`, on a free port.
 fn nginx_autoindex(root: &Path) -> (ProcessGuard, u16, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("nginx dir");
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let conf = dir.path().join("nginx.conf");
     let d = dir.path().display();
     fs::write(
@@ -156,7 +193,9 @@ fn nginx_autoindex(root: &Path) -> (ProcessGuard, u16, tempfile::TempDir) {
             .stderr(Stdio::null()),
     )
     .expect("start nginx");
-    wait_for("nginx to listen", 30, || TcpStream::connect(("127.0.0.1", port)).is_ok());
+    wait_for("nginx to listen", 30, || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
     (proc, port, dir)
 }
 
@@ -203,11 +242,22 @@ fn tree_download_survives_a_server_killed_and_restarted() {
     )
     .expect("start sluice get -r");
     let done = |d: &Path| {
-        fs::read_dir(d.join("d0")).map(|r| r.filter_map(|e| e.ok()).filter(|e| !e.file_name().to_string_lossy().contains(".part")).count()).unwrap_or(0)
+        fs::read_dir(d.join("d0"))
+            .map(|r| {
+                r.filter_map(|e| e.ok())
+                    .filter(|e| !e.file_name().to_string_lossy().contains(".part"))
+                    .count()
+            })
+            .unwrap_or(0)
     };
-    wait_for("a few files to arrive", 60, || done(&dest) >= 3 || client.exited().is_some());
+    wait_for("a few files to arrive", 60, || {
+        done(&dest) >= 3 || client.exited().is_some()
+    });
     signal(client.pid, "-STOP");
-    assert!(client.exited().is_none(), "the client finished before the kill");
+    assert!(
+        client.exited().is_none(),
+        "the client finished before the kill"
+    );
     first.kill9();
     let second = sluice(ServeOptions {
         writable: true,
@@ -219,7 +269,11 @@ fn tree_download_survives_a_server_killed_and_restarted() {
     wait_for("the client to end", 120, || client.exited().is_some());
     let status = client.exited().unwrap();
     let stderr = fs::read_to_string(&err).unwrap_or_default();
-    assert!(status.success(), "{status}\n{stderr}\n{}", second.log_tail());
+    assert!(
+        status.success(),
+        "{status}\n{stderr}\n{}",
+        second.log_tail()
+    );
     assert!(stderr.contains("retry 1"), "no retry reported:\n{stderr}");
     assert_eq!(tree_sums(&dest), want, "{stderr}");
 }
@@ -292,23 +346,43 @@ fn session(ctl: TcpStream, listing: &[u8]) {
 #[test]
 fn hostile_tree_listings_are_refused() {
     let cases: [(&'static [u8], &str); 5] = [
-        (b"type=file;size=4; good\r\ntype=file;size=4; ..\r\n", "`..`"),
-        (b"type=file;size=4; good\r\ntype=dir; ../../escape\r\n", "`../../escape`"),
-        (b"type=file;size=4; /tmp/sluice-abs-escape\r\n", "`/tmp/sluice-abs-escape`"),
+        (
+            b"type=file;size=4; good\r\ntype=file;size=4; ..\r\n",
+            "`..`",
+        ),
+        (
+            b"type=file;size=4; good\r\ntype=dir; ../../escape\r\n",
+            "`../../escape`",
+        ),
+        (
+            b"type=file;size=4; /tmp/sluice-abs-escape\r\n",
+            "`/tmp/sluice-abs-escape`",
+        ),
         (b"type=file;size=4; a/b\r\n", "`a/b`"),
-        (b"type=file;size=4; evil\x1b]0;title\x07\r\n", "evil\\x1b]0;title\\x07"),
+        (
+            b"type=file;size=4; evil\x1b]0;title\x07\r\n",
+            "evil\\x1b]0;title\\x07",
+        ),
     ];
     for (listing, shown) in cases {
         let port = fake_tree_server(listing);
         let work = tempfile::tempdir().unwrap();
         let dest = work.path().join("inner/dest");
         let o = sluice_cmd(&[
-            "get", "-r", "-q", "--timeout", "5",
+            "get",
+            "-r",
+            "-q",
+            "--timeout",
+            "5",
             &format!("ftp://127.0.0.1:{port}/"),
             dest.to_str().unwrap(),
         ]);
         assert_exit(&o, 7);
-        assert!(o.stderr.contains("unsafe name") && o.stderr.contains(shown), "{}", o.describe());
+        assert!(
+            o.stderr.contains("unsafe name") && o.stderr.contains(shown),
+            "{}",
+            o.describe()
+        );
         assert!(!o.stderr.contains('\x1b'), "{}", o.describe());
         assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
         assert!(!Path::new("/tmp/sluice-abs-escape").exists());
@@ -325,14 +399,27 @@ fn a_failed_file_is_listed_and_the_tree_goes_on() {
     let work = tempfile::tempdir().unwrap();
     let dest = work.path().join("d");
     let o = sluice_cmd(&[
-        "get", "-r", "-q", "--timeout", "5",
+        "get",
+        "-r",
+        "-q",
+        "--timeout",
+        "5",
         &format!("ftp://127.0.0.1:{port}/"),
         dest.to_str().unwrap(),
     ]);
     assert_exit(&o, 5);
-    assert!(o.stderr.contains("failed: missing one: RETR: 550 no such file"), "{}", o.describe());
+    assert!(
+        o.stderr
+            .contains("failed: missing one: RETR: 550 no such file"),
+        "{}",
+        o.describe()
+    );
     assert!(o.stderr.contains("1 of 2 files failed"), "{}", o.describe());
-    assert!(o.stderr.contains("skipped ln: symbolic link"), "{}", o.describe());
+    assert!(
+        o.stderr.contains("skipped ln: symbolic link"),
+        "{}",
+        o.describe()
+    );
     assert_eq!(fs::read(dest.join("good")).unwrap(), b"GOOD");
 }
 
@@ -355,7 +442,11 @@ fn tree_sync_moves_only_what_changed_and_deletes() {
     sluice_cmd(&["get", "-r", "-q", &server.url("up"), dest.to_str().unwrap()]).assert_success();
 
     // Server side: one file changed, one deleted, one new.
-    fs::write(server.local("up/a dir/with space.txt"), b"changed on the server\n").unwrap();
+    fs::write(
+        server.local("up/a dir/with space.txt"),
+        b"changed on the server\n",
+    )
+    .unwrap();
     fs::remove_file(server.local("up/empty")).unwrap();
     fs::write(server.local("up/new.txt"), b"new\n").unwrap();
     // Local side: extras the mirror must remove.
@@ -365,34 +456,84 @@ fn tree_sync_moves_only_what_changed_and_deletes() {
     let big_ino = inode(&dest.join("big.bin"));
 
     let o = sluice_cmd(&[
-        "get", "-r", "-q", "--sync", "--delete", &server.url("up"), dest.to_str().unwrap(),
+        "get",
+        "-r",
+        "-q",
+        "--sync",
+        "--delete",
+        &server.url("up"),
+        dest.to_str().unwrap(),
     ]);
     o.assert_success();
-    assert!(o.stderr.contains("2 of 6 files, 4 up to date, 3 deleted"), "{}", o.describe());
-    assert_eq!(tree_sums(&dest), tree_sums(&server.local("up")), "{}", o.describe());
+    assert!(
+        o.stderr.contains("2 of 6 files, 4 up to date, 3 deleted"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(
+        tree_sums(&dest),
+        tree_sums(&server.local("up")),
+        "{}",
+        o.describe()
+    );
     assert!(!dest.join("extra dir").exists());
-    assert_eq!(inode(&dest.join("big.bin")), big_ino, "an unchanged file was rewritten");
+    assert_eq!(
+        inode(&dest.join("big.bin")),
+        big_ino,
+        "an unchanged file was rewritten"
+    );
 
     // Nothing changed: nothing moves.
-    let o = sluice_cmd(&["get", "-r", "-q", "--sync", &server.url("up"), dest.to_str().unwrap()]);
-    assert!(o.stderr.contains("0 of 6 files, 6 up to date"), "{}", o.describe());
+    let o = sluice_cmd(&[
+        "get",
+        "-r",
+        "-q",
+        "--sync",
+        &server.url("up"),
+        dest.to_str().unwrap(),
+    ]);
+    assert!(
+        o.stderr.contains("0 of 6 files, 6 up to date"),
+        "{}",
+        o.describe()
+    );
     // --checksum: the same verdict from the server's CKSM.
     let o = sluice_cmd(&[
-        "get", "-r", "-q", "--sync", "--checksum", &server.url("up"), dest.to_str().unwrap(),
+        "get",
+        "-r",
+        "-q",
+        "--sync",
+        "--checksum",
+        &server.url("up"),
+        dest.to_str().unwrap(),
     ]);
-    assert!(o.stderr.contains("0 of 6 files, 6 up to date"), "{}", o.describe());
+    assert!(
+        o.stderr.contains("0 of 6 files, 6 up to date"),
+        "{}",
+        o.describe()
+    );
 
     // Upload side: one local file changed, one deleted, one added.
     write_pseudo_random(&src.join("a dir/sub deeper/x;y=z.dat"), 80_000, 9);
     fs::remove_file(src.join("-leading dash")).unwrap();
     fs::write(src.join("added.bin"), b"added\n").unwrap();
     let o = sluice_cmd(&[
-        "put", "-r", "-q", "--sync", "--delete", src.to_str().unwrap(), &server.url("up/"),
+        "put",
+        "-r",
+        "-q",
+        "--sync",
+        "--delete",
+        src.to_str().unwrap(),
+        &server.url("up/"),
     ]);
     o.assert_success();
     // empty (gone from the server), with space.txt (changed there),
     // x;y=z.dat and added.bin move; new.txt and -leading dash are deleted.
-    assert!(o.stderr.contains("4 of 6 files, 2 up to date, 2 deleted"), "{}", o.describe());
+    assert!(
+        o.stderr.contains("4 of 6 files, 2 up to date, 2 deleted"),
+        "{}",
+        o.describe()
+    );
     assert_eq!(tree_sums(&server.local("up")), tree_sums(&src));
 }
 
@@ -422,7 +563,11 @@ fn fake_json_server(body: &'static str) -> u16 {
 /// `..`, a path or an absolute name refuses the job, nothing is written.
 #[test]
 fn hostile_http_json_listing_is_refused() {
-    for (name, shown) in [("..", "`..`"), ("../../x", "`../../x`"), ("/tmp/sluice-json-escape", "`/tmp/sluice-json-escape`")] {
+    for (name, shown) in [
+        ("..", "`..`"),
+        ("../../x", "`../../x`"),
+        ("/tmp/sluice-json-escape", "`/tmp/sluice-json-escape`"),
+    ] {
         let body: &'static str = Box::leak(
             format!(r#"{{"path":"/","truncated":false,"entries":[{{"name":"{name}","type":"file","size":1,"mtime":null}}]}}"#)
                 .into_boxed_str(),
@@ -431,12 +576,20 @@ fn hostile_http_json_listing_is_refused() {
         let work = tempfile::tempdir().unwrap();
         let dest = work.path().join("d");
         let o = sluice_cmd(&[
-            "get", "-r", "-q", "--timeout", "5",
+            "get",
+            "-r",
+            "-q",
+            "--timeout",
+            "5",
             &format!("http://127.0.0.1:{port}/"),
             dest.to_str().unwrap(),
         ]);
         assert_exit(&o, 7);
-        assert!(o.stderr.contains("unsafe name") && o.stderr.contains(shown), "{}", o.describe());
+        assert!(
+            o.stderr.contains("unsafe name") && o.stderr.contains(shown),
+            "{}",
+            o.describe()
+        );
         assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
     }
 }
@@ -466,7 +619,13 @@ fn cp_server_to_server_between_two_sluice_servers() {
     let o = sluice_cmd(&["cp", "-p", "4", &a.url(&f.name), &b.url("x")]);
     assert_exit(&o, 2);
     // A read-only destination: its refusal is the error, not the source's.
-    let o = sluice_cmd(&["cp", "--timeout", "5", &b.url("back.bin"), &a.url("nope.bin")]);
+    let o = sluice_cmd(&[
+        "cp",
+        "--timeout",
+        "5",
+        &b.url("back.bin"),
+        &a.url("nope.bin"),
+    ]);
     assert_exit(&o, 5);
     assert!(o.stderr.contains("STOR (destination)"), "{}", o.describe());
 }
@@ -515,9 +674,20 @@ fn cp_from_a_list_of_pairs() {
     .unwrap();
     let o = sluice_cmd(&["cp", "-q", "--timeout", "5", "-f", list.to_str().unwrap()]);
     assert_exit(&o, 5);
-    assert!(o.stderr.contains("2 of 3 files, 1 failed"), "{}", o.describe());
-    assert!(o.stderr.contains("failed: ftp://") && o.stderr.contains("missing.bin"), "{}", o.describe());
+    assert!(
+        o.stderr.contains("2 of 3 files, 1 failed"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        o.stderr.contains("failed: ftp://") && o.stderr.contains("missing.bin"),
+        "{}",
+        o.describe()
+    );
     compare_file(&got, f).unwrap();
-    assert_eq!(sha256_file(&server.local("up dest.bin")), sha256_file(&local_up));
+    assert_eq!(
+        sha256_file(&server.local("up dest.bin")),
+        sha256_file(&local_up)
+    );
     assert!(!work.path().join("never").exists());
 }

@@ -100,10 +100,16 @@ fn run_list(list: &std::path::Path, a: &CpArgs) -> Result<()> {
     let done = std::sync::atomic::AtomicU64::new(0);
     let mut each = a.clone();
     each.opts.quiet = true;
-    let out = jobs::run(jobs, workers, &done, || Ok(()), |_, _, (s, d), attempt| {
-        one(s.clone(), d.clone(), each.clone(), attempt > 0)?;
-        Ok(0)
-    });
+    let out = jobs::run(
+        jobs,
+        workers,
+        &done,
+        || Ok(()),
+        |_, _, (s, d), attempt| {
+            one(s.clone(), d.clone(), each.clone(), attempt > 0)?;
+            Ok(0)
+        },
+    );
     crate::tree::ftp::finish("copied", out, total, &Notes::default(), t0, a.opts.stats)
 }
 
@@ -169,9 +175,9 @@ fn final_reply(ctl: &mut Control, idle: Duration) -> Result<Reply> {
 fn third_party(s: &FtpUrl, d: &FtpUrl, a: &CpArgs) -> Result<()> {
     let timeout = Duration::from_secs(a.opts.timeout);
     let dst_path = if d.path.ends_with('/') {
-        let name = s.file_name().ok_or_else(|| {
-            ClientError::Usage("the source URL names no file".into())
-        })?;
+        let name = s
+            .file_name()
+            .ok_or_else(|| ClientError::Usage("the source URL names no file".into()))?;
         format!("{}{name}", d.path)
     } else {
         d.path.clone()
@@ -198,7 +204,10 @@ fn third_party(s: &FtpUrl, d: &FtpUrl, a: &CpArgs) -> Result<()> {
         if is_unsupported(r.code) && port_cmd.starts_with("PORT") {
             src.expect_ok(&format!("EPRT {}", addr::format_eprt(to)), "EPRT (source)")?;
         } else {
-            return Err(refused("PORT (source; a server may refuse a foreign data host)", &r));
+            return Err(refused(
+                "PORT (source; a server may refuse a foreign data host)",
+                &r,
+            ));
         }
     }
     // STOR without waiting for its 150: globus-gridftp-server answers a
@@ -233,7 +242,10 @@ fn third_party(s: &FtpUrl, d: &FtpUrl, a: &CpArgs) -> Result<()> {
             return Err(ClientError::ChecksumMismatch {
                 algo: algo.name().into(),
                 server: theirs,
-                local: format!("{} (destination server)", crate::ftp::control::printable(&mine)),
+                local: format!(
+                    "{} (destination server)",
+                    crate::ftp::control::printable(&mine)
+                ),
                 advice: String::new(),
             });
         }
@@ -254,7 +266,10 @@ mod tests {
     fn list_lines_split_with_quotes() {
         let f = super::list_fields;
         assert_eq!(f("ftp://h/a  /tmp/a"), ["ftp://h/a", "/tmp/a"]);
-        assert_eq!(f("\"/tmp/with space\" ftp://h/x%20y"), ["/tmp/with space", "ftp://h/x%20y"]);
+        assert_eq!(
+            f("\"/tmp/with space\" ftp://h/x%20y"),
+            ["/tmp/with space", "ftp://h/x%20y"]
+        );
         assert_eq!(f("a \"\""), ["a", ""]);
         assert!(f("   ").is_empty());
     }

@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::jobs::{self, Outcome};
+use super::plan::{self, Action};
 use super::sync::{self, Notes};
 use crate::checksum;
-use std::sync::atomic::AtomicU64;
-use super::plan::{self, Action};
 use crate::cli::GetArgs;
 use crate::error::{ClientError, Result};
 use crate::ftp::control::{refused, Control};
@@ -25,6 +24,7 @@ use crate::progress::Progress;
 use crate::stats::Stats;
 use crate::url::FtpUrl;
 use crate::writer::{self, Sink};
+use std::sync::atomic::AtomicU64;
 
 /// Largest MLSD listing we read for one directory.
 const MAX_LISTING: usize = 256 << 20;
@@ -40,8 +40,10 @@ pub(super) struct Conn {
 pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
     let mut ctl = session::open(u, timeout)?;
     ctl.expect_ok("TYPE I", "TYPE I")?;
-    let mfmt = session::features(&mut ctl)?
-        .is_some_and(|f| f.iter().any(|l| l.split_whitespace().next() == Some("MFMT")));
+    let mfmt = session::features(&mut ctl)?.is_some_and(|f| {
+        f.iter()
+            .any(|l| l.split_whitespace().next() == Some("MFMT"))
+    });
     let extended = parallel > 1 && session::try_mode_e(&mut ctl)?;
     Ok(Conn {
         ctl,
@@ -162,7 +164,10 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         let raw = mlsd(&mut ctl, &path)?;
         let entries = plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?;
         let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
-            ClientError::Protocol(format!("{}: {b}; refusing the whole tree", plan::shown(&path)))
+            ClientError::Protocol(format!(
+                "{}: {b}; refusing the whole tree",
+                plan::shown(&path)
+            ))
         })?;
         if a.tree.delete {
             let keep = entries.iter().map(|e| e.name.clone()).collect();
@@ -203,16 +208,34 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         &job.done,
         || open(u, a.opts.parallel, timeout),
         |c, rel, f, attempt| {
-            if a.tree.checksum && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)? {
+            if a.tree.checksum
+                && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)?
+            {
                 same.fetch_add(1, Relaxed);
                 return Ok(0);
             }
-            fetch(c, u, &per_file, &root, rel, f, attempt > 0 || a.resume, &job.stats)
+            fetch(
+                c,
+                u,
+                &per_file,
+                &root,
+                rel,
+                f,
+                attempt > 0 || a.resume,
+                &job.stats,
+            )
         },
     );
     job.progress.finish();
     notes.same = same.into_inner();
-    finish("received", out, total + notes.uptodate as usize, &notes, t0, a.opts.stats)
+    finish(
+        "received",
+        out,
+        total + notes.uptodate as usize,
+        &notes,
+        t0,
+        a.opts.stats,
+    )
 }
 
 /// Downloads one file of the tree on a worker's connection.
@@ -311,7 +334,12 @@ pub(super) fn set_mtime(path: &Path, mtime: Option<i64>) {
 
 /// `--sync --checksum`: whether the server's `remote` and the local
 /// `local` have the same size and CKSM (the strongest both know).
-pub(super) fn same_checksum(c: &mut Conn, remote: &str, local: &Path, size: Option<u64>) -> Result<bool> {
+pub(super) fn same_checksum(
+    c: &mut Conn,
+    remote: &str,
+    local: &Path,
+    size: Option<u64>,
+) -> Result<bool> {
     let Some(have) = sync::local_have(local) else {
         return Ok(false);
     };

@@ -75,10 +75,7 @@ fn walk_local(root: &Path) -> Result<LocalTree> {
             let de = de.map_err(|e| ClientError::local(format!("read {}", here.display()), e))?;
             let Some(name) = de.file_name().to_str().map(str::to_string) else {
                 skipped += 1;
-                eprintln!(
-                    "sluice: skipped {}: name is not UTF-8",
-                    de.path().display()
-                );
+                eprintln!("sluice: skipped {}: name is not UTF-8", de.path().display());
                 continue;
             };
             if let Err(b) = plan::check_name(&name) {
@@ -108,7 +105,10 @@ fn walk_local(root: &Path) -> Result<LocalTree> {
                     .map(|d| d.as_secs() as i64),
             });
         }
-        names.insert(dir.clone(), entries.iter().map(|e| e.name.clone()).collect());
+        names.insert(
+            dir.clone(),
+            entries.iter().map(|e| e.name.clone()).collect(),
+        );
         let actions = plan::plan_dir(&dir, &entries)
             .map_err(|b| ClientError::Bug(format!("checked name refused: {b}")))?;
         for act in actions {
@@ -158,8 +158,10 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     };
     let timeout = Duration::from_secs(a.opts.timeout);
     let mut ctl = session::open(u, timeout)?;
-    let mfmt = session::features(&mut ctl)?
-        .is_some_and(|f| f.iter().any(|l| l.split_whitespace().next() == Some("MFMT")));
+    let mfmt = session::features(&mut ctl)?.is_some_and(|f| {
+        f.iter()
+            .any(|l| l.split_whitespace().next() == Some("MFMT"))
+    });
     // The target and every directory, parents first. A refusal is not an
     // error yet: the directory may exist; a STOR into it will tell.
     for rel in std::iter::once("").chain(dirs.iter().map(String::as_str)) {
@@ -181,9 +183,8 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
                 Err(ClientError::Refused { .. }) => Vec::new(),
                 Err(e) => return Err(e),
             };
-            plan::plan_dir(&dir, &entries).map_err(|b| {
-                ClientError::Protocol(format!("{}: {b}", plan::shown(&path)))
-            })?;
+            plan::plan_dir(&dir, &entries)
+                .map_err(|b| ClientError::Protocol(format!("{}: {b}", plan::shown(&path))))?;
             let keep = names.get(&dir);
             for e in &entries {
                 let rel = plan::join(&dir, &e.name);
@@ -279,4 +280,3 @@ fn send(
     }
     Ok(len - offset.min(len))
 }
-

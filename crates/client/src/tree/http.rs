@@ -15,8 +15,8 @@ use sluice_http::{Framing, HttpUrl, Method};
 
 use super::http_listing::{self, MAX_LISTING};
 use super::jobs;
-use super::sync::{self, Notes};
 use super::plan::{self, Action, Entry};
+use super::sync::{self, Notes};
 use crate::cli::GetArgs;
 use crate::error::{ClientError, Result};
 use crate::http::exchange;
@@ -157,9 +157,8 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
     while let Some(dir) = dirs.pop_front() {
         let url = dir_url(&base, &dir);
         let (entries, _json) = list(&url, timeout)?;
-        let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
-            ClientError::Protocol(format!("{url}: {b}; refusing the whole tree"))
-        })?;
+        let actions = plan::plan_dir(&dir, &entries)
+            .map_err(|b| ClientError::Protocol(format!("{url}: {b}; refusing the whole tree")))?;
         if a.tree.delete {
             let keep = entries.iter().map(|e| e.name.clone()).collect();
             notes.deleted += sync::delete_local_extras(&root.join(&dir), &dir, &keep)?;

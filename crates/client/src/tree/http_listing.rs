@@ -94,7 +94,11 @@ pub fn parse_html(html: &str) -> (Vec<Entry>, Vec<String>) {
             Some(h) => (h, true),
             None => (href.as_str(), false),
         };
-        if h.is_empty() || h.contains(['?', '#']) || (!dotted && h.contains(':')) || h.starts_with('/') {
+        if h.is_empty()
+            || h.contains(['?', '#'])
+            || (!dotted && h.contains(':'))
+            || h.starts_with('/')
+        {
             continue;
         }
         let (seg, kind) = match h.strip_suffix('/') {

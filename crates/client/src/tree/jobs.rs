@@ -113,7 +113,10 @@ where
                             Ok(n) => {
                                 done.fetch_add(1, Relaxed);
                                 bytes.fetch_add(n, Relaxed);
-                                files.lock().unwrap().push((rel, n, t.elapsed(), attempt + 1));
+                                files
+                                    .lock()
+                                    .unwrap()
+                                    .push((rel, n, t.elapsed(), attempt + 1));
                                 break;
                             }
                             Err(e) => {

@@ -178,7 +178,12 @@ pub struct Have {
 /// source's time (`dst_time_settable` false: an FTP server without
 /// MFMT), a destination copy at least as new as the source counts.
 /// An unknown size or time on either side means "copy".
-pub fn differs(src_size: Option<u64>, src_mtime: Option<i64>, dst: Option<Have>, dst_time_settable: bool) -> bool {
+pub fn differs(
+    src_size: Option<u64>,
+    src_mtime: Option<i64>,
+    dst: Option<Have>,
+    dst_time_settable: bool,
+) -> bool {
     let Some(dst) = dst else { return true };
     if src_size != Some(dst.size) {
         return true;
@@ -271,7 +276,10 @@ type=file;size=0; caf\xc3\xa9\r\n";
         assert_eq!(e.len(), 5, "{e:?}");
         assert_eq!(e[0].name, "a b; c.txt");
         assert_eq!((e[0].kind, e[0].size), (Kind::File, Some(5)));
-        assert_eq!(e[0].mtime, sluice_ftp::listing::parse_mdtm("20260102030405"));
+        assert_eq!(
+            e[0].mtime,
+            sluice_ftp::listing::parse_mdtm("20260102030405")
+        );
         assert!(e[0].mtime.is_some());
         assert_eq!((e[1].name.as_str(), e[1].kind), ("sub dir", Kind::Dir));
         assert_eq!(e[2].kind, Kind::Link);
@@ -283,7 +291,17 @@ type=file;size=0; caf\xc3\xa9\r\n";
 
     #[test]
     fn hostile_names_are_refused() {
-        for bad in ["", ".", "..", "../x", "/etc/passwd", "a/b", "x\r\nDELE y", "\x1b[2J", "a\u{9b}"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "/etc/passwd",
+            "a/b",
+            "x\r\nDELE y",
+            "\x1b[2J",
+            "a\u{9b}",
+        ] {
             let e = plan_dir("sub", &[file("ok"), file(bad)]).unwrap_err();
             assert!(!e.shown.contains('\x1b') && !e.shown.contains('\n'), "{e}");
         }
@@ -294,7 +312,12 @@ type=file;size=0; caf\xc3\xa9\r\n";
 
     #[test]
     fn sync_compares_size_and_time() {
-        let have = |size, mtime| Some(Have { size, mtime: Some(mtime) });
+        let have = |size, mtime| {
+            Some(Have {
+                size,
+                mtime: Some(mtime),
+            })
+        };
         assert!(!differs(Some(5), Some(100), have(5, 100), true));
         assert!(differs(Some(5), Some(100), have(5, 101), true));
         assert!(differs(Some(6), Some(100), have(5, 100), true));
@@ -325,10 +348,17 @@ type=file;size=0; caf\xc3\xa9\r\n";
             file("a"),
         ];
         let p = plan_dir("top", &entries).unwrap();
-        assert_eq!(p[0], Action::Descend { rel: "top/d".into() });
+        assert_eq!(
+            p[0],
+            Action::Descend {
+                rel: "top/d".into()
+            }
+        );
         assert!(matches!(&p[1], Action::Copy { rel, .. } if rel == "top/a"));
         assert!(matches!(&p[2], Action::Copy { rel, .. } if rel == "top/z"));
         assert!(matches!(&p[3], Action::Skip { rel, .. } if rel == "top/l"));
-        assert!(matches!(&plan_dir("", &[file("f")]).unwrap()[0], Action::Copy { rel, .. } if rel == "f"));
+        assert!(
+            matches!(&plan_dir("", &[file("f")]).unwrap()[0], Action::Copy { rel, .. } if rel == "f")
+        );
     }
 }
