@@ -87,6 +87,8 @@ fn tree_up_and_down_against_sluice() {
     assert!(server.local("up/empty dir").is_dir());
 
     let dest = work.path().join("down");
+    let logins = || server.stderr_text().matches("session: login user=").count();
+    let before = logins();
     let down = sluice_cmd(&[
         "get",
         "-r",
@@ -98,6 +100,10 @@ fn tree_up_and_down_against_sluice() {
         dest.to_str().unwrap(),
     ]);
     down.assert_success();
+    // One session lists the tree, then each of the 3 workers logs in once
+    // for all its files (not once per file: that would be 7).
+    assert!(logins() > before, "no login lines in the server log");
+    assert!(logins() - before <= 4, "{} logins\n{}", logins() - before, down.describe());
     assert!(
         down.stderr
             .contains("stats: file big.bin bytes 5242880 seconds ")
