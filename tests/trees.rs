@@ -103,7 +103,12 @@ fn tree_up_and_down_against_sluice() {
     // One session lists the tree, then each of the 3 workers logs in once
     // for all its files (not once per file: that would be 7).
     assert!(logins() > before, "no login lines in the server log");
-    assert!(logins() - before <= 4, "{} logins\n{}", logins() - before, down.describe());
+    assert!(
+        logins() - before <= 4,
+        "{} logins\n{}",
+        logins() - before,
+        down.describe()
+    );
     assert!(
         down.stderr
             .contains("stats: file big.bin bytes 5242880 seconds ")
@@ -696,4 +701,84 @@ fn cp_from_a_list_of_pairs() {
         sha256_file(&local_up)
     );
     assert!(!work.path().join("never").exists());
+}
+
+/// `put -r` with the server killed (-9) mid-tree and restarted on the
+/// same port: the workers reconnect, resume or resend their files, and
+/// the server ends with every file right.
+#[test]
+fn tree_upload_survives_a_server_killed_and_restarted() {
+    let first = sluice_rw();
+    let root = first.root.clone();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    for d in 0..10 {
+        for f in 0..30 {
+            let p = src.join(format!("d{d}/f {f}.bin"));
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            write_pseudo_random(&p, 200_000 + f * 1000, 7 + d * 100 + f);
+        }
+    }
+    let err = work.path().join("stderr");
+    let client = ProcessGuard::spawn(
+        Command::new(sluice_bin())
+            .args(["put", "-r", "-q", "--files", "2", "--timeout", "10"])
+            .arg(&src)
+            .arg(first.url("up/"))
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&err).unwrap()),
+    )
+    .expect("start sluice put -r");
+    let arrived = || {
+        fs::read_dir(root.join("up/d0"))
+            .map(|r| r.count())
+            .unwrap_or(0)
+    };
+    wait_for("a few files to arrive", 60, || {
+        arrived() >= 3 || client.exited().is_some()
+    });
+    signal(client.pid, "-STOP");
+    assert!(
+        client.exited().is_none(),
+        "the client finished before the kill"
+    );
+    first.kill9();
+    let second = sluice(ServeOptions {
+        writable: true,
+        root: Some(root.clone()),
+        listen: Some(first.addr()),
+        ..Default::default()
+    });
+    signal(client.pid, "-CONT");
+    wait_for("the client to end", 120, || client.exited().is_some());
+    let status = client.exited().unwrap();
+    let stderr = fs::read_to_string(&err).unwrap_or_default();
+    assert!(
+        status.success(),
+        "{status}\n{stderr}\n{}",
+        second.log_tail()
+    );
+    assert!(stderr.contains("retry 1"), "no retry reported:\n{stderr}");
+    let mut got = tree_sums(&root.join("up"));
+    // The server may keep its own partial-upload files; only names the
+    // source has count.
+    let want = tree_sums(&src);
+    got.retain(|k, _| want.contains_key(k));
+    let wrong: Vec<String> = want
+        .keys()
+        .filter(|k| got.get(*k) != want.get(*k))
+        .map(|k| {
+            let size = |p: &Path| fs::metadata(p).map(|m| m.len()).ok();
+            format!(
+                "{k}: server {:?} bytes, source {:?}",
+                size(&root.join("up").join(k)),
+                size(&src.join(k))
+            )
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{wrong:?}\n{stderr}\n{}",
+        second.log_tail()
+    );
 }

@@ -259,12 +259,13 @@ fn send(
     } else {
         0
     };
-    if offset < len || offset == 0 {
-        if c.extended {
-            put::send_extended(&mut c.ctl, &file, len, offset, &remote, a, stats)?;
-        } else {
-            put::send_stream(&mut c.ctl, &file, len, offset, &remote, stats)?;
-        }
+    // Sent even when the server already has every byte (offset == len):
+    // SIZE also reports an interrupted upload's partial, which only the
+    // end of a transfer (here an APPE of nothing) turns into the file.
+    if c.extended {
+        put::send_extended(&mut c.ctl, &file, len, offset, &remote, a, stats)?;
+    } else {
+        put::send_stream(&mut c.ctl, &file, len, offset, &remote, stats)?;
     }
     if c.mfmt {
         if let Some(t) = s.mtime {
