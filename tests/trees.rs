@@ -155,6 +155,13 @@ fn tree_up_and_down_against_sluice() {
 
     // And from nginx's HTML autoindex pages.
     if require_tool("nginx") {
+        // An old time, so a kept one cannot be the download's own.
+        fs::File::options()
+            .write(true)
+            .open(server.local("up/a dir/with space.txt"))
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
         let (_nginx, port, _dir) = nginx_autoindex(&server.local("up"));
         let ndest = work.path().join("nginx");
         let ndown = sluice_cmd(&[
@@ -167,6 +174,11 @@ fn tree_up_and_down_against_sluice() {
         ndown.assert_success();
         assert_eq!(tree_sums(&ndest), want, "{}", ndown.describe());
         assert!(ndest.join("empty dir").is_dir());
+        // nginx's Last-Modified is kept.
+        assert_eq!(
+            secs(mtime(&ndest.join("a dir/with space.txt"))),
+            secs(mtime(&server.local("up/a dir/with space.txt")))
+        );
     }
 }
 
