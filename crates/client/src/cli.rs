@@ -20,6 +20,8 @@ Exit codes:
   7  protocol error (the server broke the protocol)
   8  checksum mismatch (--verify)
   9  --verify asked, but the server offers no checksum we know
+A job of many files (-r, cp -f) that failed for some exits with the code of
+the first failure; the summary lists every failed file and why.
 A closed stdout pipe (DEST `-`) ends the command quietly with 0.
 Errors print one line: `sluice: <url>: <what>: <cause>`.";
 

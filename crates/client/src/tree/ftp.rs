@@ -379,6 +379,9 @@ pub(crate) fn finish(
     if !out.failed.is_empty() {
         detail.push_str(&format!(", {} failed", out.failed.len()));
     }
+    if out.untried > 0 {
+        detail.push_str(&format!(", {} not tried", out.untried));
+    }
     eprintln!(
         "{}",
         crate::stats::summary(verb, out.bytes, elapsed, &detail)
@@ -395,7 +398,7 @@ pub(crate) fn finish(
     for f in &out.failed {
         eprintln!("sluice: failed: {}: {}", plan::shown(&f.rel), f.error);
     }
-    let failed = out.failed.len();
+    let failed = out.failed.len() + out.untried as usize;
     match out.failed.into_iter().next() {
         None => Ok(()),
         Some(first) => Err(ClientError::Tree {

@@ -41,6 +41,9 @@ pub struct Outcome {
     pub retries: u64,
     /// Files that failed for good, in the order they failed.
     pub failed: Vec<Failure>,
+    /// Files not tried because the job stopped (a refused login would be
+    /// refused for every file).
+    pub untried: u64,
     /// Every file that arrived: path, bytes, time of its last attempt,
     /// attempts (for `--stats`).
     pub files: Vec<(String, u64, Duration, u32)>,
@@ -89,12 +92,16 @@ where
     let bytes = AtomicU64::new(0);
     let retries = AtomicU64::new(0);
     let failed = Mutex::new(Vec::new());
+    let stop = std::sync::atomic::AtomicBool::new(false);
     let workers = workers.max(1);
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| {
                 let mut conn: Option<C> = None;
                 loop {
+                    if stop.load(Relaxed) {
+                        return;
+                    }
                     let Some((rel, job)) = queue.lock().unwrap().pop_front() else {
                         return;
                     };
@@ -124,6 +131,9 @@ where
                                     conn = None;
                                 }
                                 attempt += 1;
+                                if matches!(e, ClientError::Login { .. } | ClientError::Usage(_)) {
+                                    stop.store(true, Relaxed);
+                                }
                                 if !retryable(&e) || attempt >= ATTEMPTS {
                                     failed.lock().unwrap().push(Failure { rel, error: e });
                                     break;
@@ -143,6 +153,7 @@ where
         }
     });
     Outcome {
+        untried: queue.into_inner().unwrap().len() as u64,
         done: done.load(Relaxed),
         files: files.into_inner().unwrap(),
         bytes: bytes.into_inner(),
@@ -197,6 +208,29 @@ mod tests {
         // One login, one more after the network error; the 550 kept it.
         assert_eq!(opens.load(Relaxed), 2);
         assert_eq!(calls.lock().unwrap()[2], ("flaky".to_string(), 1));
+    }
+
+    #[test]
+    fn a_refused_login_stops_the_job() {
+        let done = AtomicU64::new(0);
+        let jobs = (0..50).map(|i| (format!("f{i}"), ())).collect();
+        let tries = AtomicU64::new(0);
+        let out = run(
+            jobs,
+            2,
+            &done,
+            || -> Result<()> {
+                tries.fetch_add(1, Relaxed);
+                Err(ClientError::Login {
+                    reply: "530 no".into(),
+                })
+            },
+            |_, _, _, _| Ok(1),
+        );
+        assert_eq!(out.done, 0);
+        assert!(out.failed.len() <= 2, "{:?}", out.failed);
+        assert_eq!(out.failed.len() as u64 + out.untried, 50);
+        assert!(tries.load(Relaxed) <= 2);
     }
 
     #[test]
