@@ -794,3 +794,33 @@ fn tree_upload_survives_a_server_killed_and_restarted() {
         second.log_tail()
     );
 }
+
+/// An interrupted upload that had written every byte (a server killed
+/// with -9 after the last write leaves exactly this: `.NAME.sluice-partial`
+/// holding the whole file, no NAME); SIZE reports the partial. `put
+/// --continue` (and a retried file of `put -r`) must still end the
+/// transfer so the partial becomes the file (before: exit 0, "resumed at
+/// 100000", and no file).
+#[test]
+fn put_continue_commits_a_partial_that_has_every_byte() {
+    let server = sluice_rw();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("f.bin");
+    write_pseudo_random(&src, 100_000, 11);
+    fs::copy(&src, server.local(".f.bin.sluice-partial")).unwrap();
+    assert!(!server.local("f.bin").exists());
+    let o = sluice_cmd(&[
+        "put",
+        "-q",
+        "--continue",
+        src.to_str().unwrap(),
+        &server.url("f.bin"),
+    ]);
+    o.assert_success();
+    assert_eq!(
+        sha256_file(&server.local("f.bin")),
+        sha256_file(&src),
+        "{}",
+        o.describe()
+    );
+}

@@ -70,17 +70,17 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     }
     let stats = Arc::new(Stats::default());
     let t0 = Instant::now();
-    let mut streams = 0;
-    if offset < len || !a.resume {
-        let progress = Progress::start(stats.clone(), Some(len), offset, a.opts.quiet);
-        let r = if extended {
-            send_extended(&mut ctl, &file, len, offset, &remote, a, &stats)
-        } else {
-            send_stream(&mut ctl, &file, len, offset, &remote, &stats)
-        };
-        progress.finish();
-        streams = r?;
-    }
+    // Also when the server has every byte (offset == len): SIZE reports an
+    // interrupted upload's partial, which only a finished transfer (an
+    // APPE of nothing) turns into the file.
+    let progress = Progress::start(stats.clone(), Some(len), offset, a.opts.quiet);
+    let r = if extended {
+        send_extended(&mut ctl, &file, len, offset, &remote, a, &stats)
+    } else {
+        send_stream(&mut ctl, &file, len, offset, &remote, &stats)
+    };
+    progress.finish();
+    let streams = r?;
     let elapsed = t0.elapsed();
     let mut detail = format!(
         "{}, {streams} stream{}",
