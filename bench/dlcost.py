@@ -9,7 +9,7 @@ loopback), or `LABEL=BIN[,VAR=VALUE...][,--flag[=value]...]` for a sluice
 binary, e.g.
 
     before=/work/targets/perf/sluice-before,--data-path=copy
-    cur=target/release/sluice,SLUICE_RUNTIME=current,SLUICE_NOTSENT_LOWAT=off
+    cur=target/release/sluice,--workers=1,--notsent-lowat=off
 
 Cases (warm page cache, loopback, clients write to /dev/null):
   1s   one 2 GiB file, one stream (curl; HTTP for nginx, FTP otherwise)

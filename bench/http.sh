@@ -7,7 +7,7 @@
 # sluice configurations (another binary, env, flags; the syntax of
 # bench/dlcost.py) are measured in the same run, e.g.
 #   bench/http.sh target/release/sluice before=/tmp/sluice-old \
-#       shared=target/release/sluice,--runtime=shared,SLUICE_WORKERS=2
+#       shared=target/release/sluice,--runtime=shared,--workers=2
 #
 # 1. Throughput: a warm (page-cached) 2 GiB file fetched by curl to
 #    /dev/null, from sluice (its default data path, copy, and sendfile;

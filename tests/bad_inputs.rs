@@ -885,3 +885,32 @@ fn rein_logs_the_user_out() {
     c.quit();
     assert_serves_fresh_session(&server);
 }
+
+/// SIGHUP (the conventional "reload", sent by operators and logrotate
+/// scripts) must not end the server and its transfers: until reload exists
+/// it is logged and ignored.
+#[test]
+fn sighup_is_logged_and_ignored() {
+    let server = under_test(false);
+    if server.kind != Kind::Sluice {
+        return; // vsftpd's own SIGHUP handling is not what this checks
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // The log line proves the signal was delivered and handled.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !server.stderr_text().contains("SIGHUP ignored") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no SIGHUP log line\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.assert_running();
+    let mut c = logged_in(&server);
+    assert_eq!(c.cmd("NOOP").code, 200, "{}", c.transcript());
+}

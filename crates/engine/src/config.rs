@@ -79,7 +79,7 @@ pub fn parse_switch(s: &str) -> Option<bool> {
 }
 
 /// Everything the engine can be tuned by. `Default` holds measured defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// Data path for downloads.
     pub data_path: DataPath,
@@ -167,6 +167,10 @@ pub struct EngineConfig {
     /// another transfer has the same file open, so the cache holds
     /// read-ahead that is still to be sent rather than data already sent.
     pub prefetch_drop_sent: bool,
+    /// `tcp` mode: share (0..=1) of the memory room not held by other
+    /// page cache that the budget may use (`prefetch/memory.rs`); `None`
+    /// leaves that cache out of the measurement.
+    pub prefetch_budget_of_free: Option<f64>,
 }
 
 impl Default for EngineConfig {
@@ -228,6 +232,7 @@ impl Default for EngineConfig {
             // fast as anything, and the planner's gains need many
             // rate-limited readers on a disk that cannot keep up.
             prefetch: PrefetchMode::Kernel,
+            // (`PrefetchMode::default()` is the same, kept in step by a test.)
             prefetch_budget: 256 << 20,
             prefetch_h_max: 1 << 20,
             // K ~ IOPS x read latency (lab: 150 x ~30 ms); the planner runs
@@ -239,6 +244,8 @@ impl Default for EngineConfig {
             // 150 IOPS x 256 KiB = 39 MB/s: the lab disk's bandwidth.
             prefetch_min_read: 256 << 10,
             prefetch_drop_sent: true,
+            // Opt-in (memory.rs says why: at full page cache it starves).
+            prefetch_budget_of_free: None,
         }
     }
 }
@@ -269,5 +276,6 @@ mod tests {
         assert_eq!(parse_switch(" ON "), Some(true));
         assert_eq!(parse_switch("off"), Some(false));
         assert_eq!(parse_switch("maybe"), None);
+        assert_eq!(PrefetchMode::default(), EngineConfig::default().prefetch);
     }
 }

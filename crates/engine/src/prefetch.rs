@@ -71,7 +71,7 @@ pub(crate) struct Hub {
     /// Configured budget (an upper bound on the measured one).
     budget_cap: u64,
     /// Share of the room not filled by untracked cache the budget may use
-    /// (`SLUICE_PREFETCH_BUDGET_OF_FREE`, e.g. `memory::BUDGET_OF_FREE`);
+    /// (`EngineConfig::prefetch_budget_of_free`, e.g. `memory::BUDGET_OF_FREE`);
     /// `None` (the default) leaves untracked cache out.
     budget_of_free: Option<f64>,
     /// Milliseconds since `start` of the next budget measurement.
@@ -158,10 +158,7 @@ impl Hub {
         if cfg.prefetch == PrefetchMode::Kernel {
             return None;
         }
-        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        let k = env("SLUICE_PREFETCH_QUEUE_DEPTH")
-            .map_or(cfg.prefetch_queue_depth, |v| v as usize)
-            .max(1);
+        let k = cfg.prefetch_queue_depth.max(1);
         let h_max = cfg.prefetch_h_max.max(4096);
         let budget_cap = cfg.prefetch_budget;
         let plan = PlanConfig {
@@ -171,7 +168,7 @@ impl Hub {
             fixed_window: (cfg.sendfile_prefetch as u64).max(4096),
             queue_depth: k,
             page: fadvise::page_size() as u64,
-            device_read: env("SLUICE_PREFETCH_MIN_READ").unwrap_or(cfg.prefetch_min_read),
+            device_read: cfg.prefetch_min_read,
             // With sendfile the socket holds page-cache pages.
             count_socket: true,
             ..PlanConfig::default()
@@ -188,8 +185,7 @@ impl Hub {
             "prefetch planner"
         );
         // `fixed` stays the conventional baseline: no dropping behind it.
-        let drop_sent = cfg.prefetch == PrefetchMode::Tcp
-            && env("SLUICE_PREFETCH_DROP_SENT").map_or(cfg.prefetch_drop_sent, |v| v != 0);
+        let drop_sent = cfg.prefetch == PrefetchMode::Tcp && cfg.prefetch_drop_sent;
         Some(Hub {
             state: Mutex::new(State {
                 pf: Prefetcher::new(plan, sched),
@@ -204,18 +200,7 @@ impl Hub {
             eager_cancel: cfg.cancel,
             sample_every: cfg.sample_interval.max(Duration::from_millis(1)),
             budget_cap,
-            // `on` takes the measured 0.95; a number in 0..=1 sets the share.
-            budget_of_free: std::env::var("SLUICE_PREFETCH_BUDGET_OF_FREE")
-                .ok()
-                .and_then(|v| {
-                    if v.trim() == "on" {
-                        return Some(memory::BUDGET_OF_FREE);
-                    }
-                    v.trim()
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|v| (0.0..=1.0).contains(v))
-                }),
+            budget_of_free: cfg.prefetch_budget_of_free.filter(|v| (0.0..=1.0).contains(v)),
             disk: (k > cfg.disk_threads)
                 .then(|| DiskPool::new(k, k).ok())
                 .flatten(),

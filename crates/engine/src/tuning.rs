@@ -1,22 +1,9 @@
-//! Environment overrides for the engine's measured send-path settings, so a
-//! benchmark can switch one mechanism without a new flag in every front end:
+//! Parsers for the engine's size, switch and time settings, shared by the
+//! server's flags and config file (which are the only way to set them:
+//! nothing here reads the process environment), and the `SO_SNDBUF` choice.
 //!
-//! | variable | field | value |
-//! |---|---|---|
-//! | `SLUICE_NOTSENT_LOWAT` | `notsent_lowat` | size, or `off` |
-//! | `SLUICE_REFILL_TIME` | `refill_time` | seconds (`4`, `0.5`), or `off` (fixed mark) |
-//! | `SLUICE_CHUNK_SIZE` | `chunk_size` (one `sendfile` call) | size |
-//! | `SLUICE_READ_BUFFER` | `read_buffer_size` (copy path) | size |
-//! | `SLUICE_SEND_QUANTUM` | `send_quantum` | size |
-//! | `SLUICE_SNDBUF` | `send_buffer`, `send_buffer_max` | size; `auto` (kernel autotuning); `max` (`wmem_max`); `off` (no fixed size: `send_buffer_max` decides) |
-//! | `SLUICE_INLINE_READS` | `inline_cached_reads` | on/off |
-//! | `SLUICE_RESIDENT_CHECK` | `sendfile_resident_check` | on/off |
-//! | `SLUICE_SNDBUF_MAX` | `send_buffer_max` | on/off |
-//!
-//! Sizes take an optional `K`, `M` or `G` suffix (binary units). A value
-//! that does not parse is logged and ignored (the default stays).
+//! Sizes take an optional `K`, `M` or `G` suffix (binary units).
 
-use crate::config::parse_switch;
 use crate::EngineConfig;
 
 /// Parses `1048576`, `1024K`, `1M`, `2G` (binary units) into bytes.
@@ -32,7 +19,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
-/// How data sockets get their `SO_SNDBUF` (`--send-buffer`, `SLUICE_SNDBUF`).
+/// How data sockets get their `SO_SNDBUF` (`--send-buffer`, key `send_buffer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendBufferChoice {
     /// Kernel autotuning (`tcp_wmem`), nothing set.
@@ -96,63 +83,6 @@ impl EngineConfig {
             SendBufferChoice::Bytes(n) => (Some(n), false),
         };
     }
-
-    /// Applies the `SLUICE_*` overrides from the process environment.
-    pub fn with_env_overrides(self) -> Self {
-        self.with_overrides(|k| std::env::var(k).ok())
-    }
-
-    /// Applies overrides looked up by `get` (the environment, or a test map).
-    pub fn with_overrides(mut self, get: impl Fn(&str) -> Option<String>) -> Self {
-        let bad = |k: &str, v: &str| tracing::warn!("ignoring {k}={v:?}: not understood");
-        if let Some(v) = get("SLUICE_NOTSENT_LOWAT") {
-            match parse_notsent_lowat(&v) {
-                Some(n) => self.notsent_lowat = n,
-                None => bad("SLUICE_NOTSENT_LOWAT", &v),
-            }
-        }
-        if let Some(v) = get("SLUICE_REFILL_TIME") {
-            match parse_refill_time(&v) {
-                Some(t) => self.refill_time = t,
-                None => bad("SLUICE_REFILL_TIME", &v),
-            }
-        }
-        if let Some(v) = get("SLUICE_SNDBUF") {
-            if let Some(c) = SendBufferChoice::parse(&v) {
-                self.set_send_buffer(c);
-            } else {
-                match parse_opt_size(&v) {
-                    Some(n) => self.send_buffer = n.map(|n| n as usize),
-                    None => bad("SLUICE_SNDBUF", &v),
-                }
-            }
-        }
-        for (key, field) in [
-            ("SLUICE_CHUNK_SIZE", &mut self.chunk_size),
-            ("SLUICE_READ_BUFFER", &mut self.read_buffer_size),
-            ("SLUICE_SEND_QUANTUM", &mut self.send_quantum),
-        ] {
-            if let Some(v) = get(key) {
-                match parse_size(&v) {
-                    Some(n) if n > 0 => *field = n as usize,
-                    _ => bad(key, &v),
-                }
-            }
-        }
-        for (key, field) in [
-            ("SLUICE_INLINE_READS", &mut self.inline_cached_reads),
-            ("SLUICE_RESIDENT_CHECK", &mut self.sendfile_resident_check),
-            ("SLUICE_SNDBUF_MAX", &mut self.send_buffer_max),
-        ] {
-            if let Some(v) = get(key) {
-                match parse_switch(&v) {
-                    Some(b) => *field = b,
-                    None => bad(key, &v),
-                }
-            }
-        }
-        self
-    }
 }
 
 #[cfg(test)]
@@ -167,27 +97,6 @@ mod tests {
         assert_eq!(parse_size("1G"), Some(1 << 30));
         assert_eq!(parse_size("M"), None);
         assert_eq!(parse_size("x1"), None);
-    }
-
-    #[test]
-    fn overrides_change_only_what_is_set() {
-        let base = EngineConfig::default();
-        let c = base.clone().with_overrides(|k| match k {
-            "SLUICE_NOTSENT_LOWAT" => Some("off".into()),
-            "SLUICE_CHUNK_SIZE" => Some("16M".into()),
-            "SLUICE_SEND_QUANTUM" => Some("0".into()),
-            "SLUICE_INLINE_READS" => Some("off".into()),
-            "SLUICE_RESIDENT_CHECK" => Some("maybe".into()),
-            _ => None,
-        });
-        assert_eq!(c.notsent_lowat, None);
-        assert_eq!(c.chunk_size, 16 << 20);
-        assert_eq!(c.send_quantum, base.send_quantum, "0 is refused");
-        assert!(!c.inline_cached_reads);
-        assert!(c.sendfile_resident_check, "a bad switch keeps the default");
-        assert_eq!(c.read_buffer_size, base.read_buffer_size);
-        let d = base.clone().with_overrides(|_| None);
-        assert_eq!(d, base);
     }
 
     #[test]
@@ -217,24 +126,12 @@ mod tests {
             Some(Some(std::time::Duration::from_secs(4)))
         );
         assert_eq!(parse_refill_time("-1"), None);
-        let r = EngineConfig::default()
-            .with_overrides(|k| (k == "SLUICE_REFILL_TIME").then(|| "off".into()));
-        assert_eq!(r.refill_time, None);
-        let auto = EngineConfig::default()
-            .with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "auto".into()));
-        assert_eq!((auto.send_buffer, auto.send_buffer_max), (None, false));
-        let fixed =
-            EngineConfig::default().with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "1M".into()));
-        assert_eq!(
-            (fixed.send_buffer, fixed.send_buffer_max),
-            (Some(1 << 20), false)
-        );
-        let off = EngineConfig::default()
-            .with_overrides(|k| (k == "SLUICE_SNDBUF").then(|| "off".into()));
-        assert_eq!(
-            (off.send_buffer, off.send_buffer_max),
-            (None, true),
-            "off keeps send_buffer_max"
-        );
+        let mut c = EngineConfig::default();
+        c.set_send_buffer(SendBufferChoice::Auto);
+        assert_eq!((c.send_buffer, c.send_buffer_max), (None, false));
+        c.set_send_buffer(SendBufferChoice::Bytes(1 << 20));
+        assert_eq!((c.send_buffer, c.send_buffer_max), (Some(1 << 20), false));
+        c.set_send_buffer(SendBufferChoice::Max);
+        assert_eq!((c.send_buffer, c.send_buffer_max), (None, true));
     }
 }

@@ -26,8 +26,8 @@ pub struct ServerSpec {
     /// Extra arguments (sluice), or "sendfile=off" style switches (nginx, vsftpd).
     #[serde(default)]
     pub args: Vec<String>,
-    /// Environment for the server process, "KEY=VALUE" (e.g. Sluice's
-    /// `SLUICE_NOTSENT_LOWAT=off`, engine tuning.rs).
+    /// Environment for the server process, "KEY=VALUE" (peers only: every
+    /// Sluice setting is a flag, see `sluice serve --help`).
     #[serde(default)]
     pub env: Vec<String>,
     /// A row that may not start yet (e.g. a flag the binary under test does

@@ -103,19 +103,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "auto|copy|sendfile|splice|blocking")]
     pub data_path: Option<String>,
     /// TCP_NOTSENT_LOWAT of data sockets: a size (`8M`, `131072`) or `off`
-    /// [default: the engine's, 8M]. The env var SLUICE_NOTSENT_LOWAT, if
-    /// set, overrides it (docs/TUNING.md).
+    /// [default: the engine's, 8M] (docs/TUNING.md).
     #[arg(long, value_name = "BYTES|off")]
     pub notsent_lowat: Option<String>,
     /// SO_SNDBUF of data sockets: a size, `auto` (kernel autotuning) or
     /// `max` (net.core.wmem_max when that is at least autotuning's ceiling)
-    /// [default: the engine's, max]. SLUICE_SNDBUF, if set, overrides it.
+    /// [default: the engine's, max].
     #[arg(long, value_name = "BYTES|auto|max")]
     pub send_buffer: Option<String>,
     /// Size each data connection's TCP_NOTSENT_LOWAT from its measured
     /// rate so one wake-up of its sender refills about SECS seconds of
     /// data (`--notsent-lowat` is then the ceiling), or `off` for a fixed
-    /// mark [default: the engine's, 4]. SLUICE_REFILL_TIME overrides it.
+    /// mark [default: the engine's, 4].
     #[arg(long, value_name = "SECS|off")]
     pub refill_time: Option<String>,
     /// Allow PORT/EPRT to hosts other than the control peer (GridFTP
@@ -143,7 +142,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "per-core|shared")]
     pub runtime: Option<String>,
     /// Event-loop threads (`per-core`) or runtime workers (`shared`)
-    /// [default: env SLUICE_WORKERS, else half the cores, at least one].
+    /// [default: half the cores, at least one].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
     /// Seconds an interrupted upload's partial is kept for a resume; then
@@ -158,9 +157,15 @@ pub struct ServeArgs {
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
+    /// Engine tuning flags (keys of the file's `[engine]` table).
+    #[command(flatten)]
+    pub tuning: TuningArgs,
 }
 
 pub use sluice_engine::DataPath;
+
+mod tuning;
+pub use tuning::TuningArgs;
 
 /// A login other than anonymous, from `[[user]]` in the config file.
 #[derive(Clone, Debug, Deserialize)]
@@ -211,6 +216,8 @@ struct FileConfig {
     workers: Option<u16>,
     partial_max_age: Option<u64>,
     partial_max_bytes: Option<u64>,
+    /// `[engine]`: the tuning keys (config/tuning.rs).
+    engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
     users: Vec<UserConfig>,
 }
@@ -285,74 +292,43 @@ pub struct ServeConfig {
     /// Event-loop structure (`--runtime`, key `runtime`; crate::runtime).
     pub runtime: crate::runtime::RuntimeKind,
     /// Loops or workers (`--workers`, key `workers`; `None`: the
-    /// environment or the default, see `crate::runtime::workers`).
+    /// default, see `crate::runtime::workers`).
     pub workers: Option<usize>,
+    /// Engine tuning from flags over the `[engine]` table (checked).
+    pub tuning: TuningArgs,
+    /// tokio's event_interval for every loop (`--event-interval`).
+    pub event_interval: Option<u32>,
 }
 
 impl ServeConfig {
-    /// Merges `args` over the config file it names (if any), and hands the
-    /// engine settings to the engine (see [`ServeConfig::export_engine_env`]).
+    /// Merges `args` over the config file it names (if any) and checks
+    /// every value; no side effects (nothing is read from or written to
+    /// the process environment).
     pub fn load(args: &ServeArgs) -> Result<ServeConfig> {
-        let c = Self::merge(args)?;
-        c.export_engine_env();
-        Ok(c)
+        Self::merge(args)
     }
 
-    /// Applies the engine settings from flags and file to `base` (the
-    /// engine's defaults with env overrides); a `SLUICE_*` variable set in
-    /// the environment still wins.
+    /// The engine settings from flags and file applied to `base` (the
+    /// engine's measured defaults).
     pub fn engine_config(&self, base: sluice_engine::EngineConfig) -> sluice_engine::EngineConfig {
         let mut e = base;
         e.data_path = self.data_path;
         e.prefetch = self.prefetch;
         e.cancel = self.cancel;
-        if std::env::var_os("SLUICE_NOTSENT_LOWAT").is_none() {
-            if let Some(l) = self.notsent_lowat {
-                e.notsent_lowat = l;
-            }
-        }
-        if std::env::var_os("SLUICE_SNDBUF").is_none() {
-            if let Some(b) = self.send_buffer {
-                e.set_send_buffer(b);
-            }
-        }
-        if std::env::var_os("SLUICE_REFILL_TIME").is_none() {
-            if let Some(t) = self.refill_time {
-                e.refill_time = t;
-            }
-        }
-        e
-    }
-
-    /// The server builds its engine from `EngineConfig::default()
-    /// .with_env_overrides()` plus `data_path`, `prefetch` and `cancel`;
-    /// `--notsent-lowat` and `--send-buffer` reach it as the environment
-    /// variables the engine already reads (set only where the operator has
-    /// not set them: the environment stays the override). Called once at
-    /// start-up, before any thread exists.
-    fn export_engine_env(&self) {
         if let Some(l) = self.notsent_lowat {
-            if std::env::var_os("SLUICE_NOTSENT_LOWAT").is_none() {
-                let v = l.map_or_else(|| "off".to_string(), |n| n.to_string());
-                std::env::set_var("SLUICE_NOTSENT_LOWAT", v);
-            }
+            e.notsent_lowat = l;
         }
         if let Some(b) = self.send_buffer {
-            if std::env::var_os("SLUICE_SNDBUF").is_none() {
-                let v = match b {
-                    sluice_engine::SendBufferChoice::Auto => "auto".to_string(),
-                    sluice_engine::SendBufferChoice::Max => "max".to_string(),
-                    sluice_engine::SendBufferChoice::Bytes(n) => n.to_string(),
-                };
-                std::env::set_var("SLUICE_SNDBUF", v);
-            }
+            e.set_send_buffer(b);
         }
         if let Some(t) = self.refill_time {
-            if std::env::var_os("SLUICE_REFILL_TIME").is_none() {
-                let v = t.map_or_else(|| "off".to_string(), |d| d.as_secs_f64().to_string());
-                std::env::set_var("SLUICE_REFILL_TIME", v);
-            }
+            e.refill_time = t;
         }
+        // Checked in `merge`, so this cannot fail here.
+        if let Err(err) = self.tuning.apply(&mut e) {
+            tracing::error!(error = %err, "engine tuning");
+        }
+        e
     }
 
     /// Merges `args` over the config file it names (if any); no side effects.
@@ -443,6 +419,10 @@ impl ServeConfig {
         if idle == 0 {
             bail!("idle_timeout must be at least 1 second");
         }
+        let tuning = args.tuning.clone().over(file.engine.unwrap_or_default());
+        // Every value checked now, so a typo stops the start with its key.
+        tuning.apply(&mut sluice_engine::EngineConfig::default())?;
+        let event_interval = tuning.event_interval()?;
         let mut names = std::collections::HashSet::new();
         for u in &file.users {
             if u.name == "anonymous" || u.name == "ftp" {
@@ -512,6 +492,8 @@ impl ServeConfig {
                 w => w.map(usize::from),
             },
             users: file.users,
+            tuning,
+            event_interval,
         })
     }
 }
@@ -706,12 +688,8 @@ mod tests {
             Some(sluice_engine::SendBufferChoice::Bytes(2 << 20))
         );
         let e = c.engine_config(sluice_engine::EngineConfig::default());
-        if std::env::var_os("SLUICE_NOTSENT_LOWAT").is_none() {
-            assert_eq!(e.notsent_lowat, None);
-        }
-        if std::env::var_os("SLUICE_SNDBUF").is_none() {
-            assert_eq!((e.send_buffer, e.send_buffer_max), (Some(2 << 20), false));
-        }
+        assert_eq!(e.notsent_lowat, None);
+        assert_eq!((e.send_buffer, e.send_buffer_max), (Some(2 << 20), false));
         assert_eq!(e.data_path, DataPath::Blocking);
         assert!(ServeConfig::merge(&ServeArgs {
             notsent_lowat: Some("lots".into()),
@@ -734,6 +712,43 @@ mod tests {
         })
         .unwrap();
         assert_eq!(c.refill_time, Some(None));
+    }
+
+    #[test]
+    fn engine_table_reaches_the_engine_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.toml");
+        std::fs::write(
+            &path,
+            "[engine]\nchunk_size = \"8M\"\ndisk_threads = 5\ncongestion = \"reno\"\nevent_interval = 31\n",
+        )
+        .unwrap();
+        let base = ServeArgs {
+            dir: Some(dir.path().to_path_buf()),
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let c = ServeConfig::merge(&base).unwrap();
+        let e = c.engine_config(sluice_engine::EngineConfig::default());
+        assert_eq!(e.chunk_size, 8 << 20);
+        assert_eq!(e.disk_threads, 5);
+        assert_eq!(e.congestion.as_deref(), Some("reno"));
+        assert_eq!(c.event_interval, Some(31));
+        let mut flags = base.clone();
+        flags.tuning.chunk_size = Some("2M".parse().unwrap());
+        let e = ServeConfig::merge(&flags)
+            .unwrap()
+            .engine_config(sluice_engine::EngineConfig::default());
+        assert_eq!(e.chunk_size, 2 << 20, "the flag wins over [engine]");
+        assert_eq!(e.disk_threads, 5);
+        // A bad value stops the start, naming its key.
+        std::fs::write(&path, "[engine]\ndisk_threads = 0\n").unwrap();
+        let err = format!("{:#}", ServeConfig::merge(&base).unwrap_err());
+        assert!(err.contains("disk_threads"), "{err}");
+        // An unknown key in [engine] too.
+        std::fs::write(&path, "[engine]\nchunk_sise = 1\n").unwrap();
+        let err = format!("{:#}", ServeConfig::merge(&base).unwrap_err());
+        assert!(err.contains("chunk_sise"), "{err}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ impl Loops {
     }
 
     /// Starts `n - 1` more single-threaded loops, each on its own thread.
-    pub fn start(n: usize) -> Result<Loops> {
+    pub fn start(n: usize, event_interval: Option<u32>) -> Result<Loops> {
         let mut others = Vec::new();
         let mut inboxes = Vec::new();
         for _ in 1..n.max(1) {
@@ -45,7 +45,7 @@ impl Loops {
         }
         if !inboxes.is_empty() {
             let inboxes = Arc::new(std::sync::Mutex::new(inboxes));
-            crate::runtime::spawn_loops(n, move |i| {
+            crate::runtime::spawn_loops(n, event_interval, move |i| {
                 let rx = inboxes
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -113,7 +113,7 @@ mod tests {
     /// and both loops serve theirs.
     #[tokio::test]
     async fn connections_alternate_between_loops_and_are_served() {
-        let loops = Loops::start(2).unwrap();
+        let loops = Loops::start(2, None).unwrap();
         assert_eq!(loops.len(), 2);
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();

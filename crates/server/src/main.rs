@@ -120,7 +120,7 @@ fn serve(args: config::ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
     let kind = cfg.runtime;
     let workers = runtime::workers(cfg.workers)?;
-    let rt = runtime::build_main(kind, workers)?;
+    let rt = runtime::build_main(kind, workers, cfg.event_interval)?;
     let r = rt.block_on(serve_on(cfg, kind, workers));
     // Whatever access and transfer lines are still gathered.
     logbuf::flush();
@@ -133,10 +133,7 @@ async fn serve_on(
     kind: runtime::RuntimeKind,
     workers: usize,
 ) -> Result<()> {
-    let engine = Engine::try_new(cfg.engine_config(
-        // SLUICE_NOTSENT_LOWAT, SLUICE_CHUNK_SIZE, ... (engine tuning.rs).
-        EngineConfig::default().with_env_overrides(),
-    ))
+    let engine = Engine::try_new(cfg.engine_config(EngineConfig::default()))
     .context("cannot start the engine")?;
     if let Some(addr) = cfg.metrics {
         metrics::start(addr, engine.clone()).await?;
@@ -144,7 +141,7 @@ async fn serve_on(
     // With `per-core` both front doors spread their connections over all
     // the loops (crate::loops).
     let loops = if kind == runtime::RuntimeKind::PerCore {
-        loops::Loops::start(workers)?
+        loops::Loops::start(workers, cfg.event_interval)?
     } else {
         loops::Loops::here()
     };
@@ -191,13 +188,28 @@ async fn serve_on(
 }
 
 /// Ctrl-C or SIGTERM: stop serving (the caller writes out the gathered
-/// log lines before the process ends).
+/// log lines before the process ends). SIGHUP, whose default action would
+/// end the process (and every transfer with it) when an operator or a
+/// logrotate script sends the conventional "reload", is logged and
+/// otherwise ignored until configuration reload exists.
 async fn stop_signal() {
     use tokio::signal::unix::{signal, SignalKind};
+    let ignore_hangups = async {
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                while hup.recv().await.is_some() {
+                    tracing::warn!("SIGHUP ignored: configuration reload is not supported yet; restart to apply changes");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot watch SIGHUP; it will stop the server"),
+        }
+        std::future::pending::<()>().await
+    };
     match signal(SignalKind::terminate()) {
         Ok(mut term) => tokio::select! {
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
             _ = term.recv() => tracing::info!("terminated; stopping"),
+            _ = ignore_hangups => {}
         },
         Err(e) => {
             tracing::warn!(error = %e, "cannot watch SIGTERM; Ctrl-C only");

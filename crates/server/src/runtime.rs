@@ -1,6 +1,5 @@
 //! How `sluice serve` lays out its event loops (`--runtime`, key
-//! `runtime`, env `SLUICE_RUNTIME`; the flag wins, then the key, then
-//! the environment):
+//! `runtime`; the flag wins over the key):
 //!
 //! - `per-core`: N single-threaded tokio runtimes on N threads, nginx
 //!   style. Loop 0 runs on the main thread: it accepts FTP and HTTP
@@ -12,11 +11,10 @@
 //! - `shared`: one multi-thread work-stealing runtime with N workers
 //!   for everything (the layout before `per-core`).
 //!
-//! N is `--workers` (key `workers`, env `SLUICE_WORKERS`), by default half
-//! the cores (at least one): see
-//! [`default_workers`]. `SLUICE_RUNTIME=current` (kept from before) is
-//! `per-core` with one loop. `SLUICE_EVENT_INTERVAL` sets how many tasks
-//! a loop polls between checks of the I/O driver (tokio's default 61).
+//! N is `--workers` (key `workers`), by default half the cores (at least
+//! one): see [`default_workers`]. `--event-interval` (key
+//! `[engine] event_interval`) sets how many tasks a loop polls between
+//! checks of the I/O driver (tokio's default 61).
 //!
 //! Why not one `SO_REUSEPORT` listener per loop: sockets with that option
 //! share a port with any other socket of the same user that sets it, so
@@ -61,7 +59,7 @@ pub enum RuntimeKind {
 pub const DEFAULT_RUNTIME: RuntimeKind = RuntimeKind::PerCore;
 
 impl RuntimeKind {
-    /// Flag over file key over `SLUICE_RUNTIME` over [`DEFAULT_RUNTIME`].
+    /// Flag over file key over [`DEFAULT_RUNTIME`].
     pub fn choose(flag: Option<&str>, key: Option<&str>) -> Result<RuntimeKind> {
         if let Some(v) = flag.or(key) {
             return match v.trim() {
@@ -70,12 +68,7 @@ impl RuntimeKind {
                 other => bail!("runtime {other:?}: expected per-core or shared"),
             };
         }
-        match std::env::var("SLUICE_RUNTIME").unwrap_or_default().trim() {
-            "" => Ok(DEFAULT_RUNTIME),
-            "per-core" | "current" => Ok(RuntimeKind::PerCore),
-            "shared" | "multi" => Ok(RuntimeKind::Shared),
-            other => bail!("SLUICE_RUNTIME={other:?}: expected per-core, shared, multi or current"),
-        }
+        Ok(DEFAULT_RUNTIME)
     }
 
     /// The flag's spelling.
@@ -88,7 +81,7 @@ impl RuntimeKind {
 }
 
 /// How many loops (`per-core`) or workers (`shared`): `--workers` (or
-/// the key), else `SLUICE_WORKERS`, else [`default_workers`].
+/// the key), else [`default_workers`].
 ///
 /// Why half the cores by default, measured (bench/dlcost.py, 2 cores,
 /// warm 2 GiB over loopback, sendfile): a sender spends its time in the
@@ -102,12 +95,7 @@ pub fn workers(configured: Option<usize>) -> Result<usize> {
     if let Some(n) = configured {
         return Ok(n.max(1));
     }
-    if std::env::var("SLUICE_RUNTIME").is_ok_and(|v| v.trim() == "current") {
-        return Ok(1);
-    }
-    Ok(env_number("SLUICE_WORKERS")?
-        .unwrap_or_else(default_workers)
-        .max(1))
+    Ok(default_workers())
 }
 
 /// Half the cores, at least one.
@@ -117,25 +105,32 @@ pub fn default_workers() -> usize {
 
 /// The runtime the main thread runs: the whole multi-thread runtime
 /// (`shared`) or loop 0 (`per-core`).
-pub fn build_main(kind: RuntimeKind, workers: usize) -> Result<tokio::runtime::Runtime> {
+pub fn build_main(
+    kind: RuntimeKind,
+    workers: usize,
+    event_interval: Option<u32>,
+) -> Result<tokio::runtime::Runtime> {
     match kind {
         RuntimeKind::Shared => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
             b.worker_threads(workers.max(1));
-            finish(b)
+            finish(b, event_interval)
         }
-        RuntimeKind::PerCore => build_loop(),
+        RuntimeKind::PerCore => build_loop(event_interval),
     }
 }
 
 /// One single-threaded loop (`per-core`).
-pub fn build_loop() -> Result<tokio::runtime::Runtime> {
-    finish(tokio::runtime::Builder::new_current_thread())
+pub fn build_loop(event_interval: Option<u32>) -> Result<tokio::runtime::Runtime> {
+    finish(tokio::runtime::Builder::new_current_thread(), event_interval)
 }
 
-fn finish(mut b: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime> {
-    if let Some(n) = env_number("SLUICE_EVENT_INTERVAL")? {
-        b.event_interval(n.max(1) as u32);
+fn finish(
+    mut b: tokio::runtime::Builder,
+    event_interval: Option<u32>,
+) -> Result<tokio::runtime::Runtime> {
+    if let Some(n) = event_interval {
+        b.event_interval(n.max(1));
     }
     b.enable_all()
         .thread_name("sluice")
@@ -146,13 +141,13 @@ fn finish(mut b: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime> {
 
 /// Starts loops 1..n on their own threads, each running `body(i)` to its
 /// end (for the HTTP accept loop: forever).
-pub fn spawn_loops<F, Fut>(n: usize, body: F) -> Result<()>
+pub fn spawn_loops<F, Fut>(n: usize, event_interval: Option<u32>, body: F) -> Result<()>
 where
     F: Fn(usize) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
     for i in 1..n {
-        let rt = build_loop()?;
+        let rt = build_loop(event_interval)?;
         let body = body.clone();
         std::thread::Builder::new()
             .name(format!("sluice-loop-{i}"))
@@ -160,17 +155,6 @@ where
             .context("cannot start an event-loop thread")?;
     }
     Ok(())
-}
-
-fn env_number(key: &str) -> Result<Option<usize>> {
-    match std::env::var(key) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map(Some)
-            .with_context(|| format!("{key}={v:?}: not a number")),
-        Err(_) => Ok(None),
-    }
 }
 
 #[cfg(test)]
@@ -196,7 +180,7 @@ mod tests {
     #[test]
     fn extra_loops_run_their_bodies() {
         let (tx, rx) = std::sync::mpsc::channel();
-        spawn_loops(3, move |i| {
+        spawn_loops(3, None, move |i| {
             let tx = tx.clone();
             async move {
                 tokio::task::yield_now().await;

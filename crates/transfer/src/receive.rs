@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sluice_engine::{Cancel, Engine, FileWriter, ReadStatus, WrittenFn};
 use sluice_ftp::limits::MAX_OFFSET;
 use sluice_ftp::markers::RangeSet;
-use sluice_ftp::mode_e::{BlockHeader, Descriptor, ModeEError, HEADER_LEN};
+use sluice_ftp::mode_e::{Descriptor, Event, ModeEError, StreamDecoder, HEADER_LEN};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -174,16 +174,36 @@ pub async fn receive_mode_e_relative(
 
 /// Reads one MODE E stream to its EOD (or CLOSE), writing every block at
 /// `base` + its header offset.
+///
+/// Framing is the ftp crate's sans-I/O [`StreamDecoder`] (the one the
+/// client and the fuzz target use): headers are read 17 bytes at a time
+/// and fed to it; payload is read by the [`FileWriter`] straight from the
+/// socket into its buffers where the decoder's `pending_payload` says,
+/// then reported back with `consume_payload`, so no byte is copied twice.
 async fn read_stream(
     conn: TcpStream,
     mut w: FileWriter,
     base: u64,
     overflow: &AtomicBool,
 ) -> Result<StreamEnd, TransferError> {
+    let mut dec = StreamDecoder::new();
     let mut eof_count = None;
-    let mut bytes = 0u64;
+    let mut close = false;
     let mut first = true;
-    let close = loop {
+    while !dec.is_ended() {
+        if let Some(p) = dec.pending_payload() {
+            let at = base
+                .checked_add(p.offset)
+                .filter(|o| o.checked_add(p.remaining).is_some_and(|e| e <= MAX_OFFSET))
+                .ok_or(ModeEError::OffsetOverflow)?;
+            w.copy_exact(&conn, at, p.remaining).await?;
+            dec.consume_payload(p.remaining)
+                .ok_or(TransferError::Setup("MODE E payload out of step"))?;
+            if overflow.load(Ordering::Relaxed) {
+                return Err(TransferError::Limit("too many disjoint MODE E ranges"));
+            }
+            continue;
+        }
         let mut hdr = [0u8; HEADER_LEN];
         if w.read_exact(&conn, &mut hdr).await? == ReadStatus::Eof {
             if first {
@@ -194,35 +214,27 @@ async fn read_stream(
                 std::io::ErrorKind::UnexpectedEof.into(),
             ));
         }
-        let Some((h, _)) = BlockHeader::decode(&hdr)? else {
-            return Err(TransferError::Setup("short MODE E header"));
-        };
-        let d = h.descriptor;
-        if first && d == Descriptor(Descriptor::CLOSE) && h.count == 0 {
+        if first && hdr[0] == Descriptor::CLOSE && hdr[1..9] == [0u8; 8] {
             // Globus closes a cached connection with a lone CLOSE header.
             return Ok(StreamEnd::Unused);
         }
         first = false;
-        if d.has(Descriptor::EOF) {
-            eof_count = Some(h.offset);
-        } else if h.count > 0 {
-            let at = base
-                .checked_add(h.offset)
-                .filter(|o| o.checked_add(h.count).is_some_and(|e| e <= MAX_OFFSET))
-                .ok_or(ModeEError::OffsetOverflow)?;
-            w.copy_exact(&conn, at, h.count).await?;
-            bytes += h.count;
+        let mut input: &[u8] = &hdr;
+        loop {
+            let (used, event) = dec.handle_input(input)?;
+            input = &input[used..];
+            match event {
+                Some(Event::Eof { eod_count }) => eof_count = Some(eod_count),
+                Some(Event::Close) => close = true,
+                Some(Event::Eod) | Some(Event::Data { .. }) => {}
+                None if input.is_empty() => break,
+                None => {}
+            }
         }
-        if overflow.load(Ordering::Relaxed) {
-            return Err(TransferError::Limit("too many disjoint MODE E ranges"));
-        }
-        if d.0 & (Descriptor::EOD | Descriptor::CLOSE) != 0 {
-            break d.has(Descriptor::CLOSE);
-        }
-    };
+    }
     w.finish().await?;
     Ok(StreamEnd::Eod {
-        bytes,
+        bytes: dec.payload_bytes(),
         eof_count,
         kept: (!close).then_some(conn),
     })
@@ -234,6 +246,7 @@ pub(crate) mod tests {
     use crate::send::tests::{engine, pairs, pattern, temp_file};
     use crate::{send, ByteRange, Mode, SendSpec};
     use sluice_engine::DataPath;
+    use sluice_ftp::mode_e::BlockHeader;
     use std::os::unix::fs::FileExt;
     use tokio::io::AsyncWriteExt;
 

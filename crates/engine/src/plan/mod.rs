@@ -52,16 +52,17 @@ pub struct ReadRequest {
     pub epoch: u64,
 }
 
-/// Who decides read-ahead (`--prefetch`).
+/// Who decides read-ahead (`--prefetch`). The default is the engine's
+/// (`EngineConfig::default().prefetch`, where the measurement behind it is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PrefetchMode {
     /// Rate- and send-buffer-aware read-ahead under a memory budget (TDAP).
-    #[default]
     Tcp,
     /// A fixed read-ahead window per connection, blind to rate and budget
     /// (what a conventional file system does; the baseline).
     Fixed,
     /// The planner issues nothing: `sendfile` plus the kernel's read-ahead.
+    #[default]
     Kernel,
 }
 

@@ -396,7 +396,7 @@ mod tests {
             settings,
             Engine::new(EngineConfig::default()),
         ));
-        let loops = crate::loops::Loops::start(2).unwrap();
+        let loops = crate::loops::Loops::start(2, None).unwrap();
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(super::super::run_spread(ctx, l, loops));
