@@ -39,6 +39,10 @@ mod uploads_resume;
 /// request and an unavailable checksum.
 mod client;
 
+/// `sluice get -r` / `put -r`: trees up and down against `sluice serve`
+/// (sha256 of every file), a server killed mid-tree, hostile listings.
+mod trees;
+
 /// `sluice get` against a GridFTP server scripted in the test: MODE E
 /// blocks out of order, duplicated, with split headers; a block missing
 /// despite 226 (exit 7); a checksum mismatch (exit 8); URL credentials.

@@ -54,6 +54,16 @@ pub enum ClientError {
     BrokenPipe,
     /// One of our own invariants failed (exit 1).
     Bug(String),
+    /// A tree transfer where some files failed for good (the exit code
+    /// of the first failure; the summary lists every one).
+    Tree {
+        /// Files that failed.
+        failed: usize,
+        /// Files in the tree.
+        total: usize,
+        /// The first failure's error.
+        first: Box<ClientError>,
+    },
 }
 
 impl ClientError {
@@ -70,6 +80,7 @@ impl ClientError {
             ClientError::ChecksumMismatch { .. } => 8,
             ClientError::NoChecksum(_) => 9,
             ClientError::BrokenPipe => 0,
+            ClientError::Tree { first, .. } => first.exit_code().max(1),
         }
     }
 
@@ -148,6 +159,11 @@ impl fmt::Display for ClientError {
             ClientError::NoChecksum(m) => write!(f, "cannot verify: {m}"),
             ClientError::BrokenPipe => write!(f, "broken pipe"),
             ClientError::Bug(m) => write!(f, "internal error (bug): {m}"),
+            ClientError::Tree {
+                failed,
+                total,
+                first,
+            } => write!(f, "{failed} of {total} files failed (first: {first})"),
         }
     }
 }

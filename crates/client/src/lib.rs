@@ -23,6 +23,7 @@
 
 pub mod checksum;
 pub mod cli;
+pub mod cp;
 pub mod drain;
 pub mod error;
 pub mod ftp;
@@ -31,6 +32,7 @@ pub mod priority;
 pub mod progress;
 pub mod reassembly;
 pub mod stats;
+pub mod tree;
 pub mod url;
 pub mod writer;
 
@@ -38,10 +40,14 @@ use error::Result;
 
 /// `sluice get`: picks the protocol by URL scheme.
 pub fn get(args: cli::GetArgs) -> Result<()> {
+    if args.tree.recursive && http::is_http(&args.url) {
+        return tree::http::get_tree(&args);
+    }
     if http::is_http(&args.url) {
         return http::get::run(&args);
     }
     match url::parse(&args.url)? {
+        url::Target::Ftp(u) if args.tree.recursive => tree::ftp::get_tree(&u, &args),
         url::Target::Ftp(u) => ftp::get::run(&u, &args),
     }
 }
@@ -49,6 +55,7 @@ pub fn get(args: cli::GetArgs) -> Result<()> {
 /// `sluice put`: picks the protocol by URL scheme.
 pub fn put(args: cli::PutArgs) -> Result<()> {
     match url::parse(&args.url)? {
+        url::Target::Ftp(u) if args.tree.recursive => tree::ftp_put::put_tree(&u, &args),
         url::Target::Ftp(u) => ftp::put::run(&u, &args),
     }
 }

@@ -2,7 +2,7 @@
 //! its own ticker thread, so the drain thread never touches the terminal.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -25,6 +25,17 @@ impl Progress {
     /// to move in this run, if known), unless `quiet` or stderr is not a
     /// terminal.
     pub fn start(stats: Arc<Stats>, total: Option<u64>, base: u64, quiet: bool) -> Progress {
+        Self::start_with_files(stats, total, base, None, quiet)
+    }
+
+    /// [`Progress::start`] for a tree: also shows `done/total files`.
+    pub fn start_with_files(
+        stats: Arc<Stats>,
+        total: Option<u64>,
+        base: u64,
+        files: Option<(Arc<AtomicU64>, u64)>,
+        quiet: bool,
+    ) -> Progress {
         let stop = Arc::new(AtomicBool::new(false));
         if quiet || !std::io::stderr().is_terminal() {
             return Progress { stop, join: None };
@@ -35,10 +46,10 @@ impl Progress {
         };
         let style = if total.is_some() {
             ProgressStyle::with_template(
-                "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                "{msg}{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
             )
         } else {
-            ProgressStyle::with_template("{spinner} {bytes} {binary_bytes_per_sec}")
+            ProgressStyle::with_template("{msg}{spinner} {bytes} {binary_bytes_per_sec}")
         };
         if let Ok(style) = style {
             bar.set_style(style);
@@ -51,6 +62,9 @@ impl Progress {
             .spawn(move || {
                 while !s.load(Relaxed) {
                     bar.set_position(base + stats.bytes.load(Relaxed));
+                    if let Some((done, all)) = &files {
+                        bar.set_message(format!("{}/{all} files ", done.load(Relaxed)));
+                    }
                     std::thread::sleep(TICK);
                 }
                 bar.finish_and_clear();

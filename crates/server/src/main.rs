@@ -46,6 +46,8 @@ enum Cmd {
     Put(sluice_client::cli::PutArgs),
     /// List a directory.
     Ls(sluice_client::cli::LsArgs),
+    /// Copy between URLs and local paths (two ftp:// URLs: server to server).
+    Cp(sluice_client::cli::CpArgs),
 }
 
 /// Allocations from this size on get their own mapping (see `serve`).
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         Cmd::Get(a) => sluice_client::cli::run_get(a),
         Cmd::Put(a) => sluice_client::cli::run_put(a),
         Cmd::Ls(a) => sluice_client::cli::run_ls(a),
+        Cmd::Cp(a) => sluice_client::cli::run_cp(a),
     }
 }
 

@@ -213,7 +213,7 @@ pub(crate) fn resume_point(part: &Path, resume: &Path) -> u64 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn transfer(
+pub(crate) fn transfer(
     ctl: &mut Control,
     u: &FtpUrl,
     a: &GetArgs,

@@ -70,17 +70,17 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     }
     let stats = Arc::new(Stats::default());
     let t0 = Instant::now();
-    let mut streams = 0;
-    if offset < len || !a.resume {
-        let progress = Progress::start(stats.clone(), Some(len), offset, a.opts.quiet);
-        let r = if extended {
-            send_extended(&mut ctl, &file, len, offset, &remote, a, &stats)
-        } else {
-            send_stream(&mut ctl, &file, len, offset, &remote, &stats)
-        };
-        progress.finish();
-        streams = r?;
-    }
+    // Also when the server has every byte (offset == len): SIZE reports an
+    // interrupted upload's partial, which only a finished transfer (an
+    // APPE of nothing) turns into the file.
+    let progress = Progress::start(stats.clone(), Some(len), offset, a.opts.quiet);
+    let r = if extended {
+        send_extended(&mut ctl, &file, len, offset, &remote, a, &stats)
+    } else {
+        send_stream(&mut ctl, &file, len, offset, &remote, &stats)
+    };
+    progress.finish();
+    let streams = r?;
     let elapsed = t0.elapsed();
     let mut detail = format!(
         "{}, {streams} stream{}",
@@ -119,7 +119,7 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
 /// bytes are kept only when its checksum of them equals ours: a size alone
 /// does not say they are the start of *this* file (an older file of the
 /// same name, or an interrupted upload of another one, has a size too).
-fn resume_offset(
+pub(crate) fn resume_offset(
     ctl: &mut Control,
     remote: &str,
     file: &File,
@@ -188,7 +188,7 @@ fn remote_path(url_path: &str, local: &Path) -> Result<String> {
 }
 
 /// MODE S: one connection, the bytes in order, close = end of file.
-fn send_stream(
+pub(crate) fn send_stream(
     ctl: &mut Control,
     file: &File,
     len: u64,
@@ -269,7 +269,7 @@ fn why_send_failed(ctl: &mut Control, e: std::io::Error) -> ClientError {
 
 /// MODE E: `-p N` streams, blocks of `--block-size` handed out in file
 /// order to whichever stream is free.
-fn send_extended(
+pub(crate) fn send_extended(
     ctl: &mut Control,
     file: &File,
     len: u64,

@@ -119,6 +119,12 @@ pub fn run(a: &GetArgs) -> Result<()> {
         (_, Some(device)) => (device, None),
         (_, None) => (Sink::Stdout, None),
     };
+    // Kept on the file, as wget does (a later `get -r --sync` compares it).
+    let last_modified = fetch
+        .pieces
+        .first()
+        .and_then(|p| p.x.head.field("last-modified"))
+        .and_then(|v| httpdate::parse_http_date(v).ok());
     let stats = Arc::new(Stats::default());
     let n_streams = fetch.pieces.len();
     let r = receive(a, fetch, sink, prefix_file, &stats, timeout);
@@ -139,6 +145,12 @@ pub fn run(a: &GetArgs) -> Result<()> {
             .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
         let _ = std::fs::remove_file(resume);
         let _ = std::fs::remove_file(etag_file(part));
+        if let Some(t) = last_modified {
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_modified(t));
+        }
     }
     let mut detail = format!(
         "HTTP, {n_streams} stream{}",
@@ -148,7 +160,10 @@ pub fn run(a: &GetArgs) -> Result<()> {
         detail.push_str(&format!(", resumed at {already}"));
     }
     let bytes = stats.bytes.load(Relaxed);
-    eprintln!("{}", stats::summary("received", bytes, elapsed, &detail));
+    // A file of a tree (`-r`) is counted in the tree's one summary.
+    if !a.tree.recursive {
+        eprintln!("{}", stats::summary("received", bytes, elapsed, &detail));
+    }
     if a.opts.stats {
         eprint!("{}", stats.render("HTTP", elapsed));
     }

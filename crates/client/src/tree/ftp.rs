@@ -1,0 +1,423 @@
+//! `sluice get -r ftp://...` and `sluice put -r DIR ftp://...`: the I/O
+//! half of tree transfers over FTP. The tree is listed first on one
+//! connection (MLSD, breadth first), its directories created, then its
+//! files moved by [`jobs::run`] workers that each reuse one connection.
+//! Uploads are in [`super::ftp_put`].
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::jobs::{self, Outcome};
+use super::plan::{self, Action};
+use super::sync::{self, Notes};
+use crate::checksum;
+use crate::cli::GetArgs;
+use crate::error::{ClientError, Result};
+use crate::ftp::control::{refused, Control};
+use crate::ftp::get::Dest;
+use crate::ftp::{data, get, session};
+use crate::progress::Progress;
+use crate::stats::Stats;
+use crate::url::FtpUrl;
+use crate::writer::{self, Sink};
+use std::sync::atomic::AtomicU64;
+
+/// Largest MLSD listing we read for one directory.
+const MAX_LISTING: usize = 256 << 20;
+
+/// A worker's connection: logged in, TYPE I, MODE E when `-p N` > 1 and
+/// the server has it.
+pub(super) struct Conn {
+    pub(super) ctl: Control,
+    pub(super) extended: bool,
+    pub(super) mfmt: bool,
+}
+
+pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
+    let mut ctl = session::open(u, timeout)?;
+    ctl.expect_ok("TYPE I", "TYPE I")?;
+    let mfmt = session::features(&mut ctl)?.is_some_and(|f| {
+        f.iter()
+            .any(|l| l.split_whitespace().next() == Some("MFMT"))
+    });
+    let extended = parallel > 1 && session::try_mode_e(&mut ctl)?;
+    Ok(Conn {
+        ctl,
+        extended,
+        mfmt,
+    })
+}
+
+/// `base` (the URL's path) joined with a relative path.
+pub(super) fn remote_join(base: &str, rel: &str) -> String {
+    let base = base.trim_end_matches('/');
+    if rel.is_empty() {
+        if base.is_empty() {
+            "/".into()
+        } else {
+            base.into()
+        }
+    } else {
+        format!("{base}/{rel}")
+    }
+}
+
+/// Reads the MLSD listing of `path`.
+pub(super) fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let to = data::passive(ctl)?;
+    let sock = data::connect(to, ctl.timeout())?;
+    let first = ctl.cmd(&format!("MLSD {path}"))?;
+    if crate::ftp::control::is_unsupported(first.code) {
+        return Err(ClientError::Refused {
+            what: "MLSD (a tree transfer needs RFC 3659 machine listings)".into(),
+            reply: crate::ftp::control::one_line(&first),
+        });
+    }
+    if !first.code.is_preliminary() {
+        return Err(refused(&format!("MLSD {}", plan::shown(path)), &first));
+    }
+    let _ = sock.set_read_timeout(Some(ctl.timeout()));
+    let mut raw = Vec::new();
+    (&sock)
+        .take(MAX_LISTING as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| ClientError::net("read MLSD listing", e))?;
+    drop(sock);
+    if raw.len() > MAX_LISTING {
+        return Err(ClientError::Protocol(format!(
+            "MLSD listing of {} is larger than {MAX_LISTING} bytes",
+            plan::shown(path)
+        )));
+    }
+    let last = ctl.read_reply()?;
+    if !last.code.is_completion() {
+        return Err(refused("MLSD", &last));
+    }
+    Ok(raw)
+}
+
+/// A file to download.
+struct Fetch {
+    size: Option<u64>,
+    mtime: Option<i64>,
+}
+
+/// Creates directory `p` inside the tree; an existing directory is fine,
+/// an existing symlink is not (it could lead out of the tree).
+pub(super) fn make_dir(p: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ClientError::local(
+            format!("create directory {}", p.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a directory (symlinks are not followed)",
+            ),
+        )),
+        Err(_) => std::fs::create_dir(p)
+            .map_err(|e| ClientError::local(format!("create directory {}", p.display()), e)),
+    }
+}
+
+fn with_ext(p: &Path, ext: &str) -> PathBuf {
+    let mut s = p.to_path_buf().into_os_string();
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+fn to_system_time(secs: i64) -> Option<SystemTime> {
+    u64::try_from(secs)
+        .ok()
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+}
+
+/// `sluice get -r`.
+pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
+    let root = match &a.dest {
+        Some(d) => d.clone(),
+        None => PathBuf::from(
+            u.path
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .filter(|n| plan::check_name(n).is_ok())
+                .unwrap_or("."),
+        ),
+    };
+    if !root.is_dir() {
+        std::fs::create_dir_all(&root)
+            .map_err(|e| ClientError::local(format!("create directory {}", root.display()), e))?;
+    }
+    let timeout = Duration::from_secs(a.opts.timeout);
+    let t0 = Instant::now();
+    let mut ctl = session::open(u, timeout)?;
+    let mut dirs = VecDeque::from([String::new()]);
+    let mut files = Vec::new();
+    let mut notes = Notes::default();
+    while let Some(dir) = dirs.pop_front() {
+        let path = remote_join(&u.path, &dir);
+        let raw = mlsd(&mut ctl, &path)?;
+        let entries = plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?;
+        let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
+            ClientError::Protocol(format!(
+                "{}: {b}; refusing the whole tree",
+                plan::shown(&path)
+            ))
+        })?;
+        if a.tree.delete {
+            let keep = entries.iter().map(|e| e.name.clone()).collect();
+            notes.deleted += sync::delete_local_extras(&root.join(&dir), &dir, &keep)?;
+        }
+        for act in actions {
+            match act {
+                Action::Descend { rel } => {
+                    make_dir(&root.join(&rel))?;
+                    dirs.push_back(rel);
+                }
+                Action::Copy { rel, size, mtime } => {
+                    let have = sync::local_have(&root.join(&rel));
+                    if a.tree.sync && !a.tree.checksum && !plan::differs(size, mtime, have, true) {
+                        notes.uptodate += 1;
+                        continue;
+                    }
+                    files.push((rel, Fetch { size, mtime }));
+                }
+                Action::Skip { rel, why } => {
+                    notes.skipped += 1;
+                    eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
+                }
+            }
+        }
+    }
+    ctl.quit();
+    let same = AtomicU64::new(0);
+    let total = files.len();
+    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let mut per_file = a.clone();
+    per_file.opts.quiet = true;
+    let sizes: Option<u64> = files.iter().map(|(_, f)| f.size).sum();
+    let job = JobProgress::start(sizes, total, a.opts.quiet);
+    let out = jobs::run(
+        files,
+        workers,
+        &job.done,
+        || open(u, a.opts.parallel, timeout),
+        |c, rel, f, attempt| {
+            if a.tree.checksum
+                && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)?
+            {
+                same.fetch_add(1, Relaxed);
+                return Ok(0);
+            }
+            fetch(
+                c,
+                u,
+                &per_file,
+                &root,
+                rel,
+                f,
+                attempt > 0 || a.resume,
+                &job.stats,
+            )
+        },
+    );
+    job.progress.finish();
+    notes.same = same.into_inner();
+    finish(
+        "received",
+        out,
+        total + notes.uptodate as usize,
+        &notes,
+        t0,
+        a.opts.stats,
+    )
+}
+
+/// Downloads one file of the tree on a worker's connection.
+#[allow(clippy::too_many_arguments)]
+fn fetch(
+    c: &mut Conn,
+    u: &FtpUrl,
+    a: &GetArgs,
+    root: &Path,
+    rel: &str,
+    f: &Fetch,
+    resume: bool,
+    stats: &Arc<Stats>,
+) -> Result<u64> {
+    let path = root.join(rel);
+    let part = with_ext(&path, ".part");
+    let resume_file = with_ext(&path, ".part.resume");
+    let mut already = if resume {
+        get::resume_point(&part, &resume_file)
+    } else {
+        0
+    };
+    if f.size.is_some_and(|s| already > s) {
+        already = 0;
+    }
+    let file = writer::open_part(&part, already)?;
+    writer::save_prefix(&resume_file, already)?;
+    if !(already > 0 && f.size == Some(already)) {
+        let fu = FtpUrl {
+            path: remote_join(&u.path, rel),
+            ..u.clone()
+        };
+        let dest = Dest::File {
+            path: path.clone(),
+            part: part.clone(),
+            resume: resume_file.clone(),
+        };
+        get::transfer(
+            &mut c.ctl,
+            &fu,
+            a,
+            c.extended,
+            f.size,
+            already,
+            Sink::File(file),
+            &dest,
+            stats,
+        )?;
+    }
+    std::fs::rename(&part, &path)
+        .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
+    let _ = std::fs::remove_file(&resume_file);
+    set_mtime(&path, f.mtime);
+    let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+    Ok(len.saturating_sub(already))
+}
+
+/// The job-wide counters every transfer of a tree adds to, and the one
+/// progress display that shows them.
+pub(super) struct JobProgress {
+    pub(super) stats: Arc<Stats>,
+    pub(super) done: Arc<AtomicU64>,
+    pub(super) progress: Progress,
+}
+
+impl JobProgress {
+    /// Starts the display (a terminal on stderr and no `-q` only).
+    pub(super) fn start(bytes: Option<u64>, files: usize, quiet: bool) -> JobProgress {
+        let stats = Arc::new(Stats::default());
+        let done = Arc::new(AtomicU64::new(0));
+        let progress = Progress::start_with_files(
+            stats.clone(),
+            bytes,
+            0,
+            Some((done.clone(), files as u64)),
+            quiet,
+        );
+        JobProgress {
+            stats,
+            done,
+            progress,
+        }
+    }
+}
+
+/// Gives a downloaded file the server's modification time (best effort:
+/// a file system that refuses only loses the time).
+pub(super) fn set_mtime(path: &Path, mtime: Option<i64>) {
+    if let Some(t) = mtime.and_then(to_system_time) {
+        let _ = File::options()
+            .write(true)
+            .open(path)
+            .and_then(|h| h.set_modified(t));
+    }
+}
+
+/// `--sync --checksum`: whether the server's `remote` and the local
+/// `local` have the same size and CKSM (the strongest both know).
+pub(super) fn same_checksum(
+    c: &mut Conn,
+    remote: &str,
+    local: &Path,
+    size: Option<u64>,
+) -> Result<bool> {
+    let Some(have) = sync::local_have(local) else {
+        return Ok(false);
+    };
+    if size != Some(have.size) {
+        return Ok(false);
+    }
+    let (algo, theirs) = session::server_checksum(&mut c.ctl, remote)?;
+    let mine = checksum::file(local, algo)
+        .map_err(|e| ClientError::local(format!("checksum {}", local.display()), e))?;
+    Ok(checksum::same(&theirs, &mine))
+}
+
+/// Prints the job's summary and failures; an error if any file failed.
+pub(crate) fn finish(
+    verb: &str,
+    out: Outcome,
+    total: usize,
+    notes: &Notes,
+    t0: Instant,
+    per_file: bool,
+) -> Result<()> {
+    let elapsed = t0.elapsed();
+    let moved = out.done - notes.same.min(out.done);
+    let mut detail = format!("{moved} of {total} files");
+    if notes.uptodate + notes.same > 0 {
+        detail.push_str(&format!(", {} up to date", notes.uptodate + notes.same));
+    }
+    if notes.deleted > 0 {
+        detail.push_str(&format!(", {} deleted", notes.deleted));
+    }
+    if notes.skipped > 0 {
+        detail.push_str(&format!(", {} skipped", notes.skipped));
+    }
+    if out.retries > 0 {
+        detail.push_str(&format!(", {} retries", out.retries));
+    }
+    if !out.failed.is_empty() {
+        detail.push_str(&format!(", {} failed", out.failed.len()));
+    }
+    if out.untried > 0 {
+        detail.push_str(&format!(", {} not tried", out.untried));
+    }
+    eprintln!(
+        "{}",
+        crate::stats::summary(verb, out.bytes, elapsed, &detail)
+    );
+    if per_file {
+        for (rel, bytes, took, attempts) in &out.files {
+            eprintln!(
+                "stats: file {} bytes {bytes} seconds {:.3} attempts {attempts}",
+                plan::shown(rel),
+                took.as_secs_f64()
+            );
+        }
+    }
+    for f in &out.failed {
+        eprintln!("sluice: failed: {}: {}", plan::shown(&f.rel), f.error);
+    }
+    let failed = out.failed.len() + out.untried as usize;
+    match out.failed.into_iter().next() {
+        None => Ok(()),
+        Some(first) => Err(ClientError::Tree {
+            failed,
+            total,
+            first: Box::new(first.error),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths_join() {
+        assert_eq!(remote_join("/", ""), "/");
+        assert_eq!(remote_join("/", "a b/c"), "/a b/c");
+        assert_eq!(remote_join("/d/", "x"), "/d/x");
+        assert_eq!(remote_join("/d", ""), "/d");
+    }
+}

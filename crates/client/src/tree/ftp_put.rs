@@ -1,0 +1,283 @@
+//! `sluice put -r DIR ftp://...`: the local tree is walked, its
+//! directories made with MKD (and, with `--sync`, the server's copy listed
+//! with MLSD to send only what differs and, with `--delete`, remove what
+//! the source lacks), then its files sent by [`jobs::run`] workers that
+//! each reuse one connection.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress};
+use super::jobs;
+use super::plan::{self, Action, Entry, Have, Kind};
+use super::sync::Notes;
+use crate::cli::PutArgs;
+use crate::error::{ClientError, Result};
+use crate::ftp::control::Control;
+use crate::ftp::{put, session};
+use crate::stats::Stats;
+use crate::url::FtpUrl;
+
+/// `--delete` on the server: DELE a file, or empty a directory (listed
+/// with MLSD, names checked) and RMD it.
+fn remove_remote(ctl: &mut Control, path: &str, kind: Kind) -> Result<()> {
+    if kind != Kind::Dir {
+        ctl.expect_ok(&format!("DELE {path}"), "DELE")?;
+        return Ok(());
+    }
+    let raw = mlsd(ctl, path)?;
+    let entries = plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?;
+    plan::plan_dir("", &entries)
+        .map_err(|b| ClientError::Protocol(format!("{}: {b}", plan::shown(path))))?;
+    for e in entries {
+        remove_remote(ctl, &remote_join(path, &e.name), e.kind)?;
+    }
+    ctl.expect_ok(&format!("RMD {path}"), "RMD")?;
+    Ok(())
+}
+
+/// A file to upload.
+struct Send {
+    local: PathBuf,
+    size: u64,
+    mtime: Option<i64>,
+}
+
+/// The local tree: directories (parents first), files, and the names in
+/// each directory (links and special files included: `--delete` must not
+/// remove what the source has but does not send).
+struct LocalTree {
+    dirs: Vec<String>,
+    files: Vec<(String, Send)>,
+    names: HashMap<String, HashSet<String>>,
+    skipped: u64,
+}
+
+/// Lists the local tree under `root`: directories (parents first) and
+/// files; symlinks, special files and names the protocol cannot carry
+/// (not UTF-8, control characters) are skipped with a note.
+fn walk_local(root: &Path) -> Result<LocalTree> {
+    let mut names: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    let mut skipped = 0;
+    let mut todo = VecDeque::from([String::new()]);
+    while let Some(dir) = todo.pop_front() {
+        let here = root.join(&dir);
+        let rd = std::fs::read_dir(&here)
+            .map_err(|e| ClientError::local(format!("read directory {}", here.display()), e))?;
+        let mut entries = Vec::new();
+        for de in rd {
+            let de = de.map_err(|e| ClientError::local(format!("read {}", here.display()), e))?;
+            let Some(name) = de.file_name().to_str().map(str::to_string) else {
+                skipped += 1;
+                eprintln!("sluice: skipped {}: name is not UTF-8", de.path().display());
+                continue;
+            };
+            if let Err(b) = plan::check_name(&name) {
+                skipped += 1;
+                eprintln!("sluice: skipped {}: {}", b.shown, b.why);
+                continue;
+            }
+            let m = std::fs::symlink_metadata(de.path())
+                .map_err(|e| ClientError::local(format!("stat {}", de.path().display()), e))?;
+            let ft = m.file_type();
+            entries.push(Entry {
+                name,
+                kind: if ft.is_symlink() {
+                    Kind::Link
+                } else if ft.is_dir() {
+                    Kind::Dir
+                } else if ft.is_file() {
+                    Kind::File
+                } else {
+                    Kind::Other
+                },
+                size: Some(m.len()),
+                mtime: m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs() as i64),
+            });
+        }
+        names.insert(
+            dir.clone(),
+            entries.iter().map(|e| e.name.clone()).collect(),
+        );
+        let actions = plan::plan_dir(&dir, &entries)
+            .map_err(|b| ClientError::Bug(format!("checked name refused: {b}")))?;
+        for act in actions {
+            match act {
+                Action::Descend { rel } => {
+                    dirs.push(rel.clone());
+                    todo.push_back(rel);
+                }
+                Action::Copy { rel, mtime, size } => {
+                    let local = root.join(&rel);
+                    let size = size.unwrap_or(0);
+                    files.push((rel, Send { local, size, mtime }));
+                }
+                Action::Skip { rel, why } => {
+                    skipped += 1;
+                    eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
+                }
+            }
+        }
+    }
+    Ok(LocalTree {
+        dirs,
+        files,
+        names,
+        skipped,
+    })
+}
+
+/// `sluice put -r`.
+pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
+    if !a.file.is_dir() {
+        return Err(ClientError::Usage(format!(
+            "{} is not a directory (put -r sends a directory tree)",
+            a.file.display()
+        )));
+    }
+    let t0 = Instant::now();
+    let LocalTree {
+        dirs,
+        mut files,
+        names,
+        skipped,
+    } = walk_local(&a.file)?;
+    let mut notes = Notes {
+        skipped,
+        ..Notes::default()
+    };
+    let timeout = Duration::from_secs(a.opts.timeout);
+    let mut ctl = session::open(u, timeout)?;
+    let mfmt = session::features(&mut ctl)?.is_some_and(|f| {
+        f.iter()
+            .any(|l| l.split_whitespace().next() == Some("MFMT"))
+    });
+    // The target and every directory, parents first. A refusal is not an
+    // error yet: the directory may exist; a STOR into it will tell.
+    for rel in std::iter::once("").chain(dirs.iter().map(String::as_str)) {
+        let path = remote_join(&u.path, rel);
+        if path != "/" {
+            let r = ctl.cmd(&format!("MKD {path}"))?;
+            if !r.code.is_completion() {
+                tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
+            }
+        }
+    }
+    if a.tree.sync {
+        let mut there = HashMap::new();
+        for dir in std::iter::once(String::new()).chain(dirs.iter().cloned()) {
+            let path = remote_join(&u.path, &dir);
+            let entries = match mlsd(&mut ctl, &path) {
+                Ok(raw) => plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?,
+                // A directory MKD just made, or could not make: empty.
+                Err(ClientError::Refused { .. }) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            plan::plan_dir(&dir, &entries)
+                .map_err(|b| ClientError::Protocol(format!("{}: {b}", plan::shown(&path))))?;
+            let keep = names.get(&dir);
+            for e in &entries {
+                let rel = plan::join(&dir, &e.name);
+                if a.tree.delete && !keep.is_some_and(|k| k.contains(&e.name)) {
+                    remove_remote(&mut ctl, &remote_join(&u.path, &rel), e.kind)?;
+                    eprintln!("sluice: deleted {}", plan::shown(&rel));
+                    notes.deleted += 1;
+                } else if e.kind == Kind::File {
+                    there.insert(rel, e.clone());
+                }
+            }
+        }
+        files.retain(|(rel, s)| {
+            let have = there.get(rel).and_then(|e| {
+                e.size.map(|size| Have {
+                    size,
+                    mtime: e.mtime,
+                })
+            });
+            let send = a.tree.checksum || plan::differs(Some(s.size), s.mtime, have, mfmt);
+            if !send {
+                notes.uptodate += 1;
+            }
+            send
+        });
+    }
+    ctl.quit();
+    let same = AtomicU64::new(0);
+    let total = files.len() + notes.uptodate as usize;
+    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
+    let job = JobProgress::start(Some(sizes), files.len(), a.opts.quiet);
+    let out = jobs::run(
+        files,
+        workers,
+        &job.done,
+        || open(u, a.opts.parallel, timeout),
+        |c, rel, s, attempt| {
+            let remote = remote_join(&u.path, rel);
+            if a.tree.checksum && same_checksum(c, &remote, &s.local, Some(s.size))? {
+                same.fetch_add(1, Relaxed);
+                return Ok(0);
+            }
+            send(c, u, a, rel, s, attempt > 0 || a.resume, &job.stats)
+        },
+    );
+    job.progress.finish();
+    notes.same = same.into_inner();
+    finish("sent", out, total, &notes, t0, a.opts.stats)
+}
+
+/// Uploads one file of the tree on a worker's connection; a retry resumes
+/// after the server's bytes when its checksum shows they are ours.
+fn send(
+    c: &mut Conn,
+    u: &FtpUrl,
+    a: &PutArgs,
+    rel: &str,
+    s: &Send,
+    resume: bool,
+    stats: &Arc<Stats>,
+) -> Result<u64> {
+    let file = File::open(&s.local)
+        .map_err(|e| ClientError::local(format!("open {}", s.local.display()), e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| ClientError::local(format!("stat {}", s.local.display()), e))?
+        .len();
+    let remote = remote_join(&u.path, rel);
+    let offset = if resume {
+        put::resume_offset(&mut c.ctl, &remote, &file, len, &s.local)?.0
+    } else {
+        0
+    };
+    // Sent even when the server already has every byte (offset == len):
+    // SIZE also reports an interrupted upload's partial, which only the
+    // end of a transfer (here an APPE of nothing) turns into the file.
+    if c.extended {
+        put::send_extended(&mut c.ctl, &file, len, offset, &remote, a, stats)?;
+    } else {
+        put::send_stream(&mut c.ctl, &file, len, offset, &remote, stats)?;
+    }
+    if c.mfmt {
+        if let Some(t) = s.mtime {
+            // Keeps the modification time on the server (a later --sync
+            // compares it); a refusal only costs that.
+            let r = c
+                .ctl
+                .cmd(&format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)))?;
+            if !r.code.is_completion() {
+                tracing::info!("MFMT refused: {}", crate::ftp::control::one_line(&r));
+            }
+        }
+    }
+    Ok(len - offset.min(len))
+}

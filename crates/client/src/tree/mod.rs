@@ -1,0 +1,13 @@
+//! Tree transfers: `sluice get -r` and `sluice put -r`.
+//!
+//! [`plan`] is sans-I/O (a listing in, actions out, every name checked so
+//! a hostile server cannot make us write outside DEST), [`jobs`] runs the
+//! files on `--files N` workers with retries, [`ftp`] and [`http`] do the I/O
+//! ([`http_listing`] reads HTTP directory listings).
+pub mod ftp;
+pub mod ftp_put;
+pub mod http;
+pub mod http_listing;
+pub mod jobs;
+pub mod plan;
+pub mod sync;
