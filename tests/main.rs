@@ -32,6 +32,10 @@ mod uploads;
 
 mod uploads_resume;
 
+/// MLST `type=dir`, MFMT (and `sluice put -r` keeping times with it), CKSM
+/// SHA1 and CRC32C.
+mod ftp_facts;
+
 /// The `sluice get/put/ls` client against vsftpd (MODE S), against
 /// globus-gridftp-server (MODE E, -p 4), and against `sluice serve`,
 /// with `--verify`, `--continue`, IPv6, `--stats`, `--mem-cap`, stdout or

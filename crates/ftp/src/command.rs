@@ -20,7 +20,7 @@ mod error;
 mod line;
 
 use args::{
-    cksm, dcau, eret, esto, name, need, number, opt_path, opts, path, restart, sbuf, site,
+    cksm, dcau, eret, esto, mfmt, name, need, number, opt_path, opts, path, restart, sbuf, site,
     transfer_type, word,
 };
 pub use error::CommandError;
@@ -185,6 +185,14 @@ pub enum Command {
     Size(String),
     /// `MDTM path` (RFC 3659).
     Mdtm(String),
+    /// `MFMT YYYYMMDDHHMMSS path` (draft-somers-ftp-mfxx): set the
+    /// modification time, UTC.
+    Mfmt {
+        /// Unix seconds.
+        secs: i64,
+        /// The file.
+        path: String,
+    },
     /// `REST offset` or `REST ranges`.
     Rest(Restart),
     /// `RETR path`.
@@ -293,6 +301,7 @@ impl Command {
             Self::Mlst(_) => "MLST",
             Self::Size(_) => "SIZE",
             Self::Mdtm(_) => "MDTM",
+            Self::Mfmt { .. } => "MFMT",
             Self::Rest(_) => "REST",
             Self::Retr(_) => "RETR",
             Self::Stor(_) => "STOR",
@@ -387,6 +396,7 @@ pub fn parse_command(line: &[u8]) -> Result<Command, CommandError> {
         b"MLST" => Command::Mlst(opt_path(arg, "MLST")?),
         b"SIZE" => Command::Size(path(arg, "SIZE")?),
         b"MDTM" => Command::Mdtm(path(arg, "MDTM")?),
+        b"MFMT" => mfmt(arg)?,
         b"REST" => Command::Rest(restart(need(arg, "REST")?)?),
         b"RETR" => Command::Retr(path(arg, "RETR")?),
         b"STOR" => Command::Stor(path(arg, "STOR")?),

@@ -88,13 +88,11 @@ pub fn query(
         }
         Query::Facts => {
             let m = stat(path)?;
-            let role = if m.kind == FileKind::Dir {
-                MlsxRole::Cdir
-            } else {
-                MlsxRole::Entry
-            };
+            // `type=dir` for a directory: RFC 3659 keeps `cdir` for the
+            // directory an MLSD lists (7.5.1); MLST names the object
+            // itself, and clients (aioftp's rmdir) decide on `dir`.
             let e = entry_info(path.file_name().unwrap_or("/").as_bytes(), &m);
-            let mut facts = listing::mlsx_facts(&e, role, writable);
+            let mut facts = listing::mlsx_facts(&e, MlsxRole::Entry, writable);
             // MLST names the full path (RFC 3659 7.2.1).
             if let Some(i) = facts.find("; ") {
                 facts.truncate(i + 2);
@@ -122,6 +120,15 @@ pub fn change(root: &ServedRoot, c: &Change) -> Result<Answer, OpError> {
             must_be_dir(root, from)?
         }
         Change::Rename { .. } => {}
+        Change::SetModified { path, .. } => {
+            check_names_dir(root, path)?;
+            if path
+                .file_name()
+                .is_some_and(|n| is_internal_name(n.as_bytes()))
+            {
+                return Err(OpError::NotFound);
+            }
+        }
     }
     // Only uploads create partials and temps: a client that put its own
     // bytes under such a name could have them committed by someone else's
@@ -139,8 +146,26 @@ pub fn change(root: &ServedRoot, c: &Change) -> Result<Answer, OpError> {
         Change::Rmdir(p) => root.rmdir(p.as_str()),
         Change::Delete(p) => root.unlink(p.as_str()),
         Change::Rename { from, to } => root.rename(from.as_str(), to.as_str()),
+        Change::SetModified { path, secs } => return set_modified(root, path, *secs),
     };
     r.map(|()| Answer::Done).map_err(op_error)
+}
+
+/// MFMT: a regular file's modification time, through a descriptor opened
+/// beneath the root (`futimens`; no path is resolved twice).
+fn set_modified(root: &ServedRoot, path: &VirtualPath, secs: i64) -> Result<Answer, OpError> {
+    let file = root.open_read(path.as_str()).map_err(op_error)?;
+    let meta = file.metadata().map_err(|e| op_error(e.into()))?;
+    if !meta.is_file() {
+        return Err(OpError::NotAFile);
+    }
+    let when = if secs >= 0 {
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64)
+    } else {
+        std::time::UNIX_EPOCH - std::time::Duration::from_secs(secs.unsigned_abs())
+    };
+    file.set_modified(when).map_err(|e| op_error(e.into()))?;
+    Ok(Answer::Done)
 }
 
 /// A listing of `path` (a directory, or one file) in `format`, CRLF lines.
@@ -329,11 +354,15 @@ pub fn checksum(
         A(adler::Adler32),
         M(md5::Md5),
         S(sha2::Sha256),
+        S1(sha1::Sha1),
+        C(u32),
     }
     let mut h = match alg {
         ChecksumAlgorithm::Adler32 => H::A(adler::Adler32::new()),
         ChecksumAlgorithm::Md5 => H::M(md5::Md5::new()),
         ChecksumAlgorithm::Sha256 => H::S(sha2::Sha256::new()),
+        ChecksumAlgorithm::Sha1 => H::S1(sha1::Sha1::new()),
+        ChecksumAlgorithm::Crc32c => H::C(0),
     };
     loop {
         let n = match reader.read(&mut buf) {
@@ -346,12 +375,16 @@ pub fn checksum(
             H::A(a) => a.write_slice(&buf[..n]),
             H::M(m) => m.update(&buf[..n]),
             H::S(s) => s.update(&buf[..n]),
+            H::S1(s) => s.update(&buf[..n]),
+            H::C(c) => *c = crc32c::crc32c_append(*c, &buf[..n]),
         }
     }
     Ok(Answer::Checksum(match h {
         H::A(a) => format!("{:08x}", a.checksum()),
         H::M(m) => hex::encode(m.finalize()),
         H::S(s) => hex::encode(s.finalize()),
+        H::S1(s) => hex::encode(s.finalize()),
+        H::C(c) => format!("{c:08x}"),
     }))
 }
 
@@ -387,6 +420,15 @@ mod tests {
             md5,
             Answer::Checksum("5eb63bbbe01eeed093cb22bb8f5acdc3".into())
         );
+        // Known answers for "hello world" (sha1sum; CRC32C as in RFC 3720's
+        // Castagnoli polynomial, checked with a bitwise Python CRC).
+        let sha1 = checksum(&r, &vp("f"), ChecksumAlgorithm::Sha1, 0, None).unwrap();
+        assert_eq!(
+            sha1,
+            Answer::Checksum("2aae6c35c94fcfb415dbe95f408b9ce91ee846ed".into())
+        );
+        let crc = checksum(&r, &vp("f"), ChecksumAlgorithm::Crc32c, 0, None).unwrap();
+        assert_eq!(crc, Answer::Checksum("c99465aa".into()));
         let adler = checksum(&r, &vp("f"), ChecksumAlgorithm::Adler32, 0, None).unwrap();
         assert_eq!(adler, Answer::Checksum("1a0b045d".into()));
         let part = checksum(&r, &vp("f"), ChecksumAlgorithm::Md5, 6, Some(5)).unwrap();

@@ -54,6 +54,20 @@ pub(super) fn path(arg: Option<&[u8]>, verb: &'static str) -> Result<String, Com
     text(need(arg, verb)?, verb, MAX_PATH)
 }
 
+/// `MFMT YYYYMMDDHHMMSS[.sss] path`: the time (UTC, checked by
+/// [`crate::listing::parse_mdtm`]) and the path after one space.
+pub(super) fn mfmt(arg: Option<&[u8]>) -> Result<super::Command, CommandError> {
+    let a = need(arg, "MFMT")?;
+    let sp = a
+        .iter()
+        .position(|&b| b == b' ')
+        .ok_or(CommandError::BadArgument("MFMT"))?;
+    let time = std::str::from_utf8(&a[..sp]).map_err(|_| CommandError::BadArgument("MFMT"))?;
+    let secs = crate::listing::parse_mdtm(time).ok_or(CommandError::BadArgument("MFMT"))?;
+    let path = text(&a[sp + 1..], "MFMT", MAX_PATH)?;
+    Ok(super::Command::Mfmt { secs, path })
+}
+
 pub(super) fn opt_path(
     arg: Option<&[u8]>,
     verb: &'static str,

@@ -90,6 +90,13 @@ pub enum Change {
     Rmdir(VirtualPath),
     /// DELE.
     Delete(VirtualPath),
+    /// MFMT: set a regular file's modification time (Unix seconds).
+    SetModified {
+        /// The file.
+        path: VirtualPath,
+        /// Unix seconds, UTC.
+        secs: i64,
+    },
     /// RNFR + RNTO.
     Rename {
         /// Old name.
@@ -108,6 +115,11 @@ pub enum ChecksumAlgorithm {
     Md5,
     /// `SHA256` (also accepted as `SHA-256`).
     Sha256,
+    /// `SHA1` (also `SHA-1`; what older Globus and dCache setups ask for).
+    Sha1,
+    /// `CRC32C` (Castagnoli, 8 hex digits; what S3 and Google Cloud
+    /// Storage record, so a copy can be checked against the object store).
+    Crc32c,
 }
 
 impl ChecksumAlgorithm {
@@ -117,6 +129,8 @@ impl ChecksumAlgorithm {
             "ADLER32" => Some(Self::Adler32),
             "MD5" => Some(Self::Md5),
             "SHA256" | "SHA-256" => Some(Self::Sha256),
+            "SHA1" | "SHA-1" => Some(Self::Sha1),
+            "CRC32C" => Some(Self::Crc32c),
             _ => None,
         }
     }
@@ -127,6 +141,8 @@ impl ChecksumAlgorithm {
             Self::Adler32 => "ADLER32",
             Self::Md5 => "MD5",
             Self::Sha256 => "SHA256",
+            Self::Sha1 => "SHA1",
+            Self::Crc32c => "CRC32C",
         }
     }
 }

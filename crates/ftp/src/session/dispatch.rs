@@ -26,13 +26,14 @@ const FEATURES: &[&str] = &[
     "ESTO",
     "SBUF",
     "DCAU",
-    "CKSM ADLER32;MD5;SHA256;",
+    "CKSM ADLER32;MD5;SHA256;SHA1;CRC32C;",
+    "MFMT",
 ];
 
 const HELP_LINES: &[&str] = &[
     "The following commands are recognized.",
     "ABOR APPE CDUP CKSM CWD DCAU DELE EPRT EPSV ERET ESTO FEAT HELP LIST MDTM",
-    "MKD MLSD MLST MODE NLST NOOP OPTS PASS PASV PBSZ PORT PROT PWD QUIT REST",
+    "MFMT MKD MLSD MLST MODE NLST NOOP OPTS PASS PASV PBSZ PORT PROT PWD QUIT REST",
     "REIN RETR RMD RNFR RNTO SBUF SIZE STAT STOR STRU SYST TYPE USER",
     "Help OK.",
 ];
@@ -277,6 +278,9 @@ impl Session {
                 self.stor(&path, StoreKind::Adjusted(offset));
             }
             Command::Dele(p) => self.change(&p, Change::Delete),
+            Command::Mfmt { secs, path } => {
+                self.change(&path, |path| Change::SetModified { path, secs })
+            }
             Command::Mkd(p) => self.change(&p, Change::Mkdir),
             Command::Rmd(p) => self.change(&p, Change::Rmdir),
             Command::Rnfr(p) => {
@@ -399,6 +403,11 @@ impl Session {
             }
             (Pending::Change(Change::Delete(_)), Answer::Done) => {
                 self.reply(C::FILE_ACTION_OK, "Delete operation successful.")
+            }
+            (Pending::Change(Change::SetModified { path, secs }), Answer::Done) => {
+                // draft-somers-ftp-mfxx 3.1: the time set, then the path.
+                let text = format!("Modify={}; {}", crate::listing::mdtm(secs), path.as_str());
+                self.reply(C::FILE_STATUS, &text)
             }
             (Pending::Change(Change::Rename { .. }), Answer::Done) => {
                 self.reply(C::FILE_ACTION_OK, "Rename successful.")

@@ -307,6 +307,36 @@ fn writes_need_a_writable_login() {
 }
 
 #[test]
+fn mfmt_sets_the_time_when_writable_and_is_refused_otherwise() {
+    let mut t = T::logged_in(false);
+    t.send("MFMT 20260102030405 f\r\n");
+    assert_eq!(t.out(), "550 Permission denied.\r\n");
+    assert_eq!(t.action(), None);
+    let mut t = T::logged_in(true);
+    t.send("MFMT 20260102030405 a b.txt\r\n");
+    match t.action() {
+        Some(Action::Change(Change::SetModified { path, secs })) => {
+            assert_eq!(path.as_str(), "/a b.txt");
+            assert_eq!(crate::listing::mdtm(secs), "20260102030405");
+        }
+        other => panic!("{other:?}"),
+    }
+    t.s.handle_result(Ok(Answer::Done));
+    assert_eq!(
+        t.out(),
+        "213 Modify=20260102030405; /a b.txt\r\n"
+    );
+    t.send("MFMT 2026 f\r\nMFMT 20260231000000 f\r\nMFMT 20260102030405\r\n");
+    assert_eq!(t.action(), None);
+    let out = t.out();
+    assert_eq!(out.lines().filter(|l| l.starts_with("501")).count(), 3, "{out}");
+    t.send("FEAT\r\n");
+    let feat = t.out();
+    assert!(feat.contains(" MFMT\r\n"), "{feat}");
+    assert!(feat.contains("SHA1;CRC32C;"), "{feat}");
+}
+
+#[test]
 fn uploads_and_renames_when_writable() {
     let mut t = T::logged_in(true);
     t.passive();

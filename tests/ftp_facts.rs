@@ -1,0 +1,138 @@
+//! Protocol gaps real clients hit (issue "Moving datasets"): MLST of a
+//! subdirectory says `type=dir` (aioftp decides rmdir on it; `cdir` stays
+//! for the directory MLSD lists), MFMT sets a file's time for writable
+//! users (and `sluice put -r` keeps modification times with it), CKSM
+//! answers SHA1 and CRC32C next to ADLER32, MD5 and SHA256, each checked
+//! against a value computed here.
+
+use crate::harness::servers::{sluice_ro, sluice_rw};
+use crate::harness::*;
+use crate::harness::corpus;
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, UNIX_EPOCH};
+
+fn logged_in(server: &FtpServer) -> Control {
+    let mut c = server.connect();
+    c.login_anonymous();
+    c
+}
+
+#[test]
+fn mlst_of_a_subdirectory_is_type_dir_and_mlsd_keeps_cdir() {
+    let server = sluice_ro();
+    fs::create_dir_all(server.local("sub/inner")).unwrap();
+    let mut c = logged_in(&server);
+    let r = c.cmd("MLST sub");
+    assert_eq!(r.code, 250, "{}", c.transcript());
+    let facts = r.lines.iter().find(|l| l.contains("type=")).expect("fact line");
+    assert!(facts.contains("type=dir;"), "{facts}");
+    assert!(facts.trim_end().ends_with("/sub"), "{facts}");
+    let file = corpus::file_name(4095);
+    let r = c.cmd(&format!("MLST {file}"));
+    assert!(r.text().contains("type=file;size=4095;"), "{}", r.text());
+    // MLSD of sub: the listed directory is `cdir`, its child `dir`.
+    if !require_tool("curl") {
+        return;
+    }
+    let out = run(Command::new("curl").args(["-sS", "-X", "MLSD", &server.url("sub/")]));
+    out.assert_success();
+    let text = out.stdout.clone();
+    assert!(text.contains("type=cdir;"), "{text}");
+    assert!(text.lines().any(|l| l.contains("type=dir;") && l.ends_with(" inner")), "{text}");
+}
+
+#[test]
+fn mfmt_sets_the_modification_time_for_writable_users_only() {
+    let ro = sluice_ro();
+    let file = corpus::file_name(4095);
+    let mut c = logged_in(&ro);
+    assert_eq!(c.cmd(&format!("MFMT 20200102030405 {file}")).code, 550);
+    let feat = c.cmd("FEAT").text();
+    assert!(feat.contains("MFMT"), "{feat}");
+
+    let server = sluice_rw();
+    fs::write(server.local("t.txt"), b"time").unwrap();
+    let mut c = logged_in(&server);
+    let r = c.cmd("MFMT 20200102030405 t.txt");
+    assert_eq!(r.code, 213, "{}", c.transcript());
+    assert!(r.text().contains("Modify=20200102030405;"), "{}", r.text());
+    assert_eq!(c.cmd("MDTM t.txt").text(), "213 20200102030405");
+    let local = fs::metadata(server.local("t.txt")).unwrap().modified().unwrap();
+    assert_eq!(local.duration_since(UNIX_EPOCH).unwrap(), Duration::from_secs(1_577_934_245));
+    // Bad times and directories are refused; a missing file is 550.
+    assert_eq!(c.cmd("MFMT 20200231000000 t.txt").code, 501);
+    assert_eq!(c.cmd("MFMT 2020 t.txt").code, 501);
+    fs::create_dir(server.local("d")).unwrap();
+    assert_eq!(c.cmd("MFMT 20200102030405 d").code / 100, 5);
+    assert_eq!(c.cmd("MFMT 20200102030405 nothing-here").code, 550);
+}
+
+#[test]
+fn put_r_keeps_modification_times_through_mfmt() {
+    let server = sluice_rw();
+    let src = tempfile::tempdir().unwrap();
+    fs::create_dir(src.path().join("d")).unwrap();
+    for (rel, secs) in [("a.txt", 1_500_000_000u64), ("d/b.bin", 1_600_000_000)] {
+        let p = src.path().join(rel);
+        fs::write(&p, rel.as_bytes()).unwrap();
+        let f = fs::File::options().write(true).open(&p).unwrap();
+        f.set_modified(UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
+    }
+    let out = run(Command::new(sluice_bin()).args([
+        "put",
+        "-r",
+        "-q",
+        src.path().to_str().unwrap(),
+        &server.url("up/"),
+    ]));
+    out.assert_success();
+    for (rel, secs) in [("a.txt", 1_500_000_000u64), ("d/b.bin", 1_600_000_000)] {
+        let m = fs::metadata(server.local(&format!("up/{rel}"))).unwrap();
+        assert_eq!(
+            m.modified().unwrap().duration_since(UNIX_EPOCH).unwrap(),
+            Duration::from_secs(secs),
+            "{rel}"
+        );
+    }
+}
+
+/// CRC32C (Castagnoli), bit by bit: slow and obviously right.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = (c >> 1) ^ if c & 1 != 0 { 0x82F6_3B78 } else { 0 };
+        }
+    }
+    !c
+}
+
+#[test]
+fn cksm_answers_sha1_and_crc32c() {
+    let server = sluice_ro();
+    let name = corpus::file_name(4095);
+    let data = fs::read(server.local(&name)).unwrap();
+    let out = run(Command::new("sha1sum").arg(server.local(&name)));
+    out.assert_success();
+    let sha1 = out
+        .stdout
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let mut c = logged_in(&server);
+    for (alg, want) in [
+        ("SHA1", sha1.clone()),
+        ("SHA-1", sha1),
+        ("CRC32C", format!("{:08x}", crc32c(&data))),
+        ("CRC32C 100 1000", format!("{:08x}", crc32c(&data[100..1100]))),
+    ] {
+        let (alg, range) = alg.split_once(' ').unwrap_or((alg, "0 -1"));
+        let r = c.cmd(&format!("CKSM {alg} {range} {name}"));
+        assert_eq!(r.text(), format!("213 {want}"), "CKSM {alg} {range}");
+    }
+    let feat = c.cmd("FEAT").text();
+    assert!(feat.contains("CKSM ADLER32;MD5;SHA256;SHA1;CRC32C;"), "{feat}");
+}
