@@ -23,6 +23,7 @@
 mod buffers;
 mod cancel;
 mod config;
+mod conn;
 mod counters;
 mod disk;
 mod error;
@@ -45,6 +46,7 @@ use std::sync::Arc;
 pub use buffers::{BufferPool, PoolBuf};
 pub use cancel::Cancel;
 pub use config::{parse_switch, DataPath, EngineConfig, ParseDataPathError};
+pub use conn::DataConn;
 pub use counters::{Counters, CountersSnapshot};
 pub use error::EngineError;
 pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};

@@ -57,13 +57,36 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
+        let local = self.config().data_path == DataPath::Auto && peer_is_local(conn);
+        let mut turn = Turn::new(self.config().send_quantum);
+        self.send_range_on(conn, local, &mut turn, file, offset, len, prefix, counters, cancel)
+            .await
+    }
+
+    /// One send of a connection's life: `local` is whether its peer is on
+    /// this host (decided once by a [`crate::DataConn`]), `turn` its
+    /// quantum so far (kept across its sends, so a MODE E stream sending
+    /// block after block yields like one long send).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn send_range_on(
+        &self,
+        conn: &TcpStream,
+        local: bool,
+        turn: &mut Turn,
+        file: &Arc<File>,
+        offset: u64,
+        len: u64,
+        prefix: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<u64, EngineError> {
         if len == 0 {
             self.send_bytes(conn, prefix, counters, cancel).await?;
             return Ok(0);
         }
         let t = self.tally(counters);
         let path = match self.config().data_path {
-            DataPath::Auto => auto_path(conn, len),
+            DataPath::Auto => auto_choice(local, len),
             p => p,
         };
         match path {
@@ -77,12 +100,14 @@ impl Engine {
                     prefix,
                     counters,
                     cancel,
+                    turn,
                     refill.as_mut(),
                 );
                 counted(f, t).await
             }
             DataPath::Sendfile | DataPath::Splice | DataPath::Auto => {
-                let f = self.send_sendfile(conn, file, offset, len, prefix, counters, cancel);
+                let f =
+                    self.send_sendfile(conn, file, offset, len, prefix, counters, cancel, turn);
                 counted(f, t).await
             }
             // Its own thread counts its own wake-ups; this task sleeps once.
@@ -119,17 +144,17 @@ impl Engine {
         prefix: &[u8],
         counters: &Counters,
         cancel: &Cancel,
+        turn: &mut Turn,
         mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
         if let Some(mut feed) = self.feed(conn, file, offset, offset + len, true, counters) {
             return self
                 .send_copy_planned(
-                    conn, &mut feed, offset, len, prefix, counters, cancel, refill,
+                    conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,
                 )
                 .await;
         }
         let t = self.tally(counters);
-        let mut turn = Turn::new(self.config().send_quantum);
         let end = offset + len;
         let mut prefix = prefix;
         let mut pos = offset;
@@ -183,11 +208,11 @@ impl Engine {
         prefix: &[u8],
         counters: &Counters,
         cancel: &Cancel,
+        turn: &mut Turn,
         mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
         let t = self.tally(counters);
         let idle = self.config().idle_timeout;
-        let mut turn = Turn::new(self.config().send_quantum);
         let end = offset + len;
         let mut prefix = prefix;
         let mut pos = offset;
@@ -274,9 +299,10 @@ impl Engine {
 /// and one `writev` with the headers, no buffer held for long.
 const AUTO_COPY_MAX: u64 = 256 << 10;
 
-/// The `auto` data path's choice for one send (see `DataPath::Auto`).
-fn auto_path(conn: &TcpStream, len: u64) -> DataPath {
-    if len <= AUTO_COPY_MAX || peer_is_local(conn) {
+/// The `auto` data path's choice for one send of `len` bytes to a peer
+/// that is (`local`) or is not on this host (see `DataPath::Auto`).
+pub(crate) fn auto_choice(local: bool, len: u64) -> DataPath {
+    if len <= AUTO_COPY_MAX || local {
         DataPath::Copy
     } else {
         DataPath::Sendfile
@@ -284,7 +310,7 @@ fn auto_path(conn: &TcpStream, len: u64) -> DataPath {
 }
 
 /// True when the peer is on this host: loopback, or our own address.
-fn peer_is_local(conn: &TcpStream) -> bool {
+pub(crate) fn peer_is_local(conn: &TcpStream) -> bool {
     match (conn.peer_addr(), conn.local_addr()) {
         (Ok(p), Ok(l)) => {
             let p = p.ip().to_canonical();
@@ -310,6 +336,7 @@ pub(crate) fn read_full_at(f: &File, buf: &mut [u8], pos: u64) -> io::Result<usi
 
 /// Counts bytes pushed since this sender last gave up the event loop and
 /// yields once a quantum is used, so one fast connection cannot starve others.
+#[derive(Debug)]
 pub(crate) struct Turn {
     used: u64,
     quantum: u64,
@@ -434,8 +461,10 @@ pub(crate) mod tests {
     async fn auto_copies_to_a_peer_on_this_host() {
         let (tx, _rx) = pair().await;
         assert!(peer_is_local(&tx));
-        assert_eq!(auto_path(&tx, 1), DataPath::Copy);
-        assert_eq!(auto_path(&tx, 1 << 30), DataPath::Copy);
+        assert_eq!(auto_choice(true, 1), DataPath::Copy);
+        assert_eq!(auto_choice(true, 1 << 30), DataPath::Copy);
+        assert_eq!(auto_choice(false, 1 << 10), DataPath::Copy);
+        assert_eq!(auto_choice(false, 1 << 30), DataPath::Sendfile);
         assert_eq!("auto".parse::<DataPath>().unwrap(), DataPath::Auto);
         assert_eq!(EngineConfig::default().data_path, DataPath::Auto);
     }

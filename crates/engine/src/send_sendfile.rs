@@ -40,6 +40,7 @@ impl Engine {
         prefix: &[u8],
         counters: &Counters,
         cancel: &Cancel,
+        turn: &mut Turn,
     ) -> Result<u64, EngineError> {
         let t = self.tally(counters);
         let cfg = self.config();
@@ -66,7 +67,6 @@ impl Engine {
                 Err(e) => return Err(EngineError::Connection(e)),
             }
         }
-        let mut turn = Turn::new(cfg.send_quantum);
         let mut pump = self.splice_pump();
         let mut feed = self.feed(conn, file, offset, end, false, counters);
         let mut pos = offset;
@@ -97,7 +97,7 @@ impl Engine {
                 // read-ahead, so sendfile takes over again once pages are warm.
                 let n = (want as u64).min(cfg.read_buffer_size as u64);
                 pos += self
-                    .send_copy(conn, file, pos, n, &[], counters, cancel, refill.as_mut())
+                    .send_copy(conn, file, pos, n, &[], counters, cancel, turn, refill.as_mut())
                     .await?;
                 turn.waited();
                 continue;
@@ -148,6 +148,7 @@ impl Engine {
                             &[],
                             counters,
                             cancel,
+                            turn,
                             refill.as_mut(),
                         )
                         .await?;

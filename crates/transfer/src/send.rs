@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::mode_e::BlockHeader;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
@@ -49,9 +48,8 @@ pub async fn send_relative(
             "MODE E header base beyond a range's offset",
         ));
     }
-    for c in &conns {
-        engine.prepare_socket(c);
-    }
+    // Each connection becomes an engine `DataConn` in its sender (socket
+    // settings applied once, data path and quantum kept across pieces).
     match spec.mode {
         Mode::Stream => {
             let mut it = conns.into_iter();
@@ -74,26 +72,19 @@ pub async fn send_relative(
 async fn send_stream(
     engine: &Engine,
     spec: &SendSpec,
-    mut conn: TcpStream,
+    conn: TcpStream,
     progress: &Progress,
     cancel: &Cancel,
 ) -> Result<u64, TransferError> {
+    let mut conn = engine.data_conn(conn);
     let mut total = 0;
     for r in &spec.ranges {
         let mut pos = r.offset;
         while pos < r.end() {
             // Pieces keep progress current; each is still many chunks.
             let len = (r.end() - pos).min(STREAM_PIECE);
-            let n = engine
-                .send_file(
-                    &conn,
-                    &spec.file,
-                    pos,
-                    len,
-                    &[],
-                    progress.counters(),
-                    cancel,
-                )
+            let n = conn
+                .send_range(&spec.file, pos, len, &[], progress.counters(), cancel)
                 .await?;
             progress.add_bytes(n);
             total += n;
@@ -164,13 +155,14 @@ async fn send_extended(
 
 async fn stream_task(
     engine: &Engine,
-    mut conn: TcpStream,
+    conn: TcpStream,
     file: &Arc<std::fs::File>,
     queue: &Mutex<BlockQueue>,
     eof: Option<u64>,
     progress: &Progress,
     cancel: &Cancel,
 ) -> Result<u64, TransferError> {
+    let mut conn = engine.data_conn(conn);
     let mut sent = 0;
     loop {
         let block = match queue.lock() {
@@ -179,24 +171,14 @@ async fn stream_task(
         };
         let Some((b, wire_offset)) = block else { break };
         let header = BlockHeader::data(wire_offset, b.len).encode();
-        let n = engine
-            .send_file(
-                &conn,
-                file,
-                b.offset,
-                b.len,
-                &header,
-                progress.counters(),
-                cancel,
-            )
+        let n = conn
+            .send_range(file, b.offset, b.len, &header, progress.counters(), cancel)
             .await?;
         progress.add_bytes(n);
         sent += n;
     }
     let end = BlockHeader::end(eof, true).encode();
-    engine
-        .send_bytes(&conn, &end, progress.counters(), cancel)
-        .await?;
+    conn.send_bytes(&end, progress.counters(), cancel).await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
     Ok(sent)
 }

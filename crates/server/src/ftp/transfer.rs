@@ -18,7 +18,6 @@ use sluice_transfer::{
     receive_mode_e_relative, receive_stream, send_relative, ByteRange, Mode, Progress, SendSpec,
     TransferError,
 };
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -240,8 +239,11 @@ async fn list(
         ),
     };
     let mut sent = 0u64;
+    // Listing bytes leave through the engine like file data: its counters,
+    // cancellation and stalled-reader timeout apply.
+    let counters = sluice_engine::Counters::new();
     let write_all = async {
-        let mut conns = conns.into_iter();
+        let mut conns = conns.into_iter().map(|c| job.engine.data_conn(c));
         if let Some(mut conn) = conns.next() {
             loop {
                 let piece = match (&mut lister, whole.take()) {
@@ -260,19 +262,20 @@ async fn list(
                     continue;
                 }
                 if mode_e {
-                    conn.write_all(&BlockHeader::data(sent, piece.len() as u64).encode())
+                    let header = BlockHeader::data(sent, piece.len() as u64).encode();
+                    conn.send_bytes(&header, &counters, &job.cancel)
                         .await
-                        .map_err(|_| OpError::ConnectionLost)?;
+                        .map_err(list_send_error)?;
                 }
-                conn.write_all(&piece)
+                conn.send_bytes(&piece, &counters, &job.cancel)
                     .await
-                    .map_err(|_| OpError::ConnectionLost)?;
+                    .map_err(list_send_error)?;
                 sent += piece.len() as u64;
             }
-            finish_list_conn(conn, mode_e, Some(count)).await?;
+            finish_list_conn(conn, mode_e, Some(count), &counters, &job.cancel).await?;
         }
         for conn in conns {
-            finish_list_conn(conn, mode_e, None).await?;
+            finish_list_conn(conn, mode_e, None, &counters, &job.cancel).await?;
         }
         Ok::<(), OpError>(())
     };
@@ -286,17 +289,26 @@ async fn list(
 /// Ends one listing data connection: MODE E's EOD (with EOF on the first),
 /// then close.
 async fn finish_list_conn(
-    mut conn: TcpStream,
+    mut conn: sluice_engine::DataConn,
     mode_e: bool,
     eof: Option<u64>,
+    counters: &sluice_engine::Counters,
+    cancel: &Cancel,
 ) -> Result<(), OpError> {
     if mode_e {
-        conn.write_all(&BlockHeader::end(eof, true).encode())
+        conn.send_bytes(&BlockHeader::end(eof, true).encode(), counters, cancel)
             .await
-            .map_err(|_| OpError::ConnectionLost)?;
+            .map_err(list_send_error)?;
     }
     let _ = conn.shutdown().await;
     Ok(())
+}
+
+fn list_send_error(e: sluice_engine::EngineError) -> OpError {
+    match e {
+        sluice_engine::EngineError::Cancelled => OpError::Aborted,
+        _ => OpError::ConnectionLost,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluice_engine::{Cancel, Counters};
+use sluice_engine::{Cancel, Counters, DataConn};
 use sluice_http::request::peek_request_line;
 use sluice_http::{
     parse_request, respond, respond_error, respond_status, AccessEntry, Method, Options, Plan,
@@ -52,8 +52,10 @@ enum Head {
 }
 
 /// Serves one connection until it closes.
-pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAddr, id: u64) {
-    ctx.engine.prepare_socket(&stream);
+pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, id: u64) {
+    // The engine's connection object for the connection's whole life
+    // (socket settings once, data path and quantum across requests).
+    let mut conn = ctx.engine.data_conn(stream);
     let opts = Options {
         boundary_seed: id,
         ..Options::default()
@@ -61,7 +63,7 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut first = true;
     loop {
-        let head = read_head(&ctx, &mut stream, &mut buf, first).await;
+        let head = read_head(&ctx, conn.stream_mut(), &mut buf, first).await;
         first = false;
         let (req, used) = match head {
             Head::Request(req, used) => (req, used),
@@ -69,14 +71,14 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
                 tracing::debug!(error = %e, "bad request head");
                 let line = peek_request_line(&buf);
                 let plan = respond_error(e, SystemTime::now(), &opts);
-                finish_with(&ctx, &mut stream, peer, &plan, &line).await;
+                finish_with(&ctx, &mut conn, peer, &plan, &line).await;
                 return;
             }
             Head::TimedOut => {
                 tracing::debug!("request head deadline passed");
                 let line = peek_request_line(&buf);
                 let plan = respond_status(Status::RequestTimeout, SystemTime::now(), &opts);
-                finish_with(&ctx, &mut stream, peer, &plan, &line).await;
+                finish_with(&ctx, &mut conn, peer, &plan, &line).await;
                 return;
             }
             Head::Gone => return,
@@ -91,8 +93,7 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
         let plan = respond(&req, resource, time, &opts);
         let counters = Counters::new();
         let mut sent = send_plan(
-            &ctx.engine,
-            &stream,
+            &mut conn,
             &plan,
             file.as_ref(),
             &counters,
@@ -102,7 +103,7 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
         if let (Ok(()), Some(dir), Status::Ok, false) =
             (&sent, dir, plan.status, req.method == Method::Head)
         {
-            sent = send_listing(&ctx, &stream, &req, dir, &counters).await;
+            sent = send_listing(&ctx, &mut conn, &req, dir, &counters).await;
         }
         let body_bytes = match &sent {
             Ok(()) if plan.body.is_empty() => counters
@@ -121,7 +122,7 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
             return;
         }
         if !plan.keep_alive {
-            linger_close(&mut stream).await;
+            linger_close(conn.stream_mut()).await;
             return;
         }
     }
@@ -132,7 +133,7 @@ pub async fn serve(ctx: Arc<HttpContext>, mut stream: TcpStream, peer: SocketAdd
 /// the next is read, so a client that stops reading stops the listing.
 async fn send_listing(
     ctx: &Arc<HttpContext>,
-    stream: &TcpStream,
+    conn: &mut DataConn,
     req: &Request,
     dir: sluice_platform::fs::DirReader,
     counters: &Counters,
@@ -155,15 +156,7 @@ async fn send_listing(
             keep_alive: true,
             range_ignored: None,
         };
-        send_plan(
-            &ctx.engine,
-            stream,
-            &plan,
-            None,
-            counters,
-            ctx.settings.send_timeout,
-        )
-        .await?;
+        send_plan(conn, &plan, None, counters, ctx.settings.send_timeout).await?;
     }
 }
 
@@ -243,26 +236,18 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
 /// Sends a closing answer (error, 408), logs it, and closes gracefully.
 async fn finish_with(
     ctx: &HttpContext,
-    stream: &mut TcpStream,
+    conn: &mut DataConn,
     peer: SocketAddr,
     plan: &Plan,
     line: &str,
 ) {
     let counters = Counters::new();
     let time = SystemTime::now();
-    let sent = send_plan(
-        &ctx.engine,
-        stream,
-        plan,
-        None,
-        &counters,
-        ctx.settings.send_timeout,
-    )
-    .await;
+    let sent = send_plan(conn, plan, None, &counters, ctx.settings.send_timeout).await;
     let bytes = if sent.is_ok() { plan.body_len() } else { 0 };
     log_access(peer, time, line, plan, bytes, None);
     if sent.is_ok() {
-        linger_close(stream).await;
+        linger_close(conn.stream_mut()).await;
     }
 }
 

@@ -1,7 +1,8 @@
 //! Sending a [`Plan`]: the head and any made-here bytes go out as the
-//! prefix of the next file range, and every file range leaves through
-//! [`Engine::send_file`], so HTTP bodies take the same data path
-//! (sendfile or copy), socket settings and counters as FTP.
+//! prefix of the next file range, and every file range leaves through the
+//! connection's engine [`DataConn`], so HTTP bodies take the same data
+//! path (sendfile or copy), socket settings, quantum and counters as FTP,
+//! kept across the requests of a kept-alive connection.
 //!
 //! The engine waits for writability itself (its own `idle_timeout`); on
 //! top of that a watchdog here closes a response whose client has taken
@@ -13,9 +14,8 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_engine::{Cancel, Counters, Engine, EngineError};
+use sluice_engine::{Cancel, Counters, DataConn, EngineError};
 use sluice_http::{Plan, Segment};
-use tokio::net::TcpStream;
 
 /// Longest gap between two progress checks of the watchdog.
 const WATCHDOG_TICK: Duration = Duration::from_secs(1);
@@ -52,15 +52,14 @@ impl From<EngineError> for SendError {
 
 /// Sends `plan` in full; `counters` counts what went out (head included).
 pub async fn send_plan(
-    engine: &Engine,
-    conn: &TcpStream,
+    conn: &mut DataConn,
     plan: &Plan,
     file: Option<&Arc<File>>,
     counters: &Counters,
     send_timeout: Duration,
 ) -> Result<(), SendError> {
     let cancel = Cancel::new();
-    let work = send_segments(engine, conn, plan, file, counters, &cancel);
+    let work = send_segments(conn, plan, file, counters, &cancel);
     tokio::pin!(work);
     // Most small answers are taken by the socket at once: finish those
     // without arming the watchdog's timer at all.
@@ -93,8 +92,7 @@ pub async fn send_plan(
 }
 
 async fn send_segments(
-    engine: &Engine,
-    conn: &TcpStream,
+    conn: &mut DataConn,
     plan: &Plan,
     file: Option<&Arc<File>>,
     counters: &Counters,
@@ -103,8 +101,7 @@ async fn send_segments(
     // The common answer, head and one file range: no copy of the head.
     if let [Segment::File { offset, len }] = plan.body[..] {
         let f = file.ok_or(SendError::NoFile)?;
-        engine
-            .send_file(conn, f, offset, len, &plan.head, counters, cancel)
+        conn.send_range(f, offset, len, &plan.head, counters, cancel)
             .await?;
         return Ok(());
     }
@@ -117,15 +114,14 @@ async fn send_segments(
             Segment::Bytes(b) => pending.extend_from_slice(b),
             Segment::File { offset, len } => {
                 let f = file.ok_or(SendError::NoFile)?;
-                engine
-                    .send_file(conn, f, *offset, *len, &pending, counters, cancel)
+                conn.send_range(f, *offset, *len, &pending, counters, cancel)
                     .await?;
                 pending.clear();
             }
         }
     }
     if !pending.is_empty() {
-        engine.send_bytes(conn, &pending, counters, cancel).await?;
+        conn.send_bytes(&pending, counters, cancel).await?;
     }
     Ok(())
 }

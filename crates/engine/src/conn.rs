@@ -1,0 +1,204 @@
+//! A data connection for its whole life: [`DataConn`].
+//!
+//! Everything about sending that belongs to a connection rather than to
+//! one call lives here, so a transfer that sends in pieces (MODE S in
+//! 64 MiB pieces, MODE E one block per send, HTTP one response per
+//! request on a kept-alive connection) is treated as one sender:
+//! - the data path, decided once when the connection is made (the `auto`
+//!   path asks the socket for both addresses once, not per block);
+//! - the fairness quantum ([`Turn`]): bytes pushed since the sender last
+//!   gave up the event loop carry over from one send to the next, so a
+//!   MODE E stream of 1 MiB blocks yields every `send_quantum` bytes as a
+//!   long MODE S send does (each call used to start a fresh quantum, and
+//!   a 1 MiB block never reached 4 MiB);
+//! - the socket settings (`SocketSettings`: buffer, `TCP_NOTSENT_LOWAT`
+//!   start mark, congestion control, pacing), applied once. The
+//!   rate-sized mark itself lives on the socket between sends
+//!   (`refill.rs`).
+//!
+//! Still per send, to move here next: the `TCP_INFO` sampling of the
+//! refill mark and of the prefetch planner (one flow sampler per
+//! connection), the planner's connection id, the blocking baseline's
+//! thread; and later per-path buffer sizing (DRS), pacing classes (Cue)
+//! and the TLS transport.
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::send::{peer_is_local, Turn};
+use crate::{Cancel, Counters, DataPath, Engine, EngineError};
+
+/// One data connection (an FTP data socket or an HTTP connection) and the
+/// sending state that lives as long as it. Made by [`Engine::data_conn`].
+#[derive(Debug)]
+pub struct DataConn {
+    engine: Engine,
+    stream: TcpStream,
+    /// The peer is on this host (loopback or one of our addresses): the
+    /// `auto` path copies for it (see `DataPath::Auto`).
+    local_peer: bool,
+    turn: Turn,
+}
+
+impl Engine {
+    /// Takes `stream` as a data connection: applies the engine's socket
+    /// settings once and decides what lasts for the connection's life.
+    pub fn data_conn(&self, stream: TcpStream) -> DataConn {
+        self.prepare_socket(&stream);
+        let local_peer = self.config().data_path == DataPath::Auto && peer_is_local(&stream);
+        DataConn {
+            engine: self.clone(),
+            stream,
+            local_peer,
+            turn: Turn::new(self.config().send_quantum),
+        }
+    }
+}
+
+impl DataConn {
+    /// Sends `prefix` (e.g. a MODE E header or HTTP head; may be empty)
+    /// and then `len` bytes of `file` from `offset`; returns the file
+    /// bytes sent (`len` on success).
+    // The arguments are all distinct roles; a struct would only rename them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send_range(
+        &mut self,
+        file: &Arc<File>,
+        offset: u64,
+        len: u64,
+        prefix: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<u64, EngineError> {
+        self.engine
+            .send_range_on(
+                &self.stream,
+                self.local_peer,
+                &mut self.turn,
+                file,
+                offset,
+                len,
+                prefix,
+                counters,
+                cancel,
+            )
+            .await
+    }
+
+    /// Sends `bytes` in full (framing with no payload: MODE E EOD/EOF).
+    pub async fn send_bytes(
+        &mut self,
+        bytes: &[u8],
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<(), EngineError> {
+        self.engine.send_bytes(&self.stream, bytes, counters, cancel).await
+    }
+
+    /// Half-closes the sending side once queued data is out (MODE S end
+    /// of data, HTTP close).
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        self.stream.shutdown().await
+    }
+
+    /// The socket, for reading (HTTP requests, MODE E uploads).
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// The socket, mutably (tokio's read helpers take `&mut`).
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// The socket back (a MODE E connection kept for the next transfer).
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+
+    /// Whether the peer is on this host (decided when the connection was
+    /// made; only asked under the `auto` data path).
+    pub fn local_peer(&self) -> bool {
+        self.local_peer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::send::tests::{pair, pattern, temp_file};
+    use crate::EngineConfig;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn the_quantum_carries_over_from_one_block_to_the_next() {
+        // MODE E-sized sends (256 KiB blocks) with a 1 MiB quantum: each
+        // call alone never reaches it, the connection does every 4 blocks.
+        let e = Engine::new(EngineConfig {
+            data_path: DataPath::Copy,
+            send_quantum: 1 << 20,
+            ..EngineConfig::default()
+        });
+        let data = pattern(4 << 20);
+        let file = temp_file(&data);
+        let (tx, mut rx) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut conn = e.data_conn(tx);
+        let c = Counters::new();
+        let cancel = Cancel::new();
+        for i in 0..16u64 {
+            let n = conn
+                .send_range(&file, i << 18, 1 << 18, b"", &c, &cancel)
+                .await
+                .unwrap();
+            assert_eq!(n, 1 << 18);
+        }
+        conn.shutdown().await.unwrap();
+        drop(conn);
+        assert_eq!(reader.await.unwrap(), data);
+        let s = c.snapshot();
+        // 4 MiB in 1 MiB quanta: a yield every quantum that did not end
+        // in a wait for room (a wait ends a turn too).
+        assert!(s.yields >= 1, "yields {} eagains {}", s.yields, s.eagains);
+        assert!(s.yields + s.eagains >= 3, "yields {} eagains {}", s.yields, s.eagains);
+
+        // The same blocks through the stateless call never yield.
+        let (tx, mut rx) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        e.prepare_socket(&tx);
+        let c = Counters::new();
+        for i in 0..16u64 {
+            e.send_file(&tx, &file, i << 18, 1 << 18, b"", &c, &cancel)
+                .await
+                .unwrap();
+        }
+        drop(tx);
+        reader.await.unwrap();
+        assert_eq!(c.snapshot().yields, 0);
+    }
+
+    #[tokio::test]
+    async fn the_peer_is_judged_once_and_only_under_auto() {
+        let auto = Engine::new(EngineConfig::default());
+        let (tx, _rx) = pair().await;
+        assert!(auto.data_conn(tx).local_peer(), "loopback is local");
+        let copy = Engine::new(EngineConfig {
+            data_path: DataPath::Sendfile,
+            ..EngineConfig::default()
+        });
+        let (tx, _rx) = pair().await;
+        assert!(!copy.data_conn(tx).local_peer(), "not asked outside auto");
+    }
+}
