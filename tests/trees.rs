@@ -230,6 +230,46 @@ fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Once `progress()` says a few files are through, freezes the client
+/// (SIGSTOP, so the kill lands mid-job whatever the machine's speed),
+/// kill -9s the server, restarts it on the same port and root, lets the
+/// client go on, and checks it ends with success after reporting a
+/// retry. Returns the new server and the client's stderr.
+fn kill_and_restart_mid_job(
+    first: &FtpServer,
+    root: &Path,
+    client: &ProcessGuard,
+    err: &Path,
+    progress: impl Fn() -> usize,
+) -> (FtpServer, String) {
+    wait_for("a few files to arrive", 60, || {
+        progress() >= 3 || client.exited().is_some()
+    });
+    signal(client.pid, "-STOP");
+    assert!(
+        client.exited().is_none(),
+        "the client finished before the kill"
+    );
+    first.kill9();
+    let second = sluice(ServeOptions {
+        writable: true,
+        root: Some(root.to_path_buf()),
+        listen: Some(first.addr()),
+        ..Default::default()
+    });
+    signal(client.pid, "-CONT");
+    wait_for("the client to end", 120, || client.exited().is_some());
+    let status = client.exited().unwrap();
+    let stderr = fs::read_to_string(err).unwrap_or_default();
+    assert!(
+        status.success(),
+        "{status}\n{stderr}\n{}",
+        second.log_tail()
+    );
+    assert!(stderr.contains("retry 1"), "no retry reported:\n{stderr}");
+    (second, stderr)
+}
+
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
 }
@@ -273,31 +313,8 @@ fn tree_download_survives_a_server_killed_and_restarted() {
             })
             .unwrap_or(0)
     };
-    wait_for("a few files to arrive", 60, || {
-        done(&dest) >= 3 || client.exited().is_some()
-    });
-    signal(client.pid, "-STOP");
-    assert!(
-        client.exited().is_none(),
-        "the client finished before the kill"
-    );
-    first.kill9();
-    let second = sluice(ServeOptions {
-        writable: true,
-        root: Some(root.clone()),
-        listen: Some(first.addr()),
-        ..Default::default()
-    });
-    signal(client.pid, "-CONT");
-    wait_for("the client to end", 120, || client.exited().is_some());
-    let status = client.exited().unwrap();
-    let stderr = fs::read_to_string(&err).unwrap_or_default();
-    assert!(
-        status.success(),
-        "{status}\n{stderr}\n{}",
-        second.log_tail()
-    );
-    assert!(stderr.contains("retry 1"), "no retry reported:\n{stderr}");
+    let (_second, stderr) =
+        kill_and_restart_mid_job(&first, &root, &client, &err, || done(&dest));
     assert_eq!(tree_sums(&dest), want, "{stderr}");
 }
 
@@ -746,31 +763,7 @@ fn tree_upload_survives_a_server_killed_and_restarted() {
             .map(|r| r.count())
             .unwrap_or(0)
     };
-    wait_for("a few files to arrive", 60, || {
-        arrived() >= 3 || client.exited().is_some()
-    });
-    signal(client.pid, "-STOP");
-    assert!(
-        client.exited().is_none(),
-        "the client finished before the kill"
-    );
-    first.kill9();
-    let second = sluice(ServeOptions {
-        writable: true,
-        root: Some(root.clone()),
-        listen: Some(first.addr()),
-        ..Default::default()
-    });
-    signal(client.pid, "-CONT");
-    wait_for("the client to end", 120, || client.exited().is_some());
-    let status = client.exited().unwrap();
-    let stderr = fs::read_to_string(&err).unwrap_or_default();
-    assert!(
-        status.success(),
-        "{status}\n{stderr}\n{}",
-        second.log_tail()
-    );
-    assert!(stderr.contains("retry 1"), "no retry reported:\n{stderr}");
+    let (second, stderr) = kill_and_restart_mid_job(&first, &root, &client, &err, arrived);
     let mut got = tree_sums(&root.join("up"));
     // The server may keep its own partial-upload files; only names the
     // source has count.
