@@ -96,7 +96,9 @@ impl DataConn {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<(), EngineError> {
-        self.engine.send_bytes(&self.stream, bytes, counters, cancel).await
+        self.engine
+            .send_bytes(&self.stream, bytes, counters, cancel)
+            .await
     }
 
     /// Half-closes the sending side once queued data is out (MODE S end
@@ -168,7 +170,12 @@ mod tests {
         // 4 MiB in 1 MiB quanta: a yield every quantum that did not end
         // in a wait for room (a wait ends a turn too).
         assert!(s.yields >= 1, "yields {} eagains {}", s.yields, s.eagains);
-        assert!(s.yields + s.eagains >= 3, "yields {} eagains {}", s.yields, s.eagains);
+        assert!(
+            s.yields + s.eagains >= 3,
+            "yields {} eagains {}",
+            s.yields,
+            s.eagains
+        );
 
         // The same blocks through the stateless call never yield.
         let (tx, mut rx) = pair().await;

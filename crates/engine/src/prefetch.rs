@@ -200,7 +200,9 @@ impl Hub {
             eager_cancel: cfg.cancel,
             sample_every: cfg.sample_interval.max(Duration::from_millis(1)),
             budget_cap,
-            budget_of_free: cfg.prefetch_budget_of_free.filter(|v| (0.0..=1.0).contains(v)),
+            budget_of_free: cfg
+                .prefetch_budget_of_free
+                .filter(|v| (0.0..=1.0).contains(v)),
             disk: (k > cfg.disk_threads)
                 .then(|| DiskPool::new(k, k).ok())
                 .flatten(),

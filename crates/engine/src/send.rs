@@ -59,8 +59,10 @@ impl Engine {
     ) -> Result<u64, EngineError> {
         let local = self.config().data_path == DataPath::Auto && peer_is_local(conn);
         let mut turn = Turn::new(self.config().send_quantum);
-        self.send_range_on(conn, local, &mut turn, file, offset, len, prefix, counters, cancel)
-            .await
+        self.send_range_on(
+            conn, local, &mut turn, file, offset, len, prefix, counters, cancel,
+        )
+        .await
     }
 
     /// One send of a connection's life: `local` is whether its peer is on
@@ -106,8 +108,7 @@ impl Engine {
                 counted(f, t).await
             }
             DataPath::Sendfile | DataPath::Splice | DataPath::Auto => {
-                let f =
-                    self.send_sendfile(conn, file, offset, len, prefix, counters, cancel, turn);
+                let f = self.send_sendfile(conn, file, offset, len, prefix, counters, cancel, turn);
                 counted(f, t).await
             }
             // Its own thread counts its own wake-ups; this task sleeps once.

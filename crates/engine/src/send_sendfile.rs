@@ -97,7 +97,17 @@ impl Engine {
                 // read-ahead, so sendfile takes over again once pages are warm.
                 let n = (want as u64).min(cfg.read_buffer_size as u64);
                 pos += self
-                    .send_copy(conn, file, pos, n, &[], counters, cancel, turn, refill.as_mut())
+                    .send_copy(
+                        conn,
+                        file,
+                        pos,
+                        n,
+                        &[],
+                        counters,
+                        cancel,
+                        turn,
+                        refill.as_mut(),
+                    )
                     .await?;
                 turn.waited();
                 continue;

@@ -410,6 +410,38 @@ async fn wait_eof(conn: &TcpStream) {
     }
 }
 
+/// How long an upload waits for another upload of the same name to let go
+/// of the partial. The common holder is not a live client but one that has
+/// just gone (killed, timed out): its session is still committing what
+/// arrived (the grace above, then an fsync that can take seconds on a busy
+/// disk). A client that retries at once should get its upload, not `450`.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// [`Upload::prepare`] off the loop, waiting out a busy partial for up to
+/// [`BUSY_WAIT`] (with backoff; ABOR or a closed session ends the wait).
+async fn prepare_upload(job: &Job, path: &VirtualPath, kind: StoreKind) -> Result<Upload, OpError> {
+    let deadline = Instant::now() + BUSY_WAIT;
+    let mut pause = Duration::from_millis(5);
+    let mut said = false;
+    loop {
+        let (root, p, policy) = (Arc::clone(&job.root), path.clone(), job.partials);
+        match blocking(move || Upload::prepare(&root, &p, kind, &policy)).await? {
+            Err(OpError::Busy) if Instant::now() + pause < deadline => {
+                if !said {
+                    tracing::info!(path = %path, "upload waits for another upload of this name to let go");
+                    said = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = job.cancel.cancelled() => return Err(OpError::Busy),
+                }
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            r => return r,
+        }
+    }
+}
+
 async fn stor(
     job: &Job,
     path: &VirtualPath,
@@ -419,8 +451,7 @@ async fn stor(
     cached: Vec<TcpStream>,
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
-    let (root, p, policy) = (Arc::clone(&job.root), path.clone(), job.partials);
-    let upload = blocking(move || Upload::prepare(&root, &p, kind, &policy)).await??;
+    let upload = prepare_upload(job, path, kind).await?;
     let _ = events.send(Event::Started(None));
     let file = upload.file();
     let result: Result<u64, OpError> = async {
