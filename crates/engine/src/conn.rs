@@ -29,6 +29,7 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::flow::Flow;
 use crate::send::{peer_is_local, Turn};
 use crate::{Cancel, Counters, DataPath, Engine, EngineError};
 
@@ -42,20 +43,49 @@ pub struct DataConn {
     /// `auto` path copies for it (see `DataPath::Auto`).
     local_peer: bool,
     turn: Turn,
+    /// The one `TCP_INFO` reader of this connection.
+    flow: Flow,
 }
 
 impl Engine {
     /// Takes `stream` as a data connection: applies the engine's socket
     /// settings once and decides what lasts for the connection's life.
     pub fn data_conn(&self, stream: TcpStream) -> DataConn {
-        self.prepare_socket(&stream);
+        self.data_conn_sized(stream, None)
+    }
+
+    /// [`Engine::data_conn`] with the buffer size the peer asked for
+    /// (GridFTP `SBUF`; the same size should have been given to
+    /// [`Engine::size_before_syn`] for the socket or its listener).
+    pub fn data_conn_sized(&self, stream: TcpStream, asked: Option<usize>) -> DataConn {
+        self.prepare_socket_sized(&stream, asked);
         let local_peer = self.config().data_path == DataPath::Auto && peer_is_local(&stream);
         DataConn {
             engine: self.clone(),
             stream,
             local_peer,
             turn: Turn::new(self.config().send_quantum),
+            flow: Flow::new(),
         }
+    }
+}
+
+/// A data connection as a sender takes it: a [`DataConn`] made (and
+/// sized) by its owner, or a bare socket that gets the engine's defaults.
+pub trait IntoDataConn {
+    /// The connection as a [`DataConn`] of `engine`.
+    fn into_data_conn(self, engine: &Engine) -> DataConn;
+}
+
+impl IntoDataConn for DataConn {
+    fn into_data_conn(self, _: &Engine) -> DataConn {
+        self
+    }
+}
+
+impl IntoDataConn for TcpStream {
+    fn into_data_conn(self, engine: &Engine) -> DataConn {
+        engine.data_conn(self)
     }
 }
 
@@ -79,6 +109,7 @@ impl DataConn {
                 &self.stream,
                 self.local_peer,
                 &mut self.turn,
+                &self.flow,
                 file,
                 offset,
                 len,

@@ -47,7 +47,7 @@ use sluice_platform::fadvise;
 use tokio::sync::Notify;
 
 use crate::buffers::PoolBuf;
-use crate::disk::DiskPool;
+use crate::disk::IoClass;
 use crate::plan::{ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters};
 use crate::sched::{Prefetcher, ReqId, SchedConfig, Submission};
 use crate::{Cancel, Engine, EngineConfig, EngineError};
@@ -77,11 +77,6 @@ pub(crate) struct Hub {
     /// Milliseconds since `start` of the next budget measurement.
     budget_next_ms: AtomicU64,
     drop_sent: bool,
-    /// Disk threads of the planner's own, one per read it keeps submitted
-    /// (`K`), when the engine's general pool has fewer than `K` threads (it
-    /// would cap how many reads are in the device at once); `None`: the
-    /// engine's pool.
-    disk: Option<DiskPool>,
 }
 
 #[derive(Debug)]
@@ -203,9 +198,6 @@ impl Hub {
             budget_of_free: cfg
                 .prefetch_budget_of_free
                 .filter(|v| (0.0..=1.0).contains(v)),
-            disk: (k > cfg.disk_threads)
-                .then(|| DiskPool::new(k, k).ok())
-                .flatten(),
             budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
             drop_sent,
         })
@@ -499,11 +491,11 @@ async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, 
     let pool = Arc::clone(engine.buffers());
     let (off, len) = (sub.req.offset, sub.req.len);
     let job = move || read_range(&file, &pool, off, len, copy);
-    let own = engine.inner.prefetch.as_ref().and_then(|h| h.disk.as_ref());
-    let submitted = match own {
-        Some(disk) => disk.submit(&token, job).await,
-        None => engine.inner.disk.submit(&token, job).await,
-    };
+    let submitted = engine
+        .inner
+        .disk
+        .submit(IoClass::Transfer, &token, job)
+        .await;
     let r = match submitted {
         Ok(ticket) => ticket.await,
         Err(e) => Err(e),

@@ -29,7 +29,8 @@ use tokio::net::TcpStream;
 
 use crate::buffers::PoolBuf;
 use crate::counters::{Counters, Tally};
-use crate::disk::Ticket;
+use crate::disk::{IoClass, Ticket};
+use crate::flow::Flow;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
@@ -59,8 +60,9 @@ impl Engine {
     ) -> Result<u64, EngineError> {
         let local = self.config().data_path == DataPath::Auto && peer_is_local(conn);
         let mut turn = Turn::new(self.config().send_quantum);
+        let flow = Flow::new();
         self.send_range_on(
-            conn, local, &mut turn, file, offset, len, prefix, counters, cancel,
+            conn, local, &mut turn, &flow, file, offset, len, prefix, counters, cancel,
         )
         .await
     }
@@ -68,13 +70,15 @@ impl Engine {
     /// One send of a connection's life: `local` is whether its peer is on
     /// this host (decided once by a [`crate::DataConn`]), `turn` its
     /// quantum so far (kept across its sends, so a MODE E stream sending
-    /// block after block yields like one long send).
+    /// block after block yields like one long send), `flow` its one
+    /// `TCP_INFO` reader.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_range_on(
         &self,
         conn: &TcpStream,
         local: bool,
         turn: &mut Turn,
+        flow: &Flow,
         file: &Arc<File>,
         offset: u64,
         len: u64,
@@ -93,7 +97,7 @@ impl Engine {
         };
         match path {
             DataPath::Copy => {
-                let mut refill = self.refill();
+                let mut refill = self.refill(flow);
                 let f = self.send_copy(
                     conn,
                     file,
@@ -103,12 +107,15 @@ impl Engine {
                     counters,
                     cancel,
                     turn,
+                    flow,
                     refill.as_mut(),
                 );
                 counted(f, t).await
             }
             DataPath::Sendfile | DataPath::Splice | DataPath::Auto => {
-                let f = self.send_sendfile(conn, file, offset, len, prefix, counters, cancel, turn);
+                let f = self.send_sendfile(
+                    conn, file, offset, len, prefix, counters, cancel, turn, flow,
+                );
                 counted(f, t).await
             }
             // Its own thread counts its own wake-ups; this task sleeps once.
@@ -146,9 +153,10 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
         turn: &mut Turn,
+        flow: &Flow,
         mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
-        if let Some(mut feed) = self.feed(conn, file, offset, offset + len, true, counters) {
+        if let Some(mut feed) = self.feed(conn, flow, file, offset, offset + len, true, counters) {
             return self
                 .send_copy_planned(
                     conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,
@@ -266,7 +274,7 @@ impl Engine {
         let ticket = self
             .inner
             .disk
-            .submit(cancel, move || {
+            .submit(IoClass::Transfer, cancel, move || {
                 let r = read_full_at(&f, &mut buf[..want], pos);
                 (buf, r)
             })

@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use super::pagecache::{missing_bytes, DropBehind};
 use super::{Carry, Chunk, Hub, StreamKey, Take, STARVING_SAMPLE_DIV, TCP_STATE_CLOSE};
 use crate::counters::{Counters, Tally};
+use crate::flow::Flow;
 use crate::plan::{CaState, ConnId, FlowSample};
 use crate::{Cancel, Engine, EngineError};
 
@@ -24,6 +25,8 @@ use crate::{Cancel, Engine, EngineError};
 pub(crate) struct Feed<'a> {
     engine: &'a Engine,
     hub: &'a Hub,
+    /// The connection's `TCP_INFO` reader, shared with the refill mark.
+    flow: &'a Flow,
     id: ConnId,
     notify: Arc<Notify>,
     local: &'a Counters,
@@ -48,9 +51,11 @@ pub(crate) struct Feed<'a> {
 
 impl Engine {
     /// A feed for `start..end` of `file`, or `None` in `kernel` mode.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn feed<'a>(
         &'a self,
         conn: &TcpStream,
+        flow: &'a Flow,
         file: &Arc<File>,
         start: u64,
         end: u64,
@@ -64,6 +69,7 @@ impl Engine {
         Some(Feed {
             engine: self,
             hub,
+            flow,
             id,
             notify,
             local,
@@ -142,7 +148,7 @@ impl Feed<'_> {
             return Ok(());
         }
         self.last_sample = Some(Instant::now());
-        let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
+        let Some((now, info)) = self.flow.info(conn) else {
             return Ok(()); // not TCP (tests on other sockets): plan blind
         };
         if info.state == TCP_STATE_CLOSE {
@@ -157,7 +163,6 @@ impl Feed<'_> {
         // fast the reader drains; what was acked over a span cannot.
         // Measured over at least a whole interval, whatever the sampling
         // cadence: over a few ms the acked count moves in window-sized steps.
-        let now = Instant::now();
         let mut fresh = None;
         // Application-limited means *we* had nothing to send (waited for the
         // disk). The kernel's `delivery_rate_app_limited` also fires when the
