@@ -22,10 +22,27 @@ use tokio::net::TcpStream;
 /// as well as a new one.
 pub(crate) const SAME_WAKE: Duration = Duration::from_millis(1);
 
+/// Rate state handed from one send to the next on the same connection, so
+/// a piece does not start over from the planner's initial rate and a fresh
+/// measuring interval.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Carry {
+    /// The last rate measured (bytes/s).
+    pub(crate) rate: Option<u64>,
+    /// `tcpi_bytes_acked` and when it was read.
+    pub(crate) anchor: Option<(u64, Instant)>,
+    /// When the feed that measured it ended.
+    pub(crate) at: Instant,
+}
+
 /// The connection's `TCP_INFO`, read at most once per wake-up.
 #[derive(Debug, Default)]
 pub(crate) struct Flow {
     last: Mutex<Option<(Instant, TcpInfo)>>,
+    /// What the planner's last feed on this connection measured, for the
+    /// next one (front doors send a stream in pieces: MODE S 64 MiB
+    /// pieces, MODE E one block per send, HTTP one response per request).
+    carry: Mutex<Option<Carry>>,
     /// `getsockopt(TCP_INFO)` calls made (for tests and counters).
     reads: AtomicU64,
 }
@@ -51,6 +68,16 @@ impl Flow {
         let info = tcp::tcp_info(conn.as_fd()).ok()?;
         *last = Some((now, info));
         Some((now, info))
+    }
+
+    /// The planner's rate state left by the connection's last feed.
+    pub(crate) fn take_carry(&self) -> Option<Carry> {
+        self.carry.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Keeps the planner's rate state for the connection's next feed.
+    pub(crate) fn keep_carry(&self, carry: Carry) {
+        *self.carry.lock().unwrap_or_else(|p| p.into_inner()) = Some(carry);
     }
 
     /// `TCP_INFO` reads so far.

@@ -28,6 +28,7 @@ use sluice_platform::fileio;
 use tokio::net::TcpStream;
 
 use crate::buffers::PoolBuf;
+use crate::conn::Link;
 use crate::counters::{Counters, Tally};
 use crate::disk::{IoClass, Ticket};
 use crate::flow::Flow;
@@ -58,27 +59,18 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        let local = self.config().data_path == DataPath::Auto && peer_is_local(conn);
-        let mut turn = Turn::new(self.config().send_quantum);
-        let flow = Flow::new();
-        self.send_range_on(
-            conn, local, &mut turn, &flow, file, offset, len, prefix, counters, cancel,
-        )
-        .await
+        let mut link = Link::new(self, conn);
+        self.send_range_on(conn, &mut link, file, offset, len, prefix, counters, cancel)
+            .await
     }
 
-    /// One send of a connection's life: `local` is whether its peer is on
-    /// this host (decided once by a [`crate::DataConn`]), `turn` its
-    /// quantum so far (kept across its sends, so a MODE E stream sending
-    /// block after block yields like one long send), `flow` its one
-    /// `TCP_INFO` reader.
+    /// One send of a connection's life, with the state its
+    /// [`crate::DataConn`] keeps between sends ([`Link`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_range_on(
         &self,
         conn: &TcpStream,
-        local: bool,
-        turn: &mut Turn,
-        flow: &Flow,
+        link: &mut Link,
         file: &Arc<File>,
         offset: u64,
         len: u64,
@@ -92,9 +84,12 @@ impl Engine {
         }
         let t = self.tally(counters);
         let path = match self.config().data_path {
-            DataPath::Auto => auto_choice(local, len),
+            DataPath::Auto => auto_choice(link.local, len),
             p => p,
         };
+        let Link {
+            turn, flow, thread, ..
+        } = link;
         match path {
             DataPath::Copy => {
                 let mut refill = self.refill(flow);
@@ -120,7 +115,7 @@ impl Engine {
             }
             // Its own thread counts its own wake-ups; this task sleeps once.
             DataPath::Blocking => {
-                self.send_blocking(conn, file, offset, len, prefix, counters, cancel)
+                self.send_blocking(thread, conn, file, offset, len, prefix, counters, cancel)
                     .await
             }
         }
@@ -156,7 +151,7 @@ impl Engine {
         flow: &Flow,
         mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
-        if let Some(mut feed) = self.feed(conn, flow, file, offset, offset + len, true, counters) {
+        if let Some(mut feed) = self.feed(flow, file, offset, offset + len, true, counters) {
             return self
                 .send_copy_planned(
                     conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,

@@ -70,7 +70,7 @@ impl Engine {
             }
         }
         let mut pump = self.splice_pump();
-        let mut feed = self.feed(conn, flow, file, offset, end, false, counters);
+        let mut feed = self.feed(flow, file, offset, end, false, counters);
         let mut pos = offset;
         // Without a feed (`kernel` mode) sendfile takes pages as they come
         // and the kernel's read-ahead brings them in.
