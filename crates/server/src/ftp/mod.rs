@@ -73,6 +73,7 @@ fn refusal(text: &str) -> Vec<u8> {
         peer_addr: any,
         idle_timeout: std::time::Duration::ZERO,
         greeting: String::new(),
+        tls: Default::default(),
     };
     let mut out = Vec::new();
     Session::refuse(config, text).poll_output(&mut out);
