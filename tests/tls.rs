@@ -208,7 +208,8 @@ fn lftp_tls(s: &TlsServer, script: &str) -> Output {
     let full = format!(
         "set cmd:fail-exit yes; set net:max-retries 1; set net:timeout 60; \
          set net:reconnect-interval-base 1; set xfer:clobber on; \
-         set ftp:ssl-force true; set ftp:ssl-protect-data true; set ftp:ssl-protect-list true; \
+         set ftp:ssl-force true; set ftp:ssl-allow-anonymous true; \
+         set ftp:ssl-protect-data true; set ftp:ssl-protect-list true; \
          set ssl:ca-file {}; set ssl:verify-certificate yes; \
          open ftp://127.0.0.1:{}; {script}",
         s.ca().display(),
@@ -237,7 +238,8 @@ fn explicit_ftps_to_curl() {
     if !require_tool("curl") {
         return;
     }
-    let s = TlsServer::start(&[]);
+    // --require-tls: a login or a transfer in clear would fail.
+    let s = TlsServer::start(&["--require-tls"]);
     fetch_all(&s, "curl --ssl-reqd", |f, dest| {
         curl_ftps(&s, &["-o", dest.to_str().unwrap()], &ftp_url(&s, &f.name))
     });
@@ -261,7 +263,7 @@ fn explicit_ftps_to_curl() {
 fn explicit_ftps_uploads_from_curl_and_ftplib() {
     let pki = TestPki::new();
     let mut args = pki.serve_args();
-    args.extend(["--https".into(), "127.0.0.1:0".into()]);
+    args.extend(["--https".into(), "127.0.0.1:0".into(), "--require-tls".into()]);
     let server = servers::sluice(ServeOptions {
         writable: true,
         extra_args: args,
@@ -296,7 +298,9 @@ fn explicit_ftps_uploads_from_curl_and_ftplib() {
 
 #[test]
 fn explicit_ftps_to_lftp_and_ftplib() {
-    let s = TlsServer::start(&[]);
+    // --require-tls: a login or a transfer in clear would fail (lftp does
+    // not use TLS for anonymous logins unless ftp:ssl-allow-anonymous).
+    let s = TlsServer::start(&["--require-tls"]);
     if require_tool("lftp") {
         fetch_all(&s, "lftp ftp:ssl-force", |f, dest| {
             lftp_tls(&s, &format!("get {} -o {}", f.name, dest.display()))
