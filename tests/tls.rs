@@ -414,3 +414,69 @@ fn implicit_ftps_to_curl() {
             .arg(format!("ftps://127.0.0.1:{port}/{}", f.name)))
     });
 }
+
+fn sluice_get(extra: &[&str], url: &str, dest: &Path) -> Output {
+    run(Command::new(crate::harness::sluice_bin())
+        .arg("get")
+        .arg("-q")
+        .args(extra)
+        .arg(url)
+        .arg(dest))
+}
+
+/// `sluice get https://` with one and four connections (ranges), and
+/// `sluice ls`/`get` of a listing, checked against the test CA.
+#[test]
+fn sluice_get_over_https() {
+    let s = TlsServer::start(&[]);
+    let ca = s.ca().to_str().unwrap().to_string();
+    for p in ["1", "4"] {
+        fetch_all(&s, &format!("sluice get -p {p} https://"), |f, dest| {
+            sluice_get(&["--ca", &ca, "-p", p], &s.https_url(&f.name), dest)
+        });
+    }
+    // A name in the certificate (DNS) rather than its IP address.
+    let f = corpus().file(4095);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("byname");
+    let url = format!("https://localhost:{}/{}", s.https, f.name);
+    sluice_get(&["--ca", &ca], &url, &dest).assert_success();
+    compare_file(&dest, f).unwrap();
+}
+
+/// The client refuses a server whose certificate does not name it, or
+/// that its trust store does not know, with a clear error and exit 3;
+/// `--insecure` (only when asked) gets through.
+#[test]
+fn sluice_get_refuses_a_wrong_certificate() {
+    let pki = TestPki::new();
+    let mut args = crate::harness::certs::tls_args(&pki.wrong_cert, &pki.wrong_key);
+    args.extend(["--https".into(), "127.0.0.1:0".into()]);
+    let server = servers::sluice(ServeOptions {
+        extra_args: args,
+        ..Default::default()
+    });
+    let port = server.announced_port("https");
+    let f = corpus().file(4095);
+    let url = format!("https://127.0.0.1:{port}/{}", f.name);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let ca = pki.ca.to_str().unwrap();
+    // Signed by the trusted CA, but for wrong.example.
+    let out = sluice_get(&["--ca", ca], &url, &dest);
+    assert_eq!(out.status.and_then(|s| s.code()), Some(3), "{}", out.describe());
+    assert!(
+        out.stderr.contains("certificate") && out.stderr.contains("not valid for name"),
+        "{}",
+        out.describe()
+    );
+    assert!(!dest.exists());
+    // No --ca: the system roots do not know the test CA.
+    let out = sluice_get(&[], &url, &dest);
+    assert_eq!(out.status.and_then(|s| s.code()), Some(3), "{}", out.describe());
+    assert!(out.stderr.contains("--ca FILE"), "{}", out.describe());
+    let out = sluice_get(&["--insecure"], &url, &dest);
+    out.assert_success();
+    compare_file(&dest, f).unwrap();
+    server.assert_running();
+}

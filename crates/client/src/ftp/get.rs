@@ -253,7 +253,7 @@ pub(crate) fn transfer(
     } else {
         let to = data::passive(ctl)?;
         (
-            Source::Connected(data::connect(to, timeout)?),
+            Source::Connected(data::connect(to, timeout)?.into()),
             Framing::Stream { base: already },
         )
     };
