@@ -480,3 +480,60 @@ fn sluice_get_refuses_a_wrong_certificate() {
     compare_file(&dest, f).unwrap();
     server.assert_running();
 }
+
+/// `sluice get/ls/put` over `ftpes://` (AUTH TLS, PROT P) and `ftps://`
+/// (implicit) against a server that requires TLS. `-p 4` asks for MODE E,
+/// which the server refuses under PROT P, so it falls back to one
+/// protected MODE S stream.
+#[test]
+fn sluice_client_over_ftpes_and_ftps() {
+    let pki = TestPki::new();
+    let mut args = pki.serve_args();
+    args.extend([
+        "--https".into(),
+        "127.0.0.1:0".into(),
+        "--ftps".into(),
+        "127.0.0.1:0".into(),
+        "--require-tls".into(),
+    ]);
+    let server = servers::sluice(ServeOptions {
+        writable: true,
+        extra_args: args,
+        ..Default::default()
+    });
+    let https = server.announced_port("https");
+    let ftps = server.announced_port("ftps");
+    let s = TlsServer { server, pki, https };
+    let ca = s.ca().to_str().unwrap().to_string();
+    let explicit = |rel: &str| format!("ftpes://127.0.0.1:{}/{rel}", s.server.port);
+    for p in ["1", "4"] {
+        fetch_all(&s, &format!("sluice get -p {p} ftpes://"), |f, dest| {
+            sluice_get(&["--ca", &ca, "-p", p], &explicit(&f.name), dest)
+        });
+    }
+    fetch_all(&s, "sluice get ftps://", |f, dest| {
+        sluice_get(
+            &["--ca", &ca],
+            &format!("ftps://127.0.0.1:{ftps}/{}", f.name),
+            dest,
+        )
+    });
+    let out = run(Command::new(crate::harness::sluice_bin())
+        .args(["ls", "-1", "--ca", &ca])
+        .arg(explicit("")));
+    out.assert_success();
+    assert!(out.stdout.contains(&corpus().file(1).name), "{}", out.describe());
+    let f = corpus().file((1 << 20) + 7);
+    let out = run(Command::new(crate::harness::sluice_bin())
+        .args(["put", "-q", "--ca", &ca])
+        .arg(corpus().dir().join(&f.name))
+        .arg(explicit("put-ftpes")));
+    out.assert_success();
+    compare_file(&s.server.local("put-ftpes"), f).unwrap();
+    // Plain ftp:// to the same server: refused at USER (exit 4, login).
+    let dir = tempfile::tempdir().unwrap();
+    let out = sluice_get(&[], &ftp_url(&s, &f.name), &dir.path().join("x"));
+    assert_eq!(out.status.and_then(|c| c.code()), Some(4), "{}", out.describe());
+    assert!(out.stderr.contains("AUTH TLS"), "{}", out.describe());
+    s.server.assert_running();
+}

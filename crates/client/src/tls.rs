@@ -190,12 +190,15 @@ impl DataSock {
         }
     }
 
-    /// Decrypted bytes are waiting in the TLS layer: `poll` on the socket
-    /// would not say so.
+    /// The TLS layer has work that `poll(POLLIN)` on the socket would not
+    /// announce: decrypted bytes waiting, or TLS bytes to send (the
+    /// ClientHello of a handshake not started yet). A read drives both.
     pub fn has_buffered(&self) -> bool {
         match self {
             DataSock::Plain(_) => false,
-            DataSock::Tls(s) => !s.conn.is_handshaking() && !s.conn.wants_read(),
+            DataSock::Tls(s) => {
+                s.conn.wants_write() || (!s.conn.is_handshaking() && !s.conn.wants_read())
+            }
         }
     }
 
@@ -204,13 +207,25 @@ impl DataSock {
         matches!(self, DataSock::Tls(_))
     }
 
-    /// Sends TLS close_notify (if TLS) and shuts the socket's write side.
+    /// Ends a stream we sent on: TLS close_notify, FIN, and (TLS) reading
+    /// until the server's close_notify or FIN, within the socket's read
+    /// timeout. Closing with unread bytes (TLS 1.3 session tickets the
+    /// server sent after the handshake) would make the kernel send RST,
+    /// which can destroy the upload's last bytes in the server's buffer.
     pub fn finish(&mut self) {
         if let DataSock::Tls(s) = self {
             s.conn.send_close_notify();
             let _ = s.conn.complete_io(&mut s.sock);
         }
         let _ = self.tcp().shutdown(std::net::Shutdown::Write);
+        if self.is_tls() {
+            let mut sink = [0u8; 4096];
+            while let Ok(n) = self.read(&mut sink) {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
     }
 }
 
