@@ -68,6 +68,11 @@ mod data_path;
 /// and that the server still serves a fresh session.
 mod bad_inputs;
 
+/// TLS on both doors: HTTPS (curl, wget, aria2c, `sluice get https://`),
+/// explicit FTPS (curl --ssl-reqd, lftp, Python ftplib FTP_TLS, `sluice get
+/// ftpes://`), `require_tls`, broken handshakes, bad certificates.
+mod tls;
+
 // Both front doors' listener: backlog, running out of descriptors.
 mod listener;
 

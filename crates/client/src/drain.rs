@@ -12,7 +12,7 @@
 //! memory cap between it and the writer is reached (a receive stall).
 
 use std::io::{ErrorKind, Read};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -70,8 +70,8 @@ pub enum Framing {
 
 /// Where the data connections come from.
 pub enum Source {
-    /// Already connected (passive mode).
-    Connected(TcpStream),
+    /// Already connected (passive mode, HTTP), in clear or TLS.
+    Connected(crate::tls::DataSock),
     /// Accept from this listener (active mode), at most `max` connections.
     Listen {
         /// Listener whose address went out in PORT/EPRT.
@@ -168,7 +168,7 @@ impl Drop for Drain {
 
 /// One data connection being read.
 struct Stream {
-    sock: TcpStream,
+    sock: crate::tls::DataSock,
     framer: Framer,
     chunk: Option<Chunk>,
     ended: bool,
@@ -242,8 +242,8 @@ impl<'a> DrainLoop<'a> {
         d
     }
 
-    fn add_stream(&mut self, sock: TcpStream) {
-        let _ = sock.set_nonblocking(true);
+    fn add_stream(&mut self, sock: crate::tls::DataSock) {
+        let _ = sock.tcp().set_nonblocking(true);
         let (framer, ended) = match self.cfg.framing {
             Framing::Stream { base } => (
                 Framer::S {
@@ -378,7 +378,19 @@ impl<'a> DrainLoop<'a> {
         for &i in &live {
             fds.push(PollFd::new(self.streams[i].sock.as_fd(), PollFlags::POLLIN));
         }
-        match nix::poll::poll(&mut fds, PollTimeout::from(POLL_TICK)) {
+        // TLS streams holding decrypted bytes are ready whatever the
+        // socket says: poll only for the others, without waiting.
+        let buffered: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| self.streams[i].sock.has_buffered())
+            .collect();
+        let tick = if buffered.is_empty() {
+            PollTimeout::from(POLL_TICK)
+        } else {
+            PollTimeout::ZERO
+        };
+        match nix::poll::poll(&mut fds, tick) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => return Ok((false, Vec::new())),
             Err(e) => return Err(ClientError::net("poll data connections", e.into())),
@@ -389,7 +401,7 @@ impl<'a> DrainLoop<'a> {
         let ready = live
             .into_iter()
             .zip(it)
-            .filter(|(_, fd)| hit(fd))
+            .filter(|(i, fd)| hit(fd) || buffered.contains(i))
             .map(|(i, _)| i)
             .collect();
         Ok((listen_ready, ready))
@@ -408,7 +420,7 @@ impl<'a> DrainLoop<'a> {
                 }
                 Ok((s, _)) => {
                     let _ = s.set_nodelay(true);
-                    self.add_stream(s);
+                    self.add_stream(s.into());
                     any = true;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -653,7 +665,7 @@ enum HeaderRead {
 }
 
 /// One `read`: `None` when it would block, `Some(0)` at EOF.
-fn read_some(sock: &mut TcpStream, buf: &mut [u8]) -> Result<Option<usize>> {
+fn read_some(sock: &mut crate::tls::DataSock, buf: &mut [u8]) -> Result<Option<usize>> {
     loop {
         match sock.read(buf) {
             Ok(n) => return Ok(Some(n)),
@@ -669,7 +681,7 @@ mod tests {
     use super::*;
     use crate::writer::{Sink, Writer, WriterConfig};
     use std::io::Write as _;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     /// Drains one connection whose peer writes `sent` and then keeps the
     /// connection open until the drain is over; returns the file.
@@ -705,7 +717,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(30),
                 raise_priority: false,
             },
-            Source::Connected(sock),
+            Source::Connected(sock.into()),
             w.input(),
             mpsc::sync_channel(0).1,
             stats,

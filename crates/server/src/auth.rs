@@ -50,6 +50,23 @@ impl Users {
         !(user == "anonymous" || user == "ftp" || self.config.users.is_empty())
     }
 
+    /// Whether `user` must protect the control connection (AUTH TLS)
+    /// before logging in: the user's own `require_tls`, else the global
+    /// one (also for anonymous and for names that are not configured, so
+    /// the answer tells nothing about which names exist).
+    pub fn requires_tls(&self, user: &str) -> bool {
+        let global = self.config.tls.require_tls;
+        if user == "anonymous" || user == "ftp" {
+            return global;
+        }
+        self.config
+            .users
+            .iter()
+            .find(|u| u.name == user)
+            .and_then(|u| u.require_tls)
+            .unwrap_or(global)
+    }
+
     /// The server-wide bound on password checks running at once.
     pub fn check_slots(&self) -> Arc<tokio::sync::Semaphore> {
         Arc::clone(&self.checks)
@@ -131,6 +148,7 @@ mod tests {
             password_hash: hash_password("s3cret").unwrap(),
             root: None,
             writable: true,
+            require_tls: None,
         });
         let users = Users::new(&config);
         let anon = users.check("anonymous", "x@y").unwrap();

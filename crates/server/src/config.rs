@@ -29,12 +29,14 @@
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
 //! partial_max_age = 604800       # --partial-max-age SECS (0: keep interrupted uploads forever)
 //! partial_max_bytes = 0          # --partial-max-bytes BYTES per directory (0: no limit)
+//! https = "0.0.0.0:8443"         # --https; tls_cert, tls_key, ftps, require_tls: see crate::tls
 //!
 //! [[user]]
 //! name = "alice"
 //! password_hash = "$argon2id$v=19$..."   # from `sluice hash-password`
 //! root = "/srv/alice"                     # optional, default: the served root
 //! writable = true
+//! require_tls = true                      # optional, default: the global require_tls
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -160,6 +162,9 @@ pub struct ServeArgs {
     /// Engine tuning flags (keys of the file's `[engine]` table).
     #[command(flatten)]
     pub tuning: TuningArgs,
+    /// TLS flags (crate::tls).
+    #[command(flatten)]
+    pub tls: crate::tls::TlsArgs,
 }
 
 pub use sluice_engine::DataPath;
@@ -180,6 +185,10 @@ pub struct UserConfig {
     /// May this user change files?
     #[serde(default)]
     pub writable: bool,
+    /// Must this user log in over TLS (AUTH TLS first)? Default: the
+    /// global `require_tls`.
+    #[serde(default)]
+    pub require_tls: Option<bool>,
 }
 
 /// The config file, as written.
@@ -216,6 +225,12 @@ struct FileConfig {
     workers: Option<u16>,
     partial_max_age: Option<u64>,
     partial_max_bytes: Option<u64>,
+    // TLS keys (see crate::tls).
+    https: Option<String>,
+    ftps: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    require_tls: Option<bool>,
     /// `[engine]`: the tuning keys (config/tuning.rs).
     engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
@@ -298,6 +313,11 @@ pub struct ServeConfig {
     pub tuning: TuningArgs,
     /// tokio's event_interval for every loop (`--event-interval`).
     pub event_interval: Option<u32>,
+    /// TLS: certificate, HTTPS and implicit FTPS doors, `require_tls`.
+    pub tls: crate::tls::TlsSettings,
+    /// The HTTPS door (the HTTP door's deadlines and limits, at
+    /// `tls.https`); `None` without `--https`.
+    pub https: Option<crate::http::HttpSettings>,
 }
 
 impl ServeConfig {
@@ -438,6 +458,53 @@ impl ServeConfig {
         // Every value checked now, so a typo stops the start with its key.
         tuning.apply(&mut sluice_engine::EngineConfig::default())?;
         let event_interval = tuning.event_interval()?;
+        let tls = crate::tls::merge(
+            &args.tls,
+            &crate::tls::TlsFileKeys {
+                https: file.https.clone(),
+                ftps: file.ftps.clone(),
+                tls_cert: file.tls_cert.clone(),
+                tls_key: file.tls_key.clone(),
+                require_tls: file.require_tls,
+            },
+        )?;
+        if tls.server.is_none() {
+            if let Some(u) = file.users.iter().find(|u| u.require_tls == Some(true)) {
+                bail!(
+                    "config: user {:?} has require_tls but no tls_cert/tls_key is configured",
+                    u.name
+                );
+            }
+        }
+        let http_keys = crate::http::settings::HttpFileKeys {
+            http: file.http.clone(),
+            no_http: file.no_http,
+            http_header_timeout: file.http_header_timeout,
+            http_keepalive_timeout: file.http_keepalive_timeout,
+            http_send_timeout: file.http_send_timeout,
+            http_max_connections: file.http_max_connections,
+            http_open_cache: file.http_open_cache,
+        };
+        // The HTTPS door has the HTTP door's deadlines and limits, even
+        // with plain HTTP off.
+        let https = match tls.https {
+            None => None,
+            Some(addr) => crate::http::settings::merge(
+                &crate::http::settings::HttpArgs {
+                    no_http: false,
+                    ..args.http.clone()
+                },
+                &crate::http::settings::HttpFileKeys {
+                    no_http: None,
+                    ..http_keys.clone()
+                },
+            )?
+            .map(|s| crate::http::HttpSettings {
+                addr,
+                explicit: true,
+                ..s
+            }),
+        };
         let mut names = std::collections::HashSet::new();
         for u in &file.users {
             if u.name == "anonymous" || u.name == "ftp" {
@@ -474,18 +541,7 @@ impl ServeConfig {
             prefetch,
             cancel,
             metrics: args.metrics.or(file.metrics),
-            http: crate::http::settings::merge(
-                &args.http,
-                &crate::http::settings::HttpFileKeys {
-                    http: file.http,
-                    no_http: file.no_http,
-                    http_header_timeout: file.http_header_timeout,
-                    http_keepalive_timeout: file.http_keepalive_timeout,
-                    http_send_timeout: file.http_send_timeout,
-                    http_max_connections: file.http_max_connections,
-                    http_open_cache: file.http_open_cache,
-                },
-            )?,
+            http: crate::http::settings::merge(&args.http, &http_keys)?,
             ftp_enabled: !(args.http.no_ftp || file.no_ftp.unwrap_or(false)),
             partials: crate::upload::PartialPolicy {
                 max_age: match args.partial_max_age.or(file.partial_max_age) {
@@ -509,6 +565,8 @@ impl ServeConfig {
             users: file.users,
             tuning,
             event_interval,
+            tls,
+            https,
         })
     }
 }

@@ -25,5 +25,7 @@ pub mod loops;
 pub mod metrics;
 pub mod ops;
 pub mod runtime;
+pub mod tls;
+pub mod transport;
 pub mod upload;
 pub mod xferlog;

@@ -155,6 +155,7 @@ async fn serve_on(
         config: cfg,
         engine,
     });
+    ftp::start_implicit(&ctx, &loops).await?;
     let ftp_task = tokio::spawn(ftp::run(ctx, listener, loops));
     tokio::select! {
         _ = ftp_task => {}

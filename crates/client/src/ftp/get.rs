@@ -253,7 +253,7 @@ pub(crate) fn transfer(
     } else {
         let to = data::passive(ctl)?;
         (
-            Source::Connected(data::connect(to, timeout)?),
+            Source::Connected(ctl.data_sock(data::connect(to, timeout)?)?),
             Framing::Stream { base: already },
         )
     };

@@ -73,10 +73,61 @@ fn refusal(text: &str) -> Vec<u8> {
         peer_addr: any,
         idle_timeout: std::time::Duration::ZERO,
         greeting: String::new(),
+        tls: Default::default(),
     };
     let mut out = Vec::new();
     Session::refuse(config, text).poll_output(&mut out);
     out
+}
+
+/// Starts the implicit FTPS door (`--ftps`, TLS from the first byte) if
+/// configured: binds, prints `ftps listening on ADDR` on stdout and spawns
+/// its accept loop, whose sessions count against their own
+/// `max_sessions`.
+pub async fn start_implicit(ctx: &Arc<FtpContext>, loops: &Loops) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let Some(addr) = ctx.config.tls.ftps else {
+        return Ok(());
+    };
+    let listener = bind(addr, ctx.config.listen_backlog)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    tracing::info!(addr = %bound, "ftps (implicit TLS) serving");
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ftps listening on {bound}")?;
+        out.flush()?;
+    }
+    let door = Door {
+        name: "ftps",
+        gate: Arc::new(Semaphore::new(ctx.config.max_sessions)),
+        limit: ctx.config.max_sessions,
+        // In clear: a client that has not started TLS can read it.
+        full: || refusal("Too many sessions, try again later."),
+        exhausted: || refusal("Out of resources, try again later."),
+    };
+    let next_id = Arc::new(AtomicU64::new(1));
+    let ctx = Arc::clone(ctx);
+    tokio::spawn(crate::listener::run(
+        listener,
+        door,
+        loops.clone(),
+        move |conn, peer, permit| {
+            let id = next_id.fetch_add(1, Ordering::Relaxed);
+            let span = tracing::info_span!("ftps", id, %peer);
+            let ctx = Arc::clone(&ctx);
+            tokio::spawn(
+                async move {
+                    session::serve_implicit(ctx, conn).await;
+                    drop(permit);
+                }
+                .instrument(span),
+            );
+        },
+    ));
+    Ok(())
 }
 
 /// Accepts control connections forever (crate::listener); each session

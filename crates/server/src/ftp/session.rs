@@ -7,12 +7,15 @@ use std::time::{Duration, Instant};
 
 use sluice_engine::{Cancel, IoClass};
 use sluice_ftp::command::TransferMode;
-use sluice_ftp::session::{Action, DataChannel, LoginGrant, OpError, Session, SessionConfig};
+use sluice_ftp::session::{
+    Action, DataChannel, LoginGrant, OpError, Session, SessionConfig, TlsPolicy,
+};
 use sluice_platform::fs::ServedRoot;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsStream;
 use tracing::Instrument;
 
 use super::transfer::{self, Event, Job, Work};
@@ -34,10 +37,61 @@ const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
 /// Longest wait for a password-check slot (`Users::check_slots`).
 const CHECK_SLOT_WAIT: Duration = Duration::from_secs(10);
 
+/// The control connection's reading side, in clear or under TLS.
+enum CtlRead {
+    Plain(OwnedReadHalf),
+    Tls(ReadHalf<TlsStream<TcpStream>>),
+    /// Taken apart for the AUTH TLS handshake, which failed.
+    Gone,
+}
+
+/// The control connection's writing side.
+enum CtlWrite {
+    Plain(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+    Gone,
+}
+
+impl CtlRead {
+    async fn read_some(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            CtlRead::Plain(rd) => read_some(rd, buf).await,
+            CtlRead::Tls(rd) => rd.read(buf).await,
+            CtlRead::Gone => Ok(0),
+        }
+    }
+}
+
+impl CtlWrite {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            CtlWrite::Plain(w) => w.write_all(bytes).await,
+            CtlWrite::Tls(w) => {
+                w.write_all(bytes).await?;
+                w.flush().await
+            }
+            CtlWrite::Gone => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = match self {
+            CtlWrite::Plain(w) => w.shutdown().await,
+            CtlWrite::Tls(w) => w.shutdown().await,
+            CtlWrite::Gone => Ok(()),
+        };
+    }
+}
+
 struct Driver {
     ctx: Arc<FtpContext>,
     session: Session,
-    wr: OwnedWriteHalf,
+    wr: CtlWrite,
+    /// A second handle on the control socket (never read: dup'd again
+    /// for each transfer's `Job::control`).
+    ctl: Option<TcpStream>,
+    /// AUTH TLS answered: the handshake is due.
+    start_tls: bool,
     local: SocketAddr,
     peer: SocketAddr,
     login: Option<(String, Login, Arc<ServedRoot>)>,
@@ -50,6 +104,23 @@ struct Driver {
     out: Vec<u8>,
 }
 
+/// The session's TLS policy from the configuration.
+fn tls_policy(ctx: &FtpContext, implicit: bool) -> TlsPolicy {
+    let tls = &ctx.config.tls;
+    TlsPolicy {
+        offered: tls.server.is_some(),
+        implicit,
+        required: tls.require_tls,
+        exceptions: ctx
+            .config
+            .users
+            .iter()
+            .filter(|u| u.require_tls.is_some_and(|r| r != tls.require_tls))
+            .map(|u| u.name.clone())
+            .collect(),
+    }
+}
+
 /// Serves one control connection until it closes.
 pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
@@ -60,19 +131,97 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     // ftplib sends "ABOR\r\n" with MSG_OOB); keep it in the byte stream,
     // as vsftpd does, or the line never ends.
     let _ = socket2::SockRef::from(&conn).set_out_of_band_inline(true);
+    let ctl = super::transfer::control_watch(&conn);
+    let (rd, wr) = conn.into_split();
+    run(
+        ctx,
+        local,
+        peer,
+        CtlRead::Plain(rd),
+        CtlWrite::Plain(wr),
+        ctl,
+        false,
+    )
+    .await
+}
+
+/// Serves one implicit-FTPS control connection (`--ftps`): the TLS
+/// handshake first, then the session, protected from its greeting on.
+pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
+    let Some(server) = ctx.config.tls.server.as_ref().map(|s| Arc::clone(&s.ftp)) else {
+        return;
+    };
+    let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
+        return;
+    };
+    let _ = conn.set_nodelay(true);
+    let ctl = super::transfer::control_watch(&conn);
+    let tls = match crate::tls::handshake(server, conn).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::info!(error = %e, "TLS handshake failed");
+            return;
+        }
+    };
+    let (rd, wr) = tokio::io::split(TlsStream::from(tls));
+    run(
+        ctx,
+        local,
+        peer,
+        CtlRead::Tls(rd),
+        CtlWrite::Tls(wr),
+        ctl,
+        true,
+    )
+    .await
+}
+
+/// AUTH TLS: the server side of the handshake on the control connection
+/// (whose 234 is out). `None` when it failed; the connection is gone.
+async fn upgrade(ctx: &FtpContext, rd: CtlRead, wr: CtlWrite) -> Option<(CtlRead, CtlWrite)> {
+    let server = ctx.config.tls.server.as_ref().map(|s| Arc::clone(&s.ftp))?;
+    let (CtlRead::Plain(rd), CtlWrite::Plain(wr)) = (rd, wr) else {
+        return None;
+    };
+    let tcp = rd.reunite(wr).ok()?;
+    match crate::tls::handshake(server, tcp).await {
+        Ok(tls) => {
+            tracing::debug!("control connection protected");
+            let (rd, wr) = tokio::io::split(TlsStream::from(tls));
+            Some((CtlRead::Tls(rd), CtlWrite::Tls(wr)))
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "TLS handshake on the control connection failed");
+            None
+        }
+    }
+}
+
+/// The session loop of one control connection, clear or TLS.
+async fn run(
+    ctx: Arc<FtpContext>,
+    local: SocketAddr,
+    peer: SocketAddr,
+    mut rd: CtlRead,
+    wr: CtlWrite,
+    ctl: Option<TcpStream>,
+    implicit: bool,
+) {
     let mut session = Session::new(SessionConfig {
         local_addr: local,
         peer_addr: peer,
         idle_timeout: ctx.config.idle_timeout,
         greeting: GREETING.into(),
+        tls: tls_policy(&ctx, implicit),
     });
     session.handle_connected(Instant::now());
-    let (rd, wr) = conn.into_split();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
         ctx,
         session,
         wr,
+        ctl,
+        start_tls: false,
         local,
         peer,
         login: None,
@@ -95,6 +244,30 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
             if !d.drive().await {
                 break 'conn;
             }
+            if std::mem::take(&mut d.start_tls) {
+                // Bytes after AUTH TLS's line, before our 234, cannot be
+                // a proper ClientHello: the client did not wait.
+                let ok = if inbuf.is_empty() {
+                    let old_rd = std::mem::replace(&mut rd, CtlRead::Gone);
+                    let old_wr = std::mem::replace(&mut d.wr, CtlWrite::Gone);
+                    match upgrade(&d.ctx, old_rd, old_wr).await {
+                        Some((r, w)) => {
+                            rd = r;
+                            d.wr = w;
+                            true
+                        }
+                        None => false,
+                    }
+                } else {
+                    tracing::info!("bytes sent before the 234 to AUTH TLS; closing");
+                    false
+                };
+                d.session.handle_tls(ok);
+                if !ok {
+                    break 'conn;
+                }
+                continue;
+            }
             if inbuf.is_empty() || d.session.is_closed() {
                 break;
             }
@@ -112,7 +285,7 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
         let deadline = d.session.poll_timeout().map(tokio::time::Instant::from_std);
         let can_read = !peer_closed && inbuf.len() < MAX_PENDING_INPUT;
         tokio::select! {
-            r = read_some(&rd, &mut buf), if can_read => match r {
+            r = rd.read_some(&mut buf), if can_read => match r {
                 Ok(0) | Err(_) => {
                     peer_closed = true;
                     if let Some(c) = &d.running {
@@ -147,7 +320,7 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     if let Some(c) = &d.running {
         c.cancel();
     }
-    let _ = d.wr.shutdown().await;
+    d.wr.shutdown().await;
     tracing::debug!("disconnected");
 }
 
@@ -361,6 +534,7 @@ impl Driver {
                     c.cancel();
                 }
             }
+            Action::StartTls => self.start_tls = true,
             Action::Close => return false,
         }
         true
@@ -423,7 +597,14 @@ impl Driver {
             cancel: cancel.clone(),
             cached,
             partials: self.ctx.config.partials,
-            control: transfer::control_watch(self.wr.as_ref()),
+            control: self.ctl.as_ref().and_then(transfer::control_watch),
+            tls: self
+                .ctx
+                .config
+                .tls
+                .server
+                .as_ref()
+                .map(|s| Arc::clone(&s.ftp_data)),
         };
         self.running = Some(cancel);
         tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());

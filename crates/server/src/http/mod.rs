@@ -58,6 +58,8 @@ pub struct HttpContext {
     gate: Arc<Semaphore>,
     /// Open files by path (`--http-open-cache`).
     pub open_files: open_files::OpenFiles,
+    /// The HTTPS door's TLS configuration; `None` for plain HTTP.
+    pub tls: Option<crate::tls::Acceptor>,
 }
 
 impl HttpContext {
@@ -70,7 +72,14 @@ impl HttpContext {
             settings,
             engine,
             next_conn: AtomicU64::new(1),
+            tls: None,
         }
+    }
+
+    /// The same, serving HTTPS with `tls`.
+    pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> HttpContext {
+        self.tls = Some(crate::tls::Acceptor::new(tls));
+        self
     }
 }
 
@@ -87,6 +96,57 @@ pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener
 /// by another `sluice serve` started without `--http`), it warns and
 /// runs without HTTP; an address given explicitly must bind.
 pub async fn start(
+    cfg: &ServeConfig,
+    engine: &Engine,
+    loops: &Loops,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let http = start_plain(cfg, engine, loops).await?;
+    let https = start_https(cfg, engine, loops).await?;
+    Ok(match (http, https) {
+        (Some(a), Some(b)) => Some(tokio::spawn(async move {
+            // Either door ending (a panic) ends the front door as one.
+            tokio::select! {
+                r = a => if let Err(e) = r { tracing::error!(error = %e, "http front door stopped") },
+                r = b => if let Err(e) = r { tracing::error!(error = %e, "https front door stopped") },
+            }
+        })),
+        (a, b) => a.or(b),
+    })
+}
+
+/// The HTTPS door (`--https`): the HTTP door's code and settings behind a
+/// TLS handshake; prints `https listening on ADDR`.
+async fn start_https(
+    cfg: &ServeConfig,
+    engine: &Engine,
+    loops: &Loops,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let (Some(settings), Some(server)) = (cfg.https.clone(), cfg.tls.server.as_ref()) else {
+        return Ok(None);
+    };
+    let listener = bind(settings.addr, cfg.listen_backlog)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.addr))?;
+    let addr = listener.local_addr()?;
+    let root = ServedRoot::open(&cfg.root)
+        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    tracing::info!(%addr, max_connections = settings.max_connections, "https serving");
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "https listening on {addr}")?;
+        out.flush()?;
+    }
+    let ctx = Arc::new(
+        HttpContext::new(root, settings, engine.clone()).with_tls(Arc::clone(&server.https)),
+    );
+    if let Some(every) = ctx.open_files.sweep_every() {
+        tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
+    }
+    Ok(Some(tokio::spawn(run_spread(ctx, listener, loops.clone()))))
+}
+
+/// The plain HTTP door.
+async fn start_plain(
     cfg: &ServeConfig,
     engine: &Engine,
     loops: &Loops,
@@ -193,7 +253,7 @@ pub async fn run(ctx: Arc<HttpContext>, listener: TcpListener) {
 /// next of `loops` in turn.
 pub async fn run_spread(ctx: Arc<HttpContext>, listener: TcpListener, loops: Loops) {
     let door = Door {
-        name: "http",
+        name: if ctx.tls.is_some() { "https" } else { "http" },
         gate: Arc::clone(&ctx.gate),
         limit: ctx.settings.max_connections,
         full: || status_bytes(Status::ServiceUnavailable),

@@ -1,0 +1,67 @@
+//! MODE S over TLS (FTPS data connections under `PROT P`): a download
+//! through the engine's [`TlsConn`] and an upload into a file from one.
+//! MODE E over TLS is not built yet (the session refuses `PROT P` with
+//! `MODE E`).
+
+use std::fs::File;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use sluice_engine::{Cancel, Engine, FileWriter, TlsConn};
+
+use crate::limits::STREAM_PIECE;
+use crate::receive::range_hook;
+use crate::{Mode, Progress, SendSpec, TransferError};
+
+/// Sends the spec's ranges (MODE S) over `conn`, then TLS close_notify and
+/// FIN (the end of data); returns the payload bytes sent.
+pub async fn send_stream_tls(
+    spec: SendSpec,
+    conn: &mut TlsConn,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<u64, TransferError> {
+    spec.validate()?;
+    if spec.mode != Mode::Stream {
+        return Err(TransferError::Setup(
+            "TLS data connections carry MODE S only",
+        ));
+    }
+    let mut total = 0;
+    for r in &spec.ranges {
+        let mut pos = r.offset;
+        while pos < r.end() {
+            let len = (r.end() - pos).min(STREAM_PIECE);
+            let n = conn
+                .send_range(&spec.file, pos, len, &[], progress.counters(), &cancel)
+                .await?;
+            progress.add_bytes(n);
+            total += n;
+            pos += n;
+        }
+    }
+    conn.shutdown().await.map_err(TransferError::Connection)?;
+    Ok(total)
+}
+
+/// MODE S upload over TLS: writes everything `conn` delivers into `file`
+/// from `start_offset` until the peer ends the stream; returns bytes
+/// written. Answers the client's close_notify with ours (Python's ftplib
+/// waits for it). The caller syncs and renames.
+pub async fn receive_stream_tls(
+    engine: &Engine,
+    file: Arc<File>,
+    start_offset: u64,
+    conn: &mut TlsConn,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<u64, TransferError> {
+    let overflow = Arc::new(AtomicBool::new(false));
+    let mut w = FileWriter::new(engine, file, Arc::clone(progress.counters()), cancel)
+        .on_written(range_hook(&progress, &overflow));
+    let got = w.copy_tls_to_eof(conn, start_offset).await?;
+    let written = w.finish().await?;
+    debug_assert_eq!(got, written);
+    let _ = conn.shutdown().await;
+    Ok(written)
+}
