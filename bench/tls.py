@@ -13,8 +13,9 @@ by 1 and by 16 concurrent curl processes (each the whole file):
 - FTPS: sluice (explicit AUTH TLS, PROT P) vs vsftpd (ssl_enable=YES,
   force_anon_*_ssl=YES), curl --ssl-reqd, passive.
 Per run: MB/s (bytes of all clients / wall time) and server CPU seconds per
-GiB (utime+stime of every server process, plus reaped children: vsftpd
-forks per session). RUNS runs each; the table shows min / median / max.
+GiB: a cgroup v1 cpuacct group per server when /sys/fs/cgroup/cpuacct is
+writable (root; counts forked session processes after they exit), else
+utime+stime of the live process tree plus reaped children. RUNS runs each; the table shows min / median / max.
 The servers are interleaved run by run so machine noise spreads over all.
 The certificate is a self-signed RSA-2048 one made with openssl (curl
 trusts it with --cacert); all servers negotiate TLS 1.3 AES-256-GCM with
@@ -83,6 +84,38 @@ def cpu_ticks(pid):
     return total
 
 
+CG_ROOT = "/sys/fs/cgroup/cpuacct"
+
+
+def make_cgroup(label):
+    """A cpuacct cgroup for one server, or None."""
+    path = os.path.join(CG_ROOT, "sluice-bench-" + label.replace(" ", "-") + f"-{os.getpid()}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        open(os.path.join(path, "cpuacct.usage")).read()
+        return path
+    except OSError:
+        return None
+
+
+def joiner(cg):
+    """preexec_fn: the child joins `cg` before exec (its forks follow)."""
+    if cg is None:
+        return None
+
+    def join():
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    return join
+
+
+def cpu_seconds(pid, cg):
+    if cg is not None:
+        return int(open(os.path.join(cg, "cpuacct.usage")).read()) / 1e9
+    return cpu_ticks(pid) / TICK
+
+
 def fetch(urls, extra):
     """Runs one curl per URL at once; returns (bytes, seconds)."""
     t0 = time.monotonic()
@@ -120,6 +153,7 @@ def main():
     vsftpd = shutil.which("vsftpd") or "/usr/sbin/vsftpd"
     work = tempfile.mkdtemp(prefix="sluice-bench-tls.")
     procs = []
+    cgs = []
     try:
         root = os.path.join(work, "root")
         os.makedirs(root)
@@ -141,18 +175,26 @@ def main():
              "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
             check=True, capture_output=True,
         )
-        servers = {}  # label -> (pid, url)
+        servers = {}  # label -> (pid, url, cgroup)
+
+        def spawn(label, argv, **kw):
+            cg = make_cgroup(label)
+            if cg:
+                cgs.append(cg)
+            p = subprocess.Popen(argv, preexec_fn=joiner(cg), **kw)
+            procs.append(p)
+            return p, cg
         if a.only in (None, "https"):
             port = free_port()
-            p = subprocess.Popen(
+            p, cg = spawn(
+                "sluice https",
                 [a.sluice, "serve", root, "--ftp", "127.0.0.1:0", "--http", "127.0.0.1:0",
                  "--https", f"127.0.0.1:{port}", "--tls-cert", cert, "--tls-key", key,
                  "--workers", str(a.workers)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
-            procs.append(p)
             wait_port(port, p, "sluice https")
-            servers["sluice https"] = (p.pid, f"https://127.0.0.1:{port}/big")
+            servers["sluice https"] = (p.pid, f"https://127.0.0.1:{port}/big", cg)
             port = free_port()
             conf = os.path.join(work, "nginx.conf")
             with open(conf, "w") as f:
@@ -165,20 +207,19 @@ http {{ access_log off; sendfile on; tcp_nopush on; keepalive_timeout 60;
   server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {cert}; ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3; root {root}; }} }}
 """)
-            p = subprocess.Popen([nginx, "-c", conf, "-p", work], stderr=subprocess.DEVNULL)
-            procs.append(p)
+            p, cg = spawn("nginx https", [nginx, "-c", conf, "-p", work], stderr=subprocess.DEVNULL)
             wait_port(port, p, "nginx")
-            servers["nginx https"] = (p.pid, f"https://127.0.0.1:{port}/big")
+            servers["nginx https"] = (p.pid, f"https://127.0.0.1:{port}/big", cg)
         if a.only in (None, "ftps"):
             port = free_port()
-            p = subprocess.Popen(
+            p, cg = spawn(
+                "sluice ftps",
                 [a.sluice, "serve", root, "--ftp", f"127.0.0.1:{port}", "--no-http",
                  "--tls-cert", cert, "--tls-key", key, "--workers", str(a.workers)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
-            procs.append(p)
             wait_port(port, p, "sluice ftp")
-            servers["sluice ftps"] = (p.pid, f"ftp://127.0.0.1:{port}/big")
+            servers["sluice ftps"] = (p.pid, f"ftp://127.0.0.1:{port}/big", cg)
             if os.geteuid() == 0 and os.path.exists(vsftpd):
                 port = free_port()
                 empty = os.path.join(work, "empty")
@@ -212,24 +253,23 @@ ssl_ciphers=HIGH
 rsa_cert_file={cert}
 rsa_private_key_file={key}
 """)
-                p = subprocess.Popen([vsftpd, conf], stderr=subprocess.DEVNULL)
-                procs.append(p)
+                p, cg = spawn("vsftpd ftps", [vsftpd, conf], stderr=subprocess.DEVNULL)
                 wait_port(port, p, "vsftpd")
-                servers["vsftpd ftps"] = (p.pid, f"ftp://127.0.0.1:{port}/big")
+                servers["vsftpd ftps"] = (p.pid, f"ftp://127.0.0.1:{port}/big", cg)
             else:
                 print("# vsftpd skipped (needs root and vsftpd)", file=sys.stderr)
         results = {}
         streams = [int(s) for s in a.streams.split(",")]
         for n in streams:
             for run in range(a.runs):
-                for label, (pid, url) in servers.items():
+                for label, (pid, url, cg) in servers.items():
                     extra = ["--cacert", cert]
                     if url.startswith("ftp://"):
                         extra += ["--ssl-reqd"]
-                    before = cpu_ticks(pid)
+                    before = cpu_seconds(pid, cg)
                     got, secs = fetch([url] * n, extra)
-                    time.sleep(0.3)  # let forked sessions be reaped
-                    cpu = (cpu_ticks(pid) - before) / TICK
+                    time.sleep(0.3)  # let forked sessions end
+                    cpu = cpu_seconds(pid, cg) - before
                     gib = got / (1 << 30)
                     r = results.setdefault((label, n), ([], []))
                     r[0].append(got / secs / 1e6)
@@ -238,7 +278,9 @@ rsa_private_key_file={key}
                           f"{cpu / gib:.3f} CPU s/GiB", file=sys.stderr)
         fmt = lambda v: f"{min(v):.0f} / {statistics.median(v):.0f} / {max(v):.0f}"
         fmtc = lambda v: f"{min(v):.3f} / {statistics.median(v):.3f} / {max(v):.3f}"
-        print(f"\n{a.mib} MiB file, {a.runs} runs, workers {a.workers}, loopback, curl to /dev/null\n")
+        how = "cgroup cpuacct" if cgs else "process tree"
+        print(f"\n{a.mib} MiB file, {a.runs} runs, workers {a.workers}, loopback, curl to /dev/null, "
+              f"CPU by {how}, load average before: {os.getloadavg()[0]:.1f}\n")
         print("| server | streams | MB/s min / median / max | server CPU s/GiB min / median / max |")
         print("|---|---|---|---|")
         for (label, n), (mbs, cpu) in results.items():
@@ -251,6 +293,11 @@ rsa_private_key_file={key}
             except Exception:
                 p.kill()
         shutil.rmtree(work, ignore_errors=True)
+        for cg in cgs:
+            try:
+                os.rmdir(cg)
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

@@ -293,6 +293,14 @@ fn explicit_ftps_to_curl() {
     for line in ["> AUTH SSL", "< 234 ", "PBSZ 0", "PROT P"] {
         assert!(out.stderr.contains(line), "{line}\n{}", out.stderr);
     }
+    // The data connection resumed the control connection's TLS session:
+    // the server's certificate crossed once (control), not twice.
+    assert_eq!(
+        out.stderr.matches("TLS handshake, Certificate (11)").count(),
+        1,
+        "data connection not resumed\n{}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -825,6 +825,47 @@ mod tests {
     }
 
     #[test]
+    fn tls_keys_come_from_the_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+        let hash = crate::auth::hash_password("pw").unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "tls_cert = {cert:?}\ntls_key = {key:?}\nhttps = \"127.0.0.1:0\"\nno_http = true\n\
+                 require_tls = true\n[[user]]\nname = \"bob\"\npassword_hash = \"{hash}\"\nrequire_tls = false\n"
+            ),
+        )
+        .unwrap();
+        let base = ServeArgs {
+            dir: Some(dir.path().to_path_buf()),
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let c = ServeConfig::merge(&base).unwrap();
+        assert!(c.tls.server.is_some() && c.tls.require_tls);
+        assert!(c.http.is_none(), "plain HTTP off");
+        let https = c.https.as_ref().expect("the HTTPS door has its settings");
+        assert_eq!(https.addr, "127.0.0.1:0".parse().unwrap());
+        let users = crate::auth::Users::new(&c);
+        assert!(users.requires_tls("anonymous"));
+        assert!(users.requires_tls("nobody-configured"));
+        assert!(!users.requires_tls("bob"));
+        // A user's require_tls without a certificate is refused.
+        std::fs::write(
+            &path,
+            format!("[[user]]\nname = \"bob\"\npassword_hash = \"{hash}\"\nrequire_tls = true\n"),
+        )
+        .unwrap();
+        let err = format!("{:#}", ServeConfig::merge(&base).unwrap_err());
+        assert!(err.contains("require_tls"), "{err}");
+    }
+
+    #[test]
     fn the_command_line_accepts_the_send_flags() {
         #[derive(clap::Parser)]
         struct Cli {

@@ -183,6 +183,24 @@ fn server_config(
     Ok(c)
 }
 
+/// Whether this kernel offers kernel TLS (the `tls` upper-layer protocol,
+/// which would let a TLS connection keep `sendfile`). Sluice does not use
+/// it yet; the start-up log says which case applies, so a measurement on
+/// another machine knows what it measured.
+pub fn kernel_tls_available() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
+}
+
+/// Logs, once at start, how TLS bodies leave: always user space today.
+pub fn log_data_path() {
+    if kernel_tls_available() {
+        tracing::info!("TLS bodies are encrypted in user space; this kernel has kTLS (tls ULP), which sluice does not use yet");
+    } else {
+        tracing::info!("TLS bodies are encrypted in user space (no kTLS: the kernel has no tls ULP loaded)");
+    }
+}
+
 /// Merges flags over file keys and loads the certificate if one is named.
 pub fn merge(args: &TlsArgs, file: &TlsFileKeys) -> Result<TlsSettings> {
     let addr = |flag: Option<SocketAddr>, key: &Option<String>, name: &str| match (flag, key) {

@@ -131,6 +131,7 @@ async fn start_https(
     let root = ServedRoot::open(&cfg.root)
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
     tracing::info!(%addr, max_connections = settings.max_connections, "https serving");
+    crate::tls::log_data_path();
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "https listening on {addr}")?;
