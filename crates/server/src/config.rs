@@ -29,6 +29,7 @@
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
 //! partial_max_age = 604800       # --partial-max-age SECS (0: keep interrupted uploads forever)
 //! partial_max_bytes = 0          # --partial-max-bytes BYTES per directory (0: no limit)
+//! shutdown_timeout = 30          # --shutdown-timeout SECS (SIGTERM: transfers' grace; 0: none)
 //!
 //! [[user]]
 //! name = "alice"
@@ -50,6 +51,9 @@ pub const DEFAULT_FTP: &str = "127.0.0.1:2121";
 pub const DEFAULT_MAX_SESSIONS: usize = 256;
 /// Default idle timeout, seconds (vsftpd uses 300).
 pub const DEFAULT_IDLE_SECS: u64 = 300;
+/// Default `--shutdown-timeout`, seconds: systemd's TimeoutStopSec
+/// default is 90, so a unit's stop never has to SIGKILL first.
+pub const DEFAULT_SHUTDOWN_SECS: u64 = 30;
 /// Largest config file we read: a config is a few hundred bytes; this
 /// bounds memory if someone points --config at a large file by mistake.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -154,6 +158,12 @@ pub struct ServeArgs {
     /// 0: no limit [default: 0].
     #[arg(long, value_name = "BYTES")]
     pub partial_max_bytes: Option<u64>,
+    /// Seconds SIGTERM or SIGINT lets running transfers finish before it
+    /// ends them (new connections are refused at once; an upload ended
+    /// then is kept as a resumable partial); 0: end them at once
+    /// [default: 30]. A second signal ends them at once too.
+    #[arg(long, value_name = "SECS")]
+    pub shutdown_timeout: Option<u64>,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -216,6 +226,7 @@ struct FileConfig {
     workers: Option<u16>,
     partial_max_age: Option<u64>,
     partial_max_bytes: Option<u64>,
+    shutdown_timeout: Option<u64>,
     /// `[engine]`: the tuning keys (config/tuning.rs).
     engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
@@ -298,6 +309,8 @@ pub struct ServeConfig {
     pub tuning: TuningArgs,
     /// tokio's event_interval for every loop (`--event-interval`).
     pub event_interval: Option<u32>,
+    /// How long a stop waits for running transfers (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
 }
 
 impl ServeConfig {
@@ -509,6 +522,11 @@ impl ServeConfig {
             users: file.users,
             tuning,
             event_interval,
+            shutdown_timeout: Duration::from_secs(
+                args.shutdown_timeout
+                    .or(file.shutdown_timeout)
+                    .unwrap_or(DEFAULT_SHUTDOWN_SECS),
+            ),
         })
     }
 }

@@ -10,7 +10,7 @@
 //! transfer. Both front doors accept through [`listener`] and list
 //! directories through [`listing`]. [`runtime`] lays out the event loops (`--runtime per-core`
 //! or `shared`); [`logbuf`] is the stderr writer that batches access and
-//! transfer lines.
+//! transfer lines; [`shutdown`] is the stop (SIGTERM: drain, then cut).
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -25,5 +25,7 @@ pub mod loops;
 pub mod metrics;
 pub mod ops;
 pub mod runtime;
+pub mod shutdown;
+pub mod signals;
 pub mod upload;
 pub mod xferlog;

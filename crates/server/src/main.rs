@@ -4,11 +4,14 @@
 //! reach its parsers (the configuration file) without a process.
 #![forbid(unsafe_code)]
 
+use sluice_server::shutdown::{self, Shutdown};
+use sluice_server::signals::{SignalEvent, Signals};
 use sluice_server::{auth, config, ftp, http, listener, logbuf, loops, metrics, runtime};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -110,8 +113,11 @@ async fn serve_on(
     kind: runtime::RuntimeKind,
     workers: usize,
 ) -> Result<()> {
+    // Caught before anything listens: a signal sent as soon as the
+    // `listening` lines are out must find its handler.
+    let mut signals = Signals::install().context("cannot install signal handlers")?;
     let engine = Engine::try_new(cfg.engine_config(EngineConfig::default()))
-    .context("cannot start the engine")?;
+        .context("cannot start the engine")?;
     if let Some(addr) = cfg.metrics {
         metrics::start(addr, engine.clone()).await?;
     }
@@ -126,73 +132,114 @@ async fn serve_on(
         cfg.max_sessions * usize::from(cfg.ftp_enabled)
             + cfg.http.as_ref().map_or(0, |h| h.max_connections),
     );
-    let http_task = http::start(&cfg, &engine, &loops).await?;
-    if !cfg.ftp_enabled {
-        return http::serve_alone(http_task, stop_signal()).await;
+    let (control, shutdown) = Shutdown::new();
+    let http_task = http::start(&cfg, &engine, &loops, &shutdown).await?;
+    let ftp_task = if cfg.ftp_enabled {
+        let listener = ftp::bind(cfg.ftp, cfg.listen_backlog)
+            .await
+            .with_context(|| format!("cannot listen on {}", cfg.ftp))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(
+            root = %cfg.root.display(),
+            writable = cfg.writable,
+            data_path = %engine.config().data_path,
+            max_sessions = cfg.max_sessions,
+            runtime = kind.as_str(),
+            workers,
+            "serving"
+        );
+        {
+            // Tests parse this line to learn the port when given port 0.
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "ftp listening on {addr}")?;
+            out.flush()?;
+        }
+        let ctx = Arc::new(ftp::FtpContext {
+            served_root: Default::default(),
+            users: auth::Users::new(&cfg),
+            config: cfg.clone(),
+            engine,
+            shutdown: shutdown.clone(),
+        });
+        Some(tokio::spawn(ftp::run(ctx, listener, loops)))
+    } else {
+        if http_task.is_none() {
+            anyhow::bail!("nothing to serve: FTP is off (--no-ftp) and HTTP is not listening");
+        }
+        None
+    };
+    let ftp_done = async {
+        match ftp_task {
+            Some(t) => {
+                if let Err(e) = t.await {
+                    tracing::error!(error = %e, "ftp front door stopped");
+                }
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(ftp_done);
+    let http_done = http::finished(http_task);
+    tokio::pin!(http_done);
+    loop {
+        tokio::select! {
+            _ = &mut ftp_done => break,
+            _ = &mut http_done => break,
+            ev = signals.next() => match ev {
+                SignalEvent::Stop(name) => {
+                    tracing::info!(signal = name, "stopping");
+                    break;
+                }
+                SignalEvent::Reload => tracing::warn!(
+                    "SIGHUP ignored: configuration reload is not supported yet; restart to apply changes"
+                ),
+                SignalEvent::Reopen => tracing::info!("SIGUSR1: no log file to reopen (logs go to stderr)"),
+            },
+        }
     }
-    let listener = ftp::bind(cfg.ftp, cfg.listen_backlog)
-        .await
-        .with_context(|| format!("cannot listen on {}", cfg.ftp))?;
-    let addr = listener.local_addr()?;
-    tracing::info!(
-        root = %cfg.root.display(),
-        writable = cfg.writable,
-        data_path = %engine.config().data_path,
-        max_sessions = cfg.max_sessions,
-        runtime = kind.as_str(),
-        workers,
-        "serving"
-    );
-    {
-        // Tests parse this line to learn the port when given port 0.
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "ftp listening on {addr}")?;
-        out.flush()?;
-    }
-    let ctx = Arc::new(ftp::FtpContext {
-        served_root: Default::default(),
-        users: auth::Users::new(&cfg),
-        config: cfg,
-        engine,
-    });
-    let ftp_task = tokio::spawn(ftp::run(ctx, listener, loops));
-    tokio::select! {
-        _ = ftp_task => {}
-        _ = http::finished(http_task) => {}
-        _ = stop_signal() => {}
-    }
+    stop(&control, cfg.shutdown_timeout, &mut signals).await;
     Ok(())
 }
 
-/// Ctrl-C or SIGTERM: stop serving (the caller writes out the gathered
-/// log lines before the process ends). SIGHUP, whose default action would
-/// end the process (and every transfer with it) when an operator or a
-/// logrotate script sends the conventional "reload", is logged and
-/// otherwise ignored until configuration reload exists.
-async fn stop_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let ignore_hangups = async {
-        match signal(SignalKind::hangup()) {
-            Ok(mut hup) => {
-                while hup.recv().await.is_some() {
-                    tracing::warn!("SIGHUP ignored: configuration reload is not supported yet; restart to apply changes");
+/// The stop (crate::shutdown): refuse new connections, give running
+/// transfers `grace` to finish (a second SIGTERM/SIGINT ends it early),
+/// then cut them and wait a bounded while for them to put their partials
+/// away.
+async fn stop(control: &shutdown::Control, grace: Duration, signals: &mut Signals) {
+    control.drain();
+    tracing::info!(
+        live = control.live(),
+        shutdown_timeout = grace.as_secs(),
+        "new connections refused; running transfers may finish"
+    );
+    let wait = async {
+        let deadline = tokio::time::sleep(grace);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = control.all_ended() => return true,
+                _ = &mut deadline => {
+                    tracing::warn!(live = control.live(), "shutdown timeout over; ending running transfers");
+                    return false;
                 }
+                ev = signals.next() => match ev {
+                    SignalEvent::Stop(name) => {
+                        tracing::warn!(signal = name, live = control.live(), "second stop signal; ending running transfers now");
+                        return false;
+                    }
+                    _ => tracing::info!("signal ignored while stopping"),
+                },
             }
-            Err(e) => tracing::warn!(error = %e, "cannot watch SIGHUP; it will stop the server"),
         }
-        std::future::pending::<()>().await
     };
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
-            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
-            _ = term.recv() => tracing::info!("terminated; stopping"),
-            _ = ignore_hangups => {}
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; Ctrl-C only");
-            let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("interrupted; stopping");
-        }
+    if wait.await {
+        tracing::info!("stopped: every connection finished");
+        return;
+    }
+    control.cut();
+    match tokio::time::timeout(shutdown::CUT_GRACE, control.all_ended()).await {
+        Ok(()) => tracing::info!("stopped"),
+        Err(_) => tracing::warn!(live = control.live(), "stopped with connections still open"),
     }
 }
 

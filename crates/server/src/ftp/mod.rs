@@ -43,6 +43,8 @@ pub struct FtpContext {
     /// by every such session: one descriptor per session (its socket)
     /// instead of two.
     pub served_root: std::sync::OnceLock<Arc<ServedRoot>>,
+    /// The server's stop (crate::shutdown), watched by every session.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 impl FtpContext {
@@ -65,8 +67,9 @@ pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener
     crate::listener::bind(addr, backlog)
 }
 
-/// The 421 a session gets when the server cannot take it (`text` says why).
-fn refusal(text: &str) -> Vec<u8> {
+/// The 421 a session gets when the server cannot take it (`text` says
+/// why), or when the server stops.
+pub(crate) fn refusal(text: &str) -> Vec<u8> {
     let any = SocketAddr::from(([0, 0, 0, 0], 0));
     let config = SessionConfig {
         local_addr: any,
@@ -79,8 +82,9 @@ fn refusal(text: &str) -> Vec<u8> {
     out
 }
 
-/// Accepts control connections forever (crate::listener); each session
-/// (and its data transfers) is served on the next of `loops` in turn.
+/// Accepts control connections until the server stops (crate::listener);
+/// each session (and its data transfers) is served on the next of `loops`
+/// in turn.
 pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener, loops: Loops) {
     let door = Door {
         name: "ftp",
@@ -90,7 +94,8 @@ pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener, loops: Loops) {
         exhausted: || refusal("Out of resources, try again later."),
     };
     let next_id = Arc::new(AtomicU64::new(1));
-    crate::listener::run(listener, door, loops, move |conn, peer, permit| {
+    let stop = ctx.shutdown.clone();
+    crate::listener::run(listener, door, loops, stop, move |conn, peer, permit| {
         let id = next_id.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("session", id, %peer);
         let ctx = Arc::clone(&ctx);

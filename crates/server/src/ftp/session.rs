@@ -86,6 +86,9 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let mut inbuf: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 4096];
     let mut peer_closed = false;
+    let shutdown = d.ctx.shutdown.clone();
+    let mut draining = shutdown.is_draining();
+    let mut cut = false;
     'conn: loop {
         // Input buffered behind an outstanding action (PASS, SIZE, CWD...)
         // is offered again as soon as the session is free: waiting for the
@@ -95,7 +98,9 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
             if !d.drive().await {
                 break 'conn;
             }
-            if inbuf.is_empty() || d.session.is_closed() {
+            // While the server stops, only a session with a transfer
+            // running reads on (ABOR, STAT); no new command starts.
+            if inbuf.is_empty() || d.session.is_closed() || (draining && d.running.is_none()) {
                 break;
             }
             match d.session.handle_input(Instant::now(), &inbuf) {
@@ -108,6 +113,15 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
                     inbuf.clear();
                 }
             }
+        }
+        if draining && d.running.is_none() {
+            // The server is stopping and this session has nothing running
+            // (any transfer's final reply is already out): 421 and close.
+            let _ =
+                d.wr.write_all(&super::refusal("Server shutting down."))
+                    .await;
+            tracing::debug!("closed: server stopping");
+            break;
         }
         let deadline = d.session.poll_timeout().map(tokio::time::Instant::from_std);
         let can_read = !peer_closed && inbuf.len() < MAX_PENDING_INPUT;
@@ -141,6 +155,15 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
             },
             _ = sleep_until(deadline), if deadline.is_some() => {
                 d.session.handle_timeout(Instant::now());
+            }
+            _ = shutdown.draining(), if !draining => draining = true,
+            _ = shutdown.cutting(), if draining && !cut => {
+                // The shutdown timeout is over: end the transfer (an
+                // upload keeps its partial); its Done reply comes next.
+                cut = true;
+                if let Some(c) = &d.running {
+                    c.cancel();
+                }
             }
         }
     }
@@ -408,8 +431,19 @@ impl Driver {
             cached,
             partials: self.ctx.config.partials,
             control: transfer::control_watch(self.wr.as_ref()),
+            shutdown: self.ctx.shutdown.clone(),
         };
         self.running = Some(cancel);
-        tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());
+        // Counted live until its partial (if any) is put away, which may
+        // be after the session itself is gone.
+        let live = self.ctx.shutdown.guard();
+        let events = self.events_tx.clone();
+        tokio::spawn(
+            async move {
+                transfer::run(job, work, events).await;
+                drop(live);
+            }
+            .in_current_span(),
+        );
     }
 }

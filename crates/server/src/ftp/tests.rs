@@ -34,6 +34,7 @@ async fn server(
         users: Users::new(&config),
         config,
         engine,
+        shutdown: crate::shutdown::Shutdown::never(),
     });
     tokio::spawn(super::run(ctx, listener, crate::loops::Loops::here()));
     addr

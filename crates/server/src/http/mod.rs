@@ -58,6 +58,10 @@ pub struct HttpContext {
     gate: Arc<Semaphore>,
     /// Open files by path (`--http-open-cache`).
     pub open_files: open_files::OpenFiles,
+    /// The server's stop (crate::shutdown): idle keep-alive connections
+    /// close when it drains; a response still being sent when it cuts is
+    /// cut short.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 impl HttpContext {
@@ -70,6 +74,7 @@ impl HttpContext {
             settings,
             engine,
             next_conn: AtomicU64::new(1),
+            shutdown: crate::shutdown::Shutdown::never(),
         }
     }
 }
@@ -90,6 +95,7 @@ pub async fn start(
     cfg: &ServeConfig,
     engine: &Engine,
     loops: &Loops,
+    shutdown: &crate::shutdown::Shutdown,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
@@ -120,7 +126,9 @@ pub async fn start(
         writeln!(out, "http listening on {addr}")?;
         out.flush()?;
     }
-    let ctx = Arc::new(HttpContext::new(root, settings, engine.clone()));
+    let mut ctx = HttpContext::new(root, settings, engine.clone());
+    ctx.shutdown = shutdown.clone();
+    let ctx = Arc::new(ctx);
     if let Some(every) = ctx.open_files.sweep_every() {
         tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
     }
@@ -152,8 +160,8 @@ async fn sweep_open_files(ctx: Weak<HttpContext>, every: Duration) {
     }
 }
 
-/// Resolves when the HTTP accept loop ends (never, unless it panicked);
-/// pending forever when HTTP is off, so it can sit in a `select!`.
+/// Resolves when the HTTP accept loop ends (a stop, or a panic); pending
+/// forever when HTTP is off, so it can sit in a `select!`.
 pub async fn finished(task: Option<JoinHandle<()>>) {
     match task {
         Some(t) => {
@@ -165,23 +173,7 @@ pub async fn finished(task: Option<JoinHandle<()>>) {
     }
 }
 
-/// `--no-ftp`: HTTP alone, until it stops or `stop` resolves (Ctrl-C,
-/// SIGTERM).
-pub async fn serve_alone(
-    task: Option<JoinHandle<()>>,
-    stop: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
-    if task.is_none() {
-        anyhow::bail!("nothing to serve: FTP is off (--no-ftp) and HTTP is not listening");
-    }
-    tokio::select! {
-        _ = finished(task) => {}
-        _ = stop => {}
-    }
-    Ok(())
-}
-
-/// Accepts connections forever; each gets its own task, so a slow client
+/// Accepts connections until a stop; each gets its own task, so a slow client
 /// only ever holds its own task, never a worker thread. (The server
 /// starts [`run_spread`] through [`start`]; tests call this.)
 #[cfg(test)]
@@ -199,13 +191,20 @@ pub async fn run_spread(ctx: Arc<HttpContext>, listener: TcpListener, loops: Loo
         full: || status_bytes(Status::ServiceUnavailable),
         exhausted: || status_bytes(Status::ServiceUnavailable),
     };
-    crate::listener::run(listener, door, loops, move |stream, peer, permit| {
+    let stop = ctx.shutdown.clone();
+    crate::listener::run(listener, door, loops, stop, move |stream, peer, permit| {
         let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("http", id, %peer);
         let ctx = Arc::clone(&ctx);
         tokio::spawn(
             async move {
-                conn::serve(ctx, stream, peer, id).await;
+                let shutdown = ctx.shutdown.clone();
+                tokio::select! {
+                    _ = conn::serve(ctx, stream, peer, id) => {}
+                    _ = shutdown.cutting() => {
+                        tracing::warn!(%peer, "http response cut by shutdown");
+                    }
+                }
                 drop(permit);
             }
             .instrument(span),

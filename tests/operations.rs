@@ -1,0 +1,237 @@
+//! Operating `sluice serve` (crates/server/src/shutdown.rs, signals.rs):
+//! the stop on SIGTERM with transfers in flight, on both doors, with a
+//! long and a short `--shutdown-timeout`.
+
+use crate::harness::corpus::{sha256_file, write_pseudo_random};
+use crate::harness::process::ProcessGuard;
+use crate::harness::servers::{sluice, ServeOptions};
+use crate::harness::*;
+use std::fs;
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Polls `cond` until it holds, for at most `secs` seconds.
+#[track_caller]
+fn wait_for(what: &str, secs: u64, server: &FtpServer, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            server.log_tail()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `sig` (e.g. "-TERM") to the server.
+fn signal(server: &FtpServer, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &server.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} failed");
+}
+
+/// True when a TCP connect to `addr` is refused (the door is closed).
+fn refused(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_err()
+}
+
+fn len(path: &Path) -> u64 {
+    fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// A `curl` run in the background (to be watched while the server stops).
+fn curl(args: &[&str]) -> ProcessGuard {
+    ProcessGuard::spawn(
+        Command::new("curl")
+            .args(["-sS", "--fail"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .expect("start curl")
+}
+
+/// SIGTERM with a generous `--shutdown-timeout`: an idle session is told
+/// 421 and closed, both listening sockets close at once (new connections
+/// are refused), and slow downloads on both doors run to completion
+/// (sha256 compared); then the server exits 0 on its own.
+#[test]
+fn sigterm_lets_running_downloads_finish_and_refuses_new_connections() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--shutdown-timeout".into(), "120".into()],
+        ..Default::default()
+    });
+    // Big enough that socket buffers cannot hold the rest when the signal
+    // lands: the server is still sending then (checked in its log below).
+    let f = corpus().file(BIG);
+    let out = tempfile::tempdir().unwrap();
+    let (ftp_out, http_out) = (out.path().join("ftp"), out.path().join("http"));
+    // About 4 s each: long enough to be in flight when the signal lands.
+    let ftp_dl = curl(&[
+        "--limit-rate",
+        "16M",
+        "-o",
+        ftp_out.to_str().unwrap(),
+        &server.url(&f.name),
+    ]);
+    let http_dl = curl(&[
+        "--limit-rate",
+        "16M",
+        "-o",
+        http_out.to_str().unwrap(),
+        &server.http_url(&f.name),
+    ]);
+    let mut idle = server.connect();
+    idle.login_anonymous();
+    wait_for("both downloads to be under way", 60, &server, || {
+        len(&ftp_out) > 0 && len(&http_out) > 0
+    });
+    signal(&server, "-TERM");
+    let http_addr = SocketAddr::new(server.host, server.http_port());
+    wait_for("both doors to refuse new connections", 30, &server, || {
+        refused(server.addr()) && refused(http_addr)
+    });
+    let reply = idle.read_reply().expect("the idle session's 421");
+    assert_eq!(reply.code, 421, "{}", idle.transcript());
+    wait_for("both downloads to end", 120, &server, || {
+        ftp_dl.exited().is_some() && http_dl.exited().is_some()
+    });
+    for (what, dl, path) in [("ftp", &ftp_dl, &ftp_out), ("http", &http_dl, &http_out)] {
+        assert!(
+            dl.exited().unwrap().success(),
+            "{what} download failed\n{}",
+            server.log_tail()
+        );
+        compare_file(path, f).unwrap_or_else(|e| panic!("{what}: {e}\n{}", server.log_tail()));
+    }
+    wait_for("the server to exit", 60, &server, || {
+        server.exited().is_some()
+    });
+    assert!(server.exited().unwrap().success(), "{}", server.log_tail());
+    let log = server.stderr_text();
+    assert!(
+        log.contains("every connection finished"),
+        "{}",
+        server.log_tail()
+    );
+    assert!(!log.contains("cut by shutdown"), "{}", server.log_tail());
+    // Both transfers ended (complete) after the stop began: the server
+    // waited for them rather than finishing before the signal.
+    let at = |pat: &str| log.lines().position(|l| l.contains(pat));
+    let stop = at("signal=\"SIGTERM\"").expect("the stop is logged");
+    let ftp_end = at(&format!("{} b _ o a anonymous ftp 0 * c", f.name));
+    let http_end = at(&format!("GET /{} HTTP/1.1\" 200", f.name));
+    assert!(
+        ftp_end.is_some_and(|i| i > stop) && http_end.is_some_and(|i| i > stop),
+        "a download was complete before the signal: the test proves nothing\n{log}"
+    );
+}
+
+/// SIGTERM with `--shutdown-timeout 1` while two slow uploads run: the
+/// server ends them after the timeout, logs each, and exits; the final
+/// names do not exist, the partials hold a prefix of the source, and a
+/// server restarted on the same directory completes them for `curl -C -`
+/// and for `sluice put --continue` (sha256 compared).
+#[test]
+fn sigterm_cuts_uploads_at_the_timeout_and_they_resume() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        writable: true,
+        extra_args: vec!["--shutdown-timeout".into(), "1".into()],
+        ..Default::default()
+    });
+    let root = server.root.clone();
+    let src_dir = tempfile::tempdir().unwrap();
+    let src = src_dir.path().join("src.bin");
+    write_pseudo_random(&src, 4 << 20, 16);
+    let names = ["by-curl.bin", "by-sluice.bin"];
+    // 4 MiB at 128 KiB/s: half a minute, far longer than the timeout.
+    let uploads: Vec<ProcessGuard> = names
+        .iter()
+        .map(|n| {
+            curl(&[
+                "--limit-rate",
+                "128k",
+                "-T",
+                src.to_str().unwrap(),
+                &server.url(n),
+            ])
+        })
+        .collect();
+    let partial = |n: &str| root.join(format!(".{n}.sluice-partial"));
+    wait_for("both uploads to be under way", 60, &server, || {
+        names.iter().all(|n| len(&partial(n)) > 0)
+    });
+    signal(&server, "-TERM");
+    wait_for("the server to exit", 60, &server, || {
+        server.exited().is_some()
+    });
+    assert!(server.exited().unwrap().success(), "{}", server.log_tail());
+    wait_for("the uploads to fail", 60, &server, || {
+        uploads.iter().all(|u| u.exited().is_some())
+    });
+    for u in &uploads {
+        assert!(
+            !u.exited().unwrap().success(),
+            "a cut upload reported success"
+        );
+    }
+    let log = server.stderr_text();
+    let data = fs::read(&src).unwrap();
+    for n in names {
+        assert!(
+            !root.join(n).exists(),
+            "{n} exists after a cut upload\n{log}"
+        );
+        let kept = fs::read(partial(n)).unwrap();
+        assert!(
+            !kept.is_empty() && kept.len() < data.len() && data.starts_with(&kept),
+            "{n}: the partial ({} bytes) is not a prefix of the source",
+            kept.len()
+        );
+        assert!(
+            log.lines()
+                .any(|l| l.contains("upload cut by shutdown") && l.contains(n)),
+            "no log line for the cut upload of {n}\n{log}"
+        );
+    }
+    // Resumed against a new server on the same directory.
+    let again = sluice(ServeOptions {
+        writable: true,
+        root: Some(root.clone()),
+        ..Default::default()
+    });
+    run(Command::new("curl")
+        .args(["-sS", "--fail", "-C", "-", "-T"])
+        .arg(&src)
+        .arg(again.url(names[0])))
+    .assert_success();
+    let out = run(Command::new(sluice_bin())
+        .args(["put", "--continue"])
+        .arg(&src)
+        .arg(again.url(names[1])));
+    out.assert_success();
+    assert!(out.stderr.contains("resuming at"), "{}", out.describe());
+    let want = sha256_file(&src);
+    for n in names {
+        assert_eq!(
+            sha256_file(&root.join(n)),
+            want,
+            "{n}\n{}",
+            again.log_tail()
+        );
+        assert!(!partial(n).exists(), "{n}: partial left after the resume");
+    }
+}
