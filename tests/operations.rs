@@ -235,3 +235,141 @@ fn sigterm_cuts_uploads_at_the_timeout_and_they_resume() {
         assert!(!partial(n).exists(), "{n}: partial left after the resume");
     }
 }
+
+/// An argon2 hash of `pass` from `sluice hash-password`.
+fn hash_password(pass: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(sluice_bin())
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start sluice hash-password");
+    writeln!(child.stdin.take().unwrap(), "{pass}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A config file with one user, `alice`, whose password is `pass`.
+fn write_config(path: &Path, pass: &str) {
+    fs::write(
+        path,
+        format!(
+            "[[user]]\nname = \"alice\"\npassword_hash = \"{}\"\n",
+            hash_password(pass)
+        ),
+    )
+    .unwrap();
+}
+
+/// Waits for the `n`th log line containing `pat` (counting from 1).
+#[track_caller]
+fn wait_for_log(server: &FtpServer, pat: &str, n: usize) {
+    wait_for(&format!("log line #{n} {pat:?}"), 60, server, || {
+        server.stderr_text().matches(pat).count() >= n
+    });
+}
+
+/// SIGHUP with alice's password changed in the file: a download alice
+/// started before runs on to completion (sha256), the old password is
+/// refused and the new one accepted afterwards. Then a broken file and
+/// SIGHUP: refused with a log line naming the problem, and the server
+/// goes on with the configuration it had (the new password still works).
+#[test]
+fn sighup_reloads_users_without_dropping_a_transfer() {
+    if !require_tool("curl") {
+        return;
+    }
+    let conf_dir = tempfile::tempdir().unwrap();
+    let conf = conf_dir.path().join("sluice.toml");
+    write_config(&conf, "old-secret");
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--config".into(), conf.to_str().unwrap().into()],
+        ..Default::default()
+    });
+    let f = corpus().file(BIG);
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("f");
+    let url = format!("ftp://alice:old-secret@{}/{}", server.addr(), f.name);
+    let dl = curl(&["--limit-rate", "16M", "-o", dest.to_str().unwrap(), &url]);
+    wait_for("the download to be under way", 60, &server, || {
+        len(&dest) > 0
+    });
+    write_config(&conf, "new-secret");
+    signal(&server, "-HUP");
+    wait_for_log(&server, "configuration reloaded", 1);
+    let mut c = server.connect();
+    assert_eq!(
+        c.login("alice", "old-secret").code,
+        530,
+        "{}",
+        c.transcript()
+    );
+    let mut c = server.connect();
+    assert_eq!(
+        c.login("alice", "new-secret").code,
+        230,
+        "{}",
+        c.transcript()
+    );
+    wait_for("the download to end", 120, &server, || {
+        dl.exited().is_some()
+    });
+    assert!(dl.exited().unwrap().success(), "{}", server.log_tail());
+    compare_file(&dest, f).unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
+    let log = server.stderr_text();
+    let at = |pat: &str| log.lines().position(|l| l.contains(pat));
+    assert!(
+        at(&format!("{} b _ o r alice ftp 0 * c", f.name)) > at("configuration reloaded"),
+        "the download ended before the reload: the test proves nothing\n{log}"
+    );
+    // A broken file is refused; the running configuration stays.
+    fs::write(&conf, "[[user]]\nname = \"alice\"\npassword_hash = [\n").unwrap();
+    signal(&server, "-HUP");
+    wait_for_log(&server, "new configuration refused", 1);
+    let refusal = server
+        .stderr_text()
+        .lines()
+        .find(|l| l.contains("new configuration refused"))
+        .unwrap()
+        .to_string();
+    assert!(refusal.contains("sluice.toml"), "{refusal}");
+    server.assert_running();
+    let mut c = server.connect();
+    assert_eq!(
+        c.login("alice", "new-secret").code,
+        230,
+        "{}",
+        c.transcript()
+    );
+}
+
+/// `--log-file`: after logrotate's rename, SIGUSR1 makes the server
+/// write a fresh file at the path; the old one keeps what came before.
+#[test]
+fn sigusr1_reopens_the_log_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sluice.log");
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--log-file".into(), log.to_str().unwrap().into()],
+        ..Default::default()
+    });
+    let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
+    wait_for("the log file to fill", 60, &server, || {
+        read(&log).contains("serving")
+    });
+    let rotated = dir.path().join("sluice.log.1");
+    fs::rename(&log, &rotated).unwrap();
+    signal(&server, "-USR1");
+    wait_for("a new log file", 60, &server, || {
+        read(&log).contains("log file reopened")
+    });
+    let mut c = server.connect();
+    c.login_anonymous();
+    wait_for("the login in the new file", 60, &server, || {
+        read(&log).contains("login user=anonymous")
+    });
+    assert!(read(&rotated).contains("serving"));
+    assert!(!read(&rotated).contains("login user=anonymous"));
+}

@@ -30,6 +30,8 @@
 //! partial_max_age = 604800       # --partial-max-age SECS (0: keep interrupted uploads forever)
 //! partial_max_bytes = 0          # --partial-max-bytes BYTES per directory (0: no limit)
 //! shutdown_timeout = 30          # --shutdown-timeout SECS (SIGTERM: transfers' grace; 0: none)
+//! log_level = "info"             # --log-level FILTER (default: RUST_LOG, else info)
+//! log_file = "/var/log/sluice/sluice.log"  # --log-file (default: stderr; SIGUSR1 reopens)
 //!
 //! [[user]]
 //! name = "alice"
@@ -164,6 +166,15 @@ pub struct ServeArgs {
     /// [default: 30]. A second signal ends them at once too.
     #[arg(long, value_name = "SECS")]
     pub shutdown_timeout: Option<u64>,
+    /// What to log: a level (`info`, `debug`) or tracing filter directives
+    /// (`info,xferlog=off`) [default: RUST_LOG if set, else info]. SIGHUP
+    /// applies a changed `log_level` key.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Write the log to FILE (appending) instead of stderr; SIGUSR1 (and
+    /// SIGHUP) reopen it, for logrotate.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -227,6 +238,8 @@ struct FileConfig {
     partial_max_age: Option<u64>,
     partial_max_bytes: Option<u64>,
     shutdown_timeout: Option<u64>,
+    log_level: Option<String>,
+    log_file: Option<PathBuf>,
     /// `[engine]`: the tuning keys (config/tuning.rs).
     engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
@@ -311,6 +324,10 @@ pub struct ServeConfig {
     pub event_interval: Option<u32>,
     /// How long a stop waits for running transfers (`--shutdown-timeout`).
     pub shutdown_timeout: Duration,
+    /// Log filter (`--log-level`, checked); `None`: RUST_LOG or info.
+    pub log_level: Option<String>,
+    /// Log file (`--log-file`); `None`: stderr.
+    pub log_file: Option<PathBuf>,
 }
 
 impl ServeConfig {
@@ -447,6 +464,12 @@ impl ServeConfig {
         if idle == 0 {
             bail!("idle_timeout must be at least 1 second");
         }
+        let log_level = args.log_level.clone().or(file.log_level);
+        if let Some(f) = &log_level {
+            tracing_subscriber::EnvFilter::builder()
+                .parse(f)
+                .map_err(|e| anyhow::anyhow!("log_level {f:?}: {e}"))?;
+        }
         let tuning = args.tuning.clone().over(file.engine.unwrap_or_default());
         // Every value checked now, so a typo stops the start with its key.
         tuning.apply(&mut sluice_engine::EngineConfig::default())?;
@@ -527,6 +550,8 @@ impl ServeConfig {
                     .or(file.shutdown_timeout)
                     .unwrap_or(DEFAULT_SHUTDOWN_SECS),
             ),
+            log_level,
+            log_file: args.log_file.clone().or(file.log_file),
         })
     }
 }

@@ -6,7 +6,7 @@
 
 use sluice_server::shutdown::{self, Shutdown};
 use sluice_server::signals::{SignalEvent, Signals};
-use sluice_server::{auth, config, ftp, http, listener, logbuf, loops, metrics, runtime};
+use sluice_server::{auth, config, ftp, http, listener, logbuf, loops, metrics, reload, runtime};
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -78,15 +78,39 @@ fn report(r: Result<()>) -> ExitCode {
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+/// Swaps the log filter in force (a SIGHUP with a new `log_level`).
+type SetFilter = Arc<dyn Fn(tracing_subscriber::EnvFilter) + Send + Sync>;
+
+/// The filter `log_level` asks for (`None`: RUST_LOG, else info).
+fn log_filter(level: Option<&str>) -> Result<tracing_subscriber::EnvFilter> {
+    match level {
+        Some(l) => tracing_subscriber::EnvFilter::builder()
+            .parse(l)
+            .map_err(|e| anyhow::anyhow!("log_level {l:?}: {e}")),
+        None => Ok(tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))),
+    }
+}
+
+fn init_logging(cfg: &config::ServeConfig) -> Result<SetFilter> {
+    if let Some(path) = &cfg.log_file {
+        logbuf::log_to_file(path)
+            .with_context(|| format!("cannot open the log file {}", path.display()))?;
+    }
+    let to_terminal = cfg.log_file.is_none() && std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(cfg.log_level.as_deref())?)
+        .with_ansi(to_terminal)
         .with_writer(logbuf::LogWriter)
-        .try_init();
+        .with_filter_reloading();
+    let handle = builder.reload_handle();
+    let _ = builder.try_init();
     logbuf::install_panic_flush();
+    Ok(Arc::new(move |f| {
+        if let Err(e) = handle.reload(f) {
+            tracing::warn!(error = %e, "cannot change the log filter");
+        }
+    }))
 }
 
 fn serve(args: config::ServeArgs) -> Result<()> {
@@ -94,14 +118,14 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     // when freed (platform::memory says why).
     sluice_platform::memory::return_large_allocations(LARGE_ALLOCATION);
     let cfg = config::ServeConfig::load(&args)?;
-    init_logging();
+    let set_filter = init_logging(&cfg)?;
     // Fail now, not at the first login, if the root cannot be served.
     sluice_platform::fs::ServedRoot::open(&cfg.root)
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
     let kind = cfg.runtime;
     let workers = runtime::workers(cfg.workers)?;
     let rt = runtime::build_main(kind, workers, cfg.event_interval)?;
-    let r = rt.block_on(serve_on(cfg, kind, workers));
+    let r = rt.block_on(serve_on(cfg, args, set_filter, kind, workers));
     // Whatever access and transfer lines are still gathered.
     logbuf::flush();
     r
@@ -110,6 +134,8 @@ fn serve(args: config::ServeArgs) -> Result<()> {
 /// Everything `serve` runs, on the main runtime (loop 0 for `per-core`).
 async fn serve_on(
     cfg: config::ServeConfig,
+    args: config::ServeArgs,
+    set_filter: SetFilter,
     kind: runtime::RuntimeKind,
     workers: usize,
 ) -> Result<()> {
@@ -133,6 +159,13 @@ async fn serve_on(
             + cfg.http.as_ref().map_or(0, |h| h.max_connections),
     );
     let (control, shutdown) = Shutdown::new();
+    let current = Arc::new(reload::Current::new(&cfg));
+    let mut reloader = reload::Reloader::new(args, Arc::clone(&current));
+    reloader.on_reload(Box::new(move |new: &config::ServeConfig| {
+        let filter = log_filter(new.log_level.as_deref())?;
+        let set = Arc::clone(&set_filter);
+        Ok(Box::new(move || set(filter)))
+    }));
     let http_task = http::start(&cfg, &engine, &loops, &shutdown).await?;
     let ftp_task = if cfg.ftp_enabled {
         let listener = ftp::bind(cfg.ftp, cfg.listen_backlog)
@@ -156,7 +189,7 @@ async fn serve_on(
         }
         let ctx = Arc::new(ftp::FtpContext {
             served_root: Default::default(),
-            users: auth::Users::new(&cfg),
+            current: Arc::clone(&current),
             config: cfg.clone(),
             engine,
             shutdown: shutdown.clone(),
@@ -190,15 +223,40 @@ async fn serve_on(
                     tracing::info!(signal = name, "stopping");
                     break;
                 }
-                SignalEvent::Reload => tracing::warn!(
-                    "SIGHUP ignored: configuration reload is not supported yet; restart to apply changes"
-                ),
-                SignalEvent::Reopen => tracing::info!("SIGUSR1: no log file to reopen (logs go to stderr)"),
+                SignalEvent::Reload => {
+                    reopen_log("SIGHUP");
+                    match reloader.reload() {
+                        Ok(out) if out.need_restart.is_empty() => {
+                            tracing::info!("SIGHUP: configuration reloaded")
+                        }
+                        Ok(out) => tracing::warn!(
+                            need_restart = ?out.need_restart,
+                            "SIGHUP: configuration reloaded, except keys read at start only (kept as they run; restart to apply)"
+                        ),
+                        Err(e) => tracing::error!(
+                            "SIGHUP: new configuration refused, the running one stays: {e:#}"
+                        ),
+                    }
+                }
+                SignalEvent::Reopen => reopen_log("SIGUSR1"),
             },
         }
     }
     stop(&control, cfg.shutdown_timeout, &mut signals).await;
     Ok(())
+}
+
+/// Reopens the log file (logrotate), and says so in the new file.
+fn reopen_log(signal: &str) {
+    match logbuf::reopen() {
+        Ok(Some(path)) => tracing::info!(signal, path = %path.display(), "log file reopened"),
+        Ok(None) => {
+            if signal == "SIGUSR1" {
+                tracing::info!("SIGUSR1: no log file to reopen (the log goes to stderr)");
+            }
+        }
+        Err(e) => tracing::error!(signal, error = %e, "cannot reopen the log file; still writing the old one"),
+    }
 }
 
 /// The stop (crate::shutdown): refuse new connections, give running

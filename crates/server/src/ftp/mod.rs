@@ -25,7 +25,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use crate::auth::Users;
 use crate::config::ServeConfig;
 use crate::listener::Door;
 use crate::loops::Loops;
@@ -33,10 +32,11 @@ use crate::loops::Loops;
 /// What every FTP session shares.
 #[derive(Debug)]
 pub struct FtpContext {
-    /// Merged configuration.
+    /// Merged configuration, as the server started (root, addresses).
     pub config: ServeConfig,
-    /// Login table.
-    pub users: Users,
+    /// The configuration and login table in force (SIGHUP replaces them:
+    /// crate::reload); sessions read them when they start and log in.
+    pub current: Arc<crate::reload::Current>,
     /// The data-delivery engine.
     pub engine: Engine,
     /// The served root, opened at the first login that uses it and shared
@@ -86,10 +86,13 @@ pub(crate) fn refusal(text: &str) -> Vec<u8> {
 /// each session (and its data transfers) is served on the next of `loops`
 /// in turn.
 pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener, loops: Loops) {
+    let max_sessions = ctx.current.config().max_sessions;
+    let gate = Arc::new(Semaphore::new(max_sessions));
+    ctx.current.set_ftp_gate(Arc::clone(&gate));
     let door = Door {
         name: "ftp",
-        gate: Arc::new(Semaphore::new(ctx.config.max_sessions)),
-        limit: ctx.config.max_sessions,
+        gate,
+        limit: max_sessions,
         full: || refusal("Too many sessions, try again later."),
         exhausted: || refusal("Out of resources, try again later."),
     };

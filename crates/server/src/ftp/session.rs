@@ -36,6 +36,9 @@ const CHECK_SLOT_WAIT: Duration = Duration::from_secs(10);
 
 struct Driver {
     ctx: Arc<FtpContext>,
+    /// The configuration in force when the session connected (a SIGHUP
+    /// reload applies to later sessions; logins read the current users).
+    cfg: Arc<crate::config::ServeConfig>,
     session: Session,
     wr: OwnedWriteHalf,
     local: SocketAddr,
@@ -60,10 +63,11 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     // ftplib sends "ABOR\r\n" with MSG_OOB); keep it in the byte stream,
     // as vsftpd does, or the line never ends.
     let _ = socket2::SockRef::from(&conn).set_out_of_band_inline(true);
+    let cfg = ctx.current.config();
     let mut session = Session::new(SessionConfig {
         local_addr: local,
         peer_addr: peer,
-        idle_timeout: ctx.config.idle_timeout,
+        idle_timeout: cfg.idle_timeout,
         greeting: GREETING.into(),
     });
     session.handle_connected(Instant::now());
@@ -71,6 +75,7 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
         ctx,
+        cfg,
         session,
         wr,
         local,
@@ -227,7 +232,7 @@ impl Driver {
     async fn perform(&mut self, action: Action) -> bool {
         match action {
             Action::Authenticate { user, pass } => {
-                let users = self.ctx.users.clone();
+                let users = self.ctx.current.users();
                 let name = user.clone();
                 let pass = String::from_utf8_lossy(pass.as_bytes()).into_owned();
                 let login = if users.check_is_costly(&name) {
@@ -271,7 +276,7 @@ impl Driver {
                         tracing::info!(user = %user, writable = l.writable, "login");
                         let grant = LoginGrant {
                             writable: l.writable,
-                            allow_foreign_data_host: self.ctx.config.allow_foreign_data_host
+                            allow_foreign_data_host: self.cfg.allow_foreign_data_host
                                 && !l.anonymous,
                         };
                         self.login = Some((user, l, root));
@@ -289,15 +294,15 @@ impl Driver {
                 self.cached = None;
                 // Only a login granted third-party transfers (never anonymous)
                 // may have its passive port reached from another host.
-                let foreign_ok = self.ctx.config.allow_foreign_data_host
+                let foreign_ok = self.cfg.allow_foreign_data_host
                     && self.login.as_ref().is_some_and(|(_, l, _)| !l.anonymous);
                 let peer = Some(self.peer.ip()).filter(|_| !foreign_ok);
-                match Passive::open(self.local.ip(), self.ctx.config.pasv_ports, peer) {
+                match Passive::open(self.local.ip(), self.cfg.pasv_ports, peer) {
                     Ok(p) => {
                         let addr =
                             p.local_addr()
                                 .ok()
-                                .map(|a| match self.ctx.config.pasv_address {
+                                .map(|a| match self.cfg.pasv_address {
                                     Some(ip) if !extended => SocketAddr::new(ip, a.port()),
                                     _ => a,
                                 });
@@ -429,7 +434,7 @@ impl Driver {
             writable: login.writable,
             cancel: cancel.clone(),
             cached,
-            partials: self.ctx.config.partials,
+            partials: self.cfg.partials,
             control: transfer::control_watch(self.wr.as_ref()),
             shutdown: self.ctx.shutdown.clone(),
         };

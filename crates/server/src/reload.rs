@@ -1,0 +1,279 @@
+//! SIGHUP: the configuration read again (the same flags over the file as
+//! at start), checked whole, and applied without dropping a session. A
+//! new configuration that does not load (a TOML error, a bad value, a
+//! certificate that does not load) is refused with one log line saying
+//! why, and the running one stays.
+//!
+//! | what | takes effect |
+//! |---|---|
+//! | `[[user]]`, `anonymous`, `writable` | at the next login (sessions already logged in keep their login) |
+//! | `max_sessions` | at once: more room now; fewer, as sessions end |
+//! | `idle_timeout`, `pasv_ports`, `pasv_address`, `allow_foreign_data_host`, `partial_max_*` | for sessions that connect after the reload |
+//! | `log_level` | at once |
+//! | certificates | through [`Reloader::on_reload`] hooks (the TLS front doors') |
+//!
+//! Everything else (root, listen addresses, `no_ftp`/`no_http`, runtime,
+//! workers, the engine and HTTP settings, metrics, the log file's path,
+//! the shutdown timeout) is read at start only: a reload that changes it
+//! says so in the log and keeps the running value.
+
+use std::sync::{Arc, OnceLock, RwLock};
+
+use anyhow::Result;
+use tokio::sync::Semaphore;
+
+use crate::auth::Users;
+use crate::config::{ServeArgs, ServeConfig};
+
+/// The configuration in force, read by sessions (cheap: an `Arc` clone).
+#[derive(Debug)]
+pub struct Current {
+    state: RwLock<(Arc<ServeConfig>, Users)>,
+    /// The FTP door's connection limit, registered by `ftp::run`.
+    ftp_gate: OnceLock<Arc<Semaphore>>,
+}
+
+impl Current {
+    /// The configuration the server started with.
+    pub fn new(config: &ServeConfig) -> Current {
+        Current {
+            state: RwLock::new((Arc::new(config.clone()), Users::new(config))),
+            ftp_gate: OnceLock::new(),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<ServeConfig> {
+        Arc::clone(&self.read().0)
+    }
+
+    /// The login table in force.
+    pub fn users(&self) -> Users {
+        self.read().1.clone()
+    }
+
+    /// Registers the FTP door's gate, so a reload can resize it.
+    pub fn set_ftp_gate(&self, gate: Arc<Semaphore>) {
+        let _ = self.ftp_gate.set(gate);
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, (Arc<ServeConfig>, Users)> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `new` in force (already merged with what cannot change).
+    fn set(&self, new: ServeConfig) {
+        let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let old_sessions = st.0.max_sessions;
+        if let Some(gate) = self.ftp_gate.get() {
+            resize(gate, old_sessions, new.max_sessions);
+        }
+        let users = st.1.reloaded(&new);
+        *st = (Arc::new(new), users);
+    }
+}
+
+/// Grows a connection limit at once, or shrinks it by taking permits out
+/// as connections end (a task that waits for them and forgets them).
+fn resize(gate: &Arc<Semaphore>, old: usize, new: usize) {
+    if new > old {
+        gate.add_permits(new - old);
+    } else if new < old {
+        let n = u32::try_from(old - new).unwrap_or(u32::MAX);
+        let gate = Arc::clone(gate);
+        tokio::spawn(async move {
+            if let Ok(p) = gate.acquire_many_owned(n).await {
+                p.forget();
+            }
+        });
+    }
+}
+
+/// A check-then-apply step run by every reload: it checks its part of
+/// the new configuration and returns what applies it, or an error that
+/// refuses the whole reload. (The TLS front doors load new certificates
+/// here; nothing is applied unless every step checked out.)
+pub type Hook = Box<dyn Fn(&ServeConfig) -> Result<Box<dyn FnOnce() + Send>> + Send + Sync>;
+
+/// What a reload did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Keys that changed but need a restart (kept as they run).
+    pub need_restart: Vec<&'static str>,
+}
+
+/// Reloads on SIGHUP.
+pub struct Reloader {
+    args: ServeArgs,
+    current: Arc<Current>,
+    hooks: Vec<Hook>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("current", &self.current)
+            .field("hooks", &self.hooks.len())
+            .finish()
+    }
+}
+
+impl Reloader {
+    /// Reloads re-read the configuration `args` named at start.
+    pub fn new(args: ServeArgs, current: Arc<Current>) -> Reloader {
+        Reloader {
+            args,
+            current,
+            hooks: Vec::new(),
+        }
+    }
+
+    /// Adds a step every reload runs (see [`Hook`]).
+    pub fn on_reload(&mut self, hook: Hook) {
+        self.hooks.push(hook);
+    }
+
+    /// Loads, checks and applies the configuration; on error nothing
+    /// changed.
+    pub fn reload(&self) -> Result<Outcome> {
+        let new = ServeConfig::load(&self.args)?;
+        let old = self.current.config();
+        let mut apply = Vec::new();
+        for hook in &self.hooks {
+            apply.push(hook(&new)?);
+        }
+        let (merged, need_restart) = merge(&old, new);
+        self.current.set(merged);
+        for a in apply {
+            a();
+        }
+        Ok(Outcome { need_restart })
+    }
+}
+
+/// `old` with what a reload may change taken from `new`, and the names of
+/// the start-only keys that differ.
+fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>) {
+    let mut m = old.clone();
+    m.users = new.users.clone();
+    m.anonymous = new.anonymous;
+    m.writable = new.writable;
+    m.max_sessions = new.max_sessions;
+    m.idle_timeout = new.idle_timeout;
+    m.pasv_ports = new.pasv_ports;
+    m.pasv_address = new.pasv_address;
+    m.allow_foreign_data_host = new.allow_foreign_data_host;
+    m.partials = new.partials;
+    m.log_level = new.log_level.clone();
+    // Every other difference is one the running server cannot take.
+    let mut need_restart = Vec::new();
+    let mut check = |name, differs: bool| {
+        if differs {
+            need_restart.push(name);
+        }
+    };
+    check("root", old.root != new.root);
+    check(
+        "ftp",
+        old.ftp != new.ftp || old.ftp_enabled != new.ftp_enabled,
+    );
+    check(
+        "http",
+        format!("{:?}", old.http) != format!("{:?}", new.http),
+    );
+    check(
+        "runtime",
+        old.runtime != new.runtime || old.workers != new.workers,
+    );
+    check("metrics", old.metrics != new.metrics);
+    check("listen_backlog", old.listen_backlog != new.listen_backlog);
+    check("log_file", old.log_file != new.log_file);
+    check(
+        "shutdown_timeout",
+        old.shutdown_timeout != new.shutdown_timeout,
+    );
+    let engine = |c: &ServeConfig| {
+        format!(
+            "{:?}",
+            c.engine_config(sluice_engine::EngineConfig::default())
+        )
+    };
+    check("engine", engine(old) != engine(&new));
+    (m, need_restart)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args_for(dir: &std::path::Path, text: &str) -> ServeArgs {
+        let path = dir.join("sluice.toml");
+        std::fs::write(&path, text).unwrap();
+        ServeArgs {
+            dir: Some(dir.to_path_buf()),
+            config: Some(path),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn reload_applies_users_and_limits_and_refuses_a_broken_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = args_for(dir.path(), "max_sessions = 4\nanonymous = true\n");
+        let cfg = ServeConfig::load(&args).unwrap();
+        let current = Arc::new(Current::new(&cfg));
+        let gate = Arc::new(Semaphore::new(4));
+        current.set_ftp_gate(Arc::clone(&gate));
+        let mut r = Reloader::new(args.clone(), Arc::clone(&current));
+        let applied = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&applied);
+        r.on_reload(Box::new(move |_| {
+            let seen = Arc::clone(&seen);
+            Ok(Box::new(move || {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }))
+        }));
+        let hash = crate::auth::hash_password("pw").unwrap();
+        std::fs::write(
+            args.config.as_ref().unwrap(),
+            format!(
+                "max_sessions = 6\nanonymous = false\nidle_timeout = 9\nworkers = 3\n\
+                 [[user]]\nname = \"al\"\npassword_hash = \"{hash}\"\n"
+            ),
+        )
+        .unwrap();
+        let out = r.reload().unwrap();
+        assert_eq!(out.need_restart, ["runtime"]);
+        let c = current.config();
+        assert_eq!(
+            (c.max_sessions, c.idle_timeout.as_secs(), c.anonymous),
+            (6, 9, false)
+        );
+        assert_eq!(c.workers, None, "start-only keys keep their running value");
+        assert_eq!(gate.available_permits(), 6);
+        assert!(current.users().check("al", "pw").is_some());
+        assert!(current.users().check("anonymous", "x").is_none());
+        assert_eq!(applied.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // A broken file: refused, the running configuration stays.
+        std::fs::write(args.config.as_ref().unwrap(), "max_sessions = [\n").unwrap();
+        assert!(r.reload().is_err());
+        assert_eq!(current.config().max_sessions, 6);
+        // A hook that refuses stops the reload before anything applies.
+        std::fs::write(args.config.as_ref().unwrap(), "max_sessions = 2\n").unwrap();
+        r.on_reload(Box::new(|_| anyhow::bail!("certificate does not load")));
+        let err = r.reload().unwrap_err().to_string();
+        assert!(err.contains("certificate"), "{err}");
+        assert_eq!(current.config().max_sessions, 6);
+        assert_eq!(applied.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Shrinking takes permits back as they come free.
+        r.hooks.pop();
+        r.reload().unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while gate.available_permits() != 2 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the gate shrinks to 2");
+    }
+}
