@@ -373,3 +373,40 @@ fn sigusr1_reopens_the_log_file() {
     assert!(read(&rotated).contains("serving"));
     assert!(!read(&rotated).contains("login user=anonymous"));
 }
+
+/// `sluice serve --check-config`: a good file prints a summary and exits
+/// 0 without serving; a bad key, a bad value and a missing user root each
+/// exit 2 with an error naming the problem (and the file).
+#[test]
+fn check_config_exits_0_or_2_with_the_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("sluice.toml");
+    let check = |text: &str| {
+        fs::write(&conf, text).unwrap();
+        run(Command::new(sluice_bin())
+            .args(["serve", "--check-config", "--config"])
+            .arg(&conf)
+            .arg(dir.path()))
+    };
+    // The default ports need not be free: nothing is bound.
+    let good = check("ftp = \"127.0.0.1:2121\"\nmax_sessions = 10\n");
+    good.assert_success();
+    assert!(good.stdout.contains("configuration OK"), "{}", good.describe());
+    assert!(good.stdout.contains("ftp: 127.0.0.1:2121"), "{}", good.describe());
+    for (text, says) in [
+        ("max_sesions = 10\n", "max_sesions"),
+        ("max_sessions = 0\n", "max_sessions"),
+        ("idle_timeout = \"soon\"\n", "idle_timeout"),
+        (
+            "[[user]]\nname = \"bob\"\npassword_hash = \"$argon2id$v=19$m=19456,t=2,p=1$IN7lY2vYsXUHwxQy938Ykg$2+veh4CT0HM4sDkD3+te/Dqpi5f5oHuJ7vhvP0uVjZ4\"\nroot = \"/nonexistent/bob\"\n",
+            "/nonexistent/bob",
+        ),
+    ] {
+        let out = check(text);
+        assert_eq!(out.status.and_then(|s| s.code()), Some(2), "{}", out.describe());
+        assert!(out.stderr.contains(says), "{text:?}\n{}", out.describe());
+        assert!(!out.stdout.contains("configuration OK"), "{}", out.describe());
+    }
+    let out = check("max_sesions = 10\n");
+    assert!(out.stderr.contains("sluice.toml"), "{}", out.describe());
+}

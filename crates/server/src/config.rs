@@ -77,6 +77,12 @@ pub struct ServeArgs {
     /// TOML configuration file; every flag has a key of the same name.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Check the configuration (flags and --config file) and the
+    /// directories it names, print the result and exit: 0 when it is
+    /// good, 2 with the errors. Nothing is bound or served. (A flag
+    /// only, no file key.)
+    #[arg(long)]
+    pub check_config: bool,
     /// Most concurrent FTP sessions; further connections get 421
     /// [default: 256].
     #[arg(long, value_name = "N")]

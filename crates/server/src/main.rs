@@ -117,6 +117,9 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     // Large blocks (read buffers, argon2's memory) go back to the kernel
     // when freed (platform::memory says why).
     sluice_platform::memory::return_large_allocations(LARGE_ALLOCATION);
+    if args.check_config {
+        return check_config(&args);
+    }
     let cfg = config::ServeConfig::load(&args)?;
     let set_filter = init_logging(&cfg)?;
     // Fail now, not at the first login, if the root cannot be served.
@@ -129,6 +132,51 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     // Whatever access and transfer lines are still gathered.
     logbuf::flush();
     r
+}
+
+/// `serve --check-config`: everything `serve` checks before it binds
+/// (the flags, the file, the served root and every user's root), then a
+/// summary on stdout. An error ends `serve` with exit 2 (`report`).
+fn check_config(args: &config::ServeArgs) -> Result<()> {
+    let cfg = config::ServeConfig::load(args).context("configuration error")?;
+    sluice_platform::fs::ServedRoot::open(&cfg.root)
+        .with_context(|| format!("configuration error: cannot serve {}", cfg.root.display()))?;
+    for u in &cfg.users {
+        if let Some(root) = &u.root {
+            sluice_platform::fs::ServedRoot::open(root).with_context(|| {
+                format!(
+                    "configuration error: user {:?}: cannot serve its root {}",
+                    u.name,
+                    root.display()
+                )
+            })?;
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "configuration OK{}",
+        args.config
+            .as_ref()
+            .map(|p| format!(" ({})", p.display()))
+            .unwrap_or_default()
+    )?;
+    writeln!(out, "  root: {}", cfg.root.display())?;
+    match cfg.ftp_enabled {
+        true => writeln!(out, "  ftp: {}", cfg.ftp)?,
+        false => writeln!(out, "  ftp: off")?,
+    }
+    match &cfg.http {
+        Some(h) => writeln!(out, "  http: {}", h.addr)?,
+        None => writeln!(out, "  http: off")?,
+    }
+    writeln!(
+        out,
+        "  logins: {}{} user(s)",
+        if cfg.anonymous { "anonymous and " } else { "" },
+        cfg.users.len()
+    )?;
+    Ok(())
 }
 
 /// Everything `serve` runs, on the main runtime (loop 0 for `per-core`).
