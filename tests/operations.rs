@@ -410,3 +410,72 @@ fn check_config_exits_0_or_2_with_the_errors() {
     let out = check("max_sesions = 10\n");
     assert!(out.stderr.contains("sluice.toml"), "{}", out.describe());
 }
+
+/// The uids (real, effective, saved, fs) of every thread of `pid`.
+fn thread_uids(pid: u32) -> Vec<String> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l["Uid:".len()..].split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .collect()
+}
+
+/// Started as root with `--run-as nobody`: every thread of the server
+/// runs as nobody (real, effective, saved and fs uid) once it listens,
+/// and it serves a download. As root without `--run-as` on a wildcard
+/// address it refuses to start (exit 2, saying what to give) unless
+/// `--allow-root`; on loopback it starts (with a warning).
+#[test]
+fn run_as_drops_root_and_root_on_a_public_address_is_refused() {
+    if !crate::harness::process::is_root() {
+        eprintln!("SKIP: needs root (to switch users)");
+        return;
+    }
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--run-as".into(), "nobody".into()],
+        ..Default::default()
+    });
+    wait_for_log(&server, "switched user", 1);
+    let nobody = "65534 65534 65534 65534";
+    let uids = thread_uids(server.pid());
+    assert!(
+        !uids.is_empty() && uids.iter().all(|u| u == nobody),
+        "{uids:?}\n{}",
+        server.log_tail()
+    );
+    let f = corpus().file((1 << 20) + 7);
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("f");
+    let dl = run(Command::new("curl")
+        .args(["-sS", "--fail", "-o"])
+        .arg(&dest)
+        .arg(server.url(&f.name)));
+    assert_transferred(&dl, &dest, f);
+    assert!(server.stderr_text().contains("switched user"));
+    // Root on every interface without a choice: refused before binding.
+    let refused = run(Command::new(sluice_bin())
+        .args(["serve", "--ftp", "0.0.0.0:0", "--http", "127.0.0.1:0"])
+        .arg(out.path()));
+    assert_eq!(refused.status.and_then(|s| s.code()), Some(2), "{}", refused.describe());
+    assert!(
+        refused.stderr.contains("refusing to serve as root on 0.0.0.0:0")
+            && refused.stderr.contains("--run-as"),
+        "{}",
+        refused.describe()
+    );
+    let allowed = sluice(ServeOptions {
+        listen: Some("0.0.0.0:0".parse().unwrap()),
+        extra_args: vec!["--allow-root".into()],
+        ..Default::default()
+    });
+    allowed.assert_running();
+    let loopback = sluice(ServeOptions::default());
+    wait_for_log(&loopback, "serving as root on loopback", 1);
+}

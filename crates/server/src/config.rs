@@ -32,6 +32,8 @@
 //! shutdown_timeout = 30          # --shutdown-timeout SECS (SIGTERM: transfers' grace; 0: none)
 //! log_level = "info"             # --log-level FILTER (default: RUST_LOG, else info)
 //! log_file = "/var/log/sluice/sluice.log"  # --log-file (default: stderr; SIGUSR1 reopens)
+//! run_as = "sluice"              # --run-as NAME (alias --user): bind as root, then run as NAME
+//! allow_root = false             # --allow-root: serve as root on public addresses
 //!
 //! [[user]]
 //! name = "alice"
@@ -181,6 +183,14 @@ pub struct ServeArgs {
     /// SIGHUP) reopen it, for logrotate.
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    /// Started as root: bind the listeners, then run as this user (its
+    /// groups, gid and uid) for good. crate::privileges, docs/SECURITY.md.
+    #[arg(long, visible_alias = "user", value_name = "NAME")]
+    pub run_as: Option<String>,
+    /// Serve as root without --run-as even on a public address (refused
+    /// otherwise; on loopback and private addresses it is only warned of).
+    #[arg(long)]
+    pub allow_root: bool,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -246,6 +256,8 @@ struct FileConfig {
     shutdown_timeout: Option<u64>,
     log_level: Option<String>,
     log_file: Option<PathBuf>,
+    run_as: Option<String>,
+    allow_root: Option<bool>,
     /// `[engine]`: the tuning keys (config/tuning.rs).
     engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
@@ -334,6 +346,10 @@ pub struct ServeConfig {
     pub log_level: Option<String>,
     /// Log file (`--log-file`); `None`: stderr.
     pub log_file: Option<PathBuf>,
+    /// The user to run as after binding (`--run-as`).
+    pub run_as: Option<String>,
+    /// Root allowed on public addresses (`--allow-root`).
+    pub allow_root: bool,
 }
 
 impl ServeConfig {
@@ -558,6 +574,8 @@ impl ServeConfig {
             ),
             log_level,
             log_file: args.log_file.clone().or(file.log_file),
+            run_as: args.run_as.clone().or(file.run_as),
+            allow_root: args.allow_root || file.allow_root.unwrap_or(false),
         })
     }
 }

@@ -25,6 +25,7 @@ pub mod logbuf;
 pub mod loops;
 pub mod metrics;
 pub mod ops;
+pub mod privileges;
 pub mod reload;
 pub mod runtime;
 pub mod shutdown;

@@ -122,6 +122,7 @@ fn serve(args: config::ServeArgs) -> Result<()> {
     }
     let cfg = config::ServeConfig::load(&args)?;
     let set_filter = init_logging(&cfg)?;
+    sluice_server::privileges::check(&cfg)?;
     // Fail now, not at the first login, if the root cannot be served.
     sluice_platform::fs::ServedRoot::open(&cfg.root)
         .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
@@ -220,6 +221,8 @@ async fn serve_on(
             .await
             .with_context(|| format!("cannot listen on {}", cfg.ftp))?;
         let addr = listener.local_addr()?;
+        // Every listener is bound: no more need for root.
+        sluice_server::privileges::drop_to(&cfg)?;
         tracing::info!(
             root = %cfg.root.display(),
             writable = cfg.writable,
@@ -247,6 +250,7 @@ async fn serve_on(
         if http_task.is_none() {
             anyhow::bail!("nothing to serve: FTP is off (--no-ftp) and HTTP is not listening");
         }
+        sluice_server::privileges::drop_to(&cfg)?;
         None
     };
     let ftp_done = async {
