@@ -479,3 +479,80 @@ fn run_as_drops_root_and_root_on_a_public_address_is_refused() {
     let loopback = sluice(ServeOptions::default());
     wait_for_log(&loopback, "serving as root on loopback", 1);
 }
+
+/// `sluice man` and `sluice completions` come from the same clap
+/// definitions as the options: the serve page lists `--shutdown-timeout`
+/// and renders with man(1) when it is installed; the bash script parses
+/// (`bash -n`) and completes the serve flags.
+#[test]
+fn man_pages_and_completions_come_from_the_options() {
+    let top = run(Command::new(sluice_bin()).arg("man"));
+    top.assert_success();
+    assert!(top.stdout.contains(".TH sluice 1"), "{}", top.describe());
+    let serve = run(Command::new(sluice_bin()).args(["man", "serve"]));
+    serve.assert_success();
+    assert!(serve.stdout.contains(".TH sluice\\-serve 1") || serve.stdout.contains(".TH sluice-serve 1"), "{}", serve.describe());
+    assert!(serve.stdout.contains("shutdown\\-timeout"), "{}", serve.describe());
+    let bad = run(Command::new(sluice_bin()).args(["man", "nonesuch"]));
+    assert_eq!(bad.status.and_then(|s| s.code()), Some(2), "{}", bad.describe());
+    if crate::harness::process::find_tool("man").is_some() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("sluice-serve.1");
+        fs::write(&page, &serve.stdout_bytes).unwrap();
+        let shown = run(Command::new("man").arg("-l").arg(&page).env("MANWIDTH", "100"));
+        shown.assert_success();
+        assert!(shown.stdout.contains("--shutdown-timeout"), "{}", shown.describe());
+    }
+    let bash = run(Command::new(sluice_bin()).args(["completions", "bash"]));
+    bash.assert_success();
+    assert!(bash.stdout.contains("--shutdown-timeout"), "{}", bash.describe());
+    if crate::harness::process::find_tool("bash").is_some() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("sluice.bash");
+        fs::write(&script, &bash.stdout_bytes).unwrap();
+        run(Command::new("bash").arg("-n").arg(&script)).assert_success();
+    }
+    for shell in ["zsh", "fish"] {
+        run(Command::new(sluice_bin()).args(["completions", shell])).assert_success();
+    }
+}
+
+/// dist/sluice.service passes `systemd-analyze verify` with no warning
+/// (it exits 0 even for an unknown key, so its output must be empty),
+/// with ExecStart pointing at the binary under test and the generated
+/// sluice-serve(1) page on MANPATH (its Documentation= line). Skipped
+/// where systemd-analyze is not installed.
+#[test]
+fn systemd_unit_verifies() {
+    if crate::harness::process::find_tool("systemd-analyze").is_none() {
+        eprintln!("SKIP: systemd-analyze is not installed");
+        return;
+    }
+    let unit = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../dist/sluice.service"))
+        .expect("dist/sluice.service");
+    assert!(unit.contains("ExecStart=/usr/local/bin/sluice serve"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sluice.service");
+    fs::write(&path, unit.replace("/usr/local/bin/sluice", &sluice_bin())).unwrap();
+    let man1 = dir.path().join("man/man1");
+    fs::create_dir_all(&man1).unwrap();
+    let page = run(Command::new(sluice_bin()).args(["man", "serve"]));
+    fs::write(man1.join("sluice-serve.1"), &page.stdout_bytes).unwrap();
+    let out = run(Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .env("MANPATH", dir.path().join("man")));
+    out.assert_success();
+    assert!(
+        out.stdout.trim().is_empty() && out.stderr.trim().is_empty(),
+        "systemd-analyze verify warned\n{}",
+        out.describe()
+    );
+    // The check is real: a misspelt key is reported.
+    fs::write(&path, unit.replace("NoNewPrivileges=", "NoNewPrivilege=").replace("/usr/local/bin/sluice", &sluice_bin())).unwrap();
+    let out = run(Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .env("MANPATH", dir.path().join("man")));
+    assert!(out.stderr.contains("NoNewPrivilege"), "{}", out.describe());
+}

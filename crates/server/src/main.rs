@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use sluice_engine::{Engine, EngineConfig};
 
 /// Sluice: bulk data transfer over FTP/GridFTP (and HTTP).
@@ -34,11 +34,18 @@ struct Cli {
 // Parsed once at start-up: the size of the biggest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 enum Cmd {
-    /// Serve a directory over FTP (anonymous, read-only by default).
+    /// Serve a directory over FTP and HTTP (anonymous, read-only by default).
     ///
-    /// Logs go to stderr (RUST_LOG=debug for more; RUST_LOG=xferlog=info
-    /// for transfer lines only). The bound address is printed on stdout as
-    /// `ftp listening on ADDR`.
+    /// Logs go to stderr or --log-file (--log-level debug for more;
+    /// xferlog=info for transfer lines only). The bound addresses are
+    /// printed on stdout as `ftp listening on ADDR` and `http listening on
+    /// ADDR`.
+    ///
+    /// Signals: SIGTERM or SIGINT stops (new connections refused, running
+    /// transfers get --shutdown-timeout, then are cut; a cut upload stays a
+    /// resumable partial; a second signal cuts at once). SIGHUP reloads the
+    /// configuration (users, limits, log level; a bad file is refused and
+    /// the running one stays). SIGUSR1 reopens the log file.
     Serve(config::ServeArgs),
     /// Print an argon2 hash of a password (read from stdin) for a
     /// `[[user]]` entry's `password_hash` in the config file.
@@ -51,6 +58,18 @@ enum Cmd {
     Ls(sluice_client::cli::LsArgs),
     /// Copy between URLs and local paths (two ftp:// URLs: server to server).
     Cp(sluice_client::cli::CpArgs),
+    /// Print a man page (roff) made from these options: `sluice man | man -l -`,
+    /// or `sluice man serve` for `sluice-serve(1)`.
+    Man {
+        /// The subcommand whose page to print (default: sluice(1)).
+        command: Option<String>,
+    },
+    /// Print a shell completion script made from these options, e.g.
+    /// `sluice completions bash > /etc/bash_completion.d/sluice`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Allocations from this size on get their own mapping (see `serve`).
@@ -65,7 +84,36 @@ fn main() -> ExitCode {
         Cmd::Put(a) => sluice_client::cli::run_put(a),
         Cmd::Ls(a) => sluice_client::cli::run_ls(a),
         Cmd::Cp(a) => sluice_client::cli::run_cp(a),
+        Cmd::Man { command } => report(man(command.as_deref())),
+        Cmd::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "sluice", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
     }
+}
+
+/// `sluice man [COMMAND]`: the page of `sluice` or of one subcommand
+/// (named `sluice-COMMAND`, as git and cargo name theirs).
+fn man(command: Option<&str>) -> Result<()> {
+    let top = Cli::command();
+    let page = match command {
+        None => top,
+        Some(name) => {
+            let sub = top
+                .find_subcommand(name)
+                .with_context(|| format!("no subcommand {name:?}"))?
+                .clone();
+            // clap names are &'static str (without its `string` feature);
+            // one small string, once, in a process about to exit.
+            let full: &'static str = Box::leak(format!("sluice-{name}").into_boxed_str());
+            sub.name(full).bin_name(full)
+        }
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(page).render(&mut out)?;
+    std::io::stdout().write_all(&out)?;
+    Ok(())
 }
 
 fn report(r: Result<()>) -> ExitCode {
