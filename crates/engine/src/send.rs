@@ -28,8 +28,10 @@ use sluice_platform::fileio;
 use tokio::net::TcpStream;
 
 use crate::buffers::PoolBuf;
+use crate::conn::Link;
 use crate::counters::{Counters, Tally};
-use crate::disk::Ticket;
+use crate::disk::{IoClass, Ticket};
+use crate::flow::Flow;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
@@ -57,22 +59,18 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        let local = self.config().data_path == DataPath::Auto && peer_is_local(conn);
-        let mut turn = Turn::new(self.config().send_quantum);
-        self.send_range_on(conn, local, &mut turn, file, offset, len, prefix, counters, cancel)
+        let mut link = Link::new(self, conn);
+        self.send_range_on(conn, &mut link, file, offset, len, prefix, counters, cancel)
             .await
     }
 
-    /// One send of a connection's life: `local` is whether its peer is on
-    /// this host (decided once by a [`crate::DataConn`]), `turn` its
-    /// quantum so far (kept across its sends, so a MODE E stream sending
-    /// block after block yields like one long send).
+    /// One send of a connection's life, with the state its
+    /// [`crate::DataConn`] keeps between sends ([`Link`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_range_on(
         &self,
         conn: &TcpStream,
-        local: bool,
-        turn: &mut Turn,
+        link: &mut Link,
         file: &Arc<File>,
         offset: u64,
         len: u64,
@@ -86,12 +84,15 @@ impl Engine {
         }
         let t = self.tally(counters);
         let path = match self.config().data_path {
-            DataPath::Auto => auto_choice(local, len),
+            DataPath::Auto => auto_choice(link.local, len),
             p => p,
         };
+        let Link {
+            turn, flow, thread, ..
+        } = link;
         match path {
             DataPath::Copy => {
-                let mut refill = self.refill();
+                let mut refill = self.refill(flow);
                 let f = self.send_copy(
                     conn,
                     file,
@@ -101,18 +102,20 @@ impl Engine {
                     counters,
                     cancel,
                     turn,
+                    flow,
                     refill.as_mut(),
                 );
                 counted(f, t).await
             }
             DataPath::Sendfile | DataPath::Splice | DataPath::Auto => {
-                let f =
-                    self.send_sendfile(conn, file, offset, len, prefix, counters, cancel, turn);
+                let f = self.send_sendfile(
+                    conn, file, offset, len, prefix, counters, cancel, turn, flow,
+                );
                 counted(f, t).await
             }
             // Its own thread counts its own wake-ups; this task sleeps once.
             DataPath::Blocking => {
-                self.send_blocking(conn, file, offset, len, prefix, counters, cancel)
+                self.send_blocking(thread, conn, file, offset, len, prefix, counters, cancel)
                     .await
             }
         }
@@ -145,9 +148,10 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
         turn: &mut Turn,
+        flow: &Flow,
         mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
-        if let Some(mut feed) = self.feed(conn, file, offset, offset + len, true, counters) {
+        if let Some(mut feed) = self.feed(flow, file, offset, offset + len, true, counters) {
             return self
                 .send_copy_planned(
                     conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,
@@ -265,7 +269,7 @@ impl Engine {
         let ticket = self
             .inner
             .disk
-            .submit(cancel, move || {
+            .submit(IoClass::Transfer, cancel, move || {
                 let r = read_full_at(&f, &mut buf[..want], pos);
                 (buf, r)
             })

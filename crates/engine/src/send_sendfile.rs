@@ -23,6 +23,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use crate::counters::Counters;
+use crate::flow::Flow;
 use crate::prefetch::pagecache::uncached_bytes;
 use crate::send::{check, wait_writable, Turn};
 use crate::splice_pump::SplicePump;
@@ -41,13 +42,14 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
         turn: &mut Turn,
+        flow: &Flow,
     ) -> Result<u64, EngineError> {
         let t = self.tally(counters);
         let cfg = self.config();
         let idle = cfg.idle_timeout;
         let end = offset + len;
         // Rate-sized NOTSENT_LOWAT (refill.rs), resized after wake-ups.
-        let mut refill = self.refill();
+        let mut refill = self.refill(flow);
         // Wake-ups in a row that found no room (see `pressure_pause`).
         let mut empty_wakes = 0u64;
         // The prefix goes with MSG_MORE, so the kernel holds it back and
@@ -68,7 +70,7 @@ impl Engine {
             }
         }
         let mut pump = self.splice_pump();
-        let mut feed = self.feed(conn, file, offset, end, false, counters);
+        let mut feed = self.feed(flow, file, offset, end, false, counters);
         let mut pos = offset;
         // Without a feed (`kernel` mode) sendfile takes pages as they come
         // and the kernel's read-ahead brings them in.
@@ -97,7 +99,18 @@ impl Engine {
                 // read-ahead, so sendfile takes over again once pages are warm.
                 let n = (want as u64).min(cfg.read_buffer_size as u64);
                 pos += self
-                    .send_copy(conn, file, pos, n, &[], counters, cancel, turn, refill.as_mut())
+                    .send_copy(
+                        conn,
+                        file,
+                        pos,
+                        n,
+                        &[],
+                        counters,
+                        cancel,
+                        turn,
+                        flow,
+                        refill.as_mut(),
+                    )
                     .await?;
                 turn.waited();
                 continue;
@@ -149,6 +162,7 @@ impl Engine {
                             counters,
                             cancel,
                             turn,
+                            flow,
                             refill.as_mut(),
                         )
                         .await?;

@@ -269,8 +269,9 @@ async fn a_slow_reader_gets_read_ahead_in_proportion_to_its_rate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_piece_on_a_connection_starts_from_its_measured_rate() {
     // Front doors send a stream in pieces (MODE S 64 MiB, MODE E a block per
-    // call); each piece must start at the rate the last one measured, not at
-    // the planner's initial guess (125 kB/s, i.e. a first read of ~60 kB).
+    // call) on one DataConn; each piece must start at the rate the last one
+    // measured (kept by the connection's flow), not at the planner's
+    // initial guess (125 kB/s, i.e. a first read of ~60 kB).
     let e = Engine::new(EngineConfig {
         prefetch_h_max: 1 << 20,
         ..config(DataPath::Copy, PrefetchMode::Tcp)
@@ -278,7 +279,7 @@ async fn the_next_piece_on_a_connection_starts_from_its_measured_rate() {
     let data = pattern(64 << 20);
     let file = temp_file(&data);
     let (mut rx, tx) = pair().await;
-    e.prepare_socket(&tx);
+    let mut conn = e.data_conn(tx);
     let reader = tokio::spawn(async move {
         let mut got = Vec::new();
         rx.read_to_end(&mut got).await.unwrap();
@@ -286,15 +287,15 @@ async fn the_next_piece_on_a_connection_starts_from_its_measured_rate() {
     });
     let first = Counters::new();
     let big = 60u64 << 20;
-    e.send_file(&tx, &file, 0, big, &[], &first, &Cancel::new())
+    conn.send_range(&file, 0, big, &[], &first, &Cancel::new())
         .await
         .unwrap();
     assert!(first.snapshot().flow_samples >= 1, "{:?}", first.snapshot());
     let second = Counters::new();
-    e.send_file(&tx, &file, big, 4 << 20, &[], &second, &Cancel::new())
+    conn.send_range(&file, big, 4 << 20, &[], &second, &Cancel::new())
         .await
         .unwrap();
-    drop(tx);
+    drop(conn);
     assert!(reader.await.unwrap() == data);
     // Known to be fast, the piece is read in four H_max reads at once.
     let s = second.snapshot();
