@@ -17,7 +17,7 @@
 //! the shutdown timeout) is read at start only: a reload that changes it
 //! says so in the log and keeps the running value.
 
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use anyhow::Result;
 use tokio::sync::Semaphore;
@@ -30,7 +30,7 @@ use crate::config::{ServeArgs, ServeConfig};
 pub struct Current {
     state: RwLock<(Arc<ServeConfig>, Users)>,
     /// The FTP door's connection limit, registered by `ftp::run`.
-    ftp_gate: OnceLock<Arc<Semaphore>>,
+    ftp_gate: OnceLock<Gate>,
 }
 
 impl Current {
@@ -52,9 +52,17 @@ impl Current {
         self.read().1.clone()
     }
 
-    /// Registers the FTP door's gate, so a reload can resize it.
-    pub fn set_ftp_gate(&self, gate: Arc<Semaphore>) {
-        let _ = self.ftp_gate.set(gate);
+    /// Registers the FTP door's gate (made with `capacity` permits), so a
+    /// reload can resize it.
+    pub fn set_ftp_gate(&self, gate: Arc<Semaphore>, capacity: usize) {
+        let _ = self.ftp_gate.set(Gate {
+            sem: gate,
+            state: Arc::new(Mutex::new(GateState {
+                capacity,
+                generation: 0,
+                shrinking: None,
+            })),
+        });
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, (Arc<ServeConfig>, Users)> {
@@ -64,28 +72,64 @@ impl Current {
     /// Puts `new` in force (already merged with what cannot change).
     fn set(&self, new: ServeConfig) {
         let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
-        let old_sessions = st.0.max_sessions;
         if let Some(gate) = self.ftp_gate.get() {
-            resize(gate, old_sessions, new.max_sessions);
+            gate.resize(new.max_sessions);
         }
         let users = st.1.reloaded(&new);
         *st = (Arc::new(new), users);
     }
 }
 
-/// Grows a connection limit at once, or shrinks it by taking permits out
-/// as connections end (a task that waits for them and forgets them).
-fn resize(gate: &Arc<Semaphore>, old: usize, new: usize) {
-    if new > old {
-        gate.add_permits(new - old);
-    } else if new < old {
-        let n = u32::try_from(old - new).unwrap_or(u32::MAX);
-        let gate = Arc::clone(gate);
-        tokio::spawn(async move {
-            if let Ok(p) = gate.acquire_many_owned(n).await {
-                p.forget();
+/// A door's connection limit that a reload can change.
+#[derive(Debug)]
+struct Gate {
+    sem: Arc<Semaphore>,
+    state: Arc<Mutex<GateState>>,
+}
+
+#[derive(Debug)]
+struct GateState {
+    /// Permits in existence (in use or free) once any shrink is done.
+    capacity: usize,
+    /// Bumped by every resize; a shrink of an older one gives up.
+    generation: u64,
+    shrinking: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Gate {
+    /// Grows the limit at once, or shrinks it by taking permits out as
+    /// connections end (a task waits for them and forgets them). A resize
+    /// while an older shrink still waits replaces it.
+    fn resize(&self, want: usize) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.generation += 1;
+        if let Some(h) = st.shrinking.take() {
+            h.abort();
+        }
+        if want >= st.capacity {
+            self.sem.add_permits(want - st.capacity);
+            st.capacity = want;
+            return;
+        }
+        let n = u32::try_from(st.capacity - want).unwrap_or(u32::MAX);
+        let (sem, state, generation) = (
+            Arc::clone(&self.sem),
+            Arc::clone(&self.state),
+            st.generation,
+        );
+        st.shrinking = Some(tokio::spawn(async move {
+            let Ok(permits) = sem.acquire_many_owned(n).await else {
+                return;
+            };
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.generation == generation {
+                permits.forget();
+                st.capacity = want;
+                st.shrinking = None;
             }
-        });
+            // Else a newer resize counts from the old capacity: the
+            // permits go back as `permits` drops.
+        }));
     }
 }
 
@@ -223,7 +267,7 @@ mod tests {
         let cfg = ServeConfig::load(&args).unwrap();
         let current = Arc::new(Current::new(&cfg));
         let gate = Arc::new(Semaphore::new(4));
-        current.set_ftp_gate(Arc::clone(&gate));
+        current.set_ftp_gate(Arc::clone(&gate), 4);
         let mut r = Reloader::new(args.clone(), Arc::clone(&current));
         let applied = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = Arc::clone(&applied);
@@ -265,15 +309,29 @@ mod tests {
         assert!(err.contains("certificate"), "{err}");
         assert_eq!(current.config().max_sessions, 6);
         assert_eq!(applied.load(std::sync::atomic::Ordering::SeqCst), 1);
-        // Shrinking takes permits back as they come free.
+        // Shrinking takes permits back as they come free; growing again
+        // before that is done counts from the old size.
         r.hooks.pop();
-        r.reload().unwrap();
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while gate.available_permits() != 2 {
-                tokio::task::yield_now().await;
+        let held = Arc::clone(&gate).acquire_many_owned(5).await.unwrap();
+        r.reload().unwrap(); // 6 -> 2: waits for 4 of the 5 in use
+        std::fs::write(args.config.as_ref().unwrap(), "max_sessions = 7\n").unwrap();
+        r.reload().unwrap(); // 6 -> 7, the shrink to 2 dropped
+        drop(held);
+        let settle = |want: usize| {
+            let gate = Arc::clone(&gate);
+            async move {
+                tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                    while gate.available_permits() != want {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                })
+                .await
+                .unwrap_or_else(|_| panic!("{} permits, not {want}", gate.available_permits()))
             }
-        })
-        .await
-        .expect("the gate shrinks to 2");
+        };
+        settle(7).await;
+        std::fs::write(args.config.as_ref().unwrap(), "max_sessions = 3\n").unwrap();
+        r.reload().unwrap();
+        settle(3).await;
     }
 }

@@ -88,7 +88,7 @@ pub(crate) fn refusal(text: &str) -> Vec<u8> {
 pub async fn run(ctx: Arc<FtpContext>, listener: TcpListener, loops: Loops) {
     let max_sessions = ctx.current.config().max_sessions;
     let gate = Arc::new(Semaphore::new(max_sessions));
-    ctx.current.set_ftp_gate(Arc::clone(&gate));
+    ctx.current.set_ftp_gate(Arc::clone(&gate), max_sessions);
     let door = Door {
         name: "ftp",
         gate,
