@@ -263,7 +263,7 @@ async fn serve_on(
         let set = Arc::clone(&set_filter);
         Ok(Box::new(move || set(filter)))
     }));
-    let http_task = http::start(&cfg, &engine, &loops, &shutdown).await?;
+    let http_task = http::start(&cfg, &engine, &loops, &shutdown, &current).await?;
     let ftp_task = if cfg.ftp_enabled {
         let listener = ftp::bind(cfg.ftp, cfg.listen_backlog)
             .await

@@ -7,13 +7,13 @@
 //! | what | takes effect |
 //! |---|---|
 //! | `[[user]]`, `anonymous`, `writable` | at the next login (sessions already logged in keep their login) |
-//! | `max_sessions` | at once: more room now; fewer, as sessions end |
+//! | `max_sessions`, `http_max_connections` | at once: more room now; fewer, as sessions end |
 //! | `idle_timeout`, `pasv_ports`, `pasv_address`, `allow_foreign_data_host`, `partial_max_*` | for sessions that connect after the reload |
 //! | `log_level` | at once |
 //! | certificates | through [`Reloader::on_reload`] hooks (the TLS front doors') |
 //!
 //! Everything else (root, listen addresses, `no_ftp`/`no_http`, runtime,
-//! workers, the engine and HTTP settings, metrics, the log file's path,
+//! workers, the engine and the other HTTP settings, metrics, the log file's path,
 //! the shutdown timeout) is read at start only: a reload that changes it
 //! says so in the log and keeps the running value.
 
@@ -31,6 +31,8 @@ pub struct Current {
     state: RwLock<(Arc<ServeConfig>, Users)>,
     /// The FTP door's connection limit, registered by `ftp::run`.
     ftp_gate: OnceLock<Gate>,
+    /// The HTTP door's, registered by `http::start`.
+    http_gate: OnceLock<Gate>,
 }
 
 impl Current {
@@ -39,6 +41,7 @@ impl Current {
         Current {
             state: RwLock::new((Arc::new(config.clone()), Users::new(config))),
             ftp_gate: OnceLock::new(),
+            http_gate: OnceLock::new(),
         }
     }
 
@@ -55,14 +58,12 @@ impl Current {
     /// Registers the FTP door's gate (made with `capacity` permits), so a
     /// reload can resize it.
     pub fn set_ftp_gate(&self, gate: Arc<Semaphore>, capacity: usize) {
-        let _ = self.ftp_gate.set(Gate {
-            sem: gate,
-            state: Arc::new(Mutex::new(GateState {
-                capacity,
-                generation: 0,
-                shrinking: None,
-            })),
-        });
+        let _ = self.ftp_gate.set(Gate::new(gate, capacity));
+    }
+
+    /// Registers the HTTP door's gate (`http_max_connections`).
+    pub fn set_http_gate(&self, gate: Arc<Semaphore>, capacity: usize) {
+        let _ = self.http_gate.set(Gate::new(gate, capacity));
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, (Arc<ServeConfig>, Users)> {
@@ -74,6 +75,9 @@ impl Current {
         let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
         if let Some(gate) = self.ftp_gate.get() {
             gate.resize(new.max_sessions);
+        }
+        if let (Some(gate), Some(h)) = (self.http_gate.get(), &new.http) {
+            gate.resize(h.max_connections);
         }
         let users = st.1.reloaded(&new);
         *st = (Arc::new(new), users);
@@ -97,6 +101,17 @@ struct GateState {
 }
 
 impl Gate {
+    fn new(sem: Arc<Semaphore>, capacity: usize) -> Gate {
+        Gate {
+            sem,
+            state: Arc::new(Mutex::new(GateState {
+                capacity,
+                generation: 0,
+                shrinking: None,
+            })),
+        }
+    }
+
     /// Grows the limit at once, or shrinks it by taking permits out as
     /// connections end (a task waits for them and forgets them). A resize
     /// while an older shrink still waits replaces it.
@@ -209,6 +224,9 @@ fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>
     m.allow_foreign_data_host = new.allow_foreign_data_host;
     m.partials = new.partials;
     m.log_level = new.log_level.clone();
+    if let (Some(mh), Some(nh)) = (m.http.as_mut(), new.http.as_ref()) {
+        mh.max_connections = nh.max_connections;
+    }
     // Every other difference is one the running server cannot take.
     let mut need_restart = Vec::new();
     let mut check = |name, differs: bool| {
@@ -221,10 +239,13 @@ fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>
         "ftp",
         old.ftp != new.ftp || old.ftp_enabled != new.ftp_enabled,
     );
-    check(
-        "http",
-        format!("{:?}", old.http) != format!("{:?}", new.http),
-    );
+    let http_rest = |c: &ServeConfig| {
+        c.http.clone().map(|mut h| {
+            h.max_connections = 0;
+            format!("{h:?}")
+        })
+    };
+    check("http", http_rest(old) != http_rest(&new));
     check(
         "runtime",
         old.runtime != new.runtime || old.workers != new.workers,
@@ -333,5 +354,22 @@ mod tests {
         std::fs::write(args.config.as_ref().unwrap(), "max_sessions = 3\n").unwrap();
         r.reload().unwrap();
         settle(3).await;
+    }
+
+    #[tokio::test]
+    async fn http_connection_limit_reloads_other_http_keys_need_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = args_for(dir.path(), "http_max_connections = 8\n");
+        let current = Arc::new(Current::new(&ServeConfig::load(&args).unwrap()));
+        let gate = Arc::new(Semaphore::new(8));
+        current.set_http_gate(Arc::clone(&gate), 8);
+        let r = Reloader::new(args.clone(), Arc::clone(&current));
+        let conf = args.config.as_ref().unwrap();
+        std::fs::write(conf, "http_max_connections = 12\n").unwrap();
+        assert!(r.reload().unwrap().need_restart.is_empty());
+        assert_eq!(gate.available_permits(), 12);
+        assert_eq!(current.config().http.as_ref().unwrap().max_connections, 12);
+        std::fs::write(conf, "http_max_connections = 12\nhttp_send_timeout = 5\n").unwrap();
+        assert_eq!(r.reload().unwrap().need_restart, ["http"]);
     }
 }

@@ -96,6 +96,7 @@ pub async fn start(
     engine: &Engine,
     loops: &Loops,
     shutdown: &crate::shutdown::Shutdown,
+    current: &crate::reload::Current,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
@@ -128,6 +129,8 @@ pub async fn start(
     }
     let mut ctx = HttpContext::new(root, settings, engine.clone());
     ctx.shutdown = shutdown.clone();
+    // SIGHUP may change `http_max_connections` (crate::reload).
+    current.set_http_gate(Arc::clone(&ctx.gate), ctx.settings.max_connections);
     let ctx = Arc::new(ctx);
     if let Some(every) = ctx.open_files.sweep_every() {
         tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
