@@ -170,10 +170,24 @@ fn sigterm_cuts_uploads_at_the_timeout_and_they_resume() {
             ])
         })
         .collect();
+    // And a slow HTTP download, which the cut ends too.
+    let dl_dir = tempfile::tempdir().unwrap();
+    let dl_out = dl_dir.path().join("f");
+    let big = corpus().file(BIG);
+    let dl = curl(&[
+        "--limit-rate",
+        "1M",
+        "-o",
+        dl_out.to_str().unwrap(),
+        &server.http_url(&big.name),
+    ]);
     let partial = |n: &str| root.join(format!(".{n}.sluice-partial"));
-    wait_for("both uploads to be under way", 60, &server, || {
-        names.iter().all(|n| len(&partial(n)) > 0)
-    });
+    wait_for(
+        "the uploads and the download to be under way",
+        60,
+        &server,
+        || names.iter().all(|n| len(&partial(n)) > 0) && len(&dl_out) > 0,
+    );
     signal(&server, "-TERM");
     wait_for("the server to exit", 60, &server, || {
         server.exited().is_some()
@@ -188,7 +202,15 @@ fn sigterm_cuts_uploads_at_the_timeout_and_they_resume() {
             "a cut upload reported success"
         );
     }
+    wait_for("the download to fail", 60, &server, || {
+        dl.exited().is_some()
+    });
+    assert!(
+        !dl.exited().unwrap().success(),
+        "a cut download reported success"
+    );
     let log = server.stderr_text();
+    assert!(log.contains("http response cut by shutdown"), "{log}");
     let data = fs::read(&src).unwrap();
     for n in names {
         assert!(
@@ -391,8 +413,16 @@ fn check_config_exits_0_or_2_with_the_errors() {
     // The default ports need not be free: nothing is bound.
     let good = check("ftp = \"127.0.0.1:2121\"\nmax_sessions = 10\n");
     good.assert_success();
-    assert!(good.stdout.contains("configuration OK"), "{}", good.describe());
-    assert!(good.stdout.contains("ftp: 127.0.0.1:2121"), "{}", good.describe());
+    assert!(
+        good.stdout.contains("configuration OK"),
+        "{}",
+        good.describe()
+    );
+    assert!(
+        good.stdout.contains("ftp: 127.0.0.1:2121"),
+        "{}",
+        good.describe()
+    );
     for (text, says) in [
         ("max_sesions = 10\n", "max_sesions"),
         ("max_sessions = 0\n", "max_sessions"),
@@ -417,9 +447,12 @@ fn thread_uids(pid: u32) -> Vec<String> {
         .unwrap()
         .filter_map(|t| fs::read_to_string(t.ok()?.path().join("status")).ok())
         .filter_map(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l["Uid:".len()..].split_whitespace().collect::<Vec<_>>().join(" "))
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| {
+                l["Uid:".len()..]
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
         })
         .collect()
 }
@@ -463,9 +496,16 @@ fn run_as_drops_root_and_root_on_a_public_address_is_refused() {
     let refused = run(Command::new(sluice_bin())
         .args(["serve", "--ftp", "0.0.0.0:0", "--http", "127.0.0.1:0"])
         .arg(out.path()));
-    assert_eq!(refused.status.and_then(|s| s.code()), Some(2), "{}", refused.describe());
+    assert_eq!(
+        refused.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        refused.describe()
+    );
     assert!(
-        refused.stderr.contains("refusing to serve as root on 0.0.0.0:0")
+        refused
+            .stderr
+            .contains("refusing to serve as root on 0.0.0.0:0")
             && refused.stderr.contains("--run-as"),
         "{}",
         refused.describe()
@@ -491,21 +531,46 @@ fn man_pages_and_completions_come_from_the_options() {
     assert!(top.stdout.contains(".TH sluice 1"), "{}", top.describe());
     let serve = run(Command::new(sluice_bin()).args(["man", "serve"]));
     serve.assert_success();
-    assert!(serve.stdout.contains(".TH sluice\\-serve 1") || serve.stdout.contains(".TH sluice-serve 1"), "{}", serve.describe());
-    assert!(serve.stdout.contains("shutdown\\-timeout"), "{}", serve.describe());
+    assert!(
+        serve.stdout.contains(".TH sluice\\-serve 1")
+            || serve.stdout.contains(".TH sluice-serve 1"),
+        "{}",
+        serve.describe()
+    );
+    assert!(
+        serve.stdout.contains("shutdown\\-timeout"),
+        "{}",
+        serve.describe()
+    );
     let bad = run(Command::new(sluice_bin()).args(["man", "nonesuch"]));
-    assert_eq!(bad.status.and_then(|s| s.code()), Some(2), "{}", bad.describe());
+    assert_eq!(
+        bad.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        bad.describe()
+    );
     if crate::harness::process::find_tool("man").is_some() {
         let dir = tempfile::tempdir().unwrap();
         let page = dir.path().join("sluice-serve.1");
         fs::write(&page, &serve.stdout_bytes).unwrap();
-        let shown = run(Command::new("man").arg("-l").arg(&page).env("MANWIDTH", "100"));
+        let shown = run(Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANWIDTH", "100"));
         shown.assert_success();
-        assert!(shown.stdout.contains("--shutdown-timeout"), "{}", shown.describe());
+        assert!(
+            shown.stdout.contains("--shutdown-timeout"),
+            "{}",
+            shown.describe()
+        );
     }
     let bash = run(Command::new(sluice_bin()).args(["completions", "bash"]));
     bash.assert_success();
-    assert!(bash.stdout.contains("--shutdown-timeout"), "{}", bash.describe());
+    assert!(
+        bash.stdout.contains("--shutdown-timeout"),
+        "{}",
+        bash.describe()
+    );
     if crate::harness::process::find_tool("bash").is_some() {
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("sluice.bash");
@@ -528,8 +593,11 @@ fn systemd_unit_verifies() {
         eprintln!("SKIP: systemd-analyze is not installed");
         return;
     }
-    let unit = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../dist/sluice.service"))
-        .expect("dist/sluice.service");
+    let unit = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/sluice.service"
+    ))
+    .expect("dist/sluice.service");
     assert!(unit.contains("ExecStart=/usr/local/bin/sluice serve"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sluice.service");
@@ -549,10 +617,58 @@ fn systemd_unit_verifies() {
         out.describe()
     );
     // The check is real: a misspelt key is reported.
-    fs::write(&path, unit.replace("NoNewPrivileges=", "NoNewPrivilege=").replace("/usr/local/bin/sluice", &sluice_bin())).unwrap();
+    fs::write(
+        &path,
+        unit.replace("NoNewPrivileges=", "NoNewPrivilege=")
+            .replace("/usr/local/bin/sluice", &sluice_bin()),
+    )
+    .unwrap();
     let out = run(Command::new("systemd-analyze")
         .arg("verify")
         .arg(&path)
         .env("MANPATH", dir.path().join("man")));
     assert!(out.stderr.contains("NoNewPrivilege"), "{}", out.describe());
+}
+
+/// A second SIGINT during the wait cuts at once: with a 120 s timeout
+/// and an upload that would take half a minute, the server exits long
+/// before either (no timing asserted: the upload's partial is still
+/// short of the whole file and the log says why it stopped).
+#[test]
+fn a_second_signal_cuts_at_once() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        writable: true,
+        extra_args: vec!["--shutdown-timeout".into(), "120".into()],
+        ..Default::default()
+    });
+    let src_dir = tempfile::tempdir().unwrap();
+    let src = src_dir.path().join("src.bin");
+    write_pseudo_random(&src, 4 << 20, 17);
+    let up = curl(&[
+        "--limit-rate",
+        "128k",
+        "-T",
+        src.to_str().unwrap(),
+        &server.url("up.bin"),
+    ]);
+    let partial = server.root.join(".up.bin.sluice-partial");
+    wait_for("the upload to be under way", 60, &server, || {
+        len(&partial) > 0
+    });
+    signal(&server, "-INT");
+    wait_for_log(&server, "running transfers may finish", 1);
+    server.assert_running();
+    signal(&server, "-INT");
+    wait_for("the server to exit", 60, &server, || {
+        server.exited().is_some()
+    });
+    wait_for("the upload to fail", 60, &server, || up.exited().is_some());
+    let log = server.stderr_text();
+    assert!(log.contains("second stop signal"), "{log}");
+    assert!(log.contains("upload cut by shutdown"), "{log}");
+    assert!(!server.root.join("up.bin").exists());
+    assert!(len(&partial) > 0 && len(&partial) < 4 << 20);
 }
