@@ -355,7 +355,9 @@ fn reopen_log(signal: &str) {
                 tracing::info!("SIGUSR1: no log file to reopen (the log goes to stderr)");
             }
         }
-        Err(e) => tracing::error!(signal, error = %e, "cannot reopen the log file; still writing the old one"),
+        Err(e) => {
+            tracing::error!(signal, error = %e, "cannot reopen the log file; still writing the old one")
+        }
     }
 }
 

@@ -136,7 +136,13 @@ mod tests {
     #[test]
     fn public_addresses() {
         let p = |s: &str| is_public(s.parse().unwrap());
-        for s in ["0.0.0.0", "203.0.113.7", "::", "2001:db8::1", "::ffff:8.8.8.8"] {
+        for s in [
+            "0.0.0.0",
+            "203.0.113.7",
+            "::",
+            "2001:db8::1",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(p(s), "{s}");
         }
         for s in [

@@ -305,13 +305,10 @@ impl Driver {
                     peer,
                 ) {
                     Ok(p) => {
-                        let addr =
-                            p.local_addr()
-                                .ok()
-                                .map(|a| match self.cfg.pasv_address {
-                                    Some(ip) if !extended => SocketAddr::new(ip, a.port()),
-                                    _ => a,
-                                });
+                        let addr = p.local_addr().ok().map(|a| match self.cfg.pasv_address {
+                            Some(ip) if !extended => SocketAddr::new(ip, a.port()),
+                            _ => a,
+                        });
                         self.passive = Some(p);
                         self.session.handle_passive(addr);
                     }
