@@ -126,6 +126,9 @@ where
     let mut reserve = open_reserve();
     let mut trouble = Trouble::new(door.name);
     let mut backoff = FIRST_BACKOFF;
+    // Nothing is accepted before the server says it may (`--run-as`
+    // switches users between binding and serving).
+    stop.serving().await;
     let draining = stop.draining();
     tokio::pin!(draining);
     loop {
@@ -375,6 +378,7 @@ mod tests {
             exhausted: || b"421 later\r\n".to_vec(),
         };
         let (control, stop) = Shutdown::new();
+        control.serve();
         let accepting = tokio::spawn(run(l, door, Loops::here(), stop, |mut s, _, admitted| {
             tokio::spawn(async move {
                 let _admitted = admitted;
@@ -398,5 +402,35 @@ mod tests {
         assert_eq!(&b, b"b");
         drop(first);
         control.all_ended().await;
+    }
+
+    /// Before `Serving` (between bind and `--run-as`'s switch) nothing is
+    /// accepted: a client waits in the backlog and is served after.
+    #[tokio::test]
+    async fn nothing_is_accepted_before_serving() {
+        let l = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = l.local_addr().unwrap();
+        let door = Door {
+            name: "test",
+            gate: Arc::new(Semaphore::new(4)),
+            limit: 4,
+            full: || b"421 full\r\n".to_vec(),
+            exhausted: || b"421 later\r\n".to_vec(),
+        };
+        let (control, stop) = Shutdown::new();
+        tokio::spawn(run(l, door, Loops::here(), stop, |mut s, _, admitted| {
+            tokio::spawn(async move {
+                let _admitted = admitted;
+                s.write_all(b"hi").await.unwrap();
+            });
+        }));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut b = [0u8; 2];
+        let early = tokio::time::timeout(Duration::from_millis(200), c.read_exact(&mut b)).await;
+        assert!(early.is_err(), "served before Serving");
+        assert_eq!(control.live(), 0);
+        control.serve();
+        c.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"hi");
     }
 }

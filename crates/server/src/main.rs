@@ -301,6 +301,8 @@ async fn serve_on(
         sluice_server::privileges::drop_to(&cfg)?;
         None
     };
+    // Every listener is bound and the user switched: accept.
+    control.serve();
     let ftp_done = async {
         match ftp_task {
             Some(t) => {

@@ -1,6 +1,9 @@
-//! The server's stop, in two phases every connection task watches:
+//! The server's start and stop, in phases every connection task watches:
 //!
 //! ```text
+//!  Starting: listeners are bound but accept nothing yet (so nothing is
+//!            served as root before `--run-as` has switched users)
+//!  Control::serve ──▶ Serving
 //!  SIGTERM/SIGINT ──▶ Draining: both doors stop accepting (their listening
 //!                     sockets close: new connects are refused); idle FTP
 //!                     sessions get 421 and close; idle HTTP keep-alive
@@ -33,6 +36,8 @@ pub const CUT_GRACE: Duration = Duration::from_secs(10);
 /// Where the server is in its stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
+    /// Bound, not yet accepting.
+    Starting,
     /// Accepting and serving.
     Serving,
     /// Not accepting; running transfers finish.
@@ -76,9 +81,13 @@ impl Drop for LiveGuard {
 }
 
 impl Shutdown {
-    /// A new stop sequence, in the `Serving` phase.
+    /// A new sequence, in the `Starting` phase.
     pub fn new() -> (Control, Shutdown) {
-        let (tx, rx) = watch::channel(Phase::Serving);
+        Shutdown::at(Phase::Starting)
+    }
+
+    fn at(phase: Phase) -> (Control, Shutdown) {
+        let (tx, rx) = watch::channel(phase);
         let live = Arc::new(Live::default());
         (
             Control {
@@ -89,9 +98,9 @@ impl Shutdown {
         )
     }
 
-    /// A handle that never leaves `Serving` (unit tests).
+    /// A handle that is `Serving` and never leaves it (unit tests).
     pub fn never() -> Shutdown {
-        Shutdown::new().1
+        Shutdown::at(Phase::Serving).1
     }
 
     /// The current phase.
@@ -107,6 +116,11 @@ impl Shutdown {
     /// True once transfers are being cut.
     pub fn is_cutting(&self) -> bool {
         self.phase() >= Phase::Cutting
+    }
+
+    /// Resolves once connections may be accepted (or the stop began).
+    pub async fn serving(&self) {
+        self.reached(Phase::Serving).await
     }
 
     /// Resolves when the stop has begun (never, for [`Shutdown::never`]).
@@ -137,6 +151,11 @@ impl Shutdown {
 }
 
 impl Control {
+    /// Start accepting (everything is bound, privileges are dropped).
+    pub fn serve(&self) {
+        self.advance(Phase::Serving);
+    }
+
     /// Stop accepting; let running transfers finish.
     pub fn drain(&self) {
         self.advance(Phase::Draining);
@@ -183,6 +202,8 @@ mod tests {
     #[tokio::test]
     async fn phases_advance_once_and_guards_count() {
         let (control, s) = Shutdown::new();
+        assert_eq!(s.phase(), Phase::Starting);
+        control.serve();
         assert_eq!(s.phase(), Phase::Serving);
         let g1 = s.guard();
         let g2 = s.clone().guard();
