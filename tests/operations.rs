@@ -274,11 +274,11 @@ fn hash_password(pass: &str) -> String {
 }
 
 /// A config file with one user, `alice`, whose password is `pass`.
-fn write_config(path: &Path, pass: &str) {
+fn write_config(path: &Path, pass: &str, log_level: &str) {
     fs::write(
         path,
         format!(
-            "[[user]]\nname = \"alice\"\npassword_hash = \"{}\"\n",
+            "log_level = \"{log_level}\"\n[[user]]\nname = \"alice\"\npassword_hash = \"{}\"\n",
             hash_password(pass)
         ),
     )
@@ -293,9 +293,10 @@ fn wait_for_log(server: &FtpServer, pat: &str, n: usize) {
     });
 }
 
-/// SIGHUP with alice's password changed in the file: a download alice
-/// started before runs on to completion (sha256), the old password is
-/// refused and the new one accepted afterwards. Then a broken file and
+/// SIGHUP with alice's password and the log level changed in the file: a
+/// download alice started before runs on to completion (sha256), the old
+/// password is refused and the new one accepted afterwards, and sessions
+/// log at debug level. Then a broken file and
 /// SIGHUP: refused with a log line naming the problem, and the server
 /// goes on with the configuration it had (the new password still works).
 #[test]
@@ -305,7 +306,7 @@ fn sighup_reloads_users_without_dropping_a_transfer() {
     }
     let conf_dir = tempfile::tempdir().unwrap();
     let conf = conf_dir.path().join("sluice.toml");
-    write_config(&conf, "old-secret");
+    write_config(&conf, "old-secret", "info");
     let server = sluice(ServeOptions {
         extra_args: vec!["--config".into(), conf.to_str().unwrap().into()],
         ..Default::default()
@@ -318,7 +319,13 @@ fn sighup_reloads_users_without_dropping_a_transfer() {
     wait_for("the download to be under way", 60, &server, || {
         len(&dest) > 0
     });
-    write_config(&conf, "new-secret");
+    // The log level changes too: sessions' debug lines appear.
+    assert!(!server.stderr_text().contains("connected"));
+    write_config(
+        &conf,
+        "new-secret",
+        "info,sluice_server::ftp::session=debug",
+    );
     signal(&server, "-HUP");
     wait_for_log(&server, "configuration reloaded", 1);
     let mut c = server.connect();
@@ -335,6 +342,7 @@ fn sighup_reloads_users_without_dropping_a_transfer() {
         "{}",
         c.transcript()
     );
+    wait_for_log(&server, "connected", 1);
     wait_for("the download to end", 120, &server, || {
         dl.exited().is_some()
     });
