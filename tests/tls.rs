@@ -296,7 +296,9 @@ fn explicit_ftps_to_curl() {
     // The data connection resumed the control connection's TLS session:
     // the server's certificate crossed once (control), not twice.
     assert_eq!(
-        out.stderr.matches("TLS handshake, Certificate (11)").count(),
+        out.stderr
+            .matches("TLS handshake, Certificate (11)")
+            .count(),
         1,
         "data connection not resumed\n{}",
         out.stderr

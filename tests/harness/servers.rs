@@ -130,6 +130,11 @@ impl FtpServer {
         self.proc.pid
     }
 
+    /// The server's exit status, once it has exited.
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.proc.exited()
+    }
+
     /// The end of what the server printed (stdout and stderr).
     pub fn log_tail(&self) -> String {
         let out = self.log.lock().map(|s| s.clone()).unwrap_or_default();

@@ -197,7 +197,9 @@ pub fn log_data_path() {
     if kernel_tls_available() {
         tracing::info!("TLS bodies are encrypted in user space; this kernel has kTLS (tls ULP), which sluice does not use yet");
     } else {
-        tracing::info!("TLS bodies are encrypted in user space (no kTLS: the kernel has no tls ULP loaded)");
+        tracing::info!(
+            "TLS bodies are encrypted in user space (no kTLS: the kernel has no tls ULP loaded)"
+        );
     }
 }
 

@@ -75,6 +75,8 @@ pub struct Job {
     pub control: Option<TcpStream>,
     /// The FTPS configuration for data connections under PROT P.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The server's stop: a transfer ended by it says so in the log.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 /// A second handle on the control connection (a dup of its fd, never read,
@@ -137,15 +139,19 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
     let progress = Progress::new();
     let (result, record) = execute(&job, &work, &events, cached, &progress).await;
     if let Some((path, ascii, direction)) = record {
+        // A failed transfer logs the bytes that moved before it broke
+        // (with the incomplete flag), not 0.
+        let bytes = match &result {
+            Ok(n) => *n,
+            Err(_) => moved_before_failure(&work, direction, &progress),
+        };
+        if result.is_err() && job.shutdown.is_cutting() {
+            log_cut(&path, direction, bytes, &job.user);
+        }
         XferRecord {
             elapsed: started.elapsed(),
             peer: job.peer,
-            // A failed transfer logs the bytes that moved before it broke
-            // (with the incomplete flag), not 0.
-            bytes: match &result {
-                Ok(n) => *n,
-                Err(_) => moved_before_failure(&work, direction, &progress),
-            },
+            bytes,
             path: path.as_str(),
             ascii,
             direction,
@@ -159,6 +165,32 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
 }
 
 type Record = Option<(VirtualPath, bool, Direction)>;
+
+/// One line per transfer the shutdown ended, saying what is left of it.
+fn log_cut(path: &VirtualPath, direction: Direction, bytes: u64, user: &str) {
+    match direction {
+        Direction::Incoming if bytes > 0 => tracing::warn!(
+            path = path.as_str(),
+            user,
+            bytes,
+            partial = crate::upload::partial_path(path)
+                .as_ref()
+                .map_or("", |p| p.as_str()),
+            "upload cut by shutdown; kept as a partial for a resume (REST/APPE, sluice put --continue)"
+        ),
+        Direction::Incoming => tracing::warn!(
+            path = path.as_str(),
+            user,
+            "upload cut by shutdown before any data; nothing kept"
+        ),
+        Direction::Outgoing => tracing::warn!(
+            path = path.as_str(),
+            user,
+            bytes,
+            "download cut by shutdown"
+        ),
+    }
+}
 
 /// Payload bytes a failed transfer moved. Uploads: what reached the file.
 /// MODE S downloads: what went into the socket (the senders count whole

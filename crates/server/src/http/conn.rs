@@ -132,7 +132,8 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             tracing::debug!(error = %e, "response not completed; closing");
             return;
         }
-        if !plan.keep_alive {
+        // A stopping server answers what it was asked, then closes.
+        if !plan.keep_alive || ctx.shutdown.is_draining() {
             linger_close(&mut conn).await;
             return;
         }
@@ -190,7 +191,13 @@ async fn read_head(ctx: &HttpContext, stream: &mut Conn, buf: &mut Vec<u8>, firs
         }
         let deadline = head_deadline.unwrap_or(idle_deadline);
         buf.reserve(READ_CHUNK);
-        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(deadline, stream.read_buf(buf)) => r,
+            // Stopping: a connection waiting for (the rest of) a head is
+            // closed; nothing of it has been answered or started.
+            _ = ctx.shutdown.draining() => return Head::Gone,
+        };
+        match read {
             Err(_) if head_deadline.is_some() && !buf.is_empty() => return Head::TimedOut,
             Err(_) => return Head::Gone,
             Ok(Ok(0)) | Ok(Err(_)) => return Head::Gone,
