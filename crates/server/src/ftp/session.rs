@@ -108,14 +108,13 @@ struct Driver {
 }
 
 /// The session's TLS policy from the configuration.
-fn tls_policy(ctx: &FtpContext, implicit: bool) -> TlsPolicy {
-    let tls = &ctx.config.tls;
+fn tls_policy(cfg: &crate::config::ServeConfig, implicit: bool) -> TlsPolicy {
+    let tls = &cfg.tls;
     TlsPolicy {
         offered: tls.server.is_some(),
         implicit,
         required: tls.require_tls,
-        exceptions: ctx
-            .config
+        exceptions: cfg
             .users
             .iter()
             .filter(|u| u.require_tls.is_some_and(|r| r != tls.require_tls))
@@ -151,7 +150,14 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
 /// Serves one implicit-FTPS control connection (`--ftps`): the TLS
 /// handshake first, then the session, protected from its greeting on.
 pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
-    let Some(server) = ctx.config.tls.server.as_ref().map(|s| Arc::clone(&s.ftp)) else {
+    let Some(server) = ctx
+        .current
+        .config()
+        .tls
+        .server
+        .as_ref()
+        .map(|s| Arc::clone(&s.ftp))
+    else {
         return;
     };
     let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
@@ -181,8 +187,12 @@ pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
 
 /// AUTH TLS: the server side of the handshake on the control connection
 /// (whose 234 is out). `None` when it failed; the connection is gone.
-async fn upgrade(ctx: &FtpContext, rd: CtlRead, wr: CtlWrite) -> Option<(CtlRead, CtlWrite)> {
-    let server = ctx.config.tls.server.as_ref().map(|s| Arc::clone(&s.ftp))?;
+async fn upgrade(
+    cfg: &crate::config::ServeConfig,
+    rd: CtlRead,
+    wr: CtlWrite,
+) -> Option<(CtlRead, CtlWrite)> {
+    let server = cfg.tls.server.as_ref().map(|s| Arc::clone(&s.ftp))?;
     let (CtlRead::Plain(rd), CtlWrite::Plain(wr)) = (rd, wr) else {
         return None;
     };
@@ -216,7 +226,7 @@ async fn run(
         peer_addr: peer,
         idle_timeout: cfg.idle_timeout,
         greeting: GREETING.into(),
-        tls: tls_policy(&ctx, implicit),
+        tls: tls_policy(&cfg, implicit),
     });
     session.handle_connected(Instant::now());
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
@@ -258,7 +268,7 @@ async fn run(
                 let ok = if inbuf.is_empty() {
                     let old_rd = std::mem::replace(&mut rd, CtlRead::Gone);
                     let old_wr = std::mem::replace(&mut d.wr, CtlWrite::Gone);
-                    match upgrade(&d.ctx, old_rd, old_wr).await {
+                    match upgrade(&d.cfg, old_rd, old_wr).await {
                         Some((r, w)) => {
                             rd = r;
                             d.wr = w;
@@ -623,9 +633,10 @@ impl Driver {
             cached,
             partials: self.cfg.partials,
             control: self.ctl.as_ref().and_then(transfer::control_watch),
+            // The session's own configuration: its control connection's
+            // session cache, so data connections resume that session.
             tls: self
-                .ctx
-                .config
+                .cfg
                 .tls
                 .server
                 .as_ref()
