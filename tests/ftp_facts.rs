@@ -5,9 +5,9 @@
 //! answers SHA1 and CRC32C next to ADLER32, MD5 and SHA256, each checked
 //! against a value computed here.
 
+use crate::harness::corpus;
 use crate::harness::servers::{sluice_ro, sluice_rw};
 use crate::harness::*;
-use crate::harness::corpus;
 use std::fs;
 use std::process::Command;
 use std::time::{Duration, UNIX_EPOCH};
@@ -25,7 +25,11 @@ fn mlst_of_a_subdirectory_is_type_dir_and_mlsd_keeps_cdir() {
     let mut c = logged_in(&server);
     let r = c.cmd("MLST sub");
     assert_eq!(r.code, 250, "{}", c.transcript());
-    let facts = r.lines.iter().find(|l| l.contains("type=")).expect("fact line");
+    let facts = r
+        .lines
+        .iter()
+        .find(|l| l.contains("type="))
+        .expect("fact line");
     assert!(facts.contains("type=dir;"), "{facts}");
     assert!(facts.trim_end().ends_with("/sub"), "{facts}");
     let file = corpus::file_name(4095);
@@ -39,7 +43,11 @@ fn mlst_of_a_subdirectory_is_type_dir_and_mlsd_keeps_cdir() {
     out.assert_success();
     let text = out.stdout.clone();
     assert!(text.contains("type=cdir;"), "{text}");
-    assert!(text.lines().any(|l| l.contains("type=dir;") && l.ends_with(" inner")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("type=dir;") && l.ends_with(" inner")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -58,8 +66,14 @@ fn mfmt_sets_the_modification_time_for_writable_users_only() {
     assert_eq!(r.code, 213, "{}", c.transcript());
     assert!(r.text().contains("Modify=20200102030405;"), "{}", r.text());
     assert_eq!(c.cmd("MDTM t.txt").text(), "213 20200102030405");
-    let local = fs::metadata(server.local("t.txt")).unwrap().modified().unwrap();
-    assert_eq!(local.duration_since(UNIX_EPOCH).unwrap(), Duration::from_secs(1_577_934_245));
+    let local = fs::metadata(server.local("t.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(
+        local.duration_since(UNIX_EPOCH).unwrap(),
+        Duration::from_secs(1_577_934_245)
+    );
     // Bad times and directories are refused; a missing file is 550.
     assert_eq!(c.cmd("MFMT 20200231000000 t.txt").code, 501);
     assert_eq!(c.cmd("MFMT 2020 t.txt").code, 501);
@@ -77,7 +91,8 @@ fn put_r_keeps_modification_times_through_mfmt() {
         let p = src.path().join(rel);
         fs::write(&p, rel.as_bytes()).unwrap();
         let f = fs::File::options().write(true).open(&p).unwrap();
-        f.set_modified(UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
+        f.set_modified(UNIX_EPOCH + Duration::from_secs(secs))
+            .unwrap();
     }
     let out = run(Command::new(sluice_bin()).args([
         "put",
@@ -116,23 +131,24 @@ fn cksm_answers_sha1_and_crc32c() {
     let data = fs::read(server.local(&name)).unwrap();
     let out = run(Command::new("sha1sum").arg(server.local(&name)));
     out.assert_success();
-    let sha1 = out
-        .stdout
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let sha1 = out.stdout.split_whitespace().next().unwrap().to_string();
     let mut c = logged_in(&server);
     for (alg, want) in [
         ("SHA1", sha1.clone()),
         ("SHA-1", sha1),
         ("CRC32C", format!("{:08x}", crc32c(&data))),
-        ("CRC32C 100 1000", format!("{:08x}", crc32c(&data[100..1100]))),
+        (
+            "CRC32C 100 1000",
+            format!("{:08x}", crc32c(&data[100..1100])),
+        ),
     ] {
         let (alg, range) = alg.split_once(' ').unwrap_or((alg, "0 -1"));
         let r = c.cmd(&format!("CKSM {alg} {range} {name}"));
         assert_eq!(r.text(), format!("213 {want}"), "CKSM {alg} {range}");
     }
     let feat = c.cmd("FEAT").text();
-    assert!(feat.contains("CKSM ADLER32;MD5;SHA256;SHA1;CRC32C;"), "{feat}");
+    assert!(
+        feat.contains("CKSM ADLER32;MD5;SHA256;SHA1;CRC32C;"),
+        "{feat}"
+    );
 }

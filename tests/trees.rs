@@ -313,8 +313,7 @@ fn tree_download_survives_a_server_killed_and_restarted() {
             })
             .unwrap_or(0)
     };
-    let (_second, stderr) =
-        kill_and_restart_mid_job(&first, &root, &client, &err, || done(&dest));
+    let (_second, stderr) = kill_and_restart_mid_job(&first, &root, &client, &err, || done(&dest));
     assert_eq!(tree_sums(&dest), want, "{stderr}");
 }
 

@@ -612,3 +612,78 @@ fn sluice_put_continue_over_a_partial_of_another_file_sends_everything() {
         fs::remove_file(server.root.join("other.bin")).expect("remove");
     }
 }
+
+/// Two uploads of one name: the second waits while the first holds the
+/// partial and then runs (a client retrying at once after its own timed-out
+/// attempt, whose session is still committing, got `450` before); a holder
+/// that does not let go still gets it `450`, after a bounded wait.
+#[test]
+fn a_second_upload_of_a_name_waits_for_the_first() {
+    use crate::harness::control::Control;
+    use std::io::Write;
+    use std::net::Shutdown;
+    let server = server_on(None);
+    let login = || {
+        let mut c = Control::connect(server.port);
+        c.login_anonymous();
+        c
+    };
+    let waiting = |server: &FtpServer, n: usize| {
+        wait_for("the second upload to wait", 30, || {
+            server
+                .stderr_text()
+                .matches("waits for another upload")
+                .count()
+                >= n
+        })
+    };
+    // The first upload holds the partial with its data connection open.
+    let mut first = login();
+    let mut first_data = first.open_passive();
+    assert_eq!(
+        first.cmd("STOR same.bin").code,
+        150,
+        "{}",
+        first.transcript()
+    );
+    first_data.write_all(b"first ").expect("write");
+    let second = thread::spawn({
+        let mut c = login();
+        move || {
+            let replies = c.upload("STOR", "same.bin", b"second upload");
+            (replies, c.transcript())
+        }
+    });
+    waiting(&server, 1);
+    first_data.shutdown(Shutdown::Write).expect("shutdown");
+    drop(first_data);
+    let mut replies = Vec::new();
+    first.read_final(&mut replies, "STOR");
+    assert_eq!(
+        replies.last().map(|r| r.code),
+        Some(226),
+        "{}",
+        first.transcript()
+    );
+    let (replies, transcript) = second.join().expect("second upload");
+    assert_eq!(replies.first().map(|r| r.code), Some(150), "{transcript}");
+    assert_eq!(replies.last().map(|r| r.code), Some(226), "{transcript}");
+    assert_eq!(
+        fs::read(server.root.join("same.bin")).expect("read"),
+        b"second upload"
+    );
+
+    // A holder that stays: the wait ends, with 450.
+    let mut third = login();
+    let _third_data = third.open_passive();
+    assert_eq!(
+        third.cmd("STOR same.bin").code,
+        150,
+        "{}",
+        third.transcript()
+    );
+    let mut fourth = login();
+    let replies = fourth.upload("STOR", "same.bin", b"fourth");
+    assert_eq!(replies[0].code, 450, "{}", fourth.transcript());
+    waiting(&server, 2);
+}

@@ -27,6 +27,7 @@ mod conn;
 mod counters;
 mod disk;
 mod error;
+mod flow;
 pub mod plan;
 mod prefetch;
 mod recv;
@@ -47,7 +48,7 @@ use std::sync::Arc;
 pub use buffers::{BufferPool, PoolBuf};
 pub use cancel::Cancel;
 pub use config::{parse_switch, DataPath, EngineConfig, ParseDataPathError};
-pub use conn::DataConn;
+pub use conn::{DataConn, IntoDataConn};
 pub use counters::{Counters, CountersSnapshot};
 pub use error::EngineError;
 pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
@@ -62,6 +63,7 @@ pub use tuning::{parse_notsent_lowat, parse_refill_time, parse_size, SendBufferC
 
 use counters::Tally;
 use disk::DiskPool;
+pub use disk::IoClass;
 use prefetch::Hub;
 
 /// The shared data-delivery engine; cheap to clone.
@@ -105,7 +107,7 @@ impl Engine {
             tracing::info!("sendfile unsupported here; using the copy data path");
             config.data_path = DataPath::Copy;
         }
-        let disk = DiskPool::new(config.disk_threads, config.disk_queue_depth)?;
+        let disk = DiskPool::new(disk_threads_for(&config), config.disk_queue_depth)?;
         let buffers = BufferPool::new(config.read_buffer_size, config.buffer_pool_max);
         let prefetch = Hub::new(&config);
         Ok(Engine {
@@ -145,13 +147,34 @@ impl Engine {
         &self.inner.buffers
     }
 
-    /// Runs a blocking file operation on the engine's disk threads.
+    /// Runs a blocking file operation (open, stat, a listing batch) on the
+    /// engine's disk threads, as [`IoClass::Meta`].
     pub async fn run_blocking<T, F>(&self, cancel: &Cancel, f: F) -> Result<T, EngineError>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        self.inner.disk.run(cancel, f).await
+        self.inner.disk.run(IoClass::Meta, cancel, f).await
+    }
+
+    /// Runs a blocking job of `class` on the engine's disk threads (a
+    /// whole-file checksum is [`IoClass::Background`]).
+    pub async fn run_blocking_as<T, F>(
+        &self,
+        class: IoClass,
+        cancel: &Cancel,
+        f: F,
+    ) -> Result<T, EngineError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        self.inner.disk.run(class, cancel, f).await
+    }
+
+    /// Threads of the disk subsystem.
+    pub fn disk_threads(&self) -> usize {
+        self.inner.disk.threads()
     }
 
     /// `fdatasync` the file off the event loop (before an upload's rename).
@@ -159,7 +182,7 @@ impl Engine {
         let f = Arc::clone(file);
         self.inner
             .disk
-            .run(&Cancel::new(), move || f.sync_data())
+            .run(IoClass::Meta, &Cancel::new(), move || f.sync_data())
             .await?
             .map_err(EngineError::Disk)
     }
@@ -169,7 +192,7 @@ impl Engine {
         let f = Arc::clone(file);
         self.inner
             .disk
-            .run(&Cancel::new(), move || f.sync_all())
+            .run(IoClass::Meta, &Cancel::new(), move || f.sync_all())
             .await?
             .map_err(EngineError::Disk)
     }
@@ -180,4 +203,15 @@ impl Engine {
             local,
         }
     }
+}
+
+/// Disk threads: `disk_threads`, and under a prefetch planner at least its
+/// `K` (reads it keeps in the device at once), so its reads never queue
+/// behind each other for want of a thread (it had a pool of its own).
+fn disk_threads_for(config: &EngineConfig) -> usize {
+    let k = match config.prefetch {
+        PrefetchMode::Kernel => 0,
+        _ => config.prefetch_queue_depth,
+    };
+    config.disk_threads.max(k).max(1)
 }

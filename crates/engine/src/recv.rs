@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 use crate::buffers::PoolBuf;
 use crate::counters::{Counters, Tally};
-use crate::disk::Ticket;
+use crate::disk::{IoClass, Ticket};
 use crate::{Cancel, Engine, EngineError};
 
 /// Outcome of [`FileWriter::read_exact`].
@@ -226,7 +226,7 @@ impl FileWriter {
             .engine
             .inner
             .disk
-            .submit(&self.cancel, move || {
+            .submit(IoClass::Transfer, &self.cancel, move || {
                 let buf: PoolBuf = buf;
                 let mut done = Vec::with_capacity(segs.len());
                 for (off, start, len) in segs {

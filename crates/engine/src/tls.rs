@@ -26,6 +26,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsStream;
 
+use crate::disk::IoClass;
 use crate::send::{check, read_full_at, Turn};
 use crate::{Cancel, Counters, Engine, EngineError};
 
@@ -109,7 +110,7 @@ impl TlsConn {
                     let (back, r) = engine
                         .inner
                         .disk
-                        .submit(cancel, move || {
+                        .submit(IoClass::Transfer, cancel, move || {
                             let r = read_full_at(&f, &mut buf[p..p + want], pos);
                             (buf, r)
                         })

@@ -22,7 +22,7 @@
 //! send_buffer = "max"           # --send-buffer BYTES|auto|max (SO_SNDBUF of data sockets)
 //! refill_time = 4               # --refill-time SECS|off (rate-sized NOTSENT_LOWAT; off: fixed)
 //! allow_foreign_data_host = false
-//! prefetch = "kernel"           # --prefetch tcp|fixed|kernel (default: the engine's)
+//! prefetch = "auto"             # --prefetch auto|tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
@@ -691,7 +691,7 @@ mod tests {
             (sluice_engine::PrefetchMode::Tcp, true)
         );
         assert!(ServeConfig::load(&ServeArgs {
-            prefetch: Some("auto".into()),
+            prefetch: Some("sometimes".into()),
             ..base.clone()
         })
         .is_err());

@@ -111,7 +111,7 @@ async fn serve_on(
     workers: usize,
 ) -> Result<()> {
     let engine = Engine::try_new(cfg.engine_config(EngineConfig::default()))
-    .context("cannot start the engine")?;
+        .context("cannot start the engine")?;
     if let Some(addr) = cfg.metrics {
         metrics::start(addr, engine.clone()).await?;
     }

@@ -122,7 +122,10 @@ pub fn build_main(
 
 /// One single-threaded loop (`per-core`).
 pub fn build_loop(event_interval: Option<u32>) -> Result<tokio::runtime::Runtime> {
-    finish(tokio::runtime::Builder::new_current_thread(), event_interval)
+    finish(
+        tokio::runtime::Builder::new_current_thread(),
+        event_interval,
+    )
 }
 
 fn finish(

@@ -11,8 +11,9 @@
 //! server killed with `kill -9` (no random temp is left that nothing can
 //! resume). The writer holds an exclusive `flock` on it for the whole
 //! transfer; the lock dies with the process, and a second upload of the
-//! same name meanwhile gets `450 Another upload of this name is in
-//! progress`. Only a complete upload is fsynced and renamed over NAME
+//! same name meanwhile waits up to 5 s for it (the usual holder is a
+//! session still committing what its dead client sent), then gets `450
+//! Another upload of this name is in progress`. Only a complete upload is fsynced and renamed over NAME
 //! (atomic), so readers see the old file or the new one, never a mix.
 //!
 //! **How much of a partial counts.** MODE S writes arrive in order, so

@@ -14,8 +14,9 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use super::pagecache::{missing_bytes, DropBehind};
-use super::{Carry, Chunk, Hub, StreamKey, Take, STARVING_SAMPLE_DIV, TCP_STATE_CLOSE};
+use super::{Chunk, Hub, Take, STARVING_SAMPLE_DIV, TCP_STATE_CLOSE};
 use crate::counters::{Counters, Tally};
+use crate::flow::{Carry, Flow};
 use crate::plan::{CaState, ConnId, FlowSample};
 use crate::{Cancel, Engine, EngineError};
 
@@ -24,6 +25,8 @@ use crate::{Cancel, Engine, EngineError};
 pub(crate) struct Feed<'a> {
     engine: &'a Engine,
     hub: &'a Hub,
+    /// The connection's `TCP_INFO` reader, shared with the refill mark.
+    flow: &'a Flow,
     id: ConnId,
     notify: Arc<Notify>,
     local: &'a Counters,
@@ -35,7 +38,6 @@ pub(crate) struct Feed<'a> {
     /// The sender waited for disk data since the rate interval began: the
     /// acked rate then shows our supply, a lower bound on the reader's.
     starved: bool,
-    key: Option<StreamKey>,
     /// The last rate measured, carried to the next feed on this connection.
     last_rate: Option<u64>,
     /// The sender's offset (start + bytes reported sent); atomic only so
@@ -50,7 +52,7 @@ impl Engine {
     /// A feed for `start..end` of `file`, or `None` in `kernel` mode.
     pub(crate) fn feed<'a>(
         &'a self,
-        conn: &TcpStream,
+        flow: &'a Flow,
         file: &Arc<File>,
         start: u64,
         end: u64,
@@ -58,12 +60,12 @@ impl Engine {
         local: &'a Counters,
     ) -> Option<Feed<'a>> {
         let hub = self.inner.prefetch.as_ref()?;
-        let key = conn.local_addr().ok().zip(conn.peer_addr().ok());
-        let (id, notify, carry) = hub.open(self, file, start, end, copy, key);
+        let (id, notify, carry) = hub.open(self, file, start, end, copy, flow.take_carry());
         let last_rate = carry.and_then(|c| c.rate);
         Some(Feed {
             engine: self,
             hub,
+            flow,
             id,
             notify,
             local,
@@ -71,7 +73,6 @@ impl Engine {
             anchor: carry.and_then(|c| c.anchor),
             rated: last_rate.is_some(),
             starved: false,
-            key,
             last_rate,
             pos: AtomicU64::new(start),
             behind: (!copy && hub.drop_sent)
@@ -142,7 +143,7 @@ impl Feed<'_> {
             return Ok(());
         }
         self.last_sample = Some(Instant::now());
-        let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
+        let Some((now, info)) = self.flow.info(conn) else {
             return Ok(()); // not TCP (tests on other sockets): plan blind
         };
         if info.state == TCP_STATE_CLOSE {
@@ -157,7 +158,6 @@ impl Feed<'_> {
         // fast the reader drains; what was acked over a span cannot.
         // Measured over at least a whole interval, whatever the sampling
         // cadence: over a few ms the acked count moves in window-sized steps.
-        let now = Instant::now();
         let mut fresh = None;
         // Application-limited means *we* had nothing to send (waited for the
         // disk). The kernel's `delivery_rate_app_limited` also fires when the
@@ -210,14 +210,11 @@ impl Drop for Feed<'_> {
     fn drop(&mut self) {
         let c = self.hub.close(self.engine, self.id);
         self.local.add_tpf(&c);
-        if let Some(key) = self.key {
-            let carry = Carry {
-                rate: self.last_rate,
-                anchor: self.anchor,
-                at: Instant::now(),
-            };
-            self.hub.remember(key, carry);
-        }
+        self.flow.keep_carry(Carry {
+            rate: self.last_rate,
+            anchor: self.anchor,
+            at: Instant::now(),
+        });
     }
 }
 

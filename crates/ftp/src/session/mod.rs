@@ -240,6 +240,13 @@ impl Session {
         s
     }
 
+    /// The socket buffer size the client asked for (SBUF / SITE BUFSIZE),
+    /// for data connections opened from now on (a passive listener is
+    /// sized before any client connects to it).
+    pub fn socket_buffer(&self) -> Option<u64> {
+        self.buffer
+    }
+
     /// Starts the idle timer when the connection is accepted, so a client
     /// that connects and never sends a byte is closed after the idle time
     /// instead of holding a session slot forever.

@@ -323,14 +323,15 @@ fn mfmt_sets_the_time_when_writable_and_is_refused_otherwise() {
         other => panic!("{other:?}"),
     }
     t.s.handle_result(Ok(Answer::Done));
-    assert_eq!(
-        t.out(),
-        "213 Modify=20260102030405; /a b.txt\r\n"
-    );
+    assert_eq!(t.out(), "213 Modify=20260102030405; /a b.txt\r\n");
     t.send("MFMT 2026 f\r\nMFMT 20260231000000 f\r\nMFMT 20260102030405\r\n");
     assert_eq!(t.action(), None);
     let out = t.out();
-    assert_eq!(out.lines().filter(|l| l.starts_with("501")).count(), 3, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("501")).count(),
+        3,
+        "{out}"
+    );
     t.send("FEAT\r\n");
     let feat = t.out();
     assert!(feat.contains(" MFMT\r\n"), "{feat}");

@@ -291,7 +291,10 @@ impl TuningArgs {
         }
         if let Some(s) = &self.congestion {
             let name = s.text().trim().to_string();
-            if name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            if name.is_empty()
+                || name.len() > 15
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
                 bail!("congestion = {name:?}: expected an algorithm name such as cubic or bbr, or system");
             }
             e.congestion = (name != "system").then_some(name);
@@ -324,7 +327,9 @@ impl TuningArgs {
                 let v = s.text();
                 match v.trim().parse::<f64>() {
                     Ok(x) if (0.0..=1.0).contains(&x) => Some(x),
-                    _ => bail!("prefetch_budget_of_free = {v:?}: expected a share from 0 to 1, or off"),
+                    _ => bail!(
+                        "prefetch_budget_of_free = {v:?}: expected a share from 0 to 1, or off"
+                    ),
                 }
             };
         }
@@ -378,8 +383,12 @@ mod tests {
             "congestion" => "reno",
             "prefetch_budget_of_free" => "0.5",
             "data_timeout" | "sample_interval" => "7",
-            "disk_threads" | "disk_queue_depth" | "buffer_pool_max" | "upload_buffers"
-            | "prefetch_queue_depth" | "event_interval" => "3",
+            "disk_threads"
+            | "disk_queue_depth"
+            | "buffer_pool_max"
+            | "upload_buffers"
+            | "prefetch_queue_depth"
+            | "event_interval" => "3",
             _ => "3M",
         }
     }
@@ -426,8 +435,11 @@ mod tests {
 
     #[test]
     fn the_flag_wins_over_the_file() {
-        let flags = Cli::try_parse_from(["sluice", "--chunk-size", "2M"]).unwrap().t;
-        let file: TuningArgs = toml::from_str("chunk_size = \"8M\"\nsend_quantum = \"1M\"").unwrap();
+        let flags = Cli::try_parse_from(["sluice", "--chunk-size", "2M"])
+            .unwrap()
+            .t;
+        let file: TuningArgs =
+            toml::from_str("chunk_size = \"8M\"\nsend_quantum = \"1M\"").unwrap();
         let e = engine_with(&flags.over(file));
         assert_eq!(e.chunk_size, 2 << 20);
         assert_eq!(e.send_quantum, 1 << 20);
@@ -445,14 +457,19 @@ mod tests {
             ("congestion", "c u b i c"),
         ] {
             let t: TuningArgs = toml::from_str(&format!("{key} = {v:?}")).unwrap();
-            let err = t.apply(&mut EngineConfig::default()).unwrap_err().to_string();
+            let err = t
+                .apply(&mut EngineConfig::default())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(key), "{key} = {v:?}: {err}");
         }
     }
 
     #[test]
     fn unknown_keys_are_refused_by_name() {
-        let err = toml::from_str::<TuningArgs>("chunk_sise = 1").unwrap_err().to_string();
+        let err = toml::from_str::<TuningArgs>("chunk_sise = 1")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("chunk_sise"), "{err}");
     }
 }

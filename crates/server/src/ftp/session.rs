@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_engine::Cancel;
+use sluice_engine::{Cancel, IoClass};
 use sluice_ftp::command::TransferMode;
 use sluice_ftp::session::{
     Action, DataChannel, LoginGrant, OpError, Session, SessionConfig, TlsPolicy,
@@ -424,7 +424,13 @@ impl Driver {
                 let foreign_ok = self.ctx.config.allow_foreign_data_host
                     && self.login.as_ref().is_some_and(|(_, l, _)| !l.anonymous);
                 let peer = Some(self.peer.ip()).filter(|_| !foreign_ok);
-                match Passive::open(self.local.ip(), self.ctx.config.pasv_ports, peer) {
+                match Passive::open(
+                    &self.ctx.engine,
+                    self.session.socket_buffer(),
+                    self.local.ip(),
+                    self.ctx.config.pasv_ports,
+                    peer,
+                ) {
                     Ok(p) => {
                         let addr =
                             p.local_addr()
@@ -448,14 +454,18 @@ impl Driver {
             }
             Action::Query { path, query } => {
                 let r = self
-                    .blocking(move |root, w| ops::query(root, &path, query, w))
+                    .blocking(IoClass::Meta, move |root, w| {
+                        ops::query(root, &path, query, w)
+                    })
                     .await;
                 self.session.handle_result(r);
             }
             Action::Change(c) => {
                 let r = if self.login.as_ref().is_some_and(|(_, l, _)| l.writable) {
                     let desc = format!("{c:?}");
-                    let r = self.blocking(move |root, _| ops::change(root, &c)).await;
+                    let r = self
+                        .blocking(IoClass::Meta, move |root, _| ops::change(root, &c))
+                        .await;
                     if r.is_ok() {
                         tracing::info!(change = %desc, "changed");
                     }
@@ -472,7 +482,9 @@ impl Driver {
                 len,
             } => {
                 let r = self
-                    .blocking(move |root, _| ops::checksum(root, &path, algorithm, offset, len))
+                    .blocking(IoClass::Background, move |root, _| {
+                        ops::checksum(root, &path, algorithm, offset, len)
+                    })
                     .await;
                 self.session.handle_result(r);
             }
@@ -510,16 +522,20 @@ impl Driver {
         true
     }
 
-    /// Runs a file-system job for the logged-in root on the blocking pool.
+    /// Runs a file-system job for the logged-in root on the engine's disk
+    /// threads, in `class`.
     async fn blocking<T: Send + 'static>(
         &self,
+        class: IoClass,
         f: impl FnOnce(&ServedRoot, bool) -> Result<T, OpError> + Send + 'static,
     ) -> Result<T, OpError> {
         let Some((_, login, root)) = &self.login else {
             return Err(OpError::PermissionDenied);
         };
         let (root, writable) = (Arc::clone(root), login.writable);
-        tokio::task::spawn_blocking(move || f(&root, writable))
+        self.ctx
+            .engine
+            .run_blocking_as(class, &Cancel::new(), move || f(&root, writable))
             .await
             .unwrap_or(Err(OpError::Local))
     }

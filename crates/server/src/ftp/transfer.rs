@@ -201,8 +201,14 @@ async fn execute(
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, OpError> {
-    tokio::task::spawn_blocking(f)
+/// Runs a file-system job (open, prepare, commit) on the engine's disk
+/// threads.
+async fn blocking<T: Send + 'static>(
+    job: &Job,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, OpError> {
+    job.engine
+        .run_blocking(&Cancel::new(), f)
         .await
         .map_err(|_| OpError::Local)
 }
@@ -215,7 +221,7 @@ async fn list(
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
     let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
-    let source = blocking(move || open_listing(&root, &p, format, w)).await??;
+    let source = blocking(job, move || open_listing(&root, &p, format, w)).await??;
     let _ = events.send(Event::Started(None));
     // A MODE E receiver waits for as many connections as it asked for
     // with OPTS RETR Parallelism (globus-url-copy -p N -fast lists this
@@ -234,7 +240,7 @@ async fn list(
         secured.push(if data.protected {
             Conn::from(handshake_data(job, c).await?)
         } else {
-            Conn::from(job.engine.data_conn(c))
+            Conn::from(job.engine.data_conn_sized(c, asked_buffer(data)))
         });
     }
     // A directory is read, rendered and sent a batch at a time
@@ -335,7 +341,7 @@ async fn retr(
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
     let (root, p) = (Arc::clone(&job.root), path.clone());
-    let file = blocking(move || {
+    let file = blocking(job, move || {
         check_names_dir(&root, &p)?;
         root.open_read(p.as_str()).map_err(op_error)
     })
@@ -380,6 +386,10 @@ async fn retr(
     } else {
         // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
         // globus-gridftp-server sends); REST n + RETR keeps file offsets.
+        let conns: Vec<_> = conns
+            .into_iter()
+            .map(|c| job.engine.data_conn_sized(c, asked_buffer(data)))
+            .collect();
         let base = if len_given { offset } else { 0 };
         let fut = send_relative(
             &job.engine,
@@ -431,6 +441,38 @@ async fn wait_eof(conn: &TcpStream) {
     }
 }
 
+/// How long an upload waits for another upload of the same name to let go
+/// of the partial. The common holder is not a live client but one that has
+/// just gone (killed, timed out): its session is still committing what
+/// arrived (the grace above, then an fsync that can take seconds on a busy
+/// disk). A client that retries at once should get its upload, not `450`.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// [`Upload::prepare`] off the loop, waiting out a busy partial for up to
+/// [`BUSY_WAIT`] (with backoff; ABOR or a closed session ends the wait).
+async fn prepare_upload(job: &Job, path: &VirtualPath, kind: StoreKind) -> Result<Upload, OpError> {
+    let deadline = Instant::now() + BUSY_WAIT;
+    let mut pause = Duration::from_millis(5);
+    let mut said = false;
+    loop {
+        let (root, p, policy) = (Arc::clone(&job.root), path.clone(), job.partials);
+        match blocking(job, move || Upload::prepare(&root, &p, kind, &policy)).await? {
+            Err(OpError::Busy) if Instant::now() + pause < deadline => {
+                if !said {
+                    tracing::info!(path = %path, "upload waits for another upload of this name to let go");
+                    said = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = job.cancel.cancelled() => return Err(OpError::Busy),
+                }
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            r => return r,
+        }
+    }
+}
+
 async fn stor(
     job: &Job,
     path: &VirtualPath,
@@ -440,14 +482,14 @@ async fn stor(
     cached: Vec<TcpStream>,
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
-    let (root, p, policy) = (Arc::clone(&job.root), path.clone(), job.partials);
-    let upload = blocking(move || Upload::prepare(&root, &p, kind, &policy)).await??;
+    let upload = prepare_upload(job, path, kind).await?;
     let _ = events.send(Event::Started(None));
     let file = upload.file();
     let result: Result<u64, OpError> = async {
         if data.mode == TransferMode::Stream {
             let mut conns = open_data(job, data, 1).await?;
             let conn = conns.pop().ok_or(OpError::DataConnection)?;
+            job.engine.prepare_socket_sized(&conn, asked_buffer(data));
             if data.protected {
                 let mut tls = handshake_data(job, conn).await?;
                 return receive_stream_tls(
@@ -514,7 +556,8 @@ async fn stor(
             // The commit's fsync starts now, while we look at the control
             // connection, so the look costs no time when the disk is slow.
             let f = upload.file();
-            let sync = tokio::task::spawn_blocking(move || f.sync_data());
+            let engine = job.engine.clone();
+            let sync = tokio::spawn(async move { engine.sync_data(&f).await });
             let dead = control_closes_within(job, CONTROL_CLOSE_GRACE).await;
             let _ = sync.await;
             if dead || job.cancel.is_cancelled() {
@@ -527,7 +570,7 @@ async fn stor(
     };
     let root = Arc::clone(&job.root);
     let failed = result.as_ref().err().copied();
-    let finished = blocking(move || match failed {
+    let finished = blocking(job, move || match failed {
         None => upload.commit(&root),
         Some(why) => {
             upload.fail(&root, why);
@@ -558,7 +601,7 @@ async fn accept_all(
             (DataChannel::Passive, Some(p)) => Some(p.clone()),
             _ => None,
         };
-        let buffer = data.buffer;
+        let (engine, buffer) = (job.engine.clone(), data.buffer);
         // In the task: there may be more kept connections than the
         // channel holds before the receiver starts taking them.
         return Ok(tokio::spawn(async move {
@@ -570,7 +613,7 @@ async fn accept_all(
             // PORT/EPRT: nobody else will connect; dropping `tx` lets the
             // receiver fail instead of waiting if the kept ones fall short.
             if let Some(l) = listener {
-                accept_more(l, buffer, tx).await;
+                accept_more(engine, l, buffer, tx).await;
             }
         }));
     }
@@ -587,23 +630,35 @@ async fn accept_all(
         }
         DataChannel::Passive => {
             let passive = job.passive.as_ref().ok_or(OpError::DataConnection)?;
+            passive.resize(&job.engine, data.buffer);
             // The first connection must come in time; later ones may come
             // whenever, the receiver decides when it has all it needs.
             let first = tokio::select! {
                 r = passive.accept_timeout() => r.map_err(|_| OpError::DataConnection)?,
                 _ = job.cancel.cancelled() => return Err(OpError::Aborted),
             };
-            data::apply_buffer(&first, data.buffer);
+            job.engine.prepare_socket_sized(&first, asked_buffer(data));
             let _ = tx.send(first).await;
-            Ok(tokio::spawn(accept_more(passive.clone(), data.buffer, tx)))
+            let engine = job.engine.clone();
+            Ok(tokio::spawn(accept_more(
+                engine,
+                passive.clone(),
+                data.buffer,
+                tx,
+            )))
         }
     }
 }
 
 /// Hands every further connection to the passive listener to the receiver.
-async fn accept_more(listener: Passive, buffer: Option<u64>, tx: mpsc::Sender<TcpStream>) {
+async fn accept_more(
+    engine: Engine,
+    listener: Passive,
+    buffer: Option<u64>,
+    tx: mpsc::Sender<TcpStream>,
+) {
     while let Ok(c) = listener.accept().await {
-        data::apply_buffer(&c, buffer);
+        engine.prepare_socket_sized(&c, buffer.map(data::clamp_usize));
         if tx.send(c).await.is_err() {
             break;
         }
@@ -636,23 +691,29 @@ async fn open_data(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>,
 
 async fn open_data_inner(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>, OpError> {
     let conns = match data.channel {
-        DataChannel::Active(addr) => data::connect(job.local_ip, addr, n).await,
+        DataChannel::Active(addr) => {
+            data::connect(&job.engine, data.buffer, job.local_ip, addr, n).await
+        }
         DataChannel::Passive => {
             let passive = job.passive.as_ref().ok_or(OpError::DataConnection)?;
+            passive.resize(&job.engine, data.buffer);
             // A passive download takes the connections the client opens;
             // MODE S has one. (globus-url-copy sends MODE E data itself as
             // the active side, see docs.)
             passive.accept_timeout().await.map(|c| vec![c])
         }
     };
-    let conns = conns.map_err(|e| {
+    // Each caller applies the engine's settings once, as a `DataConn`
+    // (downloads, listings) or before receiving (uploads).
+    conns.map_err(|e| {
         tracing::debug!(error = %e, "data connection failed");
         OpError::DataConnection
-    })?;
-    for c in &conns {
-        data::apply_buffer(c, data.buffer);
-    }
-    Ok(conns)
+    })
+}
+
+/// The socket buffer the client asked for (SBUF), for the engine.
+fn asked_buffer(data: &DataSpec) -> Option<usize> {
+    data.buffer.map(data::clamp_usize)
 }
 
 /// The parts of `start..end` not covered by `skip` (sorted, disjoint).
