@@ -490,9 +490,10 @@ fn sluice_get_refuses_a_wrong_certificate() {
 }
 
 /// `sluice get/ls/put` over `ftpes://` (AUTH TLS, PROT P) and `ftps://`
-/// (implicit) against a server that requires TLS. `-p 4` asks for MODE E,
-/// which the server refuses under PROT P, so it falls back to one
-/// protected MODE S stream.
+/// (implicit) against a server that requires TLS; `-p 4` downloads in
+/// MODE E over four TLS data connections (the server connects, and is the
+/// TLS server on each); `put -p 4` stays in one protected MODE S stream
+/// (MODE E uploads under PROT P are not built yet).
 #[test]
 fn sluice_client_over_ftpes_and_ftps() {
     let pki = TestPki::new();
@@ -519,6 +520,17 @@ fn sluice_client_over_ftpes_and_ftps() {
             sluice_get(&["--ca", &ca, "-p", p], &explicit(&f.name), dest)
         });
     }
+    // The summary line says how it went: MODE E, four streams.
+    let big = corpus().file(64 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("big");
+    let out = run(Command::new(crate::harness::sluice_bin())
+        .args(["get", "-p", "4", "--ca", &ca])
+        .arg(explicit(&big.name))
+        .arg(&dest));
+    out.assert_success();
+    assert!(out.stderr.contains("MODE E, 4 streams"), "{}", out.describe());
+    compare_file(&dest, big).unwrap();
     fetch_all(&s, "sluice get ftps://", |f, dest| {
         sluice_get(
             &["--ca", &ca],
@@ -533,7 +545,7 @@ fn sluice_client_over_ftpes_and_ftps() {
     assert!(out.stdout.contains(&corpus().file(1).name), "{}", out.describe());
     let f = corpus().file((1 << 20) + 7);
     let out = run(Command::new(crate::harness::sluice_bin())
-        .args(["put", "-q", "--ca", &ca])
+        .args(["put", "-q", "-p", "4", "--ca", &ca])
         .arg(corpus().dir().join(&f.name))
         .arg(explicit("put-ftpes")));
     out.assert_success();
