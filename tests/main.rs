@@ -78,3 +78,8 @@ mod listener;
 
 // Big directory listings over both doors: complete, streamed, bounded.
 mod listings;
+
+/// Operating the server: SIGTERM/SIGINT (running transfers finish, new
+/// connections are refused, uploads cut at the timeout stay resumable
+/// partials), SIGHUP reload, SIGUSR1 log reopen, `serve --check-config`.
+mod operations;

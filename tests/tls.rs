@@ -100,7 +100,15 @@ fn https_to_curl_wget_and_aria2c() {
         assert!(out.stdout.contains(&big.name), "{}", out.stdout);
         // HTTP/2 is not offered: curl settles on http/1.1 through ALPN.
         let out = run(Command::new("curl")
-            .args(["-sS", "--fail", "-o", "/dev/null", "-w", "%{http_version}", "--cacert"])
+            .args([
+                "-sS",
+                "--fail",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version}",
+                "--cacert",
+            ])
             .arg(s.ca())
             .arg(s.https_url(&corpus().file(1).name)));
         out.assert_success();
@@ -119,7 +127,15 @@ fn https_to_curl_wget_and_aria2c() {
     if require_tool("aria2c") {
         fetch_all(&s, "aria2c -x 4 https", |f, dest| {
             run(Command::new("aria2c")
-                .args(["-q", "-x", "4", "-s", "4", "--min-split-size=1M", "--allow-overwrite=true"])
+                .args([
+                    "-q",
+                    "-x",
+                    "4",
+                    "-s",
+                    "4",
+                    "--min-split-size=1M",
+                    "--allow-overwrite=true",
+                ])
                 .arg(format!("--ca-certificate={}", s.ca().display()))
                 .arg("-d")
                 .arg(dest.parent().unwrap())
@@ -149,9 +165,13 @@ fn broken_handshakes_do_not_disturb_others() {
     // The server answers with a TLS alert or just closes; either way the
     // connection ends (read_to_end returns) instead of hanging.
     let _ = garbage.read_to_end(&mut sink);
-    assert!(!sink.starts_with(b"HTTP/"), "plain HTTP answered on the TLS port");
+    assert!(
+        !sink.starts_with(b"HTTP/"),
+        "plain HTTP answered on the TLS port"
+    );
     let mut half = TcpStream::connect(("127.0.0.1", s.https)).unwrap();
-    half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00]).unwrap();
+    half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00])
+        .unwrap();
     let f = corpus().file((1 << 20) + 7);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
@@ -185,13 +205,25 @@ fn bad_certificate_files_refuse_the_start() {
         let out = run(Command::new(crate::harness::sluice_bin())
             .arg("serve")
             .arg(dir.path())
-            .args(["--ftp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--https", "127.0.0.1:0"])
+            .args([
+                "--ftp",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+                "--https",
+                "127.0.0.1:0",
+            ])
             .arg("--tls-cert")
             .arg(cert)
             .arg("--tls-key")
             .arg(key));
         assert!(!out.success(), "started with {cert:?} {key:?}");
-        assert_eq!(out.status.and_then(|s| s.code()), Some(2), "{}", out.describe());
+        assert_eq!(
+            out.status.and_then(|s| s.code()),
+            Some(2),
+            "{}",
+            out.describe()
+        );
         assert!(out.stderr.contains(named), "{}", out.describe());
     }
     // --https without a certificate.
@@ -246,7 +278,11 @@ fn explicit_ftps_to_curl() {
     // A listing over a protected data connection.
     let out = curl_ftps(&s, &[], &ftp_url(&s, ""));
     out.assert_success();
-    assert!(out.stdout.contains(&corpus().file(1).name), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&corpus().file(1).name),
+        "{}",
+        out.stdout
+    );
     // The control log shows AUTH (curl says AUTH SSL first) and PROT P.
     let out = curl_ftps(
         &s,
@@ -260,7 +296,9 @@ fn explicit_ftps_to_curl() {
     // The data connection resumed the control connection's TLS session:
     // the server's certificate crossed once (control), not twice.
     assert_eq!(
-        out.stderr.matches("TLS handshake, Certificate (11)").count(),
+        out.stderr
+            .matches("TLS handshake, Certificate (11)")
+            .count(),
         1,
         "data connection not resumed\n{}",
         out.stderr
@@ -271,7 +309,11 @@ fn explicit_ftps_to_curl() {
 fn explicit_ftps_uploads_from_curl_and_ftplib() {
     let pki = TestPki::new();
     let mut args = pki.serve_args();
-    args.extend(["--https".into(), "127.0.0.1:0".into(), "--require-tls".into()]);
+    args.extend([
+        "--https".into(),
+        "127.0.0.1:0".into(),
+        "--require-tls".into(),
+    ]);
     let server = servers::sluice(ServeOptions {
         writable: true,
         extra_args: args,
@@ -282,11 +324,7 @@ fn explicit_ftps_uploads_from_curl_and_ftplib() {
     let f = corpus().file((1 << 20) + 7);
     let src = corpus().dir().join(&f.name);
     if require_tool("curl") {
-        let out = curl_ftps(
-            &s,
-            &["-T", src.to_str().unwrap()],
-            &ftp_url(&s, "up-curl"),
-        );
+        let out = curl_ftps(&s, &["-T", src.to_str().unwrap()], &ftp_url(&s, "up-curl"));
         out.assert_success();
         compare_file(&s.server.local("up-curl"), f).unwrap();
     }
@@ -318,7 +356,10 @@ fn explicit_ftps_to_lftp_and_ftplib() {
         let big = corpus().file(64 << 20);
         let dir = tempfile::tempdir().unwrap();
         let dest = dir.path().join("pget");
-        let out = lftp_tls(&s, &format!("cls -1; pget -n 4 {} -o {}", big.name, dest.display()));
+        let out = lftp_tls(
+            &s,
+            &format!("cls -1; pget -n 4 {} -o {}", big.name, dest.display()),
+        );
         out.assert_success();
         assert!(out.stdout.contains(&big.name), "{}", out.describe());
         compare_file(&dest, big).unwrap();
@@ -330,14 +371,22 @@ fn explicit_ftps_to_lftp_and_ftplib() {
         let dest = dir.path().join("active");
         let out = lftp_tls(
             &s,
-            &format!("set ftp:passive-mode false; get {} -o {}", f.name, dest.display()),
+            &format!(
+                "set ftp:passive-mode false; get {} -o {}",
+                f.name,
+                dest.display()
+            ),
         );
         out.assert_success();
         compare_file(&dest, f).unwrap();
     }
     if require_tool("python3") {
         for active in [false, true] {
-            let what = if active { "ftplib FTP_TLS prot_p, active" } else { "ftplib FTP_TLS prot_p" };
+            let what = if active {
+                "ftplib FTP_TLS prot_p, active"
+            } else {
+                "ftplib FTP_TLS prot_p"
+            };
             fetch_all(&s, what, |f, dest| {
                 let mut cmd = Command::new("python3");
                 cmd.arg(crate::harness::python_script())
@@ -373,7 +422,11 @@ fn require_tls_refuses_logins_in_clear() {
         let out = run(Command::new("curl")
             .args(["-sS", "-o", "/dev/null"])
             .arg(ftp_url(&s, &f.name)));
-        assert!(!out.success(), "plain FTP login accepted\n{}", out.describe());
+        assert!(
+            !out.success(),
+            "plain FTP login accepted\n{}",
+            out.describe()
+        );
         let dir = tempfile::tempdir().unwrap();
         let dest = dir.path().join("f");
         curl_ftps(&s, &["-o", dest.to_str().unwrap()], &ftp_url(&s, &f.name)).assert_success();
@@ -390,7 +443,11 @@ fn broken_auth_tls_handshakes_do_not_disturb_others() {
     let mut c = s.server.connect();
     assert_eq!(c.cmd("AUTH TLS").code, 234, "{}", c.transcript());
     c.send_raw(b"USER anonymous\r\nPASS x\r\n").unwrap();
-    assert!(c.is_closed(), "garbage after 234 kept the session\n{}", c.transcript());
+    assert!(
+        c.is_closed(),
+        "garbage after 234 kept the session\n{}",
+        c.transcript()
+    );
     let mut stalled = s.server.connect();
     assert_eq!(stalled.cmd("AUTH TLS").code, 234);
     stalled.send_raw(&[0x16, 0x03, 0x01, 0x02, 0x00]).unwrap();
@@ -472,7 +529,12 @@ fn sluice_get_refuses_a_wrong_certificate() {
     let ca = pki.ca.to_str().unwrap();
     // Signed by the trusted CA, but for wrong.example.
     let out = sluice_get(&["--ca", ca], &url, &dest);
-    assert_eq!(out.status.and_then(|s| s.code()), Some(3), "{}", out.describe());
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(3),
+        "{}",
+        out.describe()
+    );
     assert!(
         out.stderr.contains("certificate") && out.stderr.contains("not valid for name"),
         "{}",
@@ -481,7 +543,12 @@ fn sluice_get_refuses_a_wrong_certificate() {
     assert!(!dest.exists());
     // No --ca: the system roots do not know the test CA.
     let out = sluice_get(&[], &url, &dest);
-    assert_eq!(out.status.and_then(|s| s.code()), Some(3), "{}", out.describe());
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(3),
+        "{}",
+        out.describe()
+    );
     assert!(out.stderr.contains("--ca FILE"), "{}", out.describe());
     let out = sluice_get(&["--insecure"], &url, &dest);
     out.assert_success();
@@ -542,7 +609,11 @@ fn sluice_client_over_ftpes_and_ftps() {
         .args(["ls", "-1", "--ca", &ca])
         .arg(explicit("")));
     out.assert_success();
-    assert!(out.stdout.contains(&corpus().file(1).name), "{}", out.describe());
+    assert!(
+        out.stdout.contains(&corpus().file(1).name),
+        "{}",
+        out.describe()
+    );
     let f = corpus().file((1 << 20) + 7);
     let out = run(Command::new(crate::harness::sluice_bin())
         .args(["put", "-q", "-p", "4", "--ca", &ca])
@@ -553,7 +624,12 @@ fn sluice_client_over_ftpes_and_ftps() {
     // Plain ftp:// to the same server: refused at USER (exit 4, login).
     let dir = tempfile::tempdir().unwrap();
     let out = sluice_get(&[], &ftp_url(&s, &f.name), &dir.path().join("x"));
-    assert_eq!(out.status.and_then(|c| c.code()), Some(4), "{}", out.describe());
+    assert_eq!(
+        out.status.and_then(|c| c.code()),
+        Some(4),
+        "{}",
+        out.describe()
+    );
     assert!(out.stderr.contains("AUTH TLS"), "{}", out.describe());
     s.server.assert_running();
 }

@@ -107,7 +107,10 @@ impl FtpServer {
                 return p;
             }
             if self.proc.exited().is_some() || Instant::now() > deadline {
-                panic!("sluice did not announce its {door} port\n{}", self.log_tail());
+                panic!(
+                    "sluice did not announce its {door} port\n{}",
+                    self.log_tail()
+                );
             }
             thread::sleep(Duration::from_millis(50));
         }
@@ -125,6 +128,11 @@ impl FtpServer {
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.proc.pid
+    }
+
+    /// The server's exit status, once it has exited.
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.proc.exited()
     }
 
     /// The end of what the server printed (stdout and stderr).

@@ -269,10 +269,10 @@ mod tests {
 
     #[test]
     fn prefetch_mode_and_switches_parse() {
-        for m in ["tcp", "fixed", "kernel"] {
+        for m in ["tcp", "fixed", "kernel", "auto"] {
             assert_eq!(m.parse::<PrefetchMode>().unwrap().to_string(), m);
         }
-        assert!("auto".parse::<PrefetchMode>().is_err());
+        assert!("sometimes".parse::<PrefetchMode>().is_err());
         assert_eq!(parse_switch(" ON "), Some(true));
         assert_eq!(parse_switch("off"), Some(false));
         assert_eq!(parse_switch("maybe"), None);

@@ -142,7 +142,8 @@ impl FileWriter {
         conn: &mut crate::TlsConn,
         offset: u64,
     ) -> Result<u64, EngineError> {
-        self.copy(Source::Tls(conn.stream_mut()), offset, None).await
+        self.copy(Source::Tls(conn.stream_mut()), offset, None)
+            .await
     }
 
     async fn copy(

@@ -166,9 +166,7 @@ impl TlsConn {
             match r {
                 Err(_) => return Err(EngineError::Idle),
                 Ok(Err(e)) => return Err(EngineError::Connection(e)),
-                Ok(Ok(0)) => {
-                    return Err(EngineError::Connection(io::ErrorKind::WriteZero.into()))
-                }
+                Ok(Ok(0)) => return Err(EngineError::Connection(io::ErrorKind::WriteZero.into())),
                 Ok(Ok(n)) => {
                     t.sent(n as u64);
                     t.send_calls(1);
@@ -219,9 +217,7 @@ mod tests {
     fn configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
         let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let cert = ck.cert.der().clone();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
-            ck.key_pair.serialize_der().into(),
-        );
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
         let server = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(vec![cert.clone()], key)
@@ -297,6 +293,9 @@ mod tests {
         let r = conn
             .send_range(&file, 50, 100, b"", &Counters::new(), &Cancel::new())
             .await;
-        assert!(matches!(r, Err(EngineError::ShortFile { at: 100 })), "{r:?}");
+        assert!(
+            matches!(r, Err(EngineError::ShortFile { at: 100 })),
+            "{r:?}"
+        );
     }
 }

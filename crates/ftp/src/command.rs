@@ -453,9 +453,9 @@ pub fn parse_command(line: &[u8]) -> Result<Command, CommandError> {
             },
         ),
         b"PBSZ" => Command::Pbsz(number(need(arg, "PBSZ")?, "PBSZ")?),
-        b"AUTH" => Command::Auth(
-            String::from_utf8_lossy(word(need(arg, "AUTH")?)).to_ascii_uppercase(),
-        ),
+        b"AUTH" => {
+            Command::Auth(String::from_utf8_lossy(word(need(arg, "AUTH")?)).to_ascii_uppercase())
+        }
         b"CCC" => Command::Ccc,
         b"CKSM" => cksm(need(arg, "CKSM")?)?,
         b"SPAS" => Command::Spas,

@@ -177,7 +177,10 @@ mod tests {
     fn refusals() {
         let s = HttpUrl::parse("https://h/x").unwrap();
         assert!(s.tls && s.port == 443 && s.host_field() == "h");
-        assert_eq!(HttpUrl::parse("https://h:8443/").unwrap().host_field(), "h:8443");
+        assert_eq!(
+            HttpUrl::parse("https://h:8443/").unwrap().host_field(),
+            "h:8443"
+        );
         assert_eq!(HttpUrl::parse("ftp://h/"), Err(UrlError::Scheme));
         assert_eq!(HttpUrl::parse("http:///x"), Err(UrlError::Host));
         assert_eq!(HttpUrl::parse("http://u:p@h/"), Err(UrlError::Host));

@@ -25,7 +25,7 @@ pub struct Login {
 /// The login table.
 #[derive(Clone, Debug)]
 pub struct Users {
-    config: ServeConfig,
+    config: Arc<ServeConfig>,
     /// Password checks allowed at once, server-wide. Each argon2 check
     /// takes ~19 MiB and tens of milliseconds of a core; unbounded, 250
     /// connections sending USER x / PASS y took 5 GiB and 250 threads
@@ -38,8 +38,17 @@ impl Users {
     pub fn new(config: &ServeConfig) -> Users {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Users {
-            config: config.clone(),
+            config: Arc::new(config.clone()),
             checks: Arc::new(tokio::sync::Semaphore::new(cores)),
+        }
+    }
+
+    /// The table of a reloaded configuration (SIGHUP, crate::reload),
+    /// sharing this one's bound on password checks.
+    pub fn reloaded(&self, config: &ServeConfig) -> Users {
+        Users {
+            config: Arc::new(config.clone()),
+            checks: Arc::clone(&self.checks),
         }
     }
 

@@ -30,6 +30,11 @@
 //! partial_max_age = 604800       # --partial-max-age SECS (0: keep interrupted uploads forever)
 //! partial_max_bytes = 0          # --partial-max-bytes BYTES per directory (0: no limit)
 //! https = "0.0.0.0:8443"         # --https; tls_cert, tls_key, ftps, require_tls: see crate::tls
+//! shutdown_timeout = 30          # --shutdown-timeout SECS (SIGTERM: transfers' grace; 0: none)
+//! log_level = "info"             # --log-level FILTER (default: RUST_LOG, else info)
+//! log_file = "/var/log/sluice/sluice.log"  # --log-file (default: stderr; SIGUSR1 reopens)
+//! run_as = "sluice"              # --run-as NAME (alias --user): bind as root, then run as NAME
+//! allow_root = false             # --allow-root: serve as root on public addresses
 //!
 //! [[user]]
 //! name = "alice"
@@ -52,6 +57,9 @@ pub const DEFAULT_FTP: &str = "127.0.0.1:2121";
 pub const DEFAULT_MAX_SESSIONS: usize = 256;
 /// Default idle timeout, seconds (vsftpd uses 300).
 pub const DEFAULT_IDLE_SECS: u64 = 300;
+/// Default `--shutdown-timeout`, seconds: systemd's TimeoutStopSec
+/// default is 90, so a unit's stop never has to SIGKILL first.
+pub const DEFAULT_SHUTDOWN_SECS: u64 = 30;
 /// Largest config file we read: a config is a few hundred bytes; this
 /// bounds memory if someone points --config at a large file by mistake.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -73,6 +81,12 @@ pub struct ServeArgs {
     /// TOML configuration file; every flag has a key of the same name.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Check the configuration (flags and --config file) and the
+    /// directories it names, print the result and exit: 0 when it is
+    /// good, 2 with the errors. Nothing is bound or served. (A flag
+    /// only, no file key.)
+    #[arg(long)]
+    pub check_config: bool,
     /// Most concurrent FTP sessions; further connections get 421
     /// [default: 256].
     #[arg(long, value_name = "N")]
@@ -156,6 +170,29 @@ pub struct ServeArgs {
     /// 0: no limit [default: 0].
     #[arg(long, value_name = "BYTES")]
     pub partial_max_bytes: Option<u64>,
+    /// Seconds SIGTERM or SIGINT lets running transfers finish before it
+    /// ends them (new connections are refused at once; an upload ended
+    /// then is kept as a resumable partial); 0: end them at once
+    /// [default: 30]. A second signal ends them at once too.
+    #[arg(long, value_name = "SECS")]
+    pub shutdown_timeout: Option<u64>,
+    /// What to log: a level (`info`, `debug`) or tracing filter directives
+    /// (`info,xferlog=off`) [default: RUST_LOG if set, else info]. SIGHUP
+    /// applies a changed `log_level` key.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Write the log to FILE (appending) instead of stderr; SIGUSR1 (and
+    /// SIGHUP) reopen it, for logrotate.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Started as root: bind the listeners, then run as this user (its
+    /// groups, gid and uid) for good. crate::privileges, docs/SECURITY.md.
+    #[arg(long, visible_alias = "user", value_name = "NAME")]
+    pub run_as: Option<String>,
+    /// Serve as root without --run-as even on a public address (refused
+    /// otherwise; on loopback and private addresses it is only warned of).
+    #[arg(long)]
+    pub allow_root: bool,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
@@ -231,6 +268,11 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     require_tls: Option<bool>,
+    shutdown_timeout: Option<u64>,
+    log_level: Option<String>,
+    log_file: Option<PathBuf>,
+    run_as: Option<String>,
+    allow_root: Option<bool>,
     /// `[engine]`: the tuning keys (config/tuning.rs).
     engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
@@ -318,6 +360,16 @@ pub struct ServeConfig {
     /// The HTTPS door (the HTTP door's deadlines and limits, at
     /// `tls.https`); `None` without `--https`.
     pub https: Option<crate::http::HttpSettings>,
+    /// How long a stop waits for running transfers (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
+    /// Log filter (`--log-level`, checked); `None`: RUST_LOG or info.
+    pub log_level: Option<String>,
+    /// Log file (`--log-file`); `None`: stderr.
+    pub log_file: Option<PathBuf>,
+    /// The user to run as after binding (`--run-as`).
+    pub run_as: Option<String>,
+    /// Root allowed on public addresses (`--allow-root`).
+    pub allow_root: bool,
 }
 
 impl ServeConfig {
@@ -454,6 +506,12 @@ impl ServeConfig {
         if idle == 0 {
             bail!("idle_timeout must be at least 1 second");
         }
+        let log_level = args.log_level.clone().or(file.log_level);
+        if let Some(f) = &log_level {
+            tracing_subscriber::EnvFilter::builder()
+                .parse(f)
+                .map_err(|e| anyhow::anyhow!("log_level {f:?}: {e}"))?;
+        }
         let tuning = args.tuning.clone().over(file.engine.unwrap_or_default());
         // Every value checked now, so a typo stops the start with its key.
         tuning.apply(&mut sluice_engine::EngineConfig::default())?;
@@ -470,7 +528,10 @@ impl ServeConfig {
         )?;
         if tls.server.is_none() {
             if let Some(u) = file.users.iter().find(|u| u.require_tls == Some(true)) {
-                bail!("config: user {:?} has require_tls but no tls_cert/tls_key is configured", u.name);
+                bail!(
+                    "config: user {:?} has require_tls but no tls_cert/tls_key is configured",
+                    u.name
+                );
             }
         }
         let http_keys = crate::http::settings::HttpFileKeys {
@@ -564,6 +625,15 @@ impl ServeConfig {
             event_interval,
             tls,
             https,
+            shutdown_timeout: Duration::from_secs(
+                args.shutdown_timeout
+                    .or(file.shutdown_timeout)
+                    .unwrap_or(DEFAULT_SHUTDOWN_SECS),
+            ),
+            log_level,
+            log_file: args.log_file.clone().or(file.log_file),
+            run_as: args.run_as.clone().or(file.run_as),
+            allow_root: args.allow_root || file.allow_root.unwrap_or(false),
         })
     }
 }

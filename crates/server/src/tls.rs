@@ -103,6 +103,13 @@ pub struct ServerTls {
     /// FTPS control and data connections: no ALPN required (curl offers
     /// `ftp`, others nothing), one session cache for resumption.
     pub ftp: Arc<ServerConfig>,
+    /// FTPS data connections: the control configuration (same session
+    /// cache and ticketer, so they resume the control session) without
+    /// TLS 1.3 session tickets. A client never reads on an upload's data
+    /// connection, so tickets sent there sit unread in its socket and its
+    /// close becomes a reset, which can destroy the end of the upload
+    /// before the server has read it (seen with curl under load).
+    pub ftp_data: Arc<ServerConfig>,
 }
 
 impl ServerTls {
@@ -115,9 +122,12 @@ impl ServerTls {
             .with_context(|| format!("tls_cert {} with tls_key", cert.display()))?;
         let ftp = server_config(chain, key, &[])
             .with_context(|| format!("tls_cert {} with tls_key", cert.display()))?;
+        let mut ftp_data = ftp.clone();
+        ftp_data.send_tls13_tickets = 0;
         Ok(ServerTls {
             https: Arc::new(https),
             ftp: Arc::new(ftp),
+            ftp_data: Arc::new(ftp_data),
         })
     }
 }
@@ -187,7 +197,9 @@ pub fn log_data_path() {
     if kernel_tls_available() {
         tracing::info!("TLS bodies are encrypted in user space; this kernel has kTLS (tls ULP), which sluice does not use yet");
     } else {
-        tracing::info!("TLS bodies are encrypted in user space (no kTLS: the kernel has no tls ULP loaded)");
+        tracing::info!(
+            "TLS bodies are encrypted in user space (no kTLS: the kernel has no tls ULP loaded)"
+        );
     }
 }
 
@@ -219,7 +231,9 @@ pub fn merge(args: &TlsArgs, file: &TlsFileKeys) -> Result<TlsSettings> {
             (require_tls, "require_tls"),
         ] {
             if on {
-                bail!("{what} needs a certificate: give tls_cert and tls_key (--tls-cert, --tls-key)");
+                bail!(
+                    "{what} needs a certificate: give tls_cert and tls_key (--tls-cert, --tls-key)"
+                );
             }
         }
     }
@@ -312,9 +326,15 @@ mod tests {
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a pem file\n").unwrap();
         let err = format!("{:#}", ServerTls::load(&junk, &k).unwrap_err());
-        assert!(err.contains("junk.pem") && err.contains("CERTIFICATE"), "{err}");
+        assert!(
+            err.contains("junk.pem") && err.contains("CERTIFICATE"),
+            "{err}"
+        );
         let err = format!("{:#}", ServerTls::load(&c, &junk).unwrap_err());
-        assert!(err.contains("junk.pem") && err.contains("PRIVATE KEY"), "{err}");
+        assert!(
+            err.contains("junk.pem") && err.contains("PRIVATE KEY"),
+            "{err}"
+        );
         let missing = dir.path().join("missing.pem");
         let err = format!("{:#}", ServerTls::load(&missing, &k).unwrap_err());
         assert!(err.contains("missing.pem"), "{err}");
@@ -332,7 +352,9 @@ mod tests {
             https: Some("127.0.0.1:0".parse().unwrap()),
             ..Default::default()
         };
-        let err = merge(&args, &TlsFileKeys::default()).unwrap_err().to_string();
+        let err = merge(&args, &TlsFileKeys::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("https") && err.contains("tls_cert"), "{err}");
         let file = TlsFileKeys {
             tls_cert: Some("x".into()),

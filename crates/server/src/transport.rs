@@ -35,8 +35,14 @@ impl Conn {
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
         match self {
-            Conn::Plain(c) => c.send_range(file, offset, len, prefix, counters, cancel).await,
-            Conn::Tls(c) => c.send_range(file, offset, len, prefix, counters, cancel).await,
+            Conn::Plain(c) => {
+                c.send_range(file, offset, len, prefix, counters, cancel)
+                    .await
+            }
+            Conn::Tls(c) => {
+                c.send_range(file, offset, len, prefix, counters, cancel)
+                    .await
+            }
         }
     }
 
@@ -102,4 +108,3 @@ impl From<TlsConn> for Conn {
         Conn::Tls(Box::new(c))
     }
 }
-

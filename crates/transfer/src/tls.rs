@@ -26,7 +26,9 @@ pub async fn send_stream_tls(
 ) -> Result<u64, TransferError> {
     spec.validate()?;
     if spec.mode != Mode::Stream {
-        return Err(TransferError::Setup("TLS data connections carry MODE S only"));
+        return Err(TransferError::Setup(
+            "TLS data connections carry MODE S only",
+        ));
     }
     let mut total = 0;
     for r in &spec.ranges {

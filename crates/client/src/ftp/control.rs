@@ -115,7 +115,8 @@ impl Control {
             .tcp()
             .try_clone()
             .map_err(|e| ClientError::net("control connection", e))?;
-        let DataSock::Plain(tcp) = std::mem::replace(&mut self.stream, DataSock::Plain(placeholder))
+        let DataSock::Plain(tcp) =
+            std::mem::replace(&mut self.stream, DataSock::Plain(placeholder))
         else {
             return Err(ClientError::Bug("AUTH TLS on a TLS connection".into()));
         };

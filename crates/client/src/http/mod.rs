@@ -22,8 +22,10 @@ pub mod get;
 /// case).
 pub fn is_http(url: &str) -> bool {
     let u = url.trim();
-    u.get(..7).is_some_and(|p| p.eq_ignore_ascii_case("http://"))
-        || u.get(..8).is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+    u.get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("http://"))
+        || u.get(..8)
+            .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
 }
 
 #[cfg(test)]

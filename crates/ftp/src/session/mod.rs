@@ -388,7 +388,10 @@ impl Session {
             Some(g) => {
                 self.login = Some(g);
                 self.login_requires_tls = self.config.tls.offered
-                    && self.login_user.as_deref().is_some_and(|u| self.config.tls.required_for(u));
+                    && self
+                        .login_user
+                        .as_deref()
+                        .is_some_and(|u| self.config.tls.required_for(u));
                 self.state = State::Ready;
                 self.reply(ReplyCode::LOGGED_IN, "Login successful.");
             }

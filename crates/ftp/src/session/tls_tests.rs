@@ -68,7 +68,10 @@ fn auth_tls_then_pbsz_and_prot_p_reach_the_data_spec() {
     assert!(say(&mut s, now, "PROT P\r\n").starts_with("503 "));
     assert!(say(&mut s, now, "AUTH BOGUS\r\n").starts_with("504 "));
     // The 234, then nothing more is taken until the handshake is done.
-    assert_eq!(say(&mut s, now, "AUTH TLS\r\n"), "234 Proceed with negotiation.\r\n");
+    assert_eq!(
+        say(&mut s, now, "AUTH TLS\r\n"),
+        "234 Proceed with negotiation.\r\n"
+    );
     assert_eq!(s.poll_action(), Some(Action::StartTls));
     assert_eq!(s.handle_input(now, b"USER x\r\n").unwrap(), 0);
     s.handle_tls(true);

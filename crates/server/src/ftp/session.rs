@@ -14,8 +14,8 @@ use sluice_platform::fs::ServedRoot;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsStream;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsStream;
 use tracing::Instrument;
 
 use super::transfer::{self, Event, Job, Work};
@@ -85,6 +85,9 @@ impl CtlWrite {
 
 struct Driver {
     ctx: Arc<FtpContext>,
+    /// The configuration in force when the session connected (a SIGHUP
+    /// reload applies to later sessions; logins read the current users).
+    cfg: Arc<crate::config::ServeConfig>,
     session: Session,
     wr: CtlWrite,
     /// A second handle on the control socket (never read: dup'd again
@@ -133,7 +136,16 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let _ = socket2::SockRef::from(&conn).set_out_of_band_inline(true);
     let ctl = super::transfer::control_watch(&conn);
     let (rd, wr) = conn.into_split();
-    run(ctx, local, peer, CtlRead::Plain(rd), CtlWrite::Plain(wr), ctl, false).await
+    run(
+        ctx,
+        local,
+        peer,
+        CtlRead::Plain(rd),
+        CtlWrite::Plain(wr),
+        ctl,
+        false,
+    )
+    .await
 }
 
 /// Serves one implicit-FTPS control connection (`--ftps`): the TLS
@@ -155,7 +167,16 @@ pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
         }
     };
     let (rd, wr) = tokio::io::split(TlsStream::from(tls));
-    run(ctx, local, peer, CtlRead::Tls(rd), CtlWrite::Tls(wr), ctl, true).await
+    run(
+        ctx,
+        local,
+        peer,
+        CtlRead::Tls(rd),
+        CtlWrite::Tls(wr),
+        ctl,
+        true,
+    )
+    .await
 }
 
 /// AUTH TLS: the server side of the handshake on the control connection
@@ -189,10 +210,11 @@ async fn run(
     ctl: Option<TcpStream>,
     implicit: bool,
 ) {
+    let cfg = ctx.current.config();
     let mut session = Session::new(SessionConfig {
         local_addr: local,
         peer_addr: peer,
-        idle_timeout: ctx.config.idle_timeout,
+        idle_timeout: cfg.idle_timeout,
         greeting: GREETING.into(),
         tls: tls_policy(&ctx, implicit),
     });
@@ -200,6 +222,7 @@ async fn run(
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
         ctx,
+        cfg,
         session,
         wr,
         ctl,
@@ -217,6 +240,9 @@ async fn run(
     let mut inbuf: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 4096];
     let mut peer_closed = false;
+    let shutdown = d.ctx.shutdown.clone();
+    let mut draining = shutdown.is_draining();
+    let mut cut = false;
     'conn: loop {
         // Input buffered behind an outstanding action (PASS, SIZE, CWD...)
         // is offered again as soon as the session is free: waiting for the
@@ -250,7 +276,9 @@ async fn run(
                 }
                 continue;
             }
-            if inbuf.is_empty() || d.session.is_closed() {
+            // While the server stops, only a session with a transfer
+            // running reads on (ABOR, STAT); no new command starts.
+            if inbuf.is_empty() || d.session.is_closed() || (draining && d.running.is_none()) {
                 break;
             }
             match d.session.handle_input(Instant::now(), &inbuf) {
@@ -263,6 +291,15 @@ async fn run(
                     inbuf.clear();
                 }
             }
+        }
+        if draining && d.running.is_none() {
+            // The server is stopping and this session has nothing running
+            // (any transfer's final reply is already out): 421 and close.
+            let _ =
+                d.wr.write_all(&super::refusal("Server shutting down."))
+                    .await;
+            tracing::debug!("closed: server stopping");
+            break;
         }
         let deadline = d.session.poll_timeout().map(tokio::time::Instant::from_std);
         let can_read = !peer_closed && inbuf.len() < MAX_PENDING_INPUT;
@@ -296,6 +333,15 @@ async fn run(
             },
             _ = sleep_until(deadline), if deadline.is_some() => {
                 d.session.handle_timeout(Instant::now());
+            }
+            _ = shutdown.draining(), if !draining => draining = true,
+            _ = shutdown.cutting(), if draining && !cut => {
+                // The shutdown timeout is over: end the transfer (an
+                // upload keeps its partial); its Done reply comes next.
+                cut = true;
+                if let Some(c) = &d.running {
+                    c.cancel();
+                }
             }
         }
     }
@@ -359,7 +405,7 @@ impl Driver {
     async fn perform(&mut self, action: Action) -> bool {
         match action {
             Action::Authenticate { user, pass } => {
-                let users = self.ctx.users.clone();
+                let users = self.ctx.current.users();
                 let name = user.clone();
                 let pass = String::from_utf8_lossy(pass.as_bytes()).into_owned();
                 let login = if users.check_is_costly(&name) {
@@ -403,7 +449,7 @@ impl Driver {
                         tracing::info!(user = %user, writable = l.writable, "login");
                         let grant = LoginGrant {
                             writable: l.writable,
-                            allow_foreign_data_host: self.ctx.config.allow_foreign_data_host
+                            allow_foreign_data_host: self.cfg.allow_foreign_data_host
                                 && !l.anonymous,
                         };
                         self.login = Some((user, l, root));
@@ -421,24 +467,21 @@ impl Driver {
                 self.cached = None;
                 // Only a login granted third-party transfers (never anonymous)
                 // may have its passive port reached from another host.
-                let foreign_ok = self.ctx.config.allow_foreign_data_host
+                let foreign_ok = self.cfg.allow_foreign_data_host
                     && self.login.as_ref().is_some_and(|(_, l, _)| !l.anonymous);
                 let peer = Some(self.peer.ip()).filter(|_| !foreign_ok);
                 match Passive::open(
                     &self.ctx.engine,
                     self.session.socket_buffer(),
                     self.local.ip(),
-                    self.ctx.config.pasv_ports,
+                    self.cfg.pasv_ports,
                     peer,
                 ) {
                     Ok(p) => {
-                        let addr =
-                            p.local_addr()
-                                .ok()
-                                .map(|a| match self.ctx.config.pasv_address {
-                                    Some(ip) if !extended => SocketAddr::new(ip, a.port()),
-                                    _ => a,
-                                });
+                        let addr = p.local_addr().ok().map(|a| match self.cfg.pasv_address {
+                            Some(ip) if !extended => SocketAddr::new(ip, a.port()),
+                            _ => a,
+                        });
                         self.passive = Some(p);
                         self.session.handle_passive(addr);
                     }
@@ -578,7 +621,7 @@ impl Driver {
             writable: login.writable,
             cancel: cancel.clone(),
             cached,
-            partials: self.ctx.config.partials,
+            partials: self.cfg.partials,
             control: self.ctl.as_ref().and_then(transfer::control_watch),
             tls: self
                 .ctx
@@ -586,9 +629,20 @@ impl Driver {
                 .tls
                 .server
                 .as_ref()
-                .map(|s| Arc::clone(&s.ftp)),
+                .map(|s| Arc::clone(&s.ftp_data)),
+            shutdown: self.ctx.shutdown.clone(),
         };
         self.running = Some(cancel);
-        tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());
+        // Counted live until its partial (if any) is put away, which may
+        // be after the session itself is gone.
+        let live = self.ctx.shutdown.guard();
+        let events = self.events_tx.clone();
+        tokio::spawn(
+            async move {
+                transfer::run(job, work, events).await;
+                drop(live);
+            }
+            .in_current_span(),
+        );
     }
 }

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use sluice_engine::TlsConn;
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::command::TransferMode;
 use sluice_ftp::markers::{range_marker, PerfMarker};
@@ -14,7 +15,6 @@ use sluice_ftp::path::VirtualPath;
 use sluice_ftp::reply::Reply;
 use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
-use sluice_engine::TlsConn;
 use sluice_transfer::{
     receive_mode_e_relative, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
     send_stream_tls,
@@ -25,8 +25,8 @@ use tokio::sync::mpsc;
 
 use crate::data::{self, Passive};
 use crate::listing::Lister;
-use crate::transport::Conn;
 use crate::ops::{check_names_dir, op_error, open_listing, FtpLines, ListSource};
+use crate::transport::Conn;
 use crate::upload::{PartialPolicy, Upload};
 use crate::xferlog::{Direction, XferRecord};
 
@@ -76,6 +76,8 @@ pub struct Job {
     pub control: Option<TcpStream>,
     /// The FTPS configuration for data connections under PROT P.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The server's stop: a transfer ended by it says so in the log.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 /// A second handle on the control connection (a dup of its fd, never read,
@@ -138,15 +140,19 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
     let progress = Progress::new();
     let (result, record) = execute(&job, &work, &events, cached, &progress).await;
     if let Some((path, ascii, direction)) = record {
+        // A failed transfer logs the bytes that moved before it broke
+        // (with the incomplete flag), not 0.
+        let bytes = match &result {
+            Ok(n) => *n,
+            Err(_) => moved_before_failure(&work, direction, &progress),
+        };
+        if result.is_err() && job.shutdown.is_cutting() {
+            log_cut(&path, direction, bytes, &job.user);
+        }
         XferRecord {
             elapsed: started.elapsed(),
             peer: job.peer,
-            // A failed transfer logs the bytes that moved before it broke
-            // (with the incomplete flag), not 0.
-            bytes: match &result {
-                Ok(n) => *n,
-                Err(_) => moved_before_failure(&work, direction, &progress),
-            },
+            bytes,
             path: path.as_str(),
             ascii,
             direction,
@@ -160,6 +166,32 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
 }
 
 type Record = Option<(VirtualPath, bool, Direction)>;
+
+/// One line per transfer the shutdown ended, saying what is left of it.
+fn log_cut(path: &VirtualPath, direction: Direction, bytes: u64, user: &str) {
+    match direction {
+        Direction::Incoming if bytes > 0 => tracing::warn!(
+            path = path.as_str(),
+            user,
+            bytes,
+            partial = crate::upload::partial_path(path)
+                .as_ref()
+                .map_or("", |p| p.as_str()),
+            "upload cut by shutdown; kept as a partial for a resume (REST/APPE, sluice put --continue)"
+        ),
+        Direction::Incoming => tracing::warn!(
+            path = path.as_str(),
+            user,
+            "upload cut by shutdown before any data; nothing kept"
+        ),
+        Direction::Outgoing => tracing::warn!(
+            path = path.as_str(),
+            user,
+            bytes,
+            "download cut by shutdown"
+        ),
+    }
+}
 
 /// Payload bytes a failed transfer moved. Uploads: what reached the file.
 /// MODE S downloads: what went into the socket (the senders count whole
@@ -239,7 +271,7 @@ async fn list(
     let mut secured = Vec::with_capacity(conns.len());
     for c in conns {
         secured.push(if data.protected {
-            Conn::from(handshake_data(job, c).await?)
+            Conn::from(handshake_data(job, c, data).await?)
         } else {
             Conn::from(job.engine.data_conn_sized(c, asked_buffer(data)))
         });
@@ -382,7 +414,7 @@ async fn retr(
         let base = if len_given { offset } else { 0 };
         let mut secured = Vec::with_capacity(conns.len());
         for c in conns.drain(..) {
-            secured.push(handshake_data(job, c).await?);
+            secured.push(handshake_data(job, c, data).await?);
         }
         match data.mode {
             TransferMode::Stream => {
@@ -407,11 +439,11 @@ async fn retr(
     } else {
         // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
         // globus-gridftp-server sends); REST n + RETR keeps file offsets.
+        let base = if len_given { offset } else { 0 };
         let conns: Vec<_> = conns
             .into_iter()
             .map(|c| job.engine.data_conn_sized(c, asked_buffer(data)))
             .collect();
-        let base = if len_given { offset } else { 0 };
         let fut = send_relative(
             &job.engine,
             spec,
@@ -510,9 +542,8 @@ async fn stor(
         if data.mode == TransferMode::Stream {
             let mut conns = open_data(job, data, 1).await?;
             let conn = conns.pop().ok_or(OpError::DataConnection)?;
-            job.engine.prepare_socket_sized(&conn, asked_buffer(data));
             if data.protected {
-                let mut tls = handshake_data(job, conn).await?;
+                let mut tls = handshake_data(job, conn, data).await?;
                 return receive_stream_tls(
                     &job.engine,
                     file,
@@ -524,6 +555,7 @@ async fn stor(
                 .await
                 .map_err(|e| transfer_error(&e, &job.cancel));
             }
+            job.engine.prepare_socket_sized(&conn, asked_buffer(data));
             let fut = receive_stream(
                 &job.engine,
                 file,
@@ -689,8 +721,11 @@ async fn accept_more(
 /// PROT P: the server side of a TLS handshake on a data connection (also
 /// one we connected for PORT/EPRT, RFC 4217 section 7), resuming the
 /// control connection's session when the client offers it.
-async fn handshake_data(job: &Job, conn: TcpStream) -> Result<TlsConn, OpError> {
+async fn handshake_data(job: &Job, conn: TcpStream, data: &DataSpec) -> Result<TlsConn, OpError> {
     let config = job.tls.clone().ok_or(OpError::DataConnection)?;
+    // The engine's socket settings (and SBUF) before the handshake, as for
+    // a clear data connection.
+    job.engine.prepare_socket_sized(&conn, asked_buffer(data));
     let tls = tokio::select! {
         r = crate::tls::handshake(config, conn) => r.map_err(|e| {
             tracing::info!(error = %e, "TLS handshake on a data connection failed");
@@ -806,7 +841,7 @@ fn transfer_error(e: &TransferError, cancel: &Cancel) -> OpError {
         426 => match e {
             TransferError::Framing(_) | TransferError::Limit(_) => OpError::BadData,
             _ => {
-                tracing::debug!(error = %e, "transfer lost its data connection");
+                tracing::info!(error = %e, "transfer lost its data connection");
                 OpError::ConnectionLost
             }
         },

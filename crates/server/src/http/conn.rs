@@ -132,7 +132,8 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             tracing::debug!(error = %e, "response not completed; closing");
             return;
         }
-        if !plan.keep_alive {
+        // A stopping server answers what it was asked, then closes.
+        if !plan.keep_alive || ctx.shutdown.is_draining() {
             linger_close(&mut conn).await;
             return;
         }
@@ -172,12 +173,7 @@ async fn send_listing(
 }
 
 /// Reads until `buf` starts with a complete head (or fails to).
-async fn read_head(
-    ctx: &HttpContext,
-    stream: &mut Conn,
-    buf: &mut Vec<u8>,
-    first: bool,
-) -> Head {
+async fn read_head(ctx: &HttpContext, stream: &mut Conn, buf: &mut Vec<u8>, first: bool) -> Head {
     let s = &ctx.settings;
     let start = Instant::now();
     // The head deadline runs from accept for the first request and from
@@ -195,7 +191,13 @@ async fn read_head(
         }
         let deadline = head_deadline.unwrap_or(idle_deadline);
         buf.reserve(READ_CHUNK);
-        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(deadline, stream.read_buf(buf)) => r,
+            // Stopping: a connection waiting for (the rest of) a head is
+            // closed; nothing of it has been answered or started.
+            _ = ctx.shutdown.draining() => return Head::Gone,
+        };
+        match read {
             Err(_) if head_deadline.is_some() && !buf.is_empty() => return Head::TimedOut,
             Err(_) => return Head::Gone,
             Ok(Ok(0)) | Ok(Err(_)) => return Head::Gone,
@@ -439,12 +441,16 @@ mod tests {
         tokio::spawn(run(ctx, l));
         // Garbage: the connection is closed.
         let mut g = TcpStream::connect(addr).await.unwrap();
-        g.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        g.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut sink = Vec::new();
         let _ = g.read_to_end(&mut sink).await;
         // Half a ClientHello, then silence (held open during the rest).
         let mut half = TcpStream::connect(addr).await.unwrap();
-        half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).await.unwrap();
+        half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+            .await
+            .unwrap();
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ck.cert.der().clone()).unwrap();
         let client = rustls::ClientConfig::builder()
@@ -465,7 +471,11 @@ mod tests {
         .unwrap();
         let mut out = Vec::new();
         s.read_to_end(&mut out).await.unwrap();
-        assert!(out.starts_with(b"HTTP/1.1 206 "), "{}", String::from_utf8_lossy(&out[..60]));
+        assert!(
+            out.starts_with(b"HTTP/1.1 206 "),
+            "{}",
+            String::from_utf8_lossy(&out[..60])
+        );
         let first_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         assert_eq!(&out[first_end..first_end + 5], &data[5..10]);
         assert!(out[first_end + 5..].starts_with(b"HTTP/1.1 200 "));

@@ -60,6 +60,10 @@ pub struct HttpContext {
     pub open_files: open_files::OpenFiles,
     /// The HTTPS door's TLS configuration; `None` for plain HTTP.
     pub tls: Option<crate::tls::Acceptor>,
+    /// The server's stop (crate::shutdown): idle keep-alive connections
+    /// close when it drains; a response still being sent when it cuts is
+    /// cut short.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 impl HttpContext {
@@ -73,6 +77,7 @@ impl HttpContext {
             engine,
             next_conn: AtomicU64::new(1),
             tls: None,
+            shutdown: crate::shutdown::Shutdown::never(),
         }
     }
 
@@ -99,9 +104,11 @@ pub async fn start(
     cfg: &ServeConfig,
     engine: &Engine,
     loops: &Loops,
+    shutdown: &crate::shutdown::Shutdown,
+    current: &crate::reload::Current,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let http = start_plain(cfg, engine, loops).await?;
-    let https = start_https(cfg, engine, loops).await?;
+    let http = start_plain(cfg, engine, loops, shutdown, current).await?;
+    let https = start_https(cfg, engine, loops, shutdown).await?;
     Ok(match (http, https) {
         (Some(a), Some(b)) => Some(tokio::spawn(async move {
             // Either door ending (a panic) ends the front door as one.
@@ -120,6 +127,7 @@ async fn start_https(
     cfg: &ServeConfig,
     engine: &Engine,
     loops: &Loops,
+    shutdown: &crate::shutdown::Shutdown,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let (Some(settings), Some(server)) = (cfg.https.clone(), cfg.tls.server.as_ref()) else {
         return Ok(None);
@@ -137,9 +145,10 @@ async fn start_https(
         writeln!(out, "https listening on {addr}")?;
         out.flush()?;
     }
-    let ctx = Arc::new(
-        HttpContext::new(root, settings, engine.clone()).with_tls(Arc::clone(&server.https)),
-    );
+    let mut ctx =
+        HttpContext::new(root, settings, engine.clone()).with_tls(Arc::clone(&server.https));
+    ctx.shutdown = shutdown.clone();
+    let ctx = Arc::new(ctx);
     if let Some(every) = ctx.open_files.sweep_every() {
         tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
     }
@@ -151,6 +160,8 @@ async fn start_plain(
     cfg: &ServeConfig,
     engine: &Engine,
     loops: &Loops,
+    shutdown: &crate::shutdown::Shutdown,
+    current: &crate::reload::Current,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
@@ -181,7 +192,11 @@ async fn start_plain(
         writeln!(out, "http listening on {addr}")?;
         out.flush()?;
     }
-    let ctx = Arc::new(HttpContext::new(root, settings, engine.clone()));
+    let mut ctx = HttpContext::new(root, settings, engine.clone());
+    ctx.shutdown = shutdown.clone();
+    // SIGHUP may change `http_max_connections` (crate::reload).
+    current.set_http_gate(Arc::clone(&ctx.gate), ctx.settings.max_connections);
+    let ctx = Arc::new(ctx);
     if let Some(every) = ctx.open_files.sweep_every() {
         tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
     }
@@ -213,8 +228,8 @@ async fn sweep_open_files(ctx: Weak<HttpContext>, every: Duration) {
     }
 }
 
-/// Resolves when the HTTP accept loop ends (never, unless it panicked);
-/// pending forever when HTTP is off, so it can sit in a `select!`.
+/// Resolves when the HTTP accept loop ends (a stop, or a panic); pending
+/// forever when HTTP is off, so it can sit in a `select!`.
 pub async fn finished(task: Option<JoinHandle<()>>) {
     match task {
         Some(t) => {
@@ -226,23 +241,7 @@ pub async fn finished(task: Option<JoinHandle<()>>) {
     }
 }
 
-/// `--no-ftp`: HTTP alone, until it stops or `stop` resolves (Ctrl-C,
-/// SIGTERM).
-pub async fn serve_alone(
-    task: Option<JoinHandle<()>>,
-    stop: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
-    if task.is_none() {
-        anyhow::bail!("nothing to serve: FTP is off (--no-ftp) and HTTP is not listening");
-    }
-    tokio::select! {
-        _ = finished(task) => {}
-        _ = stop => {}
-    }
-    Ok(())
-}
-
-/// Accepts connections forever; each gets its own task, so a slow client
+/// Accepts connections until a stop; each gets its own task, so a slow client
 /// only ever holds its own task, never a worker thread. (The server
 /// starts [`run_spread`] through [`start`]; tests call this.)
 #[cfg(test)]
@@ -260,13 +259,20 @@ pub async fn run_spread(ctx: Arc<HttpContext>, listener: TcpListener, loops: Loo
         full: || status_bytes(Status::ServiceUnavailable),
         exhausted: || status_bytes(Status::ServiceUnavailable),
     };
-    crate::listener::run(listener, door, loops, move |stream, peer, permit| {
+    let stop = ctx.shutdown.clone();
+    crate::listener::run(listener, door, loops, stop, move |stream, peer, permit| {
         let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("http", id, %peer);
         let ctx = Arc::clone(&ctx);
         tokio::spawn(
             async move {
-                conn::serve(ctx, stream, peer, id).await;
+                let shutdown = ctx.shutdown.clone();
+                tokio::select! {
+                    _ = conn::serve(ctx, stream, peer, id) => {}
+                    _ = shutdown.cutting() => {
+                        tracing::warn!(%peer, "http response cut by shutdown");
+                    }
+                }
                 drop(permit);
             }
             .instrument(span),
