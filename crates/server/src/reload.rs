@@ -10,7 +10,7 @@
 //! | `max_sessions`, `http_max_connections` | at once: more room now; fewer, as sessions end |
 //! | `idle_timeout`, `pasv_ports`, `pasv_address`, `allow_foreign_data_host`, `partial_max_*` | for sessions that connect after the reload |
 //! | `log_level` | at once |
-//! | certificates | through [`Reloader::on_reload`] hooks (the TLS front doors') |
+//! | `tls_cert`/`tls_key` (their files read again), `require_tls` | certificates: new handshakes on every door (connections already up keep theirs); `require_tls`: sessions that connect after the reload |
 //!
 //! Everything else (root, listen addresses, `no_ftp`/`no_http`, runtime,
 //! workers, the engine and the other HTTP settings, metrics, the log file's path,
@@ -33,6 +33,9 @@ pub struct Current {
     ftp_gate: OnceLock<Gate>,
     /// The HTTP door's, registered by `http::start`.
     http_gate: OnceLock<Gate>,
+    /// The HTTPS door's TLS configuration, registered by `http::start`,
+    /// replaced when a reload brings a new certificate.
+    https_tls: OnceLock<Arc<crate::tls::Acceptor>>,
 }
 
 impl Current {
@@ -42,6 +45,7 @@ impl Current {
             state: RwLock::new((Arc::new(config.clone()), Users::new(config))),
             ftp_gate: OnceLock::new(),
             http_gate: OnceLock::new(),
+            https_tls: OnceLock::new(),
         }
     }
 
@@ -61,6 +65,12 @@ impl Current {
         let _ = self.ftp_gate.set(Gate::new(gate, capacity));
     }
 
+    /// Registers the HTTPS door's acceptor, so a reload can give it a new
+    /// certificate.
+    pub fn set_https_tls(&self, acceptor: Arc<crate::tls::Acceptor>) {
+        let _ = self.https_tls.set(acceptor);
+    }
+
     /// Registers the HTTP door's gate (`http_max_connections`).
     pub fn set_http_gate(&self, gate: Arc<Semaphore>, capacity: usize) {
         let _ = self.http_gate.set(Gate::new(gate, capacity));
@@ -78,6 +88,9 @@ impl Current {
         }
         if let (Some(gate), Some(h)) = (self.http_gate.get(), &new.http) {
             gate.resize(h.max_connections);
+        }
+        if let (Some(a), Some(tls)) = (self.https_tls.get(), &new.tls.server) {
+            a.replace(Arc::clone(&tls.https));
         }
         let users = st.1.reloaded(&new);
         *st = (Arc::new(new), users);
@@ -227,6 +240,16 @@ fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>
     if let (Some(mh), Some(nh)) = (m.http.as_mut(), new.http.as_ref()) {
         mh.max_connections = nh.max_connections;
     }
+    // Certificates (files read again by the load) and require_tls; TLS
+    // itself on or off, and the TLS doors' addresses, need a restart.
+    let tls_on = |c: &ServeConfig| c.tls.server.is_some();
+    if tls_on(old) && tls_on(&new) {
+        m.tls.server = new.tls.server.clone();
+        m.tls.files = new.tls.files.clone();
+    }
+    if (tls_on(old) && tls_on(&new)) || !new.tls.require_tls {
+        m.tls.require_tls = new.tls.require_tls;
+    }
     // Every other difference is one the running server cannot take.
     let mut need_restart = Vec::new();
     let mut check = |name, differs: bool| {
@@ -235,6 +258,11 @@ fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>
         }
     };
     check("root", old.root != new.root);
+    check("tls_cert", tls_on(old) != tls_on(&new));
+    check(
+        "https",
+        old.tls.https != new.tls.https || old.tls.ftps != new.tls.ftps,
+    );
     check(
         "ftp",
         old.ftp != new.ftp || old.ftp_enabled != new.ftp_enabled,

@@ -107,15 +107,14 @@ struct Driver {
     out: Vec<u8>,
 }
 
-/// The session's TLS policy from the configuration.
-fn tls_policy(ctx: &FtpContext, implicit: bool) -> TlsPolicy {
-    let tls = &ctx.config.tls;
+/// The session's TLS policy from the configuration in force.
+fn tls_policy(cfg: &crate::config::ServeConfig, implicit: bool) -> TlsPolicy {
+    let tls = &cfg.tls;
     TlsPolicy {
         offered: tls.server.is_some(),
         implicit,
         required: tls.require_tls,
-        exceptions: ctx
-            .config
+        exceptions: cfg
             .users
             .iter()
             .filter(|u| u.require_tls.is_some_and(|r| r != tls.require_tls))
@@ -151,7 +150,9 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
 /// Serves one implicit-FTPS control connection (`--ftps`): the TLS
 /// handshake first, then the session, protected from its greeting on.
 pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
-    let Some(server) = ctx.config.tls.server.as_ref().map(|s| Arc::clone(&s.ftp)) else {
+    // The certificate in force (a SIGHUP reload may have replaced it).
+    let cfg = ctx.current.config();
+    let Some(server) = cfg.tls.server.as_ref().map(|s| Arc::clone(&s.ftp)) else {
         return;
     };
     let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
@@ -182,7 +183,13 @@ pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
 /// AUTH TLS: the server side of the handshake on the control connection
 /// (whose 234 is out). `None` when it failed; the connection is gone.
 async fn upgrade(ctx: &FtpContext, rd: CtlRead, wr: CtlWrite) -> Option<(CtlRead, CtlWrite)> {
-    let server = ctx.config.tls.server.as_ref().map(|s| Arc::clone(&s.ftp))?;
+    let server = ctx
+        .current
+        .config()
+        .tls
+        .server
+        .as_ref()
+        .map(|s| Arc::clone(&s.ftp))?;
     let (CtlRead::Plain(rd), CtlWrite::Plain(wr)) = (rd, wr) else {
         return None;
     };
@@ -216,7 +223,7 @@ async fn run(
         peer_addr: peer,
         idle_timeout: cfg.idle_timeout,
         greeting: GREETING.into(),
-        tls: tls_policy(&ctx, implicit),
+        tls: tls_policy(&cfg, implicit),
     });
     session.handle_connected(Instant::now());
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
@@ -625,7 +632,8 @@ impl Driver {
             control: self.ctl.as_ref().and_then(transfer::control_watch),
             tls: self
                 .ctx
-                .config
+                .current
+                .config()
                 .tls
                 .server
                 .as_ref()

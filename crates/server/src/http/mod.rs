@@ -59,7 +59,7 @@ pub struct HttpContext {
     /// Open files by path (`--http-open-cache`).
     pub open_files: open_files::OpenFiles,
     /// The HTTPS door's TLS configuration; `None` for plain HTTP.
-    pub tls: Option<crate::tls::Acceptor>,
+    pub tls: Option<Arc<crate::tls::Acceptor>>,
     /// The server's stop (crate::shutdown): idle keep-alive connections
     /// close when it drains; a response still being sent when it cuts is
     /// cut short.
@@ -83,7 +83,7 @@ impl HttpContext {
 
     /// The same, serving HTTPS with `tls`.
     pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> HttpContext {
-        self.tls = Some(crate::tls::Acceptor::new(tls));
+        self.tls = Some(Arc::new(crate::tls::Acceptor::new(tls)));
         self
     }
 }
@@ -108,7 +108,7 @@ pub async fn start(
     current: &crate::reload::Current,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let http = start_plain(cfg, engine, loops, shutdown, current).await?;
-    let https = start_https(cfg, engine, loops, shutdown).await?;
+    let https = start_https(cfg, engine, loops, shutdown, current).await?;
     Ok(match (http, https) {
         (Some(a), Some(b)) => Some(tokio::spawn(async move {
             // Either door ending (a panic) ends the front door as one.
@@ -128,6 +128,7 @@ async fn start_https(
     engine: &Engine,
     loops: &Loops,
     shutdown: &crate::shutdown::Shutdown,
+    current: &crate::reload::Current,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let (Some(settings), Some(server)) = (cfg.https.clone(), cfg.tls.server.as_ref()) else {
         return Ok(None);
@@ -148,6 +149,10 @@ async fn start_https(
     let mut ctx =
         HttpContext::new(root, settings, engine.clone()).with_tls(Arc::clone(&server.https));
     ctx.shutdown = shutdown.clone();
+    // SIGHUP may bring a new certificate (crate::reload).
+    if let Some(a) = &ctx.tls {
+        current.set_https_tls(Arc::clone(a));
+    }
     let ctx = Arc::new(ctx);
     if let Some(every) = ctx.open_files.sweep_every() {
         tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
