@@ -596,7 +596,11 @@ fn sluice_client_over_ftpes_and_ftps() {
         .arg(explicit(&big.name))
         .arg(&dest));
     out.assert_success();
-    assert!(out.stderr.contains("MODE E, 4 streams"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("MODE E, 4 streams"),
+        "{}",
+        out.describe()
+    );
     compare_file(&dest, big).unwrap();
     fetch_all(&s, "sluice get ftps://", |f, dest| {
         sluice_get(
@@ -679,7 +683,10 @@ fn sighup_reloads_the_certificate() {
         let dest = dir.path().join("small");
         let _ = std::fs::remove_file(&dest);
         let (url, p) = if ftp {
-            (format!("ftp://{url_host}:{}/{}", server.port, small.name), server.port)
+            (
+                format!("ftp://{url_host}:{}/{}", server.port, small.name),
+                server.port,
+            )
         } else {
             (format!("https://{url_host}:{port}/{}", small.name), port)
         };
@@ -702,13 +709,24 @@ fn sighup_reloads_the_certificate() {
     let big = corpus().file(64 << 20);
     let big_dest = dir.path().join("big");
     let mut slow = Command::new("curl");
-    slow.args(["-sS", "--fail", "--limit-rate", "16M", "--cacert", &ca, "-o"])
-        .arg(&big_dest)
-        .arg(format!("https://127.0.0.1:{port}/{}", big.name));
+    slow.args([
+        "-sS",
+        "--fail",
+        "--limit-rate",
+        "16M",
+        "--cacert",
+        &ca,
+        "-o",
+    ])
+    .arg(&big_dest)
+    .arg(format!("https://127.0.0.1:{port}/{}", big.name));
     let slow = std::thread::spawn(move || run(&mut slow));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while std::fs::metadata(&big_dest).map_or(0, |m| m.len()) == 0 {
-        assert!(std::time::Instant::now() < deadline, "slow download never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slow download never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     write(&pki.wrong_cert, &pki.wrong_key);
@@ -721,7 +739,11 @@ fn sighup_reloads_the_certificate() {
     for ftp in [false, true] {
         // The old name is no longer in the certificate...
         let (out, _) = get("localhost", "localhost", ftp);
-        assert!(!out.success(), "old certificate still served\n{}", out.describe());
+        assert!(
+            !out.success(),
+            "old certificate still served\n{}",
+            out.describe()
+        );
         // ...the new one is.
         let (out, dest) = get("wrong.example", "wrong.example", ftp);
         out.assert_success();

@@ -12,8 +12,8 @@ use sluice_ftp::mode_e::BlockHeader;
 use tokio::task::JoinSet;
 
 use crate::limits::{MAX_STREAMS, STREAM_PIECE};
-use crate::spec::BlockQueue;
 use crate::receive::range_hook;
+use crate::spec::BlockQueue;
 use crate::{Mode, Progress, SendSpec, TransferError};
 
 /// Sends the spec's ranges (MODE S) over `conn`, then TLS close_notify and
@@ -104,7 +104,9 @@ pub async fn send_extended_tls(
             Arc::clone(&progress),
             inner.clone(),
         );
-        tasks.spawn(async move { tls_stream_task(conn, &file, &queue, eof, &progress, &inner).await });
+        tasks.spawn(
+            async move { tls_stream_task(conn, &file, &queue, eof, &progress, &inner).await },
+        );
     }
     let mut total = 0u64;
     let mut first_err: Option<TransferError> = None;

@@ -206,7 +206,10 @@ impl Session {
         }
         if self.prot_private
             && self.mode == TransferMode::ExtendedBlock
-            && matches!(cmd, Command::Stor(_) | Command::Appe(_) | Command::Esto { .. })
+            && matches!(
+                cmd,
+                Command::Stor(_) | Command::Appe(_) | Command::Esto { .. }
+            )
         {
             self.reply(
                 C::PARAMETER_NOT_IMPLEMENTED,

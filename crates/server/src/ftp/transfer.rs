@@ -17,8 +17,7 @@ use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, OpError, StoreKind}
 use sluice_platform::fs::ServedRoot;
 use sluice_transfer::{
     receive_mode_e_relative, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
-    send_stream_tls,
-    ByteRange, Mode, Progress, SendSpec, TransferError,
+    send_stream_tls, ByteRange, Mode, Progress, SendSpec, TransferError,
 };
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
