@@ -766,3 +766,73 @@ fn sighup_reloads_the_certificate() {
     out.assert_success();
     server.assert_running();
 }
+
+/// SIGHUP reads the certificate files again: a server started with a
+/// certificate for the wrong host is refused by curl over HTTPS and FTPS;
+/// the right certificate put in the same files and a SIGHUP, and new
+/// handshakes of both doors present it, while the server keeps serving.
+#[test]
+fn sighup_reloads_certificates() {
+    if !require_tool("curl") {
+        return;
+    }
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cur.pem"), dir.path().join("cur.key"));
+    std::fs::copy(&pki.wrong_cert, &cert).unwrap();
+    std::fs::copy(&pki.wrong_key, &key).unwrap();
+    let conf = dir.path().join("sluice.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "tls_cert = {:?}\ntls_key = {:?}\nhttps = \"127.0.0.1:0\"\n",
+            cert.to_str().unwrap(),
+            key.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let server = servers::sluice(ServeOptions {
+        extra_args: vec!["--config".into(), conf.to_str().unwrap().into()],
+        ..Default::default()
+    });
+    let https = server.announced_port("https");
+    let f = corpus().file(4095);
+    let https_url = format!("https://127.0.0.1:{https}/{}", f.name);
+    let ftp_url = format!("ftp://127.0.0.1:{}/{}", server.port, f.name);
+    let fetch = |url: &str, ftp: bool| {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--fail", "-o", "/dev/null", "--cacert"])
+            .arg(&pki.ca);
+        if ftp {
+            c.arg("--ssl-reqd");
+        }
+        run(c.arg(url))
+    };
+    for (url, ftp) in [(&https_url, false), (&ftp_url, true)] {
+        let out = fetch(url, ftp);
+        assert!(
+            !out.status.is_some_and(|s| s.success()),
+            "the wrong host's certificate was accepted: {}",
+            out.describe()
+        );
+    }
+    std::fs::copy(&pki.cert, &cert).unwrap();
+    std::fs::copy(&pki.key, &key).unwrap();
+    let status = Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !server.stderr_text().contains("configuration reloaded") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload logged\n{}",
+            server.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (url, ftp) in [(&https_url, false), (&ftp_url, true)] {
+        fetch(url, ftp).assert_success();
+    }
+}

@@ -137,11 +137,12 @@ pub struct ServeArgs {
     /// third-party transfers). Off by default: it enables FTP bounce.
     #[arg(long)]
     pub allow_foreign_data_host: bool,
-    /// Who decides download read-ahead: `tcp` (planner driven by each
-    /// connection's TCP_INFO under a memory budget), `fixed` (a fixed window
-    /// per connection) or `kernel` (the kernel's read-ahead)
-    /// [default: the engine's, kernel].
-    #[arg(long, value_name = "tcp|fixed|kernel")]
+    /// Who decides download read-ahead: `auto` (the kernel's while the
+    /// range is in the page cache, the `tcp` planner from the first miss),
+    /// `tcp` (planner driven by each connection's TCP_INFO under a memory
+    /// budget), `fixed` (a fixed window per connection) or `kernel` (the
+    /// kernel's read-ahead) [default: auto].
+    #[arg(long, value_name = "auto|tcp|fixed|kernel")]
     pub prefetch: Option<String>,
     /// Cancel a finished or reset connection's pending prefetch reads
     /// at once (`on`) or let started ones run (`off`) [default: on].

@@ -10,7 +10,7 @@
 //! | `max_sessions`, `http_max_connections` | at once: more room now; fewer, as sessions end |
 //! | `idle_timeout`, `pasv_ports`, `pasv_address`, `allow_foreign_data_host`, `partial_max_*` | for sessions that connect after the reload |
 //! | `log_level` | at once |
-//! | `tls_cert`/`tls_key` (their files read again), `require_tls` | certificates: new handshakes on every door (connections already up keep theirs); `require_tls`: sessions that connect after the reload |
+//! | certificates (`tls_cert`, `tls_key`: the files read again), `require_tls` | HTTPS: new handshakes at once; FTPS: sessions that connect after the reload |
 //!
 //! Everything else (root, listen addresses, `no_ftp`/`no_http`, runtime,
 //! workers, the engine and the other HTTP settings, metrics, the log file's path,
@@ -33,9 +33,8 @@ pub struct Current {
     ftp_gate: OnceLock<Gate>,
     /// The HTTP door's, registered by `http::start`.
     http_gate: OnceLock<Gate>,
-    /// The HTTPS door's TLS configuration, registered by `http::start`,
-    /// replaced when a reload brings a new certificate.
-    https_tls: OnceLock<Arc<crate::tls::Acceptor>>,
+    /// The HTTPS door's certificate, registered by `http::start`.
+    https: OnceLock<Arc<crate::tls::Acceptor>>,
 }
 
 impl Current {
@@ -45,7 +44,7 @@ impl Current {
             state: RwLock::new((Arc::new(config.clone()), Users::new(config))),
             ftp_gate: OnceLock::new(),
             http_gate: OnceLock::new(),
-            https_tls: OnceLock::new(),
+            https: OnceLock::new(),
         }
     }
 
@@ -65,15 +64,16 @@ impl Current {
         let _ = self.ftp_gate.set(Gate::new(gate, capacity));
     }
 
-    /// Registers the HTTPS door's acceptor, so a reload can give it a new
-    /// certificate.
-    pub fn set_https_tls(&self, acceptor: Arc<crate::tls::Acceptor>) {
-        let _ = self.https_tls.set(acceptor);
-    }
-
     /// Registers the HTTP door's gate (`http_max_connections`).
     pub fn set_http_gate(&self, gate: Arc<Semaphore>, capacity: usize) {
         let _ = self.http_gate.set(Gate::new(gate, capacity));
+    }
+
+    /// Registers the HTTPS door's acceptor, so a reload can give it new
+    /// certificates (FTPS sessions read theirs from the configuration in
+    /// force when they connect).
+    pub fn set_https_acceptor(&self, acceptor: Arc<crate::tls::Acceptor>) {
+        let _ = self.https.set(acceptor);
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, (Arc<ServeConfig>, Users)> {
@@ -83,14 +83,14 @@ impl Current {
     /// Puts `new` in force (already merged with what cannot change).
     fn set(&self, new: ServeConfig) {
         let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+        if let (Some(a), Some(server)) = (self.https.get(), &new.tls.server) {
+            a.replace(Arc::clone(&server.https));
+        }
         if let Some(gate) = self.ftp_gate.get() {
             gate.resize(new.max_sessions);
         }
         if let (Some(gate), Some(h)) = (self.http_gate.get(), &new.http) {
             gate.resize(h.max_connections);
-        }
-        if let (Some(a), Some(tls)) = (self.https_tls.get(), &new.tls.server) {
-            a.replace(Arc::clone(&tls.https));
         }
         let users = st.1.reloaded(&new);
         *st = (Arc::new(new), users);
@@ -237,18 +237,15 @@ fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>
     m.allow_foreign_data_host = new.allow_foreign_data_host;
     m.partials = new.partials;
     m.log_level = new.log_level.clone();
+    // New certificate files, or the same files with new contents (a renewed
+    // certificate), and the TLS policy; the TLS doors' addresses stay.
+    if new.tls.server.is_some() || old.tls.server.is_none() {
+        m.tls.files = new.tls.files.clone();
+        m.tls.server = new.tls.server.clone();
+    }
+    m.tls.require_tls = new.tls.require_tls;
     if let (Some(mh), Some(nh)) = (m.http.as_mut(), new.http.as_ref()) {
         mh.max_connections = nh.max_connections;
-    }
-    // Certificates (files read again by the load) and require_tls; TLS
-    // itself on or off, and the TLS doors' addresses, need a restart.
-    let tls_on = |c: &ServeConfig| c.tls.server.is_some();
-    if tls_on(old) && tls_on(&new) {
-        m.tls.server = new.tls.server.clone();
-        m.tls.files = new.tls.files.clone();
-    }
-    if (tls_on(old) && tls_on(&new)) || !new.tls.require_tls {
-        m.tls.require_tls = new.tls.require_tls;
     }
     // Every other difference is one the running server cannot take.
     let mut need_restart = Vec::new();
@@ -258,11 +255,6 @@ fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>
         }
     };
     check("root", old.root != new.root);
-    check("tls_cert", tls_on(old) != tls_on(&new));
-    check(
-        "https",
-        old.tls.https != new.tls.https || old.tls.ftps != new.tls.ftps,
-    );
     check(
         "ftp",
         old.ftp != new.ftp || old.ftp_enabled != new.ftp_enabled,
@@ -279,6 +271,10 @@ fn merge(old: &ServeConfig, new: ServeConfig) -> (ServeConfig, Vec<&'static str>
         old.runtime != new.runtime || old.workers != new.workers,
     );
     check("metrics", old.metrics != new.metrics);
+    check(
+        "https/ftps",
+        old.tls.https != new.tls.https || old.tls.ftps != new.tls.ftps,
+    );
     check("listen_backlog", old.listen_backlog != new.listen_backlog);
     check("log_file", old.log_file != new.log_file);
     check(

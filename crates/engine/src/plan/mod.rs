@@ -62,11 +62,11 @@ pub enum PrefetchMode {
     /// (what a conventional file system does; the baseline).
     Fixed,
     /// The planner issues nothing: `sendfile` plus the kernel's read-ahead.
-    #[default]
     Kernel,
     /// Chosen per send by what is in memory: the kernel's path while the
     /// range is in the page cache, the `tcp` planner from the first range
     /// that is not (a miss) to the end of that send.
+    #[default]
     Auto,
 }
 

@@ -107,7 +107,7 @@ struct Driver {
     out: Vec<u8>,
 }
 
-/// The session's TLS policy from the configuration in force.
+/// The session's TLS policy from the configuration.
 fn tls_policy(cfg: &crate::config::ServeConfig, implicit: bool) -> TlsPolicy {
     let tls = &cfg.tls;
     TlsPolicy {
@@ -150,9 +150,14 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
 /// Serves one implicit-FTPS control connection (`--ftps`): the TLS
 /// handshake first, then the session, protected from its greeting on.
 pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
-    // The certificate in force (a SIGHUP reload may have replaced it).
-    let cfg = ctx.current.config();
-    let Some(server) = cfg.tls.server.as_ref().map(|s| Arc::clone(&s.ftp)) else {
+    let Some(server) = ctx
+        .current
+        .config()
+        .tls
+        .server
+        .as_ref()
+        .map(|s| Arc::clone(&s.ftp))
+    else {
         return;
     };
     let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
@@ -182,14 +187,12 @@ pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
 
 /// AUTH TLS: the server side of the handshake on the control connection
 /// (whose 234 is out). `None` when it failed; the connection is gone.
-async fn upgrade(ctx: &FtpContext, rd: CtlRead, wr: CtlWrite) -> Option<(CtlRead, CtlWrite)> {
-    let server = ctx
-        .current
-        .config()
-        .tls
-        .server
-        .as_ref()
-        .map(|s| Arc::clone(&s.ftp))?;
+async fn upgrade(
+    cfg: &crate::config::ServeConfig,
+    rd: CtlRead,
+    wr: CtlWrite,
+) -> Option<(CtlRead, CtlWrite)> {
+    let server = cfg.tls.server.as_ref().map(|s| Arc::clone(&s.ftp))?;
     let (CtlRead::Plain(rd), CtlWrite::Plain(wr)) = (rd, wr) else {
         return None;
     };
@@ -265,7 +268,7 @@ async fn run(
                 let ok = if inbuf.is_empty() {
                     let old_rd = std::mem::replace(&mut rd, CtlRead::Gone);
                     let old_wr = std::mem::replace(&mut d.wr, CtlWrite::Gone);
-                    match upgrade(&d.ctx, old_rd, old_wr).await {
+                    match upgrade(&d.cfg, old_rd, old_wr).await {
                         Some((r, w)) => {
                             rd = r;
                             d.wr = w;
@@ -630,10 +633,10 @@ impl Driver {
             cached,
             partials: self.cfg.partials,
             control: self.ctl.as_ref().and_then(transfer::control_watch),
+            // The session's own configuration: its control connection's
+            // session cache, so data connections resume that session.
             tls: self
-                .ctx
-                .current
-                .config()
+                .cfg
                 .tls
                 .server
                 .as_ref()

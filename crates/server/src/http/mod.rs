@@ -149,9 +149,9 @@ async fn start_https(
     let mut ctx =
         HttpContext::new(root, settings, engine.clone()).with_tls(Arc::clone(&server.https));
     ctx.shutdown = shutdown.clone();
-    // SIGHUP may bring a new certificate (crate::reload).
+    // SIGHUP may bring new certificates (crate::reload).
     if let Some(a) = &ctx.tls {
-        current.set_https_tls(Arc::clone(a));
+        current.set_https_acceptor(Arc::clone(a));
     }
     let ctx = Arc::new(ctx);
     if let Some(every) = ctx.open_files.sweep_every() {
