@@ -557,9 +557,10 @@ fn sluice_get_refuses_a_wrong_certificate() {
 }
 
 /// `sluice get/ls/put` over `ftpes://` (AUTH TLS, PROT P) and `ftps://`
-/// (implicit) against a server that requires TLS. `-p 4` asks for MODE E,
-/// which the server refuses under PROT P, so it falls back to one
-/// protected MODE S stream.
+/// (implicit) against a server that requires TLS; `-p 4` downloads in
+/// MODE E over four TLS data connections (the server connects, and is the
+/// TLS server on each); `put -p 4` stays in one protected MODE S stream
+/// (MODE E uploads under PROT P are not built yet).
 #[test]
 fn sluice_client_over_ftpes_and_ftps() {
     let pki = TestPki::new();
@@ -586,6 +587,21 @@ fn sluice_client_over_ftpes_and_ftps() {
             sluice_get(&["--ca", &ca, "-p", p], &explicit(&f.name), dest)
         });
     }
+    // The summary line says how it went: MODE E, four streams.
+    let big = corpus().file(64 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("big");
+    let out = run(Command::new(crate::harness::sluice_bin())
+        .args(["get", "-p", "4", "--ca", &ca])
+        .arg(explicit(&big.name))
+        .arg(&dest));
+    out.assert_success();
+    assert!(
+        out.stderr.contains("MODE E, 4 streams"),
+        "{}",
+        out.describe()
+    );
+    compare_file(&dest, big).unwrap();
     fetch_all(&s, "sluice get ftps://", |f, dest| {
         sluice_get(
             &["--ca", &ca],
@@ -604,7 +620,7 @@ fn sluice_client_over_ftpes_and_ftps() {
     );
     let f = corpus().file((1 << 20) + 7);
     let out = run(Command::new(crate::harness::sluice_bin())
-        .args(["put", "-q", "--ca", &ca])
+        .args(["put", "-q", "-p", "4", "--ca", &ca])
         .arg(corpus().dir().join(&f.name))
         .arg(explicit("put-ftpes")));
     out.assert_success();
@@ -620,6 +636,135 @@ fn sluice_client_over_ftpes_and_ftps() {
     );
     assert!(out.stderr.contains("AUTH TLS"), "{}", out.describe());
     s.server.assert_running();
+}
+
+/// Polls the server's log until `pat` appears `n` times (60 s at most).
+fn wait_for_log(server: &FtpServer, pat: &str, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.stderr_text().matches(pat).count() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line #{n} {pat:?}\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGHUP with a new certificate in the config file: new handshakes on
+/// both doors get it, an HTTPS download started before runs on to the
+/// end; a key that does not load is refused and the certificate in force
+/// stays.
+#[test]
+fn sighup_reloads_the_certificate() {
+    if !require_tool("curl") {
+        return;
+    }
+    let pki = TestPki::new();
+    let conf_dir = tempfile::tempdir().unwrap();
+    let conf = conf_dir.path().join("sluice.toml");
+    let write = |cert: &Path, key: &Path| {
+        std::fs::write(
+            &conf,
+            format!("https = \"127.0.0.1:0\"\ntls_cert = {cert:?}\ntls_key = {key:?}\n"),
+        )
+        .unwrap()
+    };
+    write(&pki.cert, &pki.key);
+    let server = servers::sluice(ServeOptions {
+        extra_args: vec!["--config".into(), conf.to_str().unwrap().into()],
+        ..Default::default()
+    });
+    let port = server.announced_port("https");
+    let ca = pki.ca.to_str().unwrap().to_string();
+    let small = corpus().file(4095);
+    let dir = tempfile::tempdir().unwrap();
+    let get = |host: &str, url_host: &str, ftp: bool| {
+        let dest = dir.path().join("small");
+        let _ = std::fs::remove_file(&dest);
+        let (url, p) = if ftp {
+            (
+                format!("ftp://{url_host}:{}/{}", server.port, small.name),
+                server.port,
+            )
+        } else {
+            (format!("https://{url_host}:{port}/{}", small.name), port)
+        };
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--fail", "--cacert", &ca, "-o"])
+            .arg(&dest)
+            .args(["--resolve", &format!("{host}:{p}:127.0.0.1")]);
+        if ftp {
+            cmd.arg("--ssl-reqd");
+        }
+        let out = run(cmd.arg(url));
+        (out, dest)
+    };
+    for ftp in [false, true] {
+        let (out, dest) = get("localhost", "localhost", ftp);
+        out.assert_success();
+        compare_file(&dest, small).unwrap();
+    }
+    // A slow download under the old certificate, across the reload.
+    let big = corpus().file(64 << 20);
+    let big_dest = dir.path().join("big");
+    let mut slow = Command::new("curl");
+    slow.args([
+        "-sS",
+        "--fail",
+        "--limit-rate",
+        "16M",
+        "--cacert",
+        &ca,
+        "-o",
+    ])
+    .arg(&big_dest)
+    .arg(format!("https://127.0.0.1:{port}/{}", big.name));
+    let slow = std::thread::spawn(move || run(&mut slow));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&big_dest).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slow download never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    write(&pki.wrong_cert, &pki.wrong_key);
+    let status = Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for_log(&server, "configuration reloaded", 1);
+    for ftp in [false, true] {
+        // The old name is no longer in the certificate...
+        let (out, _) = get("localhost", "localhost", ftp);
+        assert!(
+            !out.success(),
+            "old certificate still served\n{}",
+            out.describe()
+        );
+        // ...the new one is.
+        let (out, dest) = get("wrong.example", "wrong.example", ftp);
+        out.assert_success();
+        compare_file(&dest, small).unwrap();
+    }
+    let out = slow.join().unwrap();
+    out.assert_success();
+    compare_file(&big_dest, big).unwrap();
+    // A key that does not load: refused, the running certificate stays.
+    let junk = conf_dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a key\n").unwrap();
+    write(&pki.cert, &junk);
+    let status = Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for_log(&server, "new configuration refused", 1);
+    let (out, _) = get("wrong.example", "wrong.example", false);
+    out.assert_success();
+    server.assert_running();
 }
 
 /// SIGHUP reads the certificate files again: a server started with a

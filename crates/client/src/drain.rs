@@ -82,6 +82,9 @@ pub enum Source {
         /// reach the listener could otherwise inject data (the FTP
         /// data-port theft vsftpd guards against on its side).
         from: IpAddr,
+        /// PROT P: each accepted connection is TLS, we the TLS client
+        /// (RFC 4217 section 7) checking this server name.
+        tls_host: Option<String>,
     },
 }
 
@@ -189,6 +192,8 @@ struct Chunk {
 struct DrainLoop<'a> {
     cfg: DrainConfig,
     listener: Option<(TcpListener, usize, IpAddr)>,
+    /// Server name for TLS on accepted connections (PROT P).
+    accept_tls: Option<String>,
     streams: Vec<Stream>,
     accepted: usize,
     out: WriterInput,
@@ -219,6 +224,7 @@ impl<'a> DrainLoop<'a> {
         let mut d = DrainLoop {
             cfg,
             listener: None,
+            accept_tls: None,
             streams: Vec::new(),
             accepted: 0,
             out,
@@ -234,9 +240,11 @@ impl<'a> DrainLoop<'a> {
                 listener,
                 max,
                 from,
+                tls_host,
             } => {
                 let _ = listener.set_nonblocking(true);
                 d.listener = Some((listener, max, from.to_canonical()));
+                d.accept_tls = tls_host;
             }
         }
         d
@@ -420,7 +428,11 @@ impl<'a> DrainLoop<'a> {
                 }
                 Ok((s, _)) => {
                     let _ = s.set_nodelay(true);
-                    self.add_stream(s.into());
+                    let sock = match &self.accept_tls {
+                        Some(host) => crate::tls::DataSock::tls(s, host, None)?,
+                        None => s.into(),
+                    };
+                    self.add_stream(sock);
                     any = true;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,

@@ -28,4 +28,4 @@ pub use receive_stream::receive_stream;
 pub use send::{send, send_relative};
 pub use sluice_engine::{Cancel, Engine, EngineConfig};
 pub use spec::{ByteRange, Mode, SendSpec};
-pub use tls::{receive_stream_tls, send_stream_tls};
+pub use tls::{receive_stream_tls, send_extended_tls, send_stream_tls};

@@ -137,6 +137,11 @@ impl Control {
         }
     }
 
+    /// The server name TLS data connections check (`None` in clear).
+    pub fn tls_host(&self) -> Option<String> {
+        self.tls_host.clone()
+    }
+
     /// Whether the control connection is TLS (data under PROT P).
     pub fn is_protected(&self) -> bool {
         self.tls_host.is_some()

@@ -247,6 +247,7 @@ pub(crate) fn transfer(
                 listener,
                 max: n as usize,
                 from: ctl.peer.ip(),
+                tls_host: ctl.tls_host(),
             },
             Framing::Extended { base },
         )

@@ -57,7 +57,9 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     if a.verify {
         session::require_cksm(&mut ctl)?;
     }
-    let extended = a.opts.parallel > 1 && session::try_mode_e(&mut ctl)?;
+    // MODE E uploads are not TLS yet (Sluice's server refuses them under
+    // PROT P): one protected MODE S stream.
+    let extended = a.opts.parallel > 1 && !ctl.is_protected() && session::try_mode_e(&mut ctl)?;
 
     let mut offset = 0;
     let mut resumed = String::new();

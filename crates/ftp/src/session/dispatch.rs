@@ -176,8 +176,7 @@ impl Session {
         self.actions.push_back(Action::StartTls);
     }
 
-    /// PROT with TLS offered: C or P (P only on a protected connection,
-    /// and not in MODE E, whose data connections are not TLS yet).
+    /// PROT with TLS offered: C or P (P only on a protected connection).
     fn prot(&mut self, p: Prot) {
         match p {
             Prot::Clear => {
@@ -187,10 +186,6 @@ impl Session {
             Prot::Private if !self.protected => {
                 self.reply(C::BAD_SEQUENCE, "PROT P needs AUTH TLS first.")
             }
-            Prot::Private if self.mode == TransferMode::ExtendedBlock => self.reply(
-                C::PARAMETER_NOT_IMPLEMENTED,
-                "PROT P is not available in MODE E yet; use MODE S.",
-            ),
             Prot::Private => {
                 self.prot_private = true;
                 self.reply(C::OK, "PROT P ok.");
@@ -206,6 +201,19 @@ impl Session {
             self.reply(
                 DATA_PROTECTION_REQUIRED,
                 "Data connections must be protected: send PROT P.",
+            );
+            return;
+        }
+        if self.prot_private
+            && self.mode == TransferMode::ExtendedBlock
+            && matches!(
+                cmd,
+                Command::Stor(_) | Command::Appe(_) | Command::Esto { .. }
+            )
+        {
+            self.reply(
+                C::PARAMETER_NOT_IMPLEMENTED,
+                "MODE E uploads under PROT P are not supported yet; use MODE S.",
             );
             return;
         }
@@ -236,10 +244,6 @@ impl Session {
                 };
                 self.reply(C::OK, text);
             }
-            Command::Mode(TransferMode::ExtendedBlock) if self.prot_private => self.reply(
-                C::PARAMETER_NOT_IMPLEMENTED,
-                "MODE E is not available with PROT P yet; use MODE S.",
-            ),
             Command::Mode(m) => {
                 self.mode = m;
                 self.reply(C::OK, "Mode set.");

@@ -16,8 +16,8 @@ use sluice_ftp::reply::Reply;
 use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
 use sluice_transfer::{
-    receive_mode_e_relative, receive_stream, receive_stream_tls, send_relative, send_stream_tls,
-    ByteRange, Mode, Progress, SendSpec, TransferError,
+    receive_mode_e_relative, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
+    send_stream_tls, ByteRange, Mode, Progress, SendSpec, TransferError,
 };
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -409,12 +409,32 @@ async fn retr(
         TransferMode::ExtendedBlock => None,
     };
     let n = if data.protected {
-        // PROT P (MODE S only: the session refuses it with MODE E).
-        let conn = conns.pop().ok_or(OpError::DataConnection)?;
-        let mut tls = handshake_data(job, conn, data).await?;
-        send_stream_tls(spec, &mut tls, Arc::clone(progress), job.cancel.clone())
-            .await
-            .map_err(|e| transfer_error(&e, &job.cancel))?
+        // PROT P: every data connection is TLS, in MODE S and MODE E.
+        let base = if len_given { offset } else { 0 };
+        let mut secured = Vec::with_capacity(conns.len());
+        for c in conns.drain(..) {
+            secured.push(handshake_data(job, c, data).await?);
+        }
+        match data.mode {
+            TransferMode::Stream => {
+                let mut tls = secured.pop().ok_or(OpError::DataConnection)?;
+                send_stream_tls(spec, &mut tls, Arc::clone(progress), job.cancel.clone())
+                    .await
+                    .map_err(|e| transfer_error(&e, &job.cancel))?
+            }
+            TransferMode::ExtendedBlock => {
+                let fut = send_extended_tls(
+                    spec,
+                    base,
+                    secured,
+                    Arc::clone(progress),
+                    job.cancel.clone(),
+                );
+                with_markers(fut, data, progress, false, events)
+                    .await
+                    .map_err(|e| transfer_error(&e, &job.cancel))?
+            }
+        }
     } else {
         // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
         // globus-gridftp-server sends); REST n + RETR keeps file offsets.
