@@ -103,7 +103,12 @@ impl Engine {
                 && can_tell
                 && !self.is_resident(file, pos, want as u64)
             {
-                if auto {
+                // A few pages missing (evicted here and there) are read on
+                // a disk thread as in `kernel` mode; most of the chunk
+                // missing is a cold range: the planner takes the rest.
+                if auto
+                    && uncached_bytes(file, pos, want as u64).is_some_and(|n| n > want as u64 / 2)
+                {
                     feed = self.feed(flow, file, pos, end, false, counters);
                     if feed.is_some() {
                         ready_until = pos;

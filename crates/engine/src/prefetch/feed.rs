@@ -96,6 +96,8 @@ impl Feed<'_> {
     ) -> Result<Chunk, EngineError> {
         let idle = self.engine.config().idle_timeout;
         let deadline = tokio::time::Instant::now() + idle;
+        // Naps in a row while this chunk is awaited: each twice the last.
+        let mut naps = 0u32;
         loop {
             match self.hub.take(self.id, pos) {
                 Take::Ready(mut c) => {
@@ -119,7 +121,11 @@ impl Feed<'_> {
             // re-samples a socket that waits long, so a reset is still seen.
             // Napping at the starving sample rate woke 300 disk-bound senders
             // ~20 000 times a second (lab tpf-abort: 500k wake-ups per GiB).
-            let nap = self.nap(conn);
+            // The first look after the socket ran dry told the planner; a
+            // read queued behind a slow disk does not come sooner for more
+            // looks, so later naps grow to MAX_NAP.
+            let nap = (self.nap(conn) * 2u32.saturating_pow(naps)).min(MAX_NAP);
+            naps = naps.saturating_add(1).min(16);
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
