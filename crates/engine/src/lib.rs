@@ -26,6 +26,7 @@ mod config;
 mod conn;
 mod counters;
 mod disk;
+pub mod drs;
 mod error;
 pub mod plan;
 mod prefetch;
