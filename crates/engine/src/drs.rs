@@ -217,9 +217,7 @@ impl Drs {
         self.prev = Some((now, limited_us));
         // An app-limited rate is a lower bound: it may raise the max, and
         // a windowed max is never lowered by one sample anyway.
-        let bw = self
-            .rate
-            .push(now, s.delivery_rate, self.cfg.rate_window);
+        let bw = self.rate.push(now, s.delivery_rate, self.cfg.rate_window);
         let rtt = self.push_rtt(now, s.rtt);
         self.decide(now, bw, rtt, limited, s.buffer, s.floor)
     }
@@ -239,7 +237,7 @@ impl Drs {
         // The window offered is about half the buffer (the rest is the
         // kernel's overhead, tcp_adv_win_scale); a round trip that
         // brought nearly all of it says the window is what limits.
-        let per_rtt = (rate as f64 * rtt.as_secs_f64()) as u64;
+        let per_rtt = rtt.map_or(0, |r| (rate as f64 * r.as_secs_f64()) as u64);
         let window = s.buffer / 2;
         let limited = window > 0 && per_rtt as f64 >= window as f64 * RECV_FULL_SHARE;
         // The receiver's memory is about twice its window: size the
@@ -249,27 +247,28 @@ impl Drs {
         d
     }
 
-    fn push_rtt(&mut self, now: Duration, rtt: Duration) -> Duration {
+    /// The windowed-min RTT after this sample, `None` while none is known
+    /// (a receiver's `tcpi_rcv_rtt` stays 0 until a window has come in).
+    fn push_rtt(&mut self, now: Duration, rtt: Duration) -> Option<Duration> {
         if rtt.is_zero() {
-            // Not measured yet: keep what we had.
-            return Duration::from_micros(u64::MAX - self.rtt.get()).min(Duration::from_secs(60));
+            return (self.rtt.get() > 0).then(|| Duration::from_micros(u64::MAX - self.rtt.get()));
         }
-        let us = rtt.as_micros().min(u128::from(u64::MAX)) as u64;
+        let us = rtt.as_micros().min(u128::from(u64::MAX - 1)) as u64;
         let inv = self.rtt.push(now, u64::MAX - us, self.cfg.rtt_window);
-        Duration::from_micros(u64::MAX - inv)
+        Some(Duration::from_micros(u64::MAX - inv))
     }
 
     fn decide(
         &mut self,
         now: Duration,
         bw: u64,
-        rtt: Duration,
+        rtt: Option<Duration>,
         limited: bool,
         current: u64,
         floor: u64,
     ) -> DrsDecision {
         let cfg = &self.cfg;
-        self.bdp = (bw as f64 * rtt.as_secs_f64()) as u64;
+        self.bdp = rtt.map_or(0, |r| (bw as f64 * r.as_secs_f64()) as u64);
         let have = if self.set > 0 { self.set } else { current };
         let mut need = (self.bdp as f64 * cfg.factor) as u64;
         if limited {
@@ -302,7 +301,7 @@ impl Drs {
         }
         let changing = set.is_some() || limited || self.low_since.is_some();
         self.changing = changing;
-        let base = rtt.max(SAMPLE_MIN);
+        let base = rtt.unwrap_or(SAMPLE_MIN).max(SAMPLE_MIN);
         let next_sample = if changing {
             base.min(SAMPLE_STEADY_MAX / 4)
         } else {
@@ -555,6 +554,22 @@ mod tests {
         assert!(buffer / 2 >= 2 * bdp(rate, rtt), "{buffer}");
         assert!(buffer / 2 <= 4 * bdp(rate, rtt), "{buffer}");
         assert_eq!(d.bdp(), bdp(rate, rtt));
+    }
+
+    #[test]
+    fn a_receiver_without_an_rtt_yet_keeps_the_floor() {
+        let mut d = Drs::new(DrsConfig::default());
+        for i in 1..50u64 {
+            let s = RecvSample {
+                bytes_received: i * (1 << 20),
+                buffer: 128 << 10,
+                floor: 128 << 10,
+                ..RecvSample::default()
+            };
+            let dec = d.on_recv_sample(10 * MS * i as u32, &s);
+            assert_eq!(dec.set, None, "sample {i}");
+        }
+        assert_eq!(d.bdp(), 0);
     }
 
     #[test]
