@@ -105,6 +105,11 @@ pub struct EngineConfig {
     pub send_buffer_max: bool,
     /// `SO_RCVBUF` for data sockets; `None` keeps kernel autotuning.
     pub recv_buffer: Option<usize>,
+    /// Dynamic right-sizing of each data connection's send buffer to
+    /// about twice its path's bandwidth-delay product, from `TCP_INFO`
+    /// samples while it sends (`drs.rs`, `DataConn`); beyond
+    /// `net.core.wmem_max` with `SO_SNDBUFFORCE` where allowed.
+    pub drs: bool,
     /// `SO_MAX_PACING_RATE` per data socket in bytes/s; `None` = no cap.
     pub max_pacing_rate: Option<u64>,
     /// Congestion control for data sockets ("cubic", "bbr"); `None` = system default.
@@ -214,6 +219,8 @@ impl Default for EngineConfig {
             // for 16) and CPU per GiB ~15-35 %, with the same MB/s.
             send_buffer_max: true,
             recv_buffer: None,
+            // Off until measured on the lab's WAN paths (drs-wan).
+            drs: false,
             max_pacing_rate: None,
             congestion: None,
             disk_threads: 2,

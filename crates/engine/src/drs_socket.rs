@@ -55,6 +55,8 @@ pub struct DrsSocket {
     peak: u64,
     /// Buffer changes made.
     changes: u64,
+    /// Samples taken.
+    samples: u64,
     /// The path wanted more than the system allowed: (wanted, got).
     short: Option<(u64, u64)>,
 }
@@ -73,6 +75,7 @@ impl DrsSocket {
             next: now,
             peak: 0,
             changes: 0,
+            samples: 0,
             short: None,
         })
     }
@@ -122,6 +125,7 @@ impl DrsSocket {
             self.next = now + Duration::from_secs(1);
             return;
         };
+        self.samples += 1;
         let t = now.saturating_duration_since(self.born);
         let dec = match self.dir {
             Dir::Send => {
@@ -234,6 +238,11 @@ impl DrsSocket {
     /// Buffer changes made so far.
     pub fn changes(&self) -> u64 {
         self.changes
+    }
+
+    /// Samples taken so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
     }
 
     /// The estimator's last bandwidth-delay product, bytes.
