@@ -24,13 +24,17 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_platform::sockbuf::Dir;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::send::{peer_is_local, Turn};
-use crate::{Cancel, Counters, DataPath, Engine, EngineError};
+use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError};
 
 /// One data connection (an FTP data socket or an HTTP connection) and the
 /// sending state that lives as long as it. Made by [`Engine::data_conn`].
@@ -42,6 +46,9 @@ pub struct DataConn {
     /// `auto` path copies for it (see `DataPath::Auto`).
     local_peer: bool,
     turn: Turn,
+    /// Dynamic right-sizing of the send buffer (`--drs on`), sampled
+    /// while a send runs (see [`DataConn::send_range`]).
+    drs: Option<DrsSocket>,
 }
 
 impl Engine {
@@ -55,6 +62,11 @@ impl Engine {
             stream,
             local_peer,
             turn: Turn::new(self.config().send_quantum),
+            drs: if self.config().drs {
+                DrsSocket::new(Dir::Send)
+            } else {
+                None
+            },
         }
     }
 }
@@ -74,19 +86,21 @@ impl DataConn {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        self.engine
-            .send_range_on(
-                &self.stream,
-                self.local_peer,
-                &mut self.turn,
-                file,
-                offset,
-                len,
-                prefix,
-                counters,
-                cancel,
-            )
-            .await
+        let send = self.engine.send_range_on(
+            &self.stream,
+            self.local_peer,
+            &mut self.turn,
+            file,
+            offset,
+            len,
+            prefix,
+            counters,
+            cancel,
+        );
+        match self.drs.as_mut() {
+            None => send.await,
+            Some(drs) => drs_during(drs, &self.stream, send).await,
+        }
     }
 
     /// Sends `bytes` in full (framing with no payload: MODE E EOD/EOF).
@@ -122,10 +136,39 @@ impl DataConn {
         self.stream
     }
 
+    /// The send buffer's right-sizing, when `--drs on`.
+    pub fn drs(&self) -> Option<&DrsSocket> {
+        self.drs.as_ref()
+    }
+
     /// Whether the peer is on this host (decided when the connection was
     /// made; only asked under the `auto` data path).
     pub fn local_peer(&self) -> bool {
         self.local_peer
+    }
+}
+
+/// DRS hook: runs `send` and, while it runs, samples the socket whenever
+/// the estimator wants a sample (about once a round trip while the buffer
+/// changes, a few per second once steady). Kept apart from the send paths:
+/// the sampling shares nothing with them but the socket.
+async fn drs_during<F: std::future::Future>(
+    drs: &mut DrsSocket,
+    conn: &TcpStream,
+    send: F,
+) -> F::Output {
+    tokio::pin!(send);
+    loop {
+        let now = Instant::now();
+        if drs.due(now) {
+            drs.sample(conn.as_fd(), now);
+        }
+        let wait = drs.until_next(Instant::now());
+        tokio::select! {
+            biased;
+            out = &mut send => return out,
+            _ = tokio::time::sleep(wait) => {}
+        }
     }
 }
 
@@ -194,6 +237,39 @@ mod tests {
         drop(tx);
         reader.await.unwrap();
         assert_eq!(c.snapshot().yields, 0);
+    }
+
+    #[tokio::test]
+    async fn drs_samples_the_socket_while_it_sends_and_the_data_is_intact() {
+        let e = Engine::new(EngineConfig {
+            drs: true,
+            ..EngineConfig::default()
+        });
+        let data = pattern(8 << 20);
+        let file = temp_file(&data);
+        let (tx, mut rx) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut conn = e.data_conn(tx);
+        let (c, cancel) = (Counters::new(), Cancel::new());
+        for i in 0..8u64 {
+            conn.send_range(&file, i << 20, 1 << 20, b"", &c, &cancel)
+                .await
+                .unwrap();
+        }
+        assert!(conn.drs().unwrap().samples() >= 1);
+        conn.shutdown().await.unwrap();
+        drop(conn);
+        assert_eq!(reader.await.unwrap(), data);
+        let off = Engine::new(EngineConfig::default());
+        let (tx, _rx) = pair().await;
+        assert_eq!(
+            off.data_conn(tx).drs().is_some(),
+            EngineConfig::default().drs
+        );
     }
 
     #[tokio::test]
