@@ -40,6 +40,7 @@ mod send_sendfile;
 mod socket;
 mod splice_pump;
 mod tuning;
+pub mod verdict;
 mod wake;
 
 use std::fs::File;

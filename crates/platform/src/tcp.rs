@@ -68,6 +68,9 @@ pub struct TcpInfo {
     pub rcv_rtt_us: u32,
     /// Bytes the application read in one round trip (receive autotuning's measure).
     pub rcv_space: u32,
+    /// Receive window we advertise now, bytes (`tcpi_rcv_wnd`; 0 on
+    /// kernels before 6.2).
+    pub rcv_wnd: u32,
     /// Window scale we offered (our receive window is shifted by it).
     pub rcv_wscale: u8,
     /// Window scale the peer offered.
@@ -132,6 +135,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         snd_wnd: raw.tcpi_snd_wnd,
         rcv_rtt_us: raw.tcpi_rcv_rtt,
         rcv_space: raw.tcpi_rcv_space,
+        rcv_wnd: raw.tcpi_rcv_wnd,
         // tcpi_snd_wscale:4, tcpi_rcv_wscale:4 (little-endian bitfields).
         snd_wscale: raw.tcpi_snd_rcv_wscale & 0x0f,
         rcv_wscale: raw.tcpi_snd_rcv_wscale >> 4,
