@@ -26,6 +26,7 @@ use crate::listing::Lister;
 use crate::ops::{check_names_dir, op_error, open_listing, FtpLines, ListSource};
 use crate::upload::{PartialPolicy, Upload};
 use crate::xferlog::{Direction, XferRecord};
+use sluice_engine::verdict::Verdict;
 
 /// What a transfer task tells its session.
 #[derive(Debug)]
@@ -148,6 +149,7 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
             anonymous: job.anonymous,
             user: &job.user,
             complete: result.is_ok(),
+            limit: limit_field(direction, &result, &progress),
         }
         .log();
     }
@@ -155,6 +157,31 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
 }
 
 type Record = Option<(VirtualPath, bool, Direction)>;
+
+/// A finished download's xferlog extension: what limited it, from the
+/// kernel's accounting of its data connections (`verdict.rs`). The disk
+/// wait is not measured by the send paths yet, so socket-idle time shows
+/// as `sender` (disk or CPU).
+fn limit_field(
+    direction: Direction,
+    result: &Result<u64, OpError>,
+    progress: &Progress,
+) -> Option<String> {
+    if direction != Direction::Outgoing || result.is_err() {
+        return None;
+    }
+    let tally = progress.send_tally();
+    if tally.elapsed.is_zero() {
+        return None;
+    }
+    let v = Verdict::of_sender(&tally, Duration::ZERO);
+    Some(format!(
+        "{} retrans={} rtt_ms={:.1}",
+        v.log_field(),
+        v.retransmits,
+        v.rtt.as_secs_f64() * 1e3
+    ))
+}
 
 /// Payload bytes a failed transfer moved. Uploads: what reached the file.
 /// MODE S downloads: what went into the socket (the senders count whole
