@@ -2,6 +2,7 @@
 //! connect, active (PORT / EPRT) where the server connects to us.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use sluice_engine::DrsSocket;
@@ -48,11 +49,16 @@ pub fn connect(to: SocketAddr, timeout: Duration) -> Result<TcpStream> {
 /// cover any buffer DRS may set later (the drain brings it down at once,
 /// `DrsSocket::after_connect`).
 pub fn connect_receiving(to: SocketAddr, timeout: Duration, drs: bool) -> Result<TcpStream> {
-    let Some(d) = drs.then(|| DrsSocket::new(Dir::Recv)).flatten() else {
+    let Some(mut d) = drs.then(|| DrsSocket::new(Dir::Recv)).flatten() else {
         return connect(to, timeout);
     };
     let (s, _) = sockbuf::connect_with_recv_buffer(to, timeout, d.before_connect(), d.limits())
         .map_err(|e| ClientError::net(format!("data connection to {to}"), e))?;
+    // Down to autotuning's start before the transfer command: a window
+    // grown on the big buffer cannot be taken back later (the kernel
+    // never shrinks an offered window; data beyond a shrunk buffer is
+    // dropped and retransmitted, measured: 127 retransmits in 32 MiB).
+    d.after_connect(s.as_fd());
     let _ = s.set_nodelay(true);
     Ok(s)
 }
