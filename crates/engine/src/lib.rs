@@ -80,6 +80,8 @@ struct Inner {
     prefetch: Option<Hub>,
     /// Connections sending with rate-sized marks (`refill.rs`).
     senders: refill::Senders,
+    /// What limited finished downloads, summed (`verdict.rs`, `/metrics`).
+    limits: verdict::LimitTotals,
 }
 
 impl Engine {
@@ -116,6 +118,7 @@ impl Engine {
                 disk,
                 prefetch,
                 senders: refill::Senders::default(),
+                limits: verdict::LimitTotals::default(),
             }),
         })
     }
@@ -137,6 +140,11 @@ impl Engine {
             s.add_tpf(&hub.totals());
         }
         s
+    }
+
+    /// What limited finished downloads, summed over their connections.
+    pub fn limits(&self) -> &verdict::LimitTotals {
+        &self.inner.limits
     }
 
     /// The engine's buffer pool (read buffers of `read_buffer_size`).

@@ -16,6 +16,8 @@
 //! cannot tell apart.
 
 use std::fmt;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use sluice_platform::tcp::TcpInfo;
@@ -155,6 +157,82 @@ impl RecvTally {
         self.window_full += o.window_full;
         self.writer_wait += o.writer_wait;
         self.rtt = self.rtt.max(o.rtt);
+    }
+}
+
+/// Engine-wide sums of finished downloads' tallies, for `/metrics`: the
+/// seconds all data connections spent limited by each cause.
+#[derive(Debug, Default)]
+pub struct LimitTotals {
+    connection_us: AtomicU64,
+    rwnd_us: AtomicU64,
+    sndbuf_us: AtomicU64,
+    network_us: AtomicU64,
+    idle_us: AtomicU64,
+    retransmits: AtomicU64,
+}
+
+impl LimitTotals {
+    /// Adds one finished connection (or transfer).
+    pub fn add(&self, t: &SendTally) {
+        let us = |d: Duration| d.as_micros().min(u128::from(u64::MAX)) as u64;
+        let busy = t.busy.min(t.elapsed.max(t.busy));
+        let rwnd = t.rwnd_limited.min(busy);
+        let sndbuf = t.sndbuf_limited.min(busy - rwnd);
+        self.connection_us
+            .fetch_add(us(t.elapsed.max(busy)), Relaxed);
+        self.rwnd_us.fetch_add(us(rwnd), Relaxed);
+        self.sndbuf_us.fetch_add(us(sndbuf), Relaxed);
+        self.network_us.fetch_add(us(busy - rwnd - sndbuf), Relaxed);
+        self.idle_us
+            .fetch_add(us(t.elapsed.max(busy) - busy), Relaxed);
+        self.retransmits.fetch_add(t.retransmits, Relaxed);
+    }
+
+    /// Prometheus text: `sluice_engine_limit_seconds_total{by="..."}`,
+    /// connection seconds and retransmits.
+    pub fn prometheus(&self) -> String {
+        let s = |a: &AtomicU64| a.load(Relaxed) as f64 / 1e6;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP sluice_engine_limit_seconds_total Download data-connection seconds by what limited them (TCP_INFO: receive window, send buffer, network while busy; sender: socket idle)."
+        );
+        let _ = writeln!(out, "# TYPE sluice_engine_limit_seconds_total counter");
+        for (by, a) in [
+            (Limit::ReceiverWindow, &self.rwnd_us),
+            (Limit::SendBuffer, &self.sndbuf_us),
+            (Limit::Network, &self.network_us),
+            (Limit::Sender, &self.idle_us),
+        ] {
+            let _ = writeln!(
+                out,
+                "sluice_engine_limit_seconds_total{{by=\"{}\"}} {:.6}",
+                by.key(),
+                s(a)
+            );
+        }
+        let _ = writeln!(out, "# HELP sluice_engine_download_connection_seconds_total Download data-connection seconds accounted above.");
+        let _ = writeln!(
+            out,
+            "# TYPE sluice_engine_download_connection_seconds_total counter"
+        );
+        let _ = writeln!(
+            out,
+            "sluice_engine_download_connection_seconds_total {:.6}",
+            s(&self.connection_us)
+        );
+        let _ = writeln!(out, "# HELP sluice_engine_download_retransmits_total Segments retransmitted on download data connections.");
+        let _ = writeln!(
+            out,
+            "# TYPE sluice_engine_download_retransmits_total counter"
+        );
+        let _ = writeln!(
+            out,
+            "sluice_engine_download_retransmits_total {}",
+            self.retransmits.load(Relaxed)
+        );
+        out
     }
 }
 
@@ -362,6 +440,41 @@ mod tests {
         assert_eq!(t.elapsed, 2000 * MS);
         assert_eq!(t.retransmits, 10);
         assert_eq!(t.rtt, 20 * MS);
+    }
+
+    #[test]
+    fn totals_sum_connections_for_metrics() {
+        let t = LimitTotals::default();
+        let one = SendTally {
+            elapsed: 2000 * MS,
+            busy: 1500 * MS,
+            rwnd_limited: 500 * MS,
+            retransmits: 2,
+            ..SendTally::default()
+        };
+        t.add(&one);
+        t.add(&one);
+        let p = t.prometheus();
+        assert!(
+            p.contains("sluice_engine_limit_seconds_total{by=\"receiver_window\"} 1.000000"),
+            "{p}"
+        );
+        assert!(
+            p.contains("sluice_engine_limit_seconds_total{by=\"network\"} 2.000000"),
+            "{p}"
+        );
+        assert!(
+            p.contains("sluice_engine_limit_seconds_total{by=\"sender\"} 1.000000"),
+            "{p}"
+        );
+        assert!(
+            p.contains("sluice_engine_download_connection_seconds_total 4.000000"),
+            "{p}"
+        );
+        assert!(
+            p.contains("sluice_engine_download_retransmits_total 4"),
+            "{p}"
+        );
     }
 
     #[test]

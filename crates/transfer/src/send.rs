@@ -98,7 +98,7 @@ async fn send_stream(
     }
     // End of data in MODE S is the close; FIN follows the queued data.
     conn.shutdown().await.map_err(TransferError::Connection)?;
-    watch.finish(conn.stream(), progress);
+    watch.finish(engine, conn.stream(), progress);
     Ok(total)
 }
 
@@ -187,7 +187,7 @@ async fn stream_task(
     let end = BlockHeader::end(eof, true).encode();
     conn.send_bytes(&end, progress.counters(), cancel).await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
-    watch.finish(conn.stream(), progress);
+    watch.finish(engine, conn.stream(), progress);
     Ok(sent)
 }
 
@@ -205,9 +205,11 @@ impl Watch {
         )
     }
 
-    fn finish(self, conn: &TcpStream, progress: &Progress) {
+    fn finish(self, engine: &Engine, conn: &TcpStream, progress: &Progress) {
         if let (Some((before, t0)), Ok(after)) = (self.0, tcp::tcp_info(conn.as_fd())) {
-            progress.add_tally(&SendTally::between(&before, &after, t0.elapsed()));
+            let t = SendTally::between(&before, &after, t0.elapsed());
+            progress.add_tally(&t);
+            engine.limits().add(&t);
         }
     }
 }
