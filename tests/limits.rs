@@ -55,7 +55,11 @@ fn a_slow_reader_leaves_the_server_receiver_window_limited() {
     // A small window and a reader that takes 64 KiB at a time with a
     // pause: about 3 MB/s, far below loopback.
     sluice_platform::tcp::set_recv_buffer(data.as_fd(), 64 << 10).expect("SO_RCVBUF");
-    assert!(c.cmd("RETR slow.bin").is_preliminary(), "{}", c.transcript());
+    assert!(
+        c.cmd("RETR slow.bin").is_preliminary(),
+        "{}",
+        c.transcript()
+    );
     let mut buf = vec![0u8; 64 << 10];
     let mut got = 0usize;
     loop {
@@ -106,10 +110,7 @@ fn a_paced_server_leaves_the_client_network_or_sender_limited() {
             .find(|l| l.starts_with('{'))
             .unwrap_or_else(|| panic!("no JSON stats line\n{}", out.describe()));
         let v: serde_json::Value = serde_json::from_str(json).expect("stats JSON");
-        assert_eq!(
-            v["limit"]["by"], "network_or_sender",
-            "--drs {drs}: {json}"
-        );
+        assert_eq!(v["limit"]["by"], "network_or_sender", "--drs {drs}: {json}");
         assert!(v["limit"]["text"]
             .as_str()
             .is_some_and(|t| t.starts_with("limited by network or sender")));
