@@ -365,7 +365,7 @@ mod tests {
             elapsed: 1000 * MS,
             busy: 960 * MS,
             rwnd_limited: 710 * MS,
-            sndbuf_limited: 0 * MS,
+            sndbuf_limited: Duration::ZERO,
             retransmits: 3,
             rtt: 50 * MS,
         };
