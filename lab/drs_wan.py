@@ -43,6 +43,8 @@ ROWS = [
     ("kernel autotuning, Debian defaults", DEBIAN, ["--send-buffer", "auto"], []),
     ("sluice drs on, Debian defaults", DEBIAN, ["--drs", "on"], ["--drs", "on"]),
     ("over-provisioned (sysctls 64 MiB, SO_SNDBUF max)", BIG, ["--send-buffer", "max"], []),
+    ("server drs on, client autotuning", LAB, ["--drs", "on"], []),
+    ("sluice drs on, --send-buffer auto (autotuning floor)", LAB, ["--drs", "on", "--send-buffer", "auto"], ["--drs", "on"]),
 ]
 
 PATHS = {

@@ -57,17 +57,35 @@ impl Engine {
     pub fn data_conn(&self, stream: TcpStream) -> DataConn {
         self.prepare_socket(&stream);
         let local_peer = self.config().data_path == DataPath::Auto && peer_is_local(&stream);
+        let drs = self.drs_for(&stream);
         DataConn {
             engine: self.clone(),
             stream,
             local_peer,
             turn: Turn::new(self.config().send_quantum),
-            drs: if self.config().drs {
-                DrsSocket::new(Dir::Send)
-            } else {
-                None
-            },
+            drs,
         }
+    }
+}
+
+impl Engine {
+    /// The send side's right-sizing of a new data connection, when on.
+    /// A buffer the configuration fixed (`--send-buffer`, `send_buffer_max`,
+    /// read back after `prepare_socket`) is its floor: measured cheaper per
+    /// GiB on fast local paths, and DRS is there for the paths that need
+    /// more (`--send-buffer auto` leaves it autotuning's floor alone).
+    fn drs_for(&self, stream: &TcpStream) -> Option<DrsSocket> {
+        let cfg = self.config();
+        if !cfg.drs {
+            return None;
+        }
+        let fixed = cfg.send_buffer.is_some() || cfg.send_buffer_max;
+        let floor = if fixed {
+            sluice_platform::tcp::send_buffer(stream.as_fd()).unwrap_or(0) as u64
+        } else {
+            0
+        };
+        DrsSocket::new(Dir::Send).map(|d| d.with_floor(floor))
     }
 }
 

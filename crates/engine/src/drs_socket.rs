@@ -59,6 +59,8 @@ pub struct DrsSocket {
     samples: u64,
     /// The path wanted more than the system allowed: (wanted, got).
     short: Option<(u64, u64)>,
+    /// Least buffer besides autotuning's (a size the engine fixed).
+    floor: u64,
 }
 
 impl DrsSocket {
@@ -77,7 +79,16 @@ impl DrsSocket {
             changes: 0,
             samples: 0,
             short: None,
+            floor: 0,
         })
+    }
+
+    /// Never sizes the buffer below `bytes` (a buffer the configuration
+    /// fixed, e.g. the server's `send_buffer_max`: DRS then only grows it
+    /// for paths that need more, and takes it back down to this).
+    pub fn with_floor(mut self, bytes: u64) -> DrsSocket {
+        self.floor = bytes;
+        self
     }
 
     /// The buffer a receiving socket should have before its handshake:
@@ -139,7 +150,8 @@ impl DrsSocket {
                     sndbuf_limited: Duration::from_micros(info.sndbuf_limited_us),
                     busy: Duration::from_micros(info.busy_time_us),
                     buffer,
-                    floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max),
+                    floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
+                        .max(self.floor),
                 };
                 self.drs.on_send_sample(t, &s)
             }
@@ -154,7 +166,8 @@ impl DrsSocket {
                         u64::from(info.rcv_space),
                         self.limits.auto_start,
                         self.limits.auto_max,
-                    ),
+                    )
+                    .max(self.floor),
                 };
                 self.drs.on_recv_sample(t, &s)
             }

@@ -40,10 +40,7 @@ impl Engine {
             }
         }
         let send_buffer = cfg.send_buffer.or_else(|| {
-            // With DRS the buffer starts where autotuning starts and the
-            // samples size it (`drs.rs`); a fixed maximum up front would
-            // make it the floor.
-            if cfg.send_buffer_max && !cfg.drs {
+            if cfg.send_buffer_max {
                 send_buffer_limits().and_then(|l| l.fixed_at_least_autotuned())
             } else {
                 None
