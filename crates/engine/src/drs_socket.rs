@@ -39,6 +39,34 @@ fn limits(dir: Dir) -> Option<BufferLimits> {
     })
 }
 
+/// Whether DRS can do better than autotuning here; says once per
+/// direction when it cannot.
+fn usable(dir: Dir, l: &BufferLimits) -> bool {
+    if can_beat_autotuning(l, sockbuf::probe_force) {
+        return true;
+    }
+    static SAID: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+    if !SAID[dir as usize].swap(true, Relaxed) {
+        tracing::warn!(
+            "DRS off for {dir:?} buffers: {} allows {} bytes, below autotuning's {} ({}), \
+             and there is no CAP_NET_ADMIN; raise {} to at least {} to let DRS size buffers",
+            dir.core_sysctl(),
+            l.set_max / 2,
+            l.auto_max,
+            dir.tcp_sysctl(),
+            dir.core_sysctl(),
+            l.auto_max.div_ceil(2),
+        );
+    }
+    false
+}
+
+/// DRS can set buffers at least as large as autotuning's ceiling: the
+/// plain limit allows it, or `FORCE` does (`force` is asked only if needed).
+fn can_beat_autotuning(l: &BufferLimits, force: impl FnOnce() -> bool) -> bool {
+    l.set_max >= l.auto_max || force()
+}
+
 /// One process-wide "said so" per direction.
 static SAID_SEND: AtomicBool = AtomicBool::new(false);
 static SAID_RECV: AtomicBool = AtomicBool::new(false);
@@ -66,8 +94,15 @@ pub struct DrsSocket {
 impl DrsSocket {
     /// Starts right-sizing the `dir` buffer, or `None` when the limits
     /// cannot be read (DRS then leaves the socket to the kernel).
+    /// Also `None` when the process could set no buffer as large as
+    /// autotuning's ceiling (no `CAP_NET_ADMIN` and `*mem_max` below
+    /// `tcp_*mem[2]`, as with Debian's defaults): setting one would turn
+    /// autotuning off and cap the socket below what it would have had.
     pub fn new(dir: Dir) -> Option<DrsSocket> {
         let limits = limits(dir)?;
+        if !usable(dir, &limits) {
+            return None;
+        }
         let now = Instant::now();
         Some(DrsSocket {
             dir,
@@ -323,6 +358,15 @@ mod tests {
         }
         drop(c);
         assert_eq!(r.join().unwrap(), 16 << 20);
+    }
+
+    #[test]
+    fn without_force_debians_small_maxima_leave_autotuning_alone() {
+        let debian = BufferLimits::parse("212992", "4096 131072 6291456").unwrap();
+        assert!(!can_beat_autotuning(&debian, || false));
+        assert!(can_beat_autotuning(&debian, || true));
+        let lab = BufferLimits::parse("4194304", "4096 16384 4194304").unwrap();
+        assert!(can_beat_autotuning(&lab, || panic!("not asked")));
     }
 
     #[test]

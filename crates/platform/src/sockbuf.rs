@@ -105,6 +105,20 @@ pub fn force_allowed() -> Option<bool> {
     }
 }
 
+/// Whether this process may use `FORCE`, probing once if no buffer has
+/// needed it yet (the kernel checks `CAP_NET_ADMIN` before the value, so a
+/// small request on a throwaway socket answers).
+pub fn probe_force() -> bool {
+    if let Some(known) = force_allowed() {
+        return known;
+    }
+    let ok = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .and_then(|s| setsockopt_int(s.as_fd(), libc::SOL_SOCKET, SO_RCVBUFFORCE, 4096))
+        .is_ok();
+    FORCE.store(if ok { 1 } else { 2 }, Relaxed);
+    ok
+}
+
 /// What [`set_buffer`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
@@ -262,6 +276,12 @@ mod tests {
         assert_eq!(back.effective, 256 << 10);
         assert!(!back.limited);
         set_window_clamp(c.as_fd(), 1 << 20).unwrap();
+    }
+
+    #[test]
+    fn the_force_probe_matches_what_set_buffer_learns() {
+        let allowed = probe_force();
+        assert_eq!(force_allowed(), Some(allowed));
     }
 
     #[test]
