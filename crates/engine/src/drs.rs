@@ -125,6 +125,12 @@ const LIMITED_SHARE: f64 = 0.1;
 /// The receiver counts as window-limited when it got this share of the
 /// window it offers (half the buffer) in one round trip.
 const RECV_FULL_SHARE: f64 = 0.8;
+/// A limited buffer is doubled only while it holds fewer than this many
+/// BDPs: a buffer many times the path's BDP that still reports itself the
+/// limit is not what holds the connection back (loopback, where the
+/// receiver's CPU is: doubling there grew buffers to the maximum and cost
+/// ~15 % of a 1 GiB loopback download's rate).
+const LIMITED_MAX_BDPS: u64 = 4;
 /// Growth is at least this factor (fewer `setsockopt`s).
 const GROW_MIN: f64 = 1.25;
 /// Shrink only when the need is below this share of the buffer.
@@ -271,7 +277,7 @@ impl Drs {
         self.bdp = rtt.map_or(0, |r| (bw as f64 * r.as_secs_f64()) as u64);
         let have = if self.set > 0 { self.set } else { current };
         let mut need = (self.bdp as f64 * cfg.factor) as u64;
-        if limited {
+        if limited && have < self.bdp.saturating_mul(LIMITED_MAX_BDPS) {
             need = need.max(have.saturating_mul(2));
         }
         let capped = need > cfg.max;
@@ -436,6 +442,26 @@ mod tests {
         };
         run(&mut d, &mut p, Duration::ZERO, 2);
         assert!(p.buffer >= 2 * bdp(rate, rtt), "{}", p.buffer);
+    }
+
+    #[test]
+    fn a_buffer_far_above_the_bdp_is_not_doubled_for_being_limited() {
+        // Loopback-like: 1 GB/s, 50 us, an 8 MiB buffer that the kernel
+        // still reports as limiting (the receiver's CPU is the limit).
+        let mut d = Drs::new(DrsConfig::default());
+        let mut limited = Duration::ZERO;
+        for i in 1..100u32 {
+            limited += 10 * MS;
+            let s = SendSample {
+                delivery_rate: 1_000_000_000,
+                rtt: Duration::from_micros(50),
+                sndbuf_limited: limited,
+                buffer: 8 << 20,
+                floor: 8 << 20,
+                ..SendSample::default()
+            };
+            assert_eq!(d.on_send_sample(10 * MS * i, &s).set, None, "sample {i}");
+        }
     }
 
     #[test]
