@@ -305,7 +305,8 @@ impl Drs {
         if let Some(b) = set {
             self.set = b;
         }
-        let changing = set.is_some() || limited || self.low_since.is_some();
+        // A limit that changed nothing (a buffer far above the BDP) is steady.
+        let changing = set.is_some() || self.low_since.is_some();
         self.changing = changing;
         let base = rtt.unwrap_or(SAMPLE_MIN).max(SAMPLE_MIN);
         let next_sample = if changing {
