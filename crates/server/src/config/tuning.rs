@@ -81,7 +81,7 @@ pub struct TuningArgs {
     pub recv_buffer: Option<Setting>,
     /// Dynamic right-sizing: size each data connection's send buffer to
     /// its path (about 2x the bandwidth-delay product, from TCP_INFO),
-    /// beyond net.core.wmem_max with CAP_NET_ADMIN [default: off].
+    /// beyond net.core.wmem_max with CAP_NET_ADMIN [default: on].
     #[arg(long, value_name = "on|off")]
     pub drs: Option<Setting>,
     /// SO_MAX_PACING_RATE per data socket in bytes per second, or `off`
