@@ -117,14 +117,17 @@ fn a_paced_server_leaves_the_client_network_or_sender_limited() {
         assert!(v["watched_micros"].as_u64().unwrap_or(0) > 0, "{json}");
     }
     // The server saw the same transfer as limited by the network (its
-    // own pacing), not by our window.
+    // own pacing; `sender` when the loaded test machine left its event
+    // loop waiting, seen once in a parallel run), not by our window.
     wait_for("the download's xferlog lines", 60, || {
         logged_limit(&server, "/paced.bin").is_some()
     });
     let limit = logged_limit(&server, "/paced.bin").unwrap();
-    assert_eq!(
-        limit.first().map(|(k, _)| k.as_str()),
-        Some("network"),
+    assert!(
+        matches!(
+            limit.first().map(|(k, _)| k.as_str()),
+            Some("network") | Some("sender")
+        ),
         "{limit:?}\n{}",
         server.log_tail()
     );

@@ -68,6 +68,11 @@ mod data_path;
 /// and that the server still serves a fresh session.
 mod bad_inputs;
 
+/// TLS on both doors: HTTPS (curl, wget, aria2c, `sluice get https://`),
+/// explicit FTPS (curl --ssl-reqd, lftp, Python ftplib FTP_TLS, `sluice get
+/// ftpes://`), `require_tls`, broken handshakes, bad certificates.
+mod tls;
+
 // Both front doors' listener: backlog, running out of descriptors.
 mod listener;
 
@@ -78,3 +83,8 @@ mod listings;
 /// receiver window; a paced server makes `sluice get --stats=json` say
 /// network or sender (issue 13, part 4).
 mod limits;
+
+/// Operating the server: SIGTERM/SIGINT (running transfers finish, new
+/// connections are refused, uploads cut at the timeout stay resumable
+/// partials), SIGHUP reload, SIGUSR1 log reopen, `serve --check-config`.
+mod operations;

@@ -12,7 +12,7 @@
 //! memory cap between it and the writer is reached (a receive stall).
 
 use std::io::{ErrorKind, Read};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -74,8 +74,8 @@ pub enum Framing {
 
 /// Where the data connections come from.
 pub enum Source {
-    /// Already connected (passive mode).
-    Connected(TcpStream),
+    /// Already connected (passive mode, HTTP), in clear or TLS.
+    Connected(crate::tls::DataSock),
     /// Accept from this listener (active mode), at most `max` connections.
     Listen {
         /// Listener whose address went out in PORT/EPRT.
@@ -86,6 +86,9 @@ pub enum Source {
         /// reach the listener could otherwise inject data (the FTP
         /// data-port theft vsftpd guards against on its side).
         from: IpAddr,
+        /// PROT P: each accepted connection is TLS, we the TLS client
+        /// (RFC 4217 section 7) checking this server name.
+        tls_host: Option<String>,
     },
 }
 
@@ -174,7 +177,7 @@ impl Drop for Drain {
 
 /// One data connection being read.
 struct Stream {
-    sock: TcpStream,
+    sock: crate::tls::DataSock,
     framer: Framer,
     chunk: Option<Chunk>,
     ended: bool,
@@ -197,7 +200,7 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(sock: &TcpStream, drs: bool) -> Watch {
+    fn new(sock: &crate::tls::DataSock, drs: bool) -> Watch {
         let now = Instant::now();
         let mut drs = drs.then(|| DrsSocket::new(Dir::Recv)).flatten();
         if let Some(d) = drs.as_mut() {
@@ -215,7 +218,7 @@ impl Watch {
     }
 
     /// Reads the socket if a look is due.
-    fn tick(&mut self, sock: &TcpStream, now: Instant) {
+    fn tick(&mut self, sock: &crate::tls::DataSock, now: Instant) {
         if now >= self.next {
             self.look(sock, now);
         }
@@ -226,7 +229,7 @@ impl Watch {
         }
     }
 
-    fn look(&mut self, sock: &TcpStream, now: Instant) {
+    fn look(&mut self, sock: &crate::tls::DataSock, now: Instant) {
         self.next = now + WATCH_EVERY;
         if let Ok(i) = tcp::tcp_info(sock.as_fd()) {
             self.tally.sample(
@@ -239,7 +242,7 @@ impl Watch {
     }
 
     /// The connection is done: a last look, and everything into `stats`.
-    fn close(&mut self, sock: &TcpStream, stats: &Stats) {
+    fn close(&mut self, sock: &crate::tls::DataSock, stats: &Stats) {
         if std::mem::replace(&mut self.closed, true) {
             return;
         }
@@ -273,6 +276,8 @@ struct Chunk {
 struct DrainLoop<'a> {
     cfg: DrainConfig,
     listener: Option<(TcpListener, usize, IpAddr)>,
+    /// Server name for TLS on accepted connections (PROT P).
+    accept_tls: Option<String>,
     streams: Vec<Stream>,
     accepted: usize,
     out: WriterInput,
@@ -303,6 +308,7 @@ impl<'a> DrainLoop<'a> {
         let mut d = DrainLoop {
             cfg,
             listener: None,
+            accept_tls: None,
             streams: Vec::new(),
             accepted: 0,
             out,
@@ -318,16 +324,18 @@ impl<'a> DrainLoop<'a> {
                 listener,
                 max,
                 from,
+                tls_host,
             } => {
                 let _ = listener.set_nonblocking(true);
                 d.listener = Some((listener, max, from.to_canonical()));
+                d.accept_tls = tls_host;
             }
         }
         d
     }
 
-    fn add_stream(&mut self, sock: TcpStream) {
-        let _ = sock.set_nonblocking(true);
+    fn add_stream(&mut self, sock: crate::tls::DataSock) {
+        let _ = sock.tcp().set_nonblocking(true);
         let (framer, ended) = match self.cfg.framing {
             Framing::Stream { base } => (
                 Framer::S {
@@ -473,7 +481,19 @@ impl<'a> DrainLoop<'a> {
         for &i in &live {
             fds.push(PollFd::new(self.streams[i].sock.as_fd(), PollFlags::POLLIN));
         }
-        match nix::poll::poll(&mut fds, PollTimeout::from(POLL_TICK)) {
+        // TLS streams holding decrypted bytes are ready whatever the
+        // socket says: poll only for the others, without waiting.
+        let buffered: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| self.streams[i].sock.has_buffered())
+            .collect();
+        let tick = if buffered.is_empty() {
+            PollTimeout::from(POLL_TICK)
+        } else {
+            PollTimeout::ZERO
+        };
+        match nix::poll::poll(&mut fds, tick) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => return Ok((false, Vec::new())),
             Err(e) => return Err(ClientError::net("poll data connections", e.into())),
@@ -484,7 +504,7 @@ impl<'a> DrainLoop<'a> {
         let ready = live
             .into_iter()
             .zip(it)
-            .filter(|(_, fd)| hit(fd))
+            .filter(|(i, fd)| hit(fd) || buffered.contains(i))
             .map(|(i, _)| i)
             .collect();
         Ok((listen_ready, ready))
@@ -503,7 +523,11 @@ impl<'a> DrainLoop<'a> {
                 }
                 Ok((s, _)) => {
                     let _ = s.set_nodelay(true);
-                    self.add_stream(s);
+                    let sock = match &self.accept_tls {
+                        Some(host) => crate::tls::DataSock::tls(s, host, None)?,
+                        None => s.into(),
+                    };
+                    self.add_stream(sock);
                     any = true;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -748,7 +772,7 @@ enum HeaderRead {
 }
 
 /// One `read`: `None` when it would block, `Some(0)` at EOF.
-fn read_some(sock: &mut TcpStream, buf: &mut [u8]) -> Result<Option<usize>> {
+fn read_some(sock: &mut crate::tls::DataSock, buf: &mut [u8]) -> Result<Option<usize>> {
     loop {
         match sock.read(buf) {
             Ok(n) => return Ok(Some(n)),
@@ -764,7 +788,7 @@ mod tests {
     use super::*;
     use crate::writer::{Sink, Writer, WriterConfig};
     use std::io::Write as _;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     /// Drains one connection whose peer writes `sent` and then keeps the
     /// connection open until the drain is over; returns the file.
@@ -801,7 +825,7 @@ mod tests {
                 raise_priority: false,
                 drs: false,
             },
-            Source::Connected(sock),
+            Source::Connected(sock.into()),
             w.input(),
             mpsc::sync_channel(0).1,
             stats,

@@ -12,15 +12,28 @@
 //!   long MODE S send does (each call used to start a fresh quantum, and
 //!   a 1 MiB block never reached 4 MiB);
 //! - the socket settings (`SocketSettings`: buffer, `TCP_NOTSENT_LOWAT`
-//!   start mark, congestion control, pacing), applied once. The
+//!   start mark, congestion control, pacing), applied once, with the size
+//!   the peer asked for (SBUF) when there is one; the same sizes were set
+//!   before the handshake on the listener or connecting socket
+//!   (`Engine::size_before_syn`), where the window scale is decided. The
 //!   rate-sized mark itself lives on the socket between sends
-//!   (`refill.rs`).
+//!   (`refill.rs`);
+//! - the connection's one `TCP_INFO` reader ([`Flow`]): the refill mark
+//!   and the prefetch planner read it once per wake-up, and the planner's
+//!   measured rate is carried in it from one send to the next (it used to
+//!   live in a map keyed by address pair, looked up with getpeername and
+//!   getsockname per send);
+//! - the `blocking` baseline's thread, made at the first send and reused
+//!   for every later one (it was a thread per send: per MODE E block).
 //!
-//! Still per send, to move here next: the `TCP_INFO` sampling of the
-//! refill mark and of the prefetch planner (one flow sampler per
-//! connection), the planner's connection id, the blocking baseline's
-//! thread; and later per-path buffer sizing (DRS), pacing classes (Cue)
-//! and the TLS transport.
+//! - dynamic right-sizing of the send buffer ([`DrsSocket`], `--drs`),
+//!   sampled while a send runs by a hook kept apart from the send paths
+//!   (`drs_during`; it reads `TCP_INFO` on its own schedule, since the
+//!   send borrows the connection's [`Flow`]).
+//!
+//! Still per send: the planner's connection id (each send opens a range
+//! with the hub; the rate it starts from comes from the flow). Later here:
+//! pacing classes (Cue), the TLS transport.
 
 use std::fs::File;
 use std::io;
@@ -33,7 +46,9 @@ use sluice_platform::sockbuf::Dir;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::flow::Flow;
 use crate::send::{peer_is_local, Turn};
+use crate::send_blocking::SenderThread;
 use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError};
 
 /// One data connection (an FTP data socket or an HTTP connection) and the
@@ -42,50 +57,97 @@ use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError};
 pub struct DataConn {
     engine: Engine,
     stream: TcpStream,
-    /// The peer is on this host (loopback or one of our addresses): the
-    /// `auto` path copies for it (see `DataPath::Auto`).
-    local_peer: bool,
-    turn: Turn,
+    link: Link,
     /// Dynamic right-sizing of the send buffer (`--drs on`), sampled
     /// while a send runs (see [`DataConn::send_range`]).
     drs: Option<DrsSocket>,
+}
+
+/// What a connection keeps from one send to the next.
+#[derive(Debug)]
+pub(crate) struct Link {
+    /// The peer is on this host (loopback or one of our addresses): the
+    /// `auto` path copies for it (see `DataPath::Auto`); only asked under
+    /// `auto`.
+    pub(crate) local: bool,
+    /// The fairness quantum so far.
+    pub(crate) turn: Turn,
+    /// The one `TCP_INFO` reader of this connection.
+    pub(crate) flow: Flow,
+    /// The `blocking` baseline's thread, once it has sent.
+    pub(crate) thread: Option<SenderThread>,
+}
+
+impl Link {
+    /// A new connection's state: its peer judged once.
+    pub(crate) fn new(engine: &Engine, stream: &TcpStream) -> Link {
+        Link {
+            local: engine.config().data_path == DataPath::Auto && peer_is_local(stream),
+            turn: Turn::new(engine.config().send_quantum),
+            flow: Flow::new(),
+            thread: None,
+        }
+    }
 }
 
 impl Engine {
     /// Takes `stream` as a data connection: applies the engine's socket
     /// settings once and decides what lasts for the connection's life.
     pub fn data_conn(&self, stream: TcpStream) -> DataConn {
-        self.prepare_socket(&stream);
-        let local_peer = self.config().data_path == DataPath::Auto && peer_is_local(&stream);
-        let drs = self.drs_for(&stream);
+        self.data_conn_sized(stream, None)
+    }
+
+    /// [`Engine::data_conn`] with the buffer size the peer asked for
+    /// (GridFTP `SBUF`; the same size should have been given to
+    /// [`Engine::size_before_syn`] for the socket or its listener).
+    pub fn data_conn_sized(&self, stream: TcpStream, asked: Option<usize>) -> DataConn {
+        self.prepare_socket_sized(&stream, asked);
+        let drs = self.drs_for(&stream, asked.is_some());
         DataConn {
             engine: self.clone(),
+            link: Link::new(self, &stream),
             stream,
-            local_peer,
-            turn: Turn::new(self.config().send_quantum),
             drs,
         }
     }
-}
 
-impl Engine {
     /// The send side's right-sizing of a new data connection, when on.
-    /// A buffer the configuration fixed (`--send-buffer`, `send_buffer_max`,
-    /// read back after `prepare_socket`) is its floor: measured cheaper per
-    /// GiB on fast local paths, and DRS is there for the paths that need
-    /// more (`--send-buffer auto` leaves it autotuning's floor alone).
-    fn drs_for(&self, stream: &TcpStream) -> Option<DrsSocket> {
+    /// A buffer the configuration or the peer fixed (`--send-buffer`,
+    /// `send_buffer_max`, SBUF; read back after `prepare_socket`) is its
+    /// floor: measured cheaper per GiB on fast local paths, and DRS is
+    /// there for the paths that need more (`--send-buffer auto` leaves it
+    /// autotuning's floor alone).
+    fn drs_for(&self, stream: &TcpStream, asked: bool) -> Option<DrsSocket> {
         let cfg = self.config();
         if !cfg.drs {
             return None;
         }
-        let fixed = cfg.send_buffer.is_some() || cfg.send_buffer_max;
+        let fixed = asked || cfg.send_buffer.is_some() || cfg.send_buffer_max;
         let floor = if fixed {
             sluice_platform::tcp::send_buffer(stream.as_fd()).unwrap_or(0) as u64
         } else {
             0
         };
         DrsSocket::new(Dir::Send).map(|d| d.with_floor(floor))
+    }
+}
+
+/// A data connection as a sender takes it: a [`DataConn`] made (and
+/// sized) by its owner, or a bare socket that gets the engine's defaults.
+pub trait IntoDataConn {
+    /// The connection as a [`DataConn`] of `engine`.
+    fn into_data_conn(self, engine: &Engine) -> DataConn;
+}
+
+impl IntoDataConn for DataConn {
+    fn into_data_conn(self, _: &Engine) -> DataConn {
+        self
+    }
+}
+
+impl IntoDataConn for TcpStream {
+    fn into_data_conn(self, engine: &Engine) -> DataConn {
+        engine.data_conn(self)
     }
 }
 
@@ -106,8 +168,7 @@ impl DataConn {
     ) -> Result<u64, EngineError> {
         let send = self.engine.send_range_on(
             &self.stream,
-            self.local_peer,
-            &mut self.turn,
+            &mut self.link,
             file,
             offset,
             len,
@@ -154,6 +215,12 @@ impl DataConn {
         self.stream
     }
 
+    /// The `blocking` baseline's thread, if it has sent (tests).
+    #[cfg(test)]
+    pub(crate) fn blocking_thread(&self) -> Option<std::thread::ThreadId> {
+        self.link.thread.as_ref().map(SenderThread::id)
+    }
+
     /// The send buffer's right-sizing, when `--drs on`.
     pub fn drs(&self) -> Option<&DrsSocket> {
         self.drs.as_ref()
@@ -162,7 +229,7 @@ impl DataConn {
     /// Whether the peer is on this host (decided when the connection was
     /// made; only asked under the `auto` data path).
     pub fn local_peer(&self) -> bool {
-        self.local_peer
+        self.link.local
     }
 }
 

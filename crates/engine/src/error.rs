@@ -21,6 +21,8 @@ pub enum EngineError {
     Idle,
     /// The disk thread pool has shut down.
     PoolClosed,
+    /// A disk job panicked (a bug); its thread lives on.
+    DiskJobPanicked,
 }
 
 impl EngineError {
@@ -40,6 +42,7 @@ impl fmt::Display for EngineError {
             EngineError::ShortFile { at } => write!(f, "file ended at offset {at}"),
             EngineError::Idle => f.write_str("data connection idle too long"),
             EngineError::PoolClosed => f.write_str("disk thread pool closed"),
+            EngineError::DiskJobPanicked => f.write_str("a disk job failed (internal error)"),
         }
     }
 }

@@ -29,6 +29,7 @@ mod disk;
 pub mod drs;
 mod drs_socket;
 mod error;
+mod flow;
 pub mod plan;
 mod prefetch;
 mod recv;
@@ -39,6 +40,7 @@ mod send_blocking;
 mod send_sendfile;
 mod socket;
 mod splice_pump;
+mod tls;
 mod tuning;
 pub mod verdict;
 mod wake;
@@ -49,7 +51,7 @@ use std::sync::Arc;
 pub use buffers::{BufferPool, PoolBuf};
 pub use cancel::Cancel;
 pub use config::{parse_switch, DataPath, EngineConfig, ParseDataPathError};
-pub use conn::DataConn;
+pub use conn::{DataConn, IntoDataConn};
 pub use counters::{Counters, CountersSnapshot};
 pub use drs_socket::DrsSocket;
 pub use error::EngineError;
@@ -57,10 +59,15 @@ pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
+pub use tls::{TlsConn, TLS_BUFFER_LIMIT, TLS_CHUNK};
+/// The rustls stack the TLS connections are built on (one version for
+/// every crate).
+pub use tokio_rustls;
 pub use tuning::{parse_notsent_lowat, parse_refill_time, parse_size, SendBufferChoice};
 
 use counters::Tally;
 use disk::DiskPool;
+pub use disk::IoClass;
 use prefetch::Hub;
 
 /// The shared data-delivery engine; cheap to clone.
@@ -106,7 +113,7 @@ impl Engine {
             tracing::info!("sendfile unsupported here; using the copy data path");
             config.data_path = DataPath::Copy;
         }
-        let disk = DiskPool::new(config.disk_threads, config.disk_queue_depth)?;
+        let disk = DiskPool::new(disk_threads_for(&config), config.disk_queue_depth)?;
         let buffers = BufferPool::new(config.read_buffer_size, config.buffer_pool_max);
         let prefetch = Hub::new(&config);
         Ok(Engine {
@@ -152,13 +159,34 @@ impl Engine {
         &self.inner.buffers
     }
 
-    /// Runs a blocking file operation on the engine's disk threads.
+    /// Runs a blocking file operation (open, stat, a listing batch) on the
+    /// engine's disk threads, as [`IoClass::Meta`].
     pub async fn run_blocking<T, F>(&self, cancel: &Cancel, f: F) -> Result<T, EngineError>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        self.inner.disk.run(cancel, f).await
+        self.inner.disk.run(IoClass::Meta, cancel, f).await
+    }
+
+    /// Runs a blocking job of `class` on the engine's disk threads (a
+    /// whole-file checksum is [`IoClass::Background`]).
+    pub async fn run_blocking_as<T, F>(
+        &self,
+        class: IoClass,
+        cancel: &Cancel,
+        f: F,
+    ) -> Result<T, EngineError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        self.inner.disk.run(class, cancel, f).await
+    }
+
+    /// Threads of the disk subsystem.
+    pub fn disk_threads(&self) -> usize {
+        self.inner.disk.threads()
     }
 
     /// `fdatasync` the file off the event loop (before an upload's rename).
@@ -166,7 +194,7 @@ impl Engine {
         let f = Arc::clone(file);
         self.inner
             .disk
-            .run(&Cancel::new(), move || f.sync_data())
+            .run(IoClass::Meta, &Cancel::new(), move || f.sync_data())
             .await?
             .map_err(EngineError::Disk)
     }
@@ -176,7 +204,7 @@ impl Engine {
         let f = Arc::clone(file);
         self.inner
             .disk
-            .run(&Cancel::new(), move || f.sync_all())
+            .run(IoClass::Meta, &Cancel::new(), move || f.sync_all())
             .await?
             .map_err(EngineError::Disk)
     }
@@ -187,4 +215,15 @@ impl Engine {
             local,
         }
     }
+}
+
+/// Disk threads: `disk_threads`, and under a prefetch planner at least its
+/// `K` (reads it keeps in the device at once), so its reads never queue
+/// behind each other for want of a thread (it had a pool of its own).
+fn disk_threads_for(config: &EngineConfig) -> usize {
+    let k = match config.prefetch {
+        PrefetchMode::Kernel => 0,
+        _ => config.prefetch_queue_depth,
+    };
+    config.disk_threads.max(k).max(1)
 }

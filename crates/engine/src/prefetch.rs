@@ -37,7 +37,6 @@ use pagecache::read_range;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,7 +46,8 @@ use sluice_platform::fadvise;
 use tokio::sync::Notify;
 
 use crate::buffers::PoolBuf;
-use crate::disk::DiskPool;
+use crate::disk::IoClass;
+use crate::flow::Carry;
 use crate::plan::{ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters};
 use crate::sched::{Prefetcher, ReqId, SchedConfig, Submission};
 use crate::{Cancel, Engine, EngineConfig, EngineError};
@@ -77,11 +77,6 @@ pub(crate) struct Hub {
     /// Milliseconds since `start` of the next budget measurement.
     budget_next_ms: AtomicU64,
     drop_sent: bool,
-    /// Disk threads of the planner's own, one per read it keeps submitted
-    /// (`K`), when the engine's general pool has fewer than `K` threads (it
-    /// would cap how many reads are in the device at once); `None`: the
-    /// engine's pool.
-    disk: Option<DiskPool>,
 }
 
 #[derive(Debug)]
@@ -92,31 +87,14 @@ struct State {
     reqs: HashMap<ReqId, Cancel>,
     /// When the armed delay-queue timer fires, if one is armed.
     timer_at: Option<Duration>,
-    /// What the last feed on a connection knew, for the next one on it.
-    streams: HashMap<StreamKey, Carry>,
     /// Open feeds per file (device, inode): pages of a file another feed
     /// reads are never dropped behind a sender.
     files: HashMap<(u64, u64), usize>,
 }
 
-/// A data connection, by its two addresses (unique while it is open).
-type StreamKey = (SocketAddr, SocketAddr);
-
-/// Rate state handed from one `send_file` call to the next on the same
-/// connection: front doors send a stream in pieces (MODE S: 64 MiB pieces,
-/// MODE E: one call per block), and each piece must not start over from the
-/// planner's initial rate and a fresh 100 ms measuring interval.
-#[derive(Debug, Clone, Copy)]
-struct Carry {
-    rate: Option<u64>,
-    anchor: Option<(u64, Instant)>,
-    at: Instant,
-}
-
-/// Carried state older than this is dropped (the connection is idle or gone).
+/// Carried state older than this is dropped (the connection was idle: its
+/// acked count says nothing about its rate now).
 const CARRY_TTL: Duration = Duration::from_secs(10);
-/// Above this many remembered connections, stale entries are swept.
-const CARRY_SWEEP: usize = 1024;
 
 /// One open range: its file and the chunks read for it, not yet taken.
 #[derive(Debug)]
@@ -162,7 +140,7 @@ impl Hub {
         let h_max = cfg.prefetch_h_max.max(4096);
         let budget_cap = cfg.prefetch_budget;
         let plan = PlanConfig {
-            mode: cfg.prefetch,
+            mode: cfg.prefetch.planner_policy(),
             budget: measured_budget(budget_cap),
             h_max,
             fixed_window: (cfg.sendfile_prefetch as u64).max(4096),
@@ -185,14 +163,14 @@ impl Hub {
             "prefetch planner"
         );
         // `fixed` stays the conventional baseline: no dropping behind it.
-        let drop_sent = cfg.prefetch == PrefetchMode::Tcp && cfg.prefetch_drop_sent;
+        let drop_sent =
+            cfg.prefetch.planner_policy() == PrefetchMode::Tcp && cfg.prefetch_drop_sent;
         Some(Hub {
             state: Mutex::new(State {
                 pf: Prefetcher::new(plan, sched),
                 conns: HashMap::new(),
                 reqs: HashMap::new(),
                 timer_at: None,
-                streams: HashMap::new(),
                 files: HashMap::new(),
             }),
             start: Instant::now(),
@@ -203,9 +181,6 @@ impl Hub {
             budget_of_free: cfg
                 .prefetch_budget_of_free
                 .filter(|v| (0.0..=1.0).contains(v)),
-            disk: (k > cfg.disk_threads)
-                .then(|| DiskPool::new(k, k).ok())
-                .flatten(),
             budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
             drop_sent,
         })
@@ -326,7 +301,7 @@ impl Hub {
         start: u64,
         end: u64,
         copy: bool,
-        key: Option<StreamKey>,
+        carry: Option<Carry>,
     ) -> (ConnId, Arc<Notify>, Option<Carry>) {
         let id = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
         let notify = Arc::new(Notify::new());
@@ -342,9 +317,7 @@ impl Hub {
         if let Some(k) = inode {
             *st.files.entry(k).or_insert(0) += 1;
         }
-        let carry = key
-            .and_then(|k| st.streams.remove(&k))
-            .filter(|c| c.at.elapsed() < CARRY_TTL);
+        let carry = carry.filter(|c| c.at.elapsed() < CARRY_TTL);
         st.conns.insert(
             id,
             Slot {
@@ -368,14 +341,6 @@ impl Hub {
         }
         self.pump(engine, &mut st);
         (id, notify, carry)
-    }
-
-    fn remember(&self, key: StreamKey, carry: Carry) {
-        let mut st = self.lock();
-        if st.streams.len() >= CARRY_SWEEP {
-            st.streams.retain(|_, c| c.at.elapsed() < CARRY_TTL);
-        }
-        st.streams.insert(key, carry);
     }
 
     fn take(&self, id: ConnId, pos: u64) -> Take {
@@ -499,11 +464,11 @@ async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, 
     let pool = Arc::clone(engine.buffers());
     let (off, len) = (sub.req.offset, sub.req.len);
     let job = move || read_range(&file, &pool, off, len, copy);
-    let own = engine.inner.prefetch.as_ref().and_then(|h| h.disk.as_ref());
-    let submitted = match own {
-        Some(disk) => disk.submit(&token, job).await,
-        None => engine.inner.disk.submit(&token, job).await,
-    };
+    let submitted = engine
+        .inner
+        .disk
+        .submit(IoClass::Transfer, &token, job)
+        .await;
     let r = match submitted {
         Ok(ticket) => ticket.await,
         Err(e) => Err(e),

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use sluice_platform::tcp;
 use tokio::net::TcpStream;
 
+use crate::flow::Flow;
 use crate::Engine;
 
 /// Smallest mark: below this the per-wake-up work is tiny anyway.
@@ -56,6 +57,8 @@ pub(crate) struct Senders(AtomicU64);
 /// One connection's mark while its send runs; leaves the count on drop.
 pub(crate) struct Refill<'a> {
     senders: &'a Senders,
+    /// The connection's `TCP_INFO` reader, shared with the planner's feed.
+    flow: &'a Flow,
     time: Duration,
     cap: u64,
     mark: u64,
@@ -68,7 +71,7 @@ pub(crate) struct Refill<'a> {
 
 impl Engine {
     /// Starts rate-sizing `conn`'s mark, if configured and supported.
-    pub(crate) fn refill(&self) -> Option<Refill<'_>> {
+    pub(crate) fn refill<'a>(&'a self, flow: &'a Flow) -> Option<Refill<'a>> {
         let cfg = self.config();
         let time = cfg.refill_time?;
         let cap = u64::from(cfg.notsent_lowat?);
@@ -83,6 +86,7 @@ impl Engine {
         // keeps the mark its last piece left on the socket.
         Some(Refill {
             senders,
+            flow,
             time,
             cap,
             mark: 0,
@@ -126,8 +130,7 @@ impl Refill<'_> {
     }
 
     fn measure(&mut self, conn: &TcpStream) {
-        let now = Instant::now();
-        let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
+        let Some((now, info)) = self.flow.info(conn) else {
             return;
         };
         self.span =
@@ -249,7 +252,8 @@ mod tests {
         e.prepare_socket(&tx);
         let start = u64::from(tcp::notsent_lowat(tx.as_fd()).unwrap());
         assert!((MIN_MARK..=START_MARK).contains(&start), "{start}");
-        let r = e.refill().unwrap();
+        let flow = Flow::new();
+        let r = e.refill(&flow).unwrap();
         assert_eq!(e.inner.senders.0.load(Relaxed), 1);
         // Starting a send leaves the socket's mark alone.
         assert_eq!(r.mark(), 0);
@@ -263,7 +267,7 @@ mod tests {
             refill_time: None,
             ..EngineConfig::default()
         });
-        assert!(fixed.refill().is_none());
+        assert!(fixed.refill(&flow).is_none());
         fixed.prepare_socket(&tx);
         assert_eq!(tcp::notsent_lowat(tx.as_fd()).unwrap(), 8 << 20);
     }
@@ -294,7 +298,8 @@ mod tests {
             }
         }
         reader.await.unwrap();
-        let mut r = e.refill().unwrap();
+        let flow = Flow::new();
+        let mut r = e.refill(&flow).unwrap();
         r.woke(&tx);
         // Whatever the rate, a sized mark is within the bounds and on the socket.
         let m = r.mark();

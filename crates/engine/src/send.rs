@@ -28,12 +28,14 @@ use sluice_platform::fileio;
 use tokio::net::TcpStream;
 
 use crate::buffers::PoolBuf;
+use crate::conn::Link;
 use crate::counters::{Counters, Tally};
-use crate::disk::Ticket;
+use crate::disk::{IoClass, Ticket};
+use crate::flow::Flow;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
-use crate::{Cancel, DataPath, Engine, EngineError};
+use crate::{Cancel, DataPath, Engine, EngineError, PrefetchMode};
 
 /// A chunk read for the copy path: ready now (page cache) or on a disk thread.
 enum PendingRead {
@@ -57,24 +59,18 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        let local = self.config().data_path == DataPath::Auto && peer_is_local(conn);
-        let mut turn = Turn::new(self.config().send_quantum);
-        self.send_range_on(
-            conn, local, &mut turn, file, offset, len, prefix, counters, cancel,
-        )
-        .await
+        let mut link = Link::new(self, conn);
+        self.send_range_on(conn, &mut link, file, offset, len, prefix, counters, cancel)
+            .await
     }
 
-    /// One send of a connection's life: `local` is whether its peer is on
-    /// this host (decided once by a [`crate::DataConn`]), `turn` its
-    /// quantum so far (kept across its sends, so a MODE E stream sending
-    /// block after block yields like one long send).
+    /// One send of a connection's life, with the state its
+    /// [`crate::DataConn`] keeps between sends ([`Link`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_range_on(
         &self,
         conn: &TcpStream,
-        local: bool,
-        turn: &mut Turn,
+        link: &mut Link,
         file: &Arc<File>,
         offset: u64,
         len: u64,
@@ -88,12 +84,15 @@ impl Engine {
         }
         let t = self.tally(counters);
         let path = match self.config().data_path {
-            DataPath::Auto => auto_choice(local, len),
+            DataPath::Auto => auto_choice(link.local, len),
             p => p,
         };
+        let Link {
+            turn, flow, thread, ..
+        } = link;
         match path {
             DataPath::Copy => {
-                let mut refill = self.refill();
+                let mut refill = self.refill(flow);
                 let f = self.send_copy(
                     conn,
                     file,
@@ -103,17 +102,20 @@ impl Engine {
                     counters,
                     cancel,
                     turn,
+                    flow,
                     refill.as_mut(),
                 );
                 counted(f, t).await
             }
             DataPath::Sendfile | DataPath::Splice | DataPath::Auto => {
-                let f = self.send_sendfile(conn, file, offset, len, prefix, counters, cancel, turn);
+                let f = self.send_sendfile(
+                    conn, file, offset, len, prefix, counters, cancel, turn, flow,
+                );
                 counted(f, t).await
             }
             // Its own thread counts its own wake-ups; this task sleeps once.
             DataPath::Blocking => {
-                self.send_blocking(conn, file, offset, len, prefix, counters, cancel)
+                self.send_blocking(thread, conn, file, offset, len, prefix, counters, cancel)
                     .await
             }
         }
@@ -146,14 +148,20 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
         turn: &mut Turn,
+        flow: &Flow,
         mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
-        if let Some(mut feed) = self.feed(conn, file, offset, offset + len, true, counters) {
-            return self
-                .send_copy_planned(
-                    conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,
-                )
-                .await;
+        // `auto` starts on the inline path and hands the rest of the send to
+        // the planner at the first chunk that had to come from the disk.
+        let auto = self.config().prefetch == PrefetchMode::Auto;
+        if !auto {
+            if let Some(mut feed) = self.feed(flow, file, offset, offset + len, true, counters) {
+                return self
+                    .send_copy_planned(
+                        conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,
+                    )
+                    .await;
+            }
         }
         let t = self.tally(counters);
         let end = offset + len;
@@ -169,7 +177,7 @@ impl Engine {
             // inline anyway, so the next one waits until this one is out:
             // a stalled reader then pins one buffer, not two (probe: 2 MiB
             // per stalled download).
-            if after < end && cold {
+            if after < end && cold && !auto {
                 next = Some(self.start_read(file, after, end - after, t, cancel).await?);
             }
             let waited = write_all(
@@ -189,6 +197,29 @@ impl Engine {
             turn.pushed((prefix.len() + n) as u64, t).await;
             prefix = &[];
             pos = after;
+            if pos < end && cold && auto {
+                // A miss: the range is not (all) in memory; the planner
+                // reads the rest ahead at this connection's rate.
+                drop(buf);
+                if let Some(mut feed) = self.feed(flow, file, pos, end, true, counters) {
+                    let rest = self
+                        .send_copy_planned(
+                            conn,
+                            &mut feed,
+                            pos,
+                            end - pos,
+                            &[],
+                            counters,
+                            cancel,
+                            turn,
+                            refill,
+                        )
+                        .await?;
+                    return Ok(pos + rest - offset);
+                }
+                next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
+                continue;
+            }
             if pos < end && next.is_none() {
                 drop(buf);
                 next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
@@ -266,7 +297,7 @@ impl Engine {
         let ticket = self
             .inner
             .disk
-            .submit(cancel, move || {
+            .submit(IoClass::Transfer, cancel, move || {
                 let r = read_full_at(&f, &mut buf[..want], pos);
                 (buf, r)
             })

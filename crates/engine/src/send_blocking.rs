@@ -1,5 +1,8 @@
 //! The `blocking` data path: the baseline the event-loop senders are
-//! measured against (issue 5, `send-wakeups`): one OS thread per transfer,
+//! measured against (issue 5, `send-wakeups`): one OS thread per
+//! connection ([`SenderThread`], made at its first send and kept by its
+//! [`crate::DataConn`], so a MODE E stream's blocks or a keep-alive
+//! connection's responses do not start a thread each),
 //! sleeping in the kernel until its socket takes more, then `sendfile` of
 //! everything that fits, as vsftpd and other thread- or process-per-
 //! connection servers do. No event loop, no quantum, no `TCP_NOTSENT_LOWAT`.
@@ -30,6 +33,7 @@ use std::time::Duration;
 use sluice_platform::sys::{self, WriteWait};
 use sluice_platform::{sendfile, tcp};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 
 use crate::counters::{Counters, Tally};
 use crate::{Cancel, Engine, EngineError};
@@ -45,10 +49,75 @@ const CALL_MAX: u64 = 1 << 30;
 /// Longest pause after a wake-up that found no room (see [`Job::wait`]).
 const PRESSURE_PAUSE_MAX_MS: u64 = 200;
 
+/// A send handed to a connection's thread, and where its result goes.
+type Order = (Job, oneshot::Sender<Result<u64, EngineError>>);
+
+/// The baseline's thread of one connection: it runs that connection's
+/// sends one after another and ends when the connection is dropped.
+#[derive(Debug)]
+pub(crate) struct SenderThread {
+    orders: std::sync::mpsc::Sender<Order>,
+    /// Shown in `Debug` and compared by tests.
+    #[allow(dead_code)]
+    id: std::thread::ThreadId,
+}
+
+impl SenderThread {
+    fn spawn() -> io::Result<SenderThread> {
+        let (orders, rx) = std::sync::mpsc::channel::<Order>();
+        let handle = std::thread::Builder::new()
+            .name("sluice-send".into())
+            .stack_size(THREAD_STACK)
+            .spawn(move || {
+                while let Ok((job, done)) = rx.recv() {
+                    let _ = done.send(job.run());
+                }
+            })?;
+        Ok(SenderThread {
+            orders,
+            id: handle.thread().id(),
+        })
+    }
+
+    /// The thread's id (tests: one thread serves every send).
+    #[cfg(test)]
+    pub(crate) fn id(&self) -> std::thread::ThreadId {
+        self.id
+    }
+
+    /// Hands `job` to the thread (a new one if there is none yet, or if
+    /// the last one died).
+    fn order(slot: &mut Option<SenderThread>, job: Job) -> Result<Receiver, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        let mut order = (job, tx);
+        for _ in 0..2 {
+            if slot.is_none() {
+                *slot = Some(SenderThread::spawn().map_err(EngineError::Connection)?);
+            }
+            match slot.as_ref().map(|t| t.orders.send(order)) {
+                Some(Ok(())) => return Ok(rx),
+                Some(Err(std::sync::mpsc::SendError(back))) => {
+                    order = back;
+                    *slot = None;
+                }
+                None => unreachable!("filled above"),
+            }
+        }
+        Err(EngineError::Connection(io::Error::other(
+            "cannot start a sender thread",
+        )))
+    }
+}
+
+type Receiver = oneshot::Receiver<Result<u64, EngineError>>;
+
 impl Engine {
+    /// One send on the blocking baseline, on `thread` (the connection's;
+    /// made here at its first send).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_blocking(
         &self,
+        thread: &mut Option<SenderThread>,
         conn: &TcpStream,
         file: &Arc<File>,
         offset: u64,
@@ -82,14 +151,7 @@ impl Engine {
             mirror: Arc::clone(&mirror),
             idle: self.config().idle_timeout,
         };
-        let (tx, mut rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("sluice-send".into())
-            .stack_size(THREAD_STACK)
-            .spawn(move || {
-                let _ = tx.send(job.run());
-            })
-            .map_err(EngineError::Connection)?;
+        let mut rx = SenderThread::order(thread, job)?;
         tokio::select! {
             r = &mut rx => {
                 // A dropped sender means the thread panicked.
@@ -334,5 +396,35 @@ mod tests {
         cancel.cancel();
         assert!(matches!(h.await.unwrap(), Err(EngineError::Cancelled)));
         assert_eq!(e.counters().bytes_sent, counters.snapshot().bytes_sent);
+    }
+
+    #[tokio::test]
+    async fn one_thread_serves_every_send_of_a_connection() {
+        let e = blocking_engine();
+        let data = pattern(1 << 20);
+        let file = temp_file(&data);
+        let (tx, mut rx) = pair().await;
+        let reader = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut conn = e.data_conn(tx);
+        let (c, cancel) = (Counters::new(), Cancel::new());
+        let mut threads = Vec::new();
+        // MODE E-sized blocks, each behind a header-like prefix.
+        for i in 0..8u64 {
+            let n = conn
+                .send_range(&file, i << 17, 1 << 17, b"", &c, &cancel)
+                .await
+                .unwrap();
+            assert_eq!(n, 1 << 17);
+            threads.push(conn.blocking_thread().expect("a sender thread"));
+        }
+        assert!(threads.iter().all(|t| *t == threads[0]), "{threads:?}");
+        conn.shutdown().await.unwrap();
+        drop(conn);
+        assert_eq!(reader.await.unwrap(), data);
     }
 }

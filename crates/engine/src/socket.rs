@@ -1,6 +1,6 @@
 //! Applying the engine's socket tuning to a data connection.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::OnceLock;
 
 use sluice_platform::tcp;
@@ -25,6 +25,13 @@ impl Engine {
     /// Applies the configured socket options to a data connection. An option
     /// the kernel refuses is logged and skipped (degrade, do not fail).
     pub fn prepare_socket(&self, conn: &TcpStream) -> SocketSettings {
+        self.prepare_socket_sized(conn, None)
+    }
+
+    /// [`Engine::prepare_socket`] with a buffer size the peer asked for
+    /// (GridFTP `SBUF`), which then wins over the configured ones in both
+    /// directions.
+    pub fn prepare_socket_sized(&self, conn: &TcpStream, asked: Option<usize>) -> SocketSettings {
         let cfg = self.config();
         let fd = conn.as_fd();
         let mut out = SocketSettings::default();
@@ -39,23 +46,7 @@ impl Engine {
                 }
             }
         }
-        let send_buffer = cfg.send_buffer.or_else(|| {
-            if cfg.send_buffer_max {
-                send_buffer_limits().and_then(|l| l.fixed_at_least_autotuned())
-            } else {
-                None
-            }
-        });
-        if let Some(b) = send_buffer {
-            if let Err(e) = tcp::set_send_buffer(fd, b) {
-                tracing::debug!("SO_SNDBUF refused: {e}");
-            }
-        }
-        if let Some(b) = cfg.recv_buffer {
-            if let Err(e) = tcp::set_recv_buffer(fd, b) {
-                tracing::debug!("SO_RCVBUF refused: {e}");
-            }
-        }
+        self.size_buffers(fd, asked);
         if let Some(rate) = cfg.max_pacing_rate {
             if let Err(e) = tcp::set_max_pacing_rate(fd, rate) {
                 tracing::debug!("SO_MAX_PACING_RATE refused: {e}");
@@ -70,6 +61,40 @@ impl Engine {
         out.recv_buffer = tcp::recv_buffer(fd).unwrap_or(0);
         out.congestion = tcp::congestion(fd).unwrap_or_default();
         out
+    }
+
+    /// Sizes the buffers of a data socket that has not had its SYN yet: a
+    /// listener (accepted connections inherit its sizes, and the window
+    /// scale of the SYN-ACK is computed from its receive buffer) or a socket
+    /// about to connect. The receive window can only ever grow to what the
+    /// scale chosen at the handshake allows, so a buffer set after the
+    /// handshake (as `SBUF` was) may not be usable in full.
+    pub fn size_before_syn(&self, fd: BorrowedFd<'_>, asked: Option<usize>) {
+        self.size_buffers(fd, asked);
+    }
+
+    /// `SO_SNDBUF`/`SO_RCVBUF`: what the peer asked for, else the
+    /// configured sizes (`send_buffer`, or `wmem_max` under
+    /// `send_buffer_max`; `recv_buffer`); nothing set leaves autotuning on.
+    fn size_buffers(&self, fd: BorrowedFd<'_>, asked: Option<usize>) {
+        let cfg = self.config();
+        let send_buffer = asked.or(cfg.send_buffer).or_else(|| {
+            if cfg.send_buffer_max {
+                send_buffer_limits().and_then(|l| l.fixed_at_least_autotuned())
+            } else {
+                None
+            }
+        });
+        if let Some(b) = send_buffer {
+            if let Err(e) = tcp::set_send_buffer(fd, b) {
+                tracing::debug!("SO_SNDBUF refused: {e}");
+            }
+        }
+        if let Some(b) = asked.or(cfg.recv_buffer) {
+            if let Err(e) = tcp::set_recv_buffer(fd, b) {
+                tracing::debug!("SO_RCVBUF refused: {e}");
+            }
+        }
     }
 }
 

@@ -71,6 +71,9 @@ impl From<EngineError> for TransferError {
                 "data connection idle",
             )),
             EngineError::PoolClosed => TransferError::Setup("disk thread pool closed"),
+            EngineError::DiskJobPanicked => {
+                TransferError::Setup("a disk job failed (internal error)")
+            }
         }
     }
 }

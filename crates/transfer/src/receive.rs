@@ -111,7 +111,6 @@ pub async fn receive_mode_e_relative(
                         result = Err(TransferError::Limit("too many MODE E data connections"));
                         break;
                     }
-                    engine.prepare_socket(&conn);
                     let w = FileWriter::new(engine, Arc::clone(&file), Arc::clone(progress.counters()), inner.clone())
                         .on_written(range_hook(&progress, &overflow));
                     let ov = Arc::clone(&overflow);

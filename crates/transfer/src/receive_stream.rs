@@ -22,7 +22,6 @@ pub async fn receive_stream(
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
-    engine.prepare_socket(&conn);
     let overflow = Arc::new(AtomicBool::new(false));
     let mut w = FileWriter::new(engine, file, Arc::clone(progress.counters()), cancel)
         .on_written(range_hook(&progress, &overflow));

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sluice_engine::verdict::SendTally;
-use sluice_engine::{Cancel, Engine};
+use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn};
 use sluice_ftp::mode_e::BlockHeader;
 use sluice_platform::tcp;
 use tokio::net::TcpStream;
@@ -25,10 +25,10 @@ use crate::{Mode, Progress, SendSpec, TransferError};
 /// Sends the spec's ranges over `conns` and closes them; returns the payload
 /// bytes sent. MODE S needs exactly one connection. On cancellation or error
 /// every stream task is stopped before this returns.
-pub async fn send(
+pub async fn send<C: IntoDataConn>(
     engine: &Engine,
     spec: SendSpec,
-    conns: Vec<TcpStream>,
+    conns: Vec<C>,
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
@@ -38,11 +38,11 @@ pub async fn send(
 /// Like [`send`], but MODE E block headers carry `file offset - base`
 /// (ERET P in MODE E numbers the partial region from 0, GFD.20). `base`
 /// must not exceed any range's offset; MODE S ignores it.
-pub async fn send_relative(
+pub async fn send_relative<C: IntoDataConn>(
     engine: &Engine,
     spec: SendSpec,
     base: u64,
-    conns: Vec<TcpStream>,
+    conns: Vec<C>,
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
@@ -52,8 +52,13 @@ pub async fn send_relative(
             "MODE E header base beyond a range's offset",
         ));
     }
-    // Each connection becomes an engine `DataConn` in its sender (socket
-    // settings applied once, data path and quantum kept across pieces).
+    // Each connection is an engine `DataConn` (socket settings applied
+    // once, data path and quantum kept across pieces); the caller may have
+    // made it, sized for what the peer asked.
+    let conns: Vec<DataConn> = conns
+        .into_iter()
+        .map(|c| c.into_data_conn(engine))
+        .collect();
     match spec.mode {
         Mode::Stream => {
             let mut it = conns.into_iter();
@@ -62,26 +67,24 @@ pub async fn send_relative(
                     "MODE S needs exactly one data connection",
                 ));
             };
-            send_stream(engine, &spec, conn, &progress, &cancel).await
+            send_stream(&spec, conn, &progress, &cancel).await
         }
         Mode::Extended { block_size } => {
             if conns.is_empty() || conns.len() > MAX_STREAMS {
                 return Err(TransferError::Setup("MODE E needs 1..=64 data connections"));
             }
-            send_extended(engine, spec, block_size, base, conns, progress, cancel).await
+            send_extended(spec, block_size, base, conns, progress, cancel).await
         }
     }
 }
 
 async fn send_stream(
-    engine: &Engine,
     spec: &SendSpec,
-    conn: TcpStream,
+    mut conn: DataConn,
     progress: &Progress,
     cancel: &Cancel,
 ) -> Result<u64, TransferError> {
-    let watch = Watch::start(&conn);
-    let mut conn = engine.data_conn(conn);
+    let watch = Watch::start(conn.stream());
     let mut total = 0;
     for r in &spec.ranges {
         let mut pos = r.offset;
@@ -98,16 +101,15 @@ async fn send_stream(
     }
     // End of data in MODE S is the close; FIN follows the queued data.
     conn.shutdown().await.map_err(TransferError::Connection)?;
-    watch.finish(engine, conn.stream(), progress);
+    watch.finish(conn.stream(), progress);
     Ok(total)
 }
 
 async fn send_extended(
-    engine: &Engine,
     spec: SendSpec,
     block_size: u64,
     base: u64,
-    conns: Vec<TcpStream>,
+    conns: Vec<DataConn>,
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
@@ -118,16 +120,13 @@ async fn send_extended(
     let mut tasks = JoinSet::new();
     for (i, conn) in conns.into_iter().enumerate() {
         let eof = if i == 0 { Some(n_streams) } else { None };
-        let (engine, file, queue, progress, inner) = (
-            engine.clone(),
+        let (file, queue, progress, inner) = (
             Arc::clone(&spec.file),
             Arc::clone(&queue),
             Arc::clone(&progress),
             inner.clone(),
         );
-        tasks.spawn(async move {
-            stream_task(&engine, conn, &file, &queue, eof, &progress, &inner).await
-        });
+        tasks.spawn(async move { stream_task(conn, &file, &queue, eof, &progress, &inner).await });
     }
     let mut total = 0u64;
     let mut first_err: Option<TransferError> = None;
@@ -160,16 +159,14 @@ async fn send_extended(
 }
 
 async fn stream_task(
-    engine: &Engine,
-    conn: TcpStream,
+    mut conn: DataConn,
     file: &Arc<std::fs::File>,
     queue: &Mutex<BlockQueue>,
     eof: Option<u64>,
     progress: &Progress,
     cancel: &Cancel,
 ) -> Result<u64, TransferError> {
-    let watch = Watch::start(&conn);
-    let mut conn = engine.data_conn(conn);
+    let watch = Watch::start(conn.stream());
     let mut sent = 0;
     loop {
         let block = match queue.lock() {
@@ -187,7 +184,7 @@ async fn stream_task(
     let end = BlockHeader::end(eof, true).encode();
     conn.send_bytes(&end, progress.counters(), cancel).await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
-    watch.finish(engine, conn.stream(), progress);
+    watch.finish(conn.stream(), progress);
     Ok(sent)
 }
 
@@ -205,11 +202,9 @@ impl Watch {
         )
     }
 
-    fn finish(self, engine: &Engine, conn: &TcpStream, progress: &Progress) {
+    fn finish(self, conn: &TcpStream, progress: &Progress) {
         if let (Some((before, t0)), Ok(after)) = (self.0, tcp::tcp_info(conn.as_fd())) {
-            let t = SendTally::between(&before, &after, t0.elapsed());
-            progress.add_tally(&t);
-            engine.limits().add(&t);
+            progress.add_tally(&SendTally::between(&before, &after, t0.elapsed()));
         }
     }
 }
@@ -223,6 +218,7 @@ pub(crate) mod tests {
     use std::io::Write;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
+    use tokio::net::TcpStream;
 
     pub(crate) fn pattern(len: usize) -> Vec<u8> {
         (0..len as u64)
@@ -494,7 +490,14 @@ pub(crate) mod tests {
             ranges: vec![],
             mode: Mode::Stream,
         };
-        let r = send(&e, spec, vec![], Progress::new(), Cancel::new()).await;
+        let r = send(
+            &e,
+            spec,
+            Vec::<TcpStream>::new(),
+            Progress::new(),
+            Cancel::new(),
+        )
+        .await;
         assert_eq!(r.unwrap_err().reply_code(), 451);
         let spec = SendSpec {
             file: f,

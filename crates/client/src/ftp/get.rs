@@ -245,13 +245,14 @@ pub(crate) fn transfer(
                 listener,
                 max: n as usize,
                 from: ctl.peer.ip(),
+                tls_host: ctl.tls_host(),
             },
             Framing::Extended { base },
         )
     } else {
         let to = data::passive(ctl)?;
         (
-            Source::Connected(data::connect_receiving(to, timeout, a.opts.drs)?),
+            Source::Connected(ctl.data_sock(data::connect_receiving(to, timeout, a.opts.drs)?)?),
             Framing::Stream { base: already },
         )
     };

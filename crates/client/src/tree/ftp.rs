@@ -70,7 +70,7 @@ pub(super) fn remote_join(base: &str, rel: &str) -> String {
 pub(super) fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let to = data::passive(ctl)?;
-    let sock = data::connect(to, ctl.timeout())?;
+    let mut sock = ctl.data_sock(data::connect(to, ctl.timeout())?)?;
     let first = ctl.cmd(&format!("MLSD {path}"))?;
     if crate::ftp::control::is_unsupported(first.code) {
         return Err(ClientError::Refused {
@@ -81,9 +81,9 @@ pub(super) fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
     if !first.code.is_preliminary() {
         return Err(refused(&format!("MLSD {}", plan::shown(path)), &first));
     }
-    let _ = sock.set_read_timeout(Some(ctl.timeout()));
+    let _ = sock.tcp().set_read_timeout(Some(ctl.timeout()));
     let mut raw = Vec::new();
-    (&sock)
+    (&mut sock)
         .take(MAX_LISTING as u64 + 1)
         .read_to_end(&mut raw)
         .map_err(|e| ClientError::net("read MLSD listing", e))?;

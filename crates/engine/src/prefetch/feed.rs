@@ -14,16 +14,23 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use super::pagecache::{missing_bytes, DropBehind};
-use super::{Carry, Chunk, Hub, StreamKey, Take, STARVING_SAMPLE_DIV, TCP_STATE_CLOSE};
+use super::{Chunk, Hub, Take, STARVING_SAMPLE_DIV, TCP_STATE_CLOSE};
 use crate::counters::{Counters, Tally};
+use crate::flow::{Carry, Flow};
 use crate::plan::{CaState, ConnId, FlowSample};
 use crate::{Cancel, Engine, EngineError};
+
+/// Longest nap of a sender waiting for disk data: a reset connection is
+/// still seen (and its reads cancelled) within this.
+const MAX_NAP: Duration = Duration::from_secs(1);
 
 /// A sender's handle on the hub for one range; closing it (drop) cancels
 /// what is left and adds its counters to the transfer's.
 pub(crate) struct Feed<'a> {
     engine: &'a Engine,
     hub: &'a Hub,
+    /// The connection's `TCP_INFO` reader, shared with the refill mark.
+    flow: &'a Flow,
     id: ConnId,
     notify: Arc<Notify>,
     local: &'a Counters,
@@ -35,7 +42,6 @@ pub(crate) struct Feed<'a> {
     /// The sender waited for disk data since the rate interval began: the
     /// acked rate then shows our supply, a lower bound on the reader's.
     starved: bool,
-    key: Option<StreamKey>,
     /// The last rate measured, carried to the next feed on this connection.
     last_rate: Option<u64>,
     /// The sender's offset (start + bytes reported sent); atomic only so
@@ -50,7 +56,7 @@ impl Engine {
     /// A feed for `start..end` of `file`, or `None` in `kernel` mode.
     pub(crate) fn feed<'a>(
         &'a self,
-        conn: &TcpStream,
+        flow: &'a Flow,
         file: &Arc<File>,
         start: u64,
         end: u64,
@@ -58,12 +64,12 @@ impl Engine {
         local: &'a Counters,
     ) -> Option<Feed<'a>> {
         let hub = self.inner.prefetch.as_ref()?;
-        let key = conn.local_addr().ok().zip(conn.peer_addr().ok());
-        let (id, notify, carry) = hub.open(self, file, start, end, copy, key);
+        let (id, notify, carry) = hub.open(self, file, start, end, copy, flow.take_carry());
         let last_rate = carry.and_then(|c| c.rate);
         Some(Feed {
             engine: self,
             hub,
+            flow,
             id,
             notify,
             local,
@@ -71,7 +77,6 @@ impl Engine {
             anchor: carry.and_then(|c| c.anchor),
             rated: last_rate.is_some(),
             starved: false,
-            key,
             last_rate,
             pos: AtomicU64::new(start),
             behind: (!copy && hub.drop_sent)
@@ -114,7 +119,7 @@ impl Feed<'_> {
             // re-samples a socket that waits long, so a reset is still seen.
             // Napping at the starving sample rate woke 300 disk-bound senders
             // ~20 000 times a second (lab tpf-abort: 500k wake-ups per GiB).
-            let nap = self.hub.sample_every;
+            let nap = self.nap(conn);
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
@@ -122,6 +127,28 @@ impl Feed<'_> {
                 _ = cancel.cancelled() => return Err(EngineError::Cancelled),
             }
         }
+    }
+
+    /// How long a sender waiting for disk data sleeps before it looks at
+    /// its socket again (a completed read wakes it at once anyway). While
+    /// the socket still holds unsent data for longer than `sample_every`
+    /// at the connection's rate, the reader is not starving and a look
+    /// would learn nothing: the nap is that time, up to [`MAX_NAP`]. With a
+    /// fixed `sample_every` nap, 480 rate-limited readers of a throttled
+    /// disk woke ~4,800 times a second (lab tpf-mixed-rates: 114k wake-ups
+    /// per GiB against nginx's 6.9k context switches).
+    fn nap(&self, conn: &TcpStream) -> Duration {
+        let every = self.hub.sample_every;
+        let (Some(rate), Some((_, info))) = (self.last_rate, self.flow.info(conn)) else {
+            return every;
+        };
+        if rate == 0 {
+            return every;
+        }
+        let queued = Duration::from_secs_f64(f64::from(info.notsent_bytes) / rate as f64);
+        // Wake while half of it is still queued: the planner then sees the
+        // socket before it runs dry.
+        (queued / 2).clamp(every, MAX_NAP)
     }
 
     /// `n` bytes of the range went into the socket.
@@ -142,7 +169,7 @@ impl Feed<'_> {
             return Ok(());
         }
         self.last_sample = Some(Instant::now());
-        let Ok(info) = tcp::tcp_info(conn.as_fd()) else {
+        let Some((now, info)) = self.flow.info(conn) else {
             return Ok(()); // not TCP (tests on other sockets): plan blind
         };
         if info.state == TCP_STATE_CLOSE {
@@ -157,7 +184,6 @@ impl Feed<'_> {
         // fast the reader drains; what was acked over a span cannot.
         // Measured over at least a whole interval, whatever the sampling
         // cadence: over a few ms the acked count moves in window-sized steps.
-        let now = Instant::now();
         let mut fresh = None;
         // Application-limited means *we* had nothing to send (waited for the
         // disk). The kernel's `delivery_rate_app_limited` also fires when the
@@ -210,14 +236,11 @@ impl Drop for Feed<'_> {
     fn drop(&mut self) {
         let c = self.hub.close(self.engine, self.id);
         self.local.add_tpf(&c);
-        if let Some(key) = self.key {
-            let carry = Carry {
-                rate: self.last_rate,
-                anchor: self.anchor,
-                at: Instant::now(),
-            };
-            self.hub.remember(key, carry);
-        }
+        self.flow.keep_carry(Carry {
+            rate: self.last_rate,
+            anchor: self.anchor,
+            at: Instant::now(),
+        });
     }
 }
 

@@ -1,0 +1,113 @@
+//! [`Flow`]: a connection's one reader of `TCP_INFO`.
+//!
+//! Two parts of a sender learn from the kernel's view of its connection:
+//! the rate-sized `TCP_NOTSENT_LOWAT` mark (`refill.rs`) and the prefetch
+//! planner's flow samples (`prefetch/feed.rs`). Both look after the same
+//! wake-up, and each used to make its own `getsockopt(TCP_INFO)` there.
+//! They now ask the connection's `Flow`, which reads the socket once and
+//! hands the same reading to whoever asks within [`SAME_WAKE`]. The flow
+//! lives as long as the connection ([`crate::DataConn`]); later consumers
+//! (buffer sizing, pacing, the end-of-transfer diagnosis) read it too.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sluice_platform::tcp::{self, TcpInfo};
+use tokio::net::TcpStream;
+
+/// A reading this young is the same wake-up's: the consumers' rate spans
+/// are 20 ms and more, so a reading taken microseconds earlier serves them
+/// as well as a new one.
+pub(crate) const SAME_WAKE: Duration = Duration::from_millis(1);
+
+/// Rate state handed from one send to the next on the same connection, so
+/// a piece does not start over from the planner's initial rate and a fresh
+/// measuring interval.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Carry {
+    /// The last rate measured (bytes/s).
+    pub(crate) rate: Option<u64>,
+    /// `tcpi_bytes_acked` and when it was read.
+    pub(crate) anchor: Option<(u64, Instant)>,
+    /// When the feed that measured it ended.
+    pub(crate) at: Instant,
+}
+
+/// The connection's `TCP_INFO`, read at most once per wake-up.
+#[derive(Debug, Default)]
+pub(crate) struct Flow {
+    last: Mutex<Option<(Instant, TcpInfo)>>,
+    /// What the planner's last feed on this connection measured, for the
+    /// next one (front doors send a stream in pieces: MODE S 64 MiB
+    /// pieces, MODE E one block per send, HTTP one response per request).
+    carry: Mutex<Option<Carry>>,
+    /// `getsockopt(TCP_INFO)` calls made (for tests and counters).
+    reads: AtomicU64,
+}
+
+impl Flow {
+    pub(crate) fn new() -> Flow {
+        Flow::default()
+    }
+
+    /// The socket's `TCP_INFO` and when it was read: the last reading if it
+    /// is younger than [`SAME_WAKE`], else a new one. `None` when the socket
+    /// is not TCP (tests on other sockets).
+    pub(crate) fn info(&self, conn: &TcpStream) -> Option<(Instant, TcpInfo)> {
+        let now = Instant::now();
+        // Only this connection's sender asks, so the lock is never contended.
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, info)) = *last {
+            if now.duration_since(at) < SAME_WAKE {
+                return Some((at, info));
+            }
+        }
+        self.reads.fetch_add(1, Relaxed);
+        let info = tcp::tcp_info(conn.as_fd()).ok()?;
+        *last = Some((now, info));
+        Some((now, info))
+    }
+
+    /// The planner's rate state left by the connection's last feed.
+    pub(crate) fn take_carry(&self) -> Option<Carry> {
+        self.carry.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Keeps the planner's rate state for the connection's next feed.
+    pub(crate) fn keep_carry(&self, carry: Carry) {
+        *self.carry.lock().unwrap_or_else(|p| p.into_inner()) = Some(carry);
+    }
+
+    /// `TCP_INFO` reads so far.
+    #[cfg(test)]
+    pub(crate) fn reads(&self) -> u64 {
+        self.reads.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::send::tests::pair;
+
+    #[tokio::test]
+    async fn one_read_serves_every_consumer_of_a_wake_up() {
+        let (tx, _rx) = pair().await;
+        let flow = Flow::new();
+        let (a, first) = flow.info(&tx).unwrap();
+        let (b, second) = flow.info(&tx).unwrap();
+        // The second consumer of the same moment got the same reading.
+        assert_eq!((a, first), (b, second));
+        assert_eq!(flow.reads(), 1);
+        // A later wake-up reads again (the reading has aged past SAME_WAKE:
+        // wait for that by the clock, not by sleeping a guess).
+        while a.elapsed() < SAME_WAKE {
+            std::hint::spin_loop();
+        }
+        let (c, _) = flow.info(&tx).unwrap();
+        assert!(c > a);
+        assert_eq!(flow.reads(), 2);
+    }
+}
