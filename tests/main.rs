@@ -79,6 +79,11 @@ mod listener;
 // Big directory listings over both doors: complete, streamed, bounded.
 mod listings;
 
+/// What limited a transfer: a slow reader makes the server's xferlog say
+/// receiver window; a paced server makes `sluice get --stats=json` say
+/// network or sender (issue 13, part 4).
+mod limits;
+
 /// Operating the server: SIGTERM/SIGINT (running transfers finish, new
 /// connections are refused, uploads cut at the timeout stay resumable
 /// partials), SIGHUP reload, SIGUSR1 log reopen, `serve --check-config`.

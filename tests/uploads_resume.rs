@@ -546,7 +546,8 @@ fn xferlog_counts_bytes_of_failed_transfers() {
             (f.get(3) == Some(&name)).then(|| {
                 (
                     f[2].parse().unwrap_or(0),
-                    f.last().unwrap_or(&"").to_string(),
+                    // The completion status (a `limit=` extension may follow).
+                    f.get(12).unwrap_or(&"").to_string(),
                 )
             })
         })

@@ -25,6 +25,32 @@ the first failure; the summary lists every failed file and why.
 A closed stdout pipe (DEST `-`) ends the command quietly with 0.
 Errors print one line: `sluice: <url>: <what>: <cause>`.";
 
+/// `--drs` unless given: on, measured (lab/results/drs-wan/final,
+/// 2026-11-25, 3 runs, medians, server DRS on): 1 Gbit/s 100 ms, 1 GiB,
+/// 99.7 MB/s against 95.2 with receive autotuning (ranges 99.2-100.1 and
+/// 94.1-98.5; the server's verdict put 24 % on our window without it);
+/// 100 Mbit/s 50 ms the same rate. It needs CAP_NET_ADMIN to go past
+/// `net.core.rmem_max`, and stays off (autotuning) where it could not
+/// reach autotuning's ceiling.
+const DRS_DEFAULT: &str = "on";
+
+/// How `--stats` prints.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsFormat {
+    /// `stats: name value` lines and a `limited by ...` line.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
+}
+
 /// Options shared by every transfer subcommand.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TransferOpts {
@@ -34,10 +60,19 @@ pub struct TransferOpts {
     #[arg(short = 'p', long = "parallel", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub parallel: u32,
-    /// Print transfer counters (bytes, streams, receive stalls, ...) on
-    /// stderr at the end.
-    #[arg(long)]
-    pub stats: bool,
+    /// Print transfer counters (bytes, streams, receive stalls, ...) and
+    /// what limited the transfer on stderr at the end; `--stats=json`
+    /// prints them as one JSON object instead.
+    #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1,
+          require_equals = true, default_missing_value = "text")]
+    pub stats: Option<StatsFormat>,
+    /// Dynamic right-sizing of download sockets' receive buffers: set
+    /// large before the handshake (window scale), then kept near twice
+    /// the path's bandwidth-delay product from TCP_INFO, beyond
+    /// net.core.rmem_max with CAP_NET_ADMIN.
+    #[arg(long, value_name = "on|off", default_value = DRS_DEFAULT,
+          action = clap::ArgAction::Set, value_parser = parse_on_off)]
+    pub drs: bool,
     /// No progress bar (the summary line is still printed).
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -272,8 +307,27 @@ mod tests {
             panic!("not get")
         };
         assert_eq!(g.opts.parallel, 4);
-        assert!(g.resume && g.verify && g.opts.stats && g.drain_priority);
+        assert!(g.resume && g.verify && g.drain_priority);
+        assert_eq!(g.opts.stats, Some(StatsFormat::Text));
         assert_eq!(g.dest.as_deref(), Some(std::path::Path::new("out")));
+    }
+
+    #[test]
+    fn stats_takes_an_optional_format_and_drs_a_switch() {
+        let Cmd::Get(g) = parse(&["get", "--stats=json", "--drs", "on", "ftp://h/f"]).unwrap()
+        else {
+            panic!("not get")
+        };
+        assert_eq!(g.opts.stats, Some(StatsFormat::Json));
+        assert!(g.opts.drs);
+        // A bare --stats does not swallow the URL.
+        let Cmd::Get(g) = parse(&["get", "--stats", "ftp://h/f"]).unwrap() else {
+            panic!("not get")
+        };
+        assert_eq!(g.opts.stats, Some(StatsFormat::Text));
+        assert_eq!(g.url, "ftp://h/f");
+        assert!(parse(&["get", "--stats=xml", "ftp://h/f"]).is_err());
+        assert!(parse(&["get", "--drs", "maybe", "ftp://h/f"]).is_err());
     }
 
     #[test]
@@ -314,7 +368,8 @@ mod tests {
             drain_priority: false,
             opts: TransferOpts {
                 parallel: 1,
-                stats: false,
+                stats: None,
+                drs: false,
                 quiet: true,
                 block_size: 1,
                 mem_cap: 1 << 20,

@@ -110,7 +110,14 @@ fn run_list(list: &std::path::Path, a: &CpArgs) -> Result<()> {
             Ok(0)
         },
     );
-    crate::tree::ftp::finish("copied", out, total, &Notes::default(), t0, a.opts.stats)
+    crate::tree::ftp::finish(
+        "copied",
+        out,
+        total,
+        &Notes::default(),
+        t0,
+        a.opts.stats.is_some(),
+    )
 }
 
 /// One copy; `resume` continues a download or upload a failed try began.

@@ -20,7 +20,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use sluice_engine::verdict::RecvTally;
+use sluice_engine::DrsSocket;
 use sluice_ftp::mode_e::{Event, StreamDecoder, HEADER_LEN};
+use sluice_platform::sockbuf::Dir;
+use sluice_platform::tcp;
 
 use crate::error::{ClientError, Result};
 use crate::stats::Stats;
@@ -96,6 +100,8 @@ pub struct DrainConfig {
     pub idle_timeout: Duration,
     /// Try to raise this thread's scheduling priority.
     pub raise_priority: bool,
+    /// Right-size each connection's receive buffer (`--drs on`).
+    pub drs: bool,
 }
 
 /// What the drain saw.
@@ -175,6 +181,84 @@ struct Stream {
     framer: Framer,
     chunk: Option<Chunk>,
     ended: bool,
+    watch: Watch,
+}
+
+/// How often a connection's `TCP_INFO` is read for the verdict (DRS
+/// samples on its own schedule, about once a round trip while it grows).
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// What the drain learns of one connection from the kernel: the tally of
+/// what limited it (`sluice_engine::verdict`) and, with `--drs on`, its
+/// receive buffer's right-sizing.
+struct Watch {
+    born: Instant,
+    next: Instant,
+    tally: RecvTally,
+    drs: Option<DrsSocket>,
+    closed: bool,
+}
+
+impl Watch {
+    fn new(sock: &crate::tls::DataSock, drs: bool) -> Watch {
+        let now = Instant::now();
+        let mut drs = drs.then(|| DrsSocket::new(Dir::Recv)).flatten();
+        if let Some(d) = drs.as_mut() {
+            d.after_connect(sock.as_fd());
+        }
+        let mut w = Watch {
+            born: now,
+            next: now,
+            tally: RecvTally::default(),
+            drs,
+            closed: false,
+        };
+        w.look(sock, now);
+        w
+    }
+
+    /// Reads the socket if a look is due.
+    fn tick(&mut self, sock: &crate::tls::DataSock, now: Instant) {
+        if now >= self.next {
+            self.look(sock, now);
+        }
+        if let Some(d) = self.drs.as_mut() {
+            if d.due(now) {
+                d.sample(sock.as_fd(), now);
+            }
+        }
+    }
+
+    fn look(&mut self, sock: &crate::tls::DataSock, now: Instant) {
+        self.next = now + WATCH_EVERY;
+        if let Ok(i) = tcp::tcp_info(sock.as_fd()) {
+            self.tally.sample(
+                now.duration_since(self.born),
+                i.bytes_received,
+                u64::from(i.rcv_wnd),
+                Duration::from_micros(u64::from(i.rcv_rtt_us)),
+            );
+        }
+    }
+
+    /// The connection is done: a last look, and everything into `stats`.
+    fn close(&mut self, sock: &crate::tls::DataSock, stats: &Stats) {
+        if std::mem::replace(&mut self.closed, true) {
+            return;
+        }
+        self.look(sock, Instant::now());
+        stats.add_recv_tally(&self.tally);
+        self.tally = RecvTally::default();
+        if let Some(d) = self.drs.take() {
+            stats.drs_peak_buffer.fetch_max(d.peak(), Relaxed);
+            Stats::add(&stats.drs_changes, d.changes());
+            if let Some(n) = d.limit_note() {
+                if let Ok(mut mine) = stats.drs_note.lock() {
+                    mine.get_or_insert(n);
+                }
+            }
+        }
+    }
 }
 
 enum Framer {
@@ -271,11 +355,13 @@ impl<'a> DrainLoop<'a> {
             ),
             Framing::Extended { base } => (Framer::E(Box::default(), base), false),
         };
+        let watch = Watch::new(&sock, self.cfg.drs);
         self.streams.push(Stream {
             sock,
             framer,
             chunk: None,
             ended,
+            watch,
         });
         self.accepted += 1;
         self.report.streams += 1;
@@ -293,6 +379,9 @@ impl<'a> DrainLoop<'a> {
 
     fn run(&mut self) -> Result<DrainReport> {
         let r = self.run_loop();
+        for st in &mut self.streams {
+            st.watch.close(&st.sock, self.stats);
+        }
         if r.is_err() {
             // Hand on what was read before the failure, so the `.part`
             // keeps it for `--continue`.
@@ -324,11 +413,17 @@ impl<'a> DrainLoop<'a> {
                     Turn::Idle => {}
                     Turn::Ended => {
                         self.streams[i].ended = true;
+                        let st = &mut self.streams[i];
+                        st.watch.close(&st.sock, self.stats);
                         self.flush(i)?;
                         progressed = true;
                     }
                 }
                 progressed |= self.report.bytes != before;
+            }
+            let now = Instant::now();
+            for st in self.streams.iter_mut().filter(|s| !s.ended) {
+                st.watch.tick(&st.sock, now);
             }
             if progressed {
                 last_progress = Instant::now();
@@ -728,6 +823,7 @@ mod tests {
                 framing: Framing::Bounded { base: 0, end },
                 idle_timeout: Duration::from_secs(30),
                 raise_priority: false,
+                drs: false,
             },
             Source::Connected(sock.into()),
             w.input(),

@@ -4,7 +4,12 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use sluice_engine::verdict::{RecvTally, SendTally, Verdict};
+
+use crate::cli::StatsFormat;
 
 /// What `--stats` prints. All counters only grow, except `mem_in_use`.
 #[derive(Debug, Default)]
@@ -39,6 +44,23 @@ pub struct Stats {
     pub foreign_connections: AtomicU64,
     /// Bytes the server reported in its last 112 marker.
     pub server_reported_bytes: AtomicU64,
+    /// Downloads: data-connection time the drain watched, microseconds
+    /// (summed over connections).
+    pub watched_micros: AtomicU64,
+    /// Downloads: of that, time in which nearly the whole offered
+    /// receive window arrived each round trip (window-limited).
+    pub window_full_micros: AtomicU64,
+    /// Downloads: the receiver's RTT estimate (largest), microseconds.
+    pub rcv_rtt_micros: AtomicU64,
+    /// `--drs on`: largest socket buffer set, bytes.
+    pub drs_peak_buffer: AtomicU64,
+    /// `--drs on`: socket buffer changes made.
+    pub drs_changes: AtomicU64,
+    /// `--drs on`: the system's limit held a buffer below the path's need
+    /// (which sysctl would help, and the cost).
+    pub drs_note: Mutex<Option<String>>,
+    /// Uploads: the kernel's accounting of our sending sockets.
+    pub send_tally: Mutex<Option<SendTally>>,
 }
 
 impl Stats {
@@ -58,13 +80,45 @@ impl Stats {
         self.mem_in_use.fetch_sub(n, Relaxed);
     }
 
-    /// The `--stats` block: one `name value` per line, easy to grep.
-    pub fn render(&self, mode: &str, elapsed: Duration) -> String {
+    /// Folds a finished download connection's tally in.
+    pub fn add_recv_tally(&self, t: &RecvTally) {
+        Stats::add(&self.watched_micros, t.elapsed.as_micros() as u64);
+        Stats::add(&self.window_full_micros, t.window_full.as_micros() as u64);
+        self.rcv_rtt_micros
+            .fetch_max(t.rtt.as_micros() as u64, Relaxed);
+    }
+
+    /// Folds a finished upload connection's tally in.
+    pub fn add_send_tally(&self, t: &SendTally) {
+        if let Ok(mut mine) = self.send_tally.lock() {
+            mine.get_or_insert_with(SendTally::default).add(t);
+        }
+    }
+
+    /// What limited the transfer: an upload from the kernel's accounting
+    /// of our sockets, a download from what the drain saw (full windows,
+    /// and waits for the writer, which stop every connection at once).
+    pub fn verdict(&self) -> Verdict {
+        if let Some(t) = self.send_tally.lock().ok().and_then(|t| *t) {
+            return Verdict::of_sender(&t, Duration::ZERO);
+        }
         let g = |c: &AtomicU64| c.load(Relaxed);
-        let mut s = String::new();
-        let _ = writeln!(s, "stats: mode {mode}");
-        let _ = writeln!(s, "stats: seconds {:.3}", elapsed.as_secs_f64());
-        for (name, c) in [
+        let streams = g(&self.streams).max(1);
+        let mut t = RecvTally::default();
+        t.elapsed = Duration::from_micros(g(&self.watched_micros));
+        t.window_full = Duration::from_micros(g(&self.window_full_micros));
+        t.writer_wait = Duration::from_micros(g(&self.stall_micros).saturating_mul(streams));
+        t.rtt = Duration::from_micros(g(&self.rcv_rtt_micros));
+        Verdict::of_receiver(&t)
+    }
+
+    /// The DRS limit note, if a buffer was held below the path's need.
+    pub fn drs_note(&self) -> Option<String> {
+        self.drs_note.lock().ok().and_then(|n| n.clone())
+    }
+
+    fn counters(&self) -> [(&'static str, &AtomicU64); 19] {
+        [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
             ("streams", &self.streams),
@@ -79,9 +133,71 @@ impl Stats {
             ("server_reported_bytes", &self.server_reported_bytes),
             ("foreign_connections", &self.foreign_connections),
             ("tcp_retransmits", &self.tcp_retransmits),
-        ] {
+            ("watched_micros", &self.watched_micros),
+            ("window_full_micros", &self.window_full_micros),
+            ("rcv_rtt_micros", &self.rcv_rtt_micros),
+            ("drs_peak_buffer", &self.drs_peak_buffer),
+            ("drs_changes", &self.drs_changes),
+        ]
+    }
+
+    /// `--stats=json`: every counter, the mode, seconds and the verdict
+    /// as one JSON object (one line).
+    pub fn render_json(&self, mode: &str, elapsed: Duration) -> String {
+        let mut o = serde_json::Map::new();
+        o.insert("mode".into(), mode.into());
+        o.insert("seconds".into(), elapsed.as_secs_f64().into());
+        for (name, c) in self.counters() {
+            o.insert(name.into(), c.load(Relaxed).into());
+        }
+        let v = self.verdict();
+        let shares: serde_json::Map<String, serde_json::Value> = v
+            .shares
+            .iter()
+            .map(|&(l, p)| (l.key().to_string(), ((p * 10.0).round() / 10.0).into()))
+            .collect();
+        o.insert(
+            "limit".into(),
+            serde_json::json!({
+                "by": v.limit().map(|l| l.key()),
+                "shares_percent": shares,
+                "text": v.to_string(),
+                "retransmits": v.retransmits,
+                "rtt_ms": v.rtt.as_secs_f64() * 1e3,
+            }),
+        );
+        if let Some(n) = self.drs_note() {
+            o.insert("drs_note".into(), n.into());
+        }
+        let mut s = serde_json::Value::Object(o).to_string();
+        s.push('\n');
+        s
+    }
+
+    /// What ends a transfer's output on stderr: the DRS note when a
+    /// system limit cost throughput (always), and the `--stats` block in
+    /// the format asked for.
+    pub fn print_end(&self, format: Option<StatsFormat>, mode: &str, elapsed: Duration) {
+        if let Some(n) = self.drs_note() {
+            eprintln!("sluice: {n}");
+        }
+        match format {
+            None => {}
+            Some(StatsFormat::Text) => eprint!("{}", self.render(mode, elapsed)),
+            Some(StatsFormat::Json) => eprint!("{}", self.render_json(mode, elapsed)),
+        }
+    }
+
+    /// The `--stats` block: one `name value` per line, easy to grep.
+    pub fn render(&self, mode: &str, elapsed: Duration) -> String {
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        let mut s = String::new();
+        let _ = writeln!(s, "stats: mode {mode}");
+        let _ = writeln!(s, "stats: seconds {:.3}", elapsed.as_secs_f64());
+        for (name, c) in self.counters() {
             let _ = writeln!(s, "stats: {name} {}", g(c));
         }
+        let _ = writeln!(s, "sluice: {}", self.verdict());
         s
     }
 }
@@ -110,6 +226,42 @@ mod tests {
         s.mem_acquired(1);
         assert_eq!(s.mem_peak.load(Relaxed), 15);
         assert_eq!(s.mem_in_use.load(Relaxed), 4);
+    }
+
+    #[test]
+    fn the_verdict_is_in_text_and_json() {
+        let s = Stats::default();
+        Stats::add(&s.streams, 1);
+        let mut t = RecvTally::default();
+        t.elapsed = Duration::from_secs(4);
+        t.window_full = Duration::from_secs(1);
+        t.rtt = Duration::from_millis(50);
+        s.add_recv_tally(&t);
+        Stats::add(&s.stall_micros, 1_000_000);
+        let text = s.render("MODE S", Duration::from_secs(4));
+        assert!(
+            text.contains(
+                "sluice: limited by network or sender 50 %, receiver window 25 %, disk 25 %"
+            ),
+            "{text}"
+        );
+        let j: serde_json::Value =
+            serde_json::from_str(&s.render_json("MODE S", Duration::from_secs(4))).unwrap();
+        assert_eq!(j["limit"]["by"], "network_or_sender");
+        assert_eq!(j["limit"]["shares_percent"]["disk"], 25.0);
+        assert_eq!(j["bytes"], 0);
+        assert_eq!(j["mode"], "MODE S");
+        // An upload's verdict comes from the sender's kernel accounting.
+        s.add_send_tally(&SendTally {
+            elapsed: Duration::from_secs(1),
+            busy: Duration::from_secs(1),
+            rwnd_limited: Duration::from_millis(900),
+            ..SendTally::default()
+        });
+        assert_eq!(
+            s.verdict().to_string(),
+            "limited by receiver window 90 %, network 10 %"
+        );
     }
 
     #[test]

@@ -26,13 +26,22 @@
 //! - the `blocking` baseline's thread, made at the first send and reused
 //!   for every later one (it was a thread per send: per MODE E block).
 //!
+//! - dynamic right-sizing of the send buffer ([`DrsSocket`], `--drs`),
+//!   sampled while a send runs by a hook kept apart from the send paths
+//!   (`drs_during`; it reads `TCP_INFO` on its own schedule, since the
+//!   send borrows the connection's [`Flow`]).
+//!
 //! Still per send: the planner's connection id (each send opens a range
 //! with the hub; the rate it starts from comes from the flow). Later here:
-//! per-path buffer sizing (DRS), pacing classes (Cue), the TLS transport.
+//! pacing classes (Cue), the TLS transport.
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_platform::sockbuf::Dir;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -40,7 +49,7 @@ use tokio::net::TcpStream;
 use crate::flow::Flow;
 use crate::send::{peer_is_local, Turn};
 use crate::send_blocking::SenderThread;
-use crate::{Cancel, Counters, DataPath, Engine, EngineError};
+use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError};
 
 /// One data connection (an FTP data socket or an HTTP connection) and the
 /// sending state that lives as long as it. Made by [`Engine::data_conn`].
@@ -49,6 +58,9 @@ pub struct DataConn {
     engine: Engine,
     stream: TcpStream,
     link: Link,
+    /// Dynamic right-sizing of the send buffer (`--drs on`), sampled
+    /// while a send runs (see [`DataConn::send_range`]).
+    drs: Option<DrsSocket>,
 }
 
 /// What a connection keeps from one send to the next.
@@ -90,11 +102,33 @@ impl Engine {
     /// [`Engine::size_before_syn`] for the socket or its listener).
     pub fn data_conn_sized(&self, stream: TcpStream, asked: Option<usize>) -> DataConn {
         self.prepare_socket_sized(&stream, asked);
+        let drs = self.drs_for(&stream, asked.is_some());
         DataConn {
             engine: self.clone(),
             link: Link::new(self, &stream),
             stream,
+            drs,
         }
+    }
+
+    /// The send side's right-sizing of a new data connection, when on.
+    /// A buffer the configuration or the peer fixed (`--send-buffer`,
+    /// `send_buffer_max`, SBUF; read back after `prepare_socket`) is its
+    /// floor: measured cheaper per GiB on fast local paths, and DRS is
+    /// there for the paths that need more (`--send-buffer auto` leaves it
+    /// autotuning's floor alone).
+    fn drs_for(&self, stream: &TcpStream, asked: bool) -> Option<DrsSocket> {
+        let cfg = self.config();
+        if !cfg.drs {
+            return None;
+        }
+        let fixed = asked || cfg.send_buffer.is_some() || cfg.send_buffer_max;
+        let floor = if fixed {
+            sluice_platform::tcp::send_buffer(stream.as_fd()).unwrap_or(0) as u64
+        } else {
+            0
+        };
+        DrsSocket::new(Dir::Send).map(|d| d.with_floor(floor))
     }
 }
 
@@ -132,18 +166,20 @@ impl DataConn {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        self.engine
-            .send_range_on(
-                &self.stream,
-                &mut self.link,
-                file,
-                offset,
-                len,
-                prefix,
-                counters,
-                cancel,
-            )
-            .await
+        let send = self.engine.send_range_on(
+            &self.stream,
+            &mut self.link,
+            file,
+            offset,
+            len,
+            prefix,
+            counters,
+            cancel,
+        );
+        match self.drs.as_mut() {
+            None => send.await,
+            Some(drs) => drs_during(drs, &self.stream, send).await,
+        }
     }
 
     /// Sends `bytes` in full (framing with no payload: MODE E EOD/EOF).
@@ -185,10 +221,39 @@ impl DataConn {
         self.link.thread.as_ref().map(SenderThread::id)
     }
 
+    /// The send buffer's right-sizing, when `--drs on`.
+    pub fn drs(&self) -> Option<&DrsSocket> {
+        self.drs.as_ref()
+    }
+
     /// Whether the peer is on this host (decided when the connection was
     /// made; only asked under the `auto` data path).
     pub fn local_peer(&self) -> bool {
         self.link.local
+    }
+}
+
+/// DRS hook: runs `send` and, while it runs, samples the socket whenever
+/// the estimator wants a sample (about once a round trip while the buffer
+/// changes, a few per second once steady). Kept apart from the send paths:
+/// the sampling shares nothing with them but the socket.
+async fn drs_during<F: std::future::Future>(
+    drs: &mut DrsSocket,
+    conn: &TcpStream,
+    send: F,
+) -> F::Output {
+    tokio::pin!(send);
+    loop {
+        let now = Instant::now();
+        if drs.due(now) {
+            drs.sample(conn.as_fd(), now);
+        }
+        let wait = drs.until_next(Instant::now());
+        tokio::select! {
+            biased;
+            out = &mut send => return out,
+            _ = tokio::time::sleep(wait) => {}
+        }
     }
 }
 
@@ -257,6 +322,39 @@ mod tests {
         drop(tx);
         reader.await.unwrap();
         assert_eq!(c.snapshot().yields, 0);
+    }
+
+    #[tokio::test]
+    async fn drs_samples_the_socket_while_it_sends_and_the_data_is_intact() {
+        let e = Engine::new(EngineConfig {
+            drs: true,
+            ..EngineConfig::default()
+        });
+        let data = pattern(8 << 20);
+        let file = temp_file(&data);
+        let (tx, mut rx) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let mut conn = e.data_conn(tx);
+        let (c, cancel) = (Counters::new(), Cancel::new());
+        for i in 0..8u64 {
+            conn.send_range(&file, i << 20, 1 << 20, b"", &c, &cancel)
+                .await
+                .unwrap();
+        }
+        assert!(conn.drs().unwrap().samples() >= 1);
+        conn.shutdown().await.unwrap();
+        drop(conn);
+        assert_eq!(reader.await.unwrap(), data);
+        let off = Engine::new(EngineConfig::default());
+        let (tx, _rx) = pair().await;
+        assert_eq!(
+            off.data_conn(tx).drs().is_some(),
+            EngineConfig::default().drs
+        );
     }
 
     #[tokio::test]

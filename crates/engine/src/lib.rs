@@ -26,6 +26,8 @@ mod config;
 mod conn;
 mod counters;
 mod disk;
+pub mod drs;
+mod drs_socket;
 mod error;
 mod flow;
 pub mod plan;
@@ -40,6 +42,7 @@ mod socket;
 mod splice_pump;
 mod tls;
 mod tuning;
+pub mod verdict;
 mod wake;
 
 use std::fs::File;
@@ -50,6 +53,7 @@ pub use cancel::Cancel;
 pub use config::{parse_switch, DataPath, EngineConfig, ParseDataPathError};
 pub use conn::{DataConn, IntoDataConn};
 pub use counters::{Counters, CountersSnapshot};
+pub use drs_socket::DrsSocket;
 pub use error::EngineError;
 pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
@@ -83,6 +87,8 @@ struct Inner {
     prefetch: Option<Hub>,
     /// Connections sending with rate-sized marks (`refill.rs`).
     senders: refill::Senders,
+    /// What limited finished downloads, summed (`verdict.rs`, `/metrics`).
+    limits: verdict::LimitTotals,
 }
 
 impl Engine {
@@ -119,6 +125,7 @@ impl Engine {
                 disk,
                 prefetch,
                 senders: refill::Senders::default(),
+                limits: verdict::LimitTotals::default(),
             }),
         })
     }
@@ -140,6 +147,11 @@ impl Engine {
             s.add_tpf(&hub.totals());
         }
         s
+    }
+
+    /// What limited finished downloads, summed over their connections.
+    pub fn limits(&self) -> &verdict::LimitTotals {
+        &self.inner.limits
     }
 
     /// The engine's buffer pool (read buffers of `read_buffer_size`).

@@ -247,14 +247,16 @@ pub fn native_client(
         "curl" if streams == 1 => Some(vec![s("curl"), s("-sS"), s("-o"), s("/dev/null"), s(url)]),
         "sluice-get" => {
             let bin = sluice_bin()?;
-            Some(vec![
+            let mut v = vec![
                 bin.display().to_string(),
                 s("get"),
                 s(url),
                 s("/dev/null"),
                 s("-p"),
                 streams.to_string(),
-            ])
+            ];
+            v.extend(server.client_args.iter().cloned());
+            Some(v)
         }
         _ => None,
     }

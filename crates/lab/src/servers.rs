@@ -35,6 +35,10 @@ pub struct ServerSpec {
     /// "did not start (optional row)" and does not fail lab/smoke.sh.
     #[serde(default)]
     pub optional: bool,
+    /// Extra arguments of this row's client when it is `sluice get`
+    /// (e.g. `["--drs", "on"]` for a row that sizes buffers at both ends).
+    #[serde(default)]
+    pub client_args: Vec<String>,
 }
 
 impl ServerSpec {

@@ -11,6 +11,7 @@ pub mod fs;
 pub mod memory;
 pub mod pipe;
 pub mod sendfile;
+pub mod sockbuf;
 pub mod sys;
 pub mod tcp;
 pub mod thread;

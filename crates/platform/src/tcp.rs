@@ -64,6 +64,17 @@ pub struct TcpInfo {
     pub busy_time_us: u64,
     /// Advertised receive window of the peer in bytes.
     pub snd_wnd: u32,
+    /// Receiver's round-trip estimate in microseconds (0 until measured).
+    pub rcv_rtt_us: u32,
+    /// Bytes the application read in one round trip (receive autotuning's measure).
+    pub rcv_space: u32,
+    /// Receive window we advertise now, bytes (`tcpi_rcv_wnd`; 0 on
+    /// kernels before 6.2).
+    pub rcv_wnd: u32,
+    /// Window scale we offered (our receive window is shifted by it).
+    pub rcv_wscale: u8,
+    /// Window scale the peer offered.
+    pub snd_wscale: u8,
     /// The last delivery-rate sample was application-limited (the sender
     /// did not keep the pipe full), so it is a lower bound on the path rate.
     pub delivery_rate_app_limited: bool,
@@ -122,6 +133,12 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         sndbuf_limited_us: raw.tcpi_sndbuf_limited,
         busy_time_us: raw.tcpi_busy_time,
         snd_wnd: raw.tcpi_snd_wnd,
+        rcv_rtt_us: raw.tcpi_rcv_rtt,
+        rcv_space: raw.tcpi_rcv_space,
+        rcv_wnd: raw.tcpi_rcv_wnd,
+        // tcpi_snd_wscale:4, tcpi_rcv_wscale:4 (little-endian bitfields).
+        snd_wscale: raw.tcpi_snd_rcv_wscale & 0x0f,
+        rcv_wscale: raw.tcpi_snd_rcv_wscale >> 4,
         delivery_rate_app_limited: app_limited,
     })
 }

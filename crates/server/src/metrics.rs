@@ -63,7 +63,10 @@ async fn answer(mut conn: TcpStream, engine: &Engine) -> std::io::Result<()> {
         }
     };
     let (status, body) = match &req {
-        Some(r) if r.path.relative() == "metrics" => (Status::Ok, engine.counters().prometheus()),
+        Some(r) if r.path.relative() == "metrics" => (
+            Status::Ok,
+            engine.counters().prometheus() + &engine.limits().prometheus(),
+        ),
         Some(_) => (Status::NotFound, "not found: try /metrics\n".to_string()),
         None => (Status::BadRequest, "bad request\n".to_string()),
     };
@@ -102,6 +105,11 @@ mod tests {
             "{ok}"
         );
         assert!(ok.contains("\nsluice_engine_bytes_sent_total 0\n"), "{ok}");
+        // What limited downloads (verdict.rs), by cause.
+        assert!(
+            ok.contains("sluice_engine_limit_seconds_total{by=\"receiver_window\"} 0.000000"),
+            "{ok}"
+        );
         let other = fetch(addr, "GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(other.starts_with("HTTP/1.1 404"), "{other}");
         let bad = fetch(addr, "NONSENSE\r\n\r\n").await;

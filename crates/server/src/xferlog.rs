@@ -11,6 +11,11 @@
 //! target at info level, so `RUST_LOG=xferlog=info` selects just these.
 //! Spaces in file names are written as `_`, as wu-ftpd does, so fields
 //! stay splittable.
+//!
+//! Extension: a download that finished carries one more field after the
+//! completion status, what limited it from the kernel's accounting of its
+//! data connections (`sluice_engine::verdict`), e.g.
+//! `limit=receiver_window:71,network:25,sender:4`.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -45,6 +50,8 @@ pub struct XferRecord<'a> {
     pub user: &'a str,
     /// Completed (true) or incomplete.
     pub complete: bool,
+    /// What limited it (`limit=...`), appended after the status.
+    pub limit: Option<String>,
 }
 
 impl XferRecord<'_> {
@@ -62,7 +69,7 @@ impl XferRecord<'_> {
                 }
             })
             .collect();
-        format!(
+        let mut line = format!(
             "{secs} {} {} {path} {} _ {} {} {} ftp 0 * {}",
             self.peer,
             self.bytes,
@@ -75,7 +82,12 @@ impl XferRecord<'_> {
             self.user
                 .replace(|c: char| c.is_whitespace() || c.is_control(), "_"),
             if self.complete { 'c' } else { 'i' },
-        )
+        );
+        if let Some(l) = &self.limit {
+            line.push(' ');
+            line.push_str(l);
+        }
+        line
     }
 
     /// Writes the line to the `xferlog` target.
@@ -100,10 +112,20 @@ mod tests {
             anonymous: true,
             user: "anonymous",
             complete: false,
+            limit: None,
         };
         assert_eq!(
             r.line(),
             "2 127.0.0.1 1234 /dir/a_file b _ i a anonymous ftp 0 * i"
+        );
+        let r = XferRecord {
+            limit: Some("limit=network:90,sender:10".into()),
+            complete: true,
+            ..r
+        };
+        assert_eq!(
+            r.line(),
+            "2 127.0.0.1 1234 /dir/a_file b _ i a anonymous ftp 0 * c limit=network:90,sender:10"
         );
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use sluice_engine::verdict::SendTally;
 use sluice_engine::Counters;
 use sluice_ftp::markers::RangeSet;
 
@@ -15,6 +16,9 @@ pub struct Progress {
     bytes: AtomicU64,
     ranges: Mutex<RangeSet>,
     counters: Arc<Counters>,
+    /// Downloads: the kernel's accounting of the data connections, summed
+    /// as each finishes (what limited the transfer, `verdict.rs`).
+    tally: Mutex<SendTally>,
 }
 
 impl Progress {
@@ -36,6 +40,18 @@ impl Progress {
     /// This transfer's engine counters (sends, wake-ups, EAGAINs, disk bytes).
     pub fn counters(&self) -> &Arc<Counters> {
         &self.counters
+    }
+
+    /// Downloads: the summed `TCP_INFO` accounting of the connections
+    /// that have finished sending (empty for uploads).
+    pub fn send_tally(&self) -> SendTally {
+        self.tally.lock().map(|t| *t).unwrap_or_default()
+    }
+
+    pub(crate) fn add_tally(&self, t: &SendTally) {
+        if let Ok(mut mine) = self.tally.lock() {
+            mine.add(t);
+        }
     }
 
     pub(crate) fn add_bytes(&self, n: u64) {

@@ -7,10 +7,15 @@
 //! stream 0's header also carries EOF with the offset field = number of
 //! streams (the EOD count), as Globus does (descriptor 0x4C).
 
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
+use sluice_engine::verdict::SendTally;
 use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn};
 use sluice_ftp::mode_e::BlockHeader;
+use sluice_platform::tcp;
+use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::limits::{MAX_STREAMS, STREAM_PIECE};
@@ -79,6 +84,7 @@ async fn send_stream(
     progress: &Progress,
     cancel: &Cancel,
 ) -> Result<u64, TransferError> {
+    let watch = Watch::start(conn.stream());
     let mut total = 0;
     for r in &spec.ranges {
         let mut pos = r.offset;
@@ -95,6 +101,7 @@ async fn send_stream(
     }
     // End of data in MODE S is the close; FIN follows the queued data.
     conn.shutdown().await.map_err(TransferError::Connection)?;
+    watch.finish(conn.stream(), progress);
     Ok(total)
 }
 
@@ -159,6 +166,7 @@ async fn stream_task(
     progress: &Progress,
     cancel: &Cancel,
 ) -> Result<u64, TransferError> {
+    let watch = Watch::start(conn.stream());
     let mut sent = 0;
     loop {
         let block = match queue.lock() {
@@ -176,7 +184,29 @@ async fn stream_task(
     let end = BlockHeader::end(eof, true).encode();
     conn.send_bytes(&end, progress.counters(), cancel).await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
+    watch.finish(conn.stream(), progress);
     Ok(sent)
+}
+
+/// A data connection's `TCP_INFO` at the start of its part of a transfer,
+/// to tally what limited it at the end (a MODE E connection kept from an
+/// earlier transfer counts from here, not from its handshake).
+struct Watch(Option<(tcp::TcpInfo, Instant)>);
+
+impl Watch {
+    fn start(conn: &TcpStream) -> Watch {
+        Watch(
+            tcp::tcp_info(conn.as_fd())
+                .ok()
+                .map(|i| (i, Instant::now())),
+        )
+    }
+
+    fn finish(self, conn: &TcpStream, progress: &Progress) {
+        if let (Some((before, t0)), Ok(after)) = (self.0, tcp::tcp_info(conn.as_fd())) {
+            progress.add_tally(&SendTally::between(&before, &after, t0.elapsed()));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,12 @@
 //! connect, active (PORT / EPRT) where the server connects to us.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
+use sluice_engine::DrsSocket;
 use sluice_ftp::addr;
+use sluice_platform::sockbuf::{self, Dir};
 
 use super::control::{is_unsupported, refused, Control};
 use crate::error::{ClientError, Result};
@@ -41,12 +44,43 @@ pub fn connect(to: SocketAddr, timeout: Duration) -> Result<TcpStream> {
     Ok(s)
 }
 
+/// Connects to a passive address for a download; with `drs` the receive
+/// buffer is set large before the SYN so the window scale we offer can
+/// cover any buffer DRS may set later (the drain brings it down at once,
+/// `DrsSocket::after_connect`).
+pub fn connect_receiving(to: SocketAddr, timeout: Duration, drs: bool) -> Result<TcpStream> {
+    let Some(mut d) = drs.then(|| DrsSocket::new(Dir::Recv)).flatten() else {
+        return connect(to, timeout);
+    };
+    let (s, _) = sockbuf::connect_with_recv_buffer(to, timeout, d.before_connect(), d.limits())
+        .map_err(|e| ClientError::net(format!("data connection to {to}"), e))?;
+    // Down to autotuning's start before the transfer command: a window
+    // grown on the big buffer cannot be taken back later (the kernel
+    // never shrinks an offered window; data beyond a shrunk buffer is
+    // dropped and retransmitted, measured: 127 retransmits in 32 MiB).
+    d.after_connect(s.as_fd());
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
 /// Listens on the control connection's local address and tells the server
 /// with PORT (IPv4) or EPRT (IPv6, or when PORT is refused).
 pub fn active(ctl: &mut Control) -> Result<TcpListener> {
+    active_receiving(ctl, false)
+}
+
+/// [`active`] for a download: with `drs`, accepted connections inherit a
+/// receive buffer set before their SYN (see [`connect_receiving`]).
+pub fn active_receiving(ctl: &mut Control, drs: bool) -> Result<TcpListener> {
     let ip: IpAddr = ctl.local.ip();
-    let l = TcpListener::bind(SocketAddr::new(ip, 0))
-        .map_err(|e| ClientError::net("listen for data connections", e))?;
+    let at = SocketAddr::new(ip, 0);
+    let l = match drs.then(|| DrsSocket::new(Dir::Recv)).flatten() {
+        Some(d) => {
+            sockbuf::listen_with_recv_buffer(at, d.before_connect(), d.limits()).map(|(l, _)| l)
+        }
+        None => TcpListener::bind(at),
+    }
+    .map_err(|e| ClientError::net("listen for data connections", e))?;
     let me = l
         .local_addr()
         .map_err(|e| ClientError::net("listen for data connections", e))?;

@@ -195,9 +195,7 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         "{}",
         stats::summary("received", report.bytes, elapsed, &detail)
     );
-    if a.opts.stats {
-        eprint!("{}", stats.render(mode, elapsed));
-    }
+    stats.print_end(a.opts.stats, mode, elapsed);
     Ok(())
 }
 
@@ -235,7 +233,7 @@ pub(crate) fn transfer(
                 super::control::printable(r.text())
             );
         }
-        let listener = data::active(ctl)?;
+        let listener = data::active_receiving(ctl, a.opts.drs)?;
         // ERET P numbers its blocks from the start of the range.
         let base = if already > 0 && size.is_some() {
             already
@@ -254,7 +252,7 @@ pub(crate) fn transfer(
     } else {
         let to = data::passive(ctl)?;
         (
-            Source::Connected(ctl.data_sock(data::connect(to, timeout)?)?),
+            Source::Connected(ctl.data_sock(data::connect_receiving(to, timeout, a.opts.drs)?)?),
             Framing::Stream { base: already },
         )
     };
@@ -301,6 +299,7 @@ pub(crate) fn transfer(
             framing,
             idle_timeout: timeout,
             raise_priority: a.drain_priority,
+            drs: a.opts.drs,
         },
         source,
         w.input(),

@@ -108,12 +108,11 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         "{}",
         stats::summary("sent", stats.bytes.load(Relaxed), elapsed, &detail)
     );
-    if a.opts.stats {
-        eprint!(
-            "{}",
-            stats.render(if extended { "MODE E" } else { "MODE S" }, elapsed)
-        );
-    }
+    stats.print_end(
+        a.opts.stats,
+        if extended { "MODE E" } else { "MODE S" },
+        elapsed,
+    );
     Ok(())
 }
 
@@ -394,11 +393,21 @@ fn send_blocks(
     }
 }
 
-/// Adds what the kernel retransmitted on `sock` to the stats (counted when
-/// the last byte is queued, so a few late retransmissions may be missed).
+/// Adds what the kernel retransmitted on `sock` to the stats, and its
+/// accounting of what limited the sending (counted when the last byte is
+/// queued, so a few late retransmissions may be missed). The connection's
+/// time is taken as its busy time: the verdict splits the time data was
+/// in flight between the server's window, our buffer and the network.
 fn count_retransmits(sock: &TcpStream, stats: &Stats) {
-    if let Ok(info) = sluice_platform::tcp::tcp_info(sock.as_fd()) {
+    use sluice_platform::tcp::{tcp_info, TcpInfo};
+    if let Ok(info) = tcp_info(sock.as_fd()) {
         Stats::add(&stats.tcp_retransmits, u64::from(info.total_retrans));
+        let busy = std::time::Duration::from_micros(info.busy_time_us);
+        stats.add_send_tally(&sluice_engine::verdict::SendTally::between(
+            &TcpInfo::default(),
+            &info,
+            busy,
+        ));
     }
 }
 

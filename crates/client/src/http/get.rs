@@ -164,9 +164,7 @@ pub fn run(a: &GetArgs) -> Result<()> {
     if !a.tree.recursive {
         eprintln!("{}", stats::summary("received", bytes, elapsed, &detail));
     }
-    if a.opts.stats {
-        eprint!("{}", stats.render("HTTP", elapsed));
-    }
+    stats.print_end(a.opts.stats, "HTTP", elapsed);
     Ok(())
 }
 
@@ -433,6 +431,7 @@ fn receive(
                 },
                 idle_timeout: timeout,
                 raise_priority: a.drain_priority,
+                drs: a.opts.drs,
             },
             Source::Connected(x.sock),
             w.input(),

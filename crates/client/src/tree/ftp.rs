@@ -234,7 +234,7 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         total + notes.uptodate as usize,
         &notes,
         t0,
-        a.opts.stats,
+        a.opts.stats.is_some(),
     )
 }
 

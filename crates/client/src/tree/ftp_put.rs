@@ -233,7 +233,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     );
     job.progress.finish();
     notes.same = same.into_inner();
-    finish("sent", out, total, &notes, t0, a.opts.stats)
+    finish("sent", out, total, &notes, t0, a.opts.stats.is_some())
 }
 
 /// Uploads one file of the tree on a worker's connection; a retry resumes

@@ -204,7 +204,7 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
         },
     );
     job.progress.finish();
-    super::ftp::finish("received", out, total, &notes, t0, a.opts.stats)
+    super::ftp::finish("received", out, total, &notes, t0, a.opts.stats.is_some())
 }
 
 fn fetch(a: &GetArgs, base: &str, root: &Path, rel: &str, f: &Fetch, resume: bool) -> Result<u64> {

@@ -79,6 +79,11 @@ pub struct TuningArgs {
     /// SO_RCVBUF of data sockets, or `auto` (kernel autotuning) [default: auto].
     #[arg(long, value_name = "BYTES|auto")]
     pub recv_buffer: Option<Setting>,
+    /// Dynamic right-sizing: size each data connection's send buffer to
+    /// its path (about 2x the bandwidth-delay product, from TCP_INFO),
+    /// beyond net.core.wmem_max with CAP_NET_ADMIN [default: on].
+    #[arg(long, value_name = "on|off")]
+    pub drs: Option<Setting>,
     /// SO_MAX_PACING_RATE per data socket in bytes per second, or `off`
     /// [default: off].
     #[arg(long, value_name = "BYTES/S|off")]
@@ -205,6 +210,7 @@ impl TuningArgs {
         "resident_check",
         "send_buffer_max",
         "recv_buffer",
+        "drs",
         "max_pacing_rate",
         "congestion",
         "disk_threads",
@@ -236,6 +242,7 @@ impl TuningArgs {
             resident_check,
             send_buffer_max,
             recv_buffer,
+            drs,
             max_pacing_rate,
             congestion,
             disk_threads,
@@ -281,6 +288,9 @@ impl TuningArgs {
             } else {
                 Some(positive_size("recv_buffer", s)?)
             };
+        }
+        if let Some(s) = &self.drs {
+            e.drs = switch("drs", s)?;
         }
         if let Some(s) = &self.max_pacing_rate {
             e.max_pacing_rate = if is_off(s, &["off", "none"]) {
@@ -381,6 +391,8 @@ mod tests {
         match key {
             "inline_reads" | "resident_check" | "send_buffer_max" | "prefetch_drop_sent" => "off",
             "congestion" => "reno",
+            "drs" if EngineConfig::default().drs => "off",
+            "drs" => "on",
             "prefetch_budget_of_free" => "0.5",
             "data_timeout" | "sample_interval" => "7",
             "disk_threads"

@@ -28,6 +28,7 @@ use crate::ops::{check_names_dir, op_error, open_listing, FtpLines, ListSource};
 use crate::transport::Conn;
 use crate::upload::{PartialPolicy, Upload};
 use crate::xferlog::{Direction, XferRecord};
+use sluice_engine::verdict::Verdict;
 
 /// What a transfer task tells its session.
 #[derive(Debug)]
@@ -148,6 +149,8 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
         if result.is_err() && job.shutdown.is_cutting() {
             log_cut(&path, direction, bytes, &job.user);
         }
+        // The download's connections that finished sending, for /metrics.
+        job.engine.limits().add(&progress.send_tally());
         XferRecord {
             elapsed: started.elapsed(),
             peer: job.peer,
@@ -158,6 +161,7 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
             anonymous: job.anonymous,
             user: &job.user,
             complete: result.is_ok(),
+            limit: limit_field(direction, &result, &progress),
         }
         .log();
     }
@@ -165,6 +169,31 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
 }
 
 type Record = Option<(VirtualPath, bool, Direction)>;
+
+/// A finished download's xferlog extension: what limited it, from the
+/// kernel's accounting of its data connections (`verdict.rs`). The disk
+/// wait is not measured by the send paths yet, so socket-idle time shows
+/// as `sender` (disk or CPU).
+fn limit_field(
+    direction: Direction,
+    result: &Result<u64, OpError>,
+    progress: &Progress,
+) -> Option<String> {
+    if direction != Direction::Outgoing || result.is_err() {
+        return None;
+    }
+    let tally = progress.send_tally();
+    if tally.elapsed.is_zero() {
+        return None;
+    }
+    let v = Verdict::of_sender(&tally, Duration::ZERO);
+    Some(format!(
+        "{} retrans={} rtt_ms={:.1}",
+        v.log_field(),
+        v.retransmits,
+        v.rtt.as_secs_f64() * 1e3
+    ))
+}
 
 /// One line per transfer the shutdown ended, saying what is left of it.
 fn log_cut(path: &VirtualPath, direction: Direction, bytes: u64, user: &str) {

@@ -1,0 +1,382 @@
+//! Dynamic right-sizing at a socket: reads `TCP_INFO`, feeds the
+//! estimator ([`crate::drs`]) and sets the buffer it asks for. One
+//! [`DrsSocket`] per connection and direction: the server's `DataConn`
+//! (send side) and the client's drain (receive side) call
+//! [`DrsSocket::sample`] when [`DrsSocket::due`].
+//!
+//! The limits are read once per process. Beyond `net.core.{w,r}mem_max`
+//! the buffer is set with `SO_*BUFFORCE` when the process has
+//! `CAP_NET_ADMIN`; otherwise it stays within the limit and one log line
+//! per process and direction says which sysctl would help and what the
+//! limit costs ([`DrsSocket::limit_note`] gives the same text to the
+//! client's summary).
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use sluice_platform::sockbuf::{self, BufferLimits, Dir};
+use sluice_platform::tcp;
+
+use crate::drs::{receiver_autotune, sender_autotune, Drs, DrsConfig, RecvSample, SendSample};
+
+/// Limits of each direction, read once (the namespace's sysctls do not
+/// change under a running process, and a sample must not open files).
+fn limits(dir: Dir) -> Option<BufferLimits> {
+    static SEND: OnceLock<Option<BufferLimits>> = OnceLock::new();
+    static RECV: OnceLock<Option<BufferLimits>> = OnceLock::new();
+    let cell = match dir {
+        Dir::Send => &SEND,
+        Dir::Recv => &RECV,
+    };
+    *cell.get_or_init(|| match BufferLimits::read(dir) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::debug!("DRS off: cannot read the buffer sysctls: {e}");
+            None
+        }
+    })
+}
+
+/// Whether DRS can do better than autotuning here; says once per
+/// direction when it cannot.
+fn usable(dir: Dir, l: &BufferLimits) -> bool {
+    if can_beat_autotuning(l, sockbuf::probe_force) {
+        return true;
+    }
+    static SAID: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+    if !SAID[dir as usize].swap(true, Relaxed) {
+        tracing::warn!(
+            "DRS off for {dir:?} buffers: {} allows {} bytes, below autotuning's {} ({}), \
+             and there is no CAP_NET_ADMIN; raise {} to at least {} to let DRS size buffers",
+            dir.core_sysctl(),
+            l.set_max / 2,
+            l.auto_max,
+            dir.tcp_sysctl(),
+            dir.core_sysctl(),
+            l.auto_max.div_ceil(2),
+        );
+    }
+    false
+}
+
+/// DRS can set buffers at least as large as autotuning's ceiling: the
+/// plain limit allows it, or `FORCE` does (`force` is asked only if needed).
+fn can_beat_autotuning(l: &BufferLimits, force: impl FnOnce() -> bool) -> bool {
+    l.set_max >= l.auto_max || force()
+}
+
+/// One process-wide "said so" per direction.
+static SAID_SEND: AtomicBool = AtomicBool::new(false);
+static SAID_RECV: AtomicBool = AtomicBool::new(false);
+
+/// DRS of one socket in one direction.
+#[derive(Debug)]
+pub struct DrsSocket {
+    dir: Dir,
+    drs: Drs,
+    limits: BufferLimits,
+    born: Instant,
+    next: Instant,
+    /// Largest buffer set.
+    peak: u64,
+    /// Buffer changes made.
+    changes: u64,
+    /// Samples taken.
+    samples: u64,
+    /// The path wanted more than the system allowed: (wanted, got).
+    short: Option<(u64, u64)>,
+    /// Least buffer besides autotuning's (a size the engine fixed).
+    floor: u64,
+}
+
+impl DrsSocket {
+    /// Starts right-sizing the `dir` buffer, or `None` when the limits
+    /// cannot be read (DRS then leaves the socket to the kernel).
+    /// Also `None` when the process could set no buffer as large as
+    /// autotuning's ceiling (no `CAP_NET_ADMIN` and `*mem_max` below
+    /// `tcp_*mem[2]`, as with Debian's defaults): setting one would turn
+    /// autotuning off and cap the socket below what it would have had.
+    pub fn new(dir: Dir) -> Option<DrsSocket> {
+        let limits = limits(dir)?;
+        if !usable(dir, &limits) {
+            return None;
+        }
+        let now = Instant::now();
+        Some(DrsSocket {
+            dir,
+            drs: Drs::new(DrsConfig::default()),
+            limits,
+            born: now,
+            next: now,
+            peak: 0,
+            changes: 0,
+            samples: 0,
+            short: None,
+            floor: 0,
+        })
+    }
+
+    /// Never sizes the buffer below `bytes` (a buffer the configuration
+    /// fixed, e.g. the server's `send_buffer_max`: DRS then only grows it
+    /// for paths that need more, and takes it back down to this).
+    pub fn with_floor(mut self, bytes: u64) -> DrsSocket {
+        self.floor = bytes;
+        self
+    }
+
+    /// The buffer a receiving socket should have before its handshake:
+    /// the largest DRS may ever set, so the window scale offered in the
+    /// SYN can cover it. It costs no memory until data is queued
+    /// (measured, docs/TUNING.md); [`DrsSocket::after_connect`] brings
+    /// it down to where autotuning starts.
+    pub fn before_connect(&self) -> u64 {
+        let max = DrsConfig::default().max;
+        if sockbuf::force_allowed() == Some(false) {
+            max.min(self.limits.set_max)
+        } else {
+            max
+        }
+    }
+
+    /// The limits in force for this direction.
+    pub fn limits(&self) -> &BufferLimits {
+        &self.limits
+    }
+
+    /// Right after the handshake of a socket made with
+    /// [`DrsSocket::before_connect`]: down to autotuning's start
+    /// (`tcp_rmem[1]`), from where the samples grow it.
+    pub fn after_connect(&mut self, fd: BorrowedFd<'_>) {
+        let start = self.limits.auto_start.max(DrsConfig::default().min);
+        self.apply(fd, start, start);
+        // The window may grow up to what we may ever set.
+        let _ = sockbuf::set_window_clamp(fd, self.before_connect());
+    }
+
+    /// Whether a sample is due.
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// Time until the next sample is due.
+    pub fn until_next(&self, now: Instant) -> Duration {
+        self.next.saturating_duration_since(now)
+    }
+
+    /// Reads the socket and resizes its buffer if the estimator says so.
+    pub fn sample(&mut self, fd: BorrowedFd<'_>, now: Instant) {
+        let Ok(info) = tcp::tcp_info(fd) else {
+            self.next = now + Duration::from_secs(1);
+            return;
+        };
+        self.samples += 1;
+        let t = now.saturating_duration_since(self.born);
+        let dec = match self.dir {
+            Dir::Send => {
+                let buffer = tcp::send_buffer(fd).unwrap_or(0) as u64;
+                let s = SendSample {
+                    delivery_rate: info.delivery_rate,
+                    app_limited: info.delivery_rate_app_limited,
+                    rtt: Duration::from_micros(u64::from(info.rtt_us)),
+                    cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
+                    notsent: u64::from(info.notsent_bytes),
+                    sndbuf_limited: Duration::from_micros(info.sndbuf_limited_us),
+                    busy: Duration::from_micros(info.busy_time_us),
+                    buffer,
+                    floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
+                        .max(self.floor),
+                };
+                self.drs.on_send_sample(t, &s)
+            }
+            Dir::Recv => {
+                let buffer = tcp::recv_buffer(fd).unwrap_or(0) as u64;
+                let s = RecvSample {
+                    rcv_rtt: Duration::from_micros(u64::from(info.rcv_rtt_us)),
+                    rcv_space: u64::from(info.rcv_space),
+                    bytes_received: info.bytes_received,
+                    buffer,
+                    floor: receiver_autotune(
+                        u64::from(info.rcv_space),
+                        self.limits.auto_start,
+                        self.limits.auto_max,
+                    )
+                    .max(self.floor),
+                };
+                self.drs.on_recv_sample(t, &s)
+            }
+        };
+        self.next = now + dec.next_sample;
+        if let Some(want) = dec.set {
+            let cur = match self.dir {
+                Dir::Send => tcp::send_buffer(fd),
+                Dir::Recv => tcp::recv_buffer(fd),
+            }
+            .unwrap_or(0) as u64;
+            self.apply(fd, want, cur);
+        }
+    }
+
+    fn apply(&mut self, fd: BorrowedFd<'_>, want: u64, cur: u64) {
+        match sockbuf::set_buffer(fd, self.dir, want, &self.limits) {
+            Ok(a) => {
+                self.changes += 1;
+                self.peak = self.peak.max(a.effective);
+                if self.dir == Dir::Recv && a.effective > cur {
+                    // The kernel fixed the window clamp at the handshake
+                    // and raises it only while it autotunes itself.
+                    let _ = sockbuf::set_window_clamp(fd, a.effective);
+                }
+                if a.limited {
+                    self.short = Some((want, a.effective));
+                    self.say_once(want, a.effective);
+                }
+                tracing::trace!(dir = ?self.dir, want, got = a.effective, "DRS buffer");
+            }
+            Err(e) => tracing::debug!("DRS: setting the {:?} buffer refused: {e}", self.dir),
+        }
+    }
+
+    fn say_once(&self, want: u64, got: u64) {
+        let said = match self.dir {
+            Dir::Send => &SAID_SEND,
+            Dir::Recv => &SAID_RECV,
+        };
+        if !said.swap(true, Relaxed) {
+            if let Some(note) = self.limit_note_for(want, got) {
+                tracing::warn!("{note}");
+            }
+        }
+    }
+
+    /// When the system's limit held the buffer below what the path
+    /// needed: which sysctls would help and what the limit costs.
+    pub fn limit_note(&self) -> Option<String> {
+        let (want, got) = self.short?;
+        self.limit_note_for(want, got)
+    }
+
+    fn limit_note_for(&self, want: u64, got: u64) -> Option<String> {
+        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+        // The connection can keep about got/want of the window the path
+        // needs in flight, so it may lose up to the rest of its throughput.
+        let cost = 100.0 * (1.0 - got as f64 / want.max(1) as f64);
+        Some(format!(
+            "DRS: this path needs a {:.1} MiB {} buffer, the system allows {:.1} MiB \
+             (up to {cost:.0} % of the throughput): raise {} to {} (and the third \
+             value of {}), or run with CAP_NET_ADMIN",
+            mib(want),
+            match self.dir {
+                Dir::Send => "send",
+                Dir::Recv => "receive",
+            },
+            mib(got),
+            self.dir.core_sysctl(),
+            want.div_ceil(2),
+            self.dir.tcp_sysctl(),
+        ))
+    }
+
+    /// Largest buffer set so far, bytes (0: none).
+    pub fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    /// Buffer changes made so far.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Samples taken so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// The estimator's last bandwidth-delay product, bytes.
+    pub fn bdp(&self) -> u64 {
+        self.drs.bdp()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_receiver_starts_big_for_the_handshake_then_at_autotunings_start() {
+        let mut d = DrsSocket::new(Dir::Recv).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mut c, _) = sockbuf::connect_with_recv_buffer(
+            l.local_addr().unwrap(),
+            Duration::from_secs(5),
+            d.before_connect(),
+            d.limits(),
+        )
+        .unwrap();
+        d.after_connect(c.as_fd());
+        let start = d.limits().auto_start.max(DrsConfig::default().min);
+        assert_eq!(tcp::recv_buffer(c.as_fd()).unwrap() as u64, start);
+        // Data flows and samples keep the buffer at least at the start.
+        let (mut s, _) = l.accept().unwrap();
+        let w = std::thread::spawn(move || s.write_all(&vec![1u8; 8 << 20]).unwrap());
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0;
+        while got < 8 << 20 {
+            got += c.read(&mut buf).unwrap();
+            if d.due(Instant::now()) {
+                d.sample(c.as_fd(), Instant::now());
+            }
+        }
+        w.join().unwrap();
+        assert!(tcp::recv_buffer(c.as_fd()).unwrap() as u64 >= start);
+    }
+
+    #[test]
+    fn a_sender_is_sampled_and_never_left_below_autotuning() {
+        let mut d = DrsSocket::new(Dir::Send).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let r = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            s.read_to_end(&mut v).unwrap();
+            v.len()
+        });
+        let block = vec![2u8; 1 << 20];
+        for _ in 0..16 {
+            c.write_all(&block).unwrap();
+            d.sample(c.as_fd(), Instant::now());
+        }
+        let info = tcp::tcp_info(c.as_fd()).unwrap();
+        let floor = sender_autotune(info.snd_cwnd, info.snd_mss, d.limits().auto_max);
+        if d.changes() > 0 {
+            assert!(tcp::send_buffer(c.as_fd()).unwrap() as u64 >= floor.min(d.limits().set_max));
+        }
+        drop(c);
+        assert_eq!(r.join().unwrap(), 16 << 20);
+    }
+
+    #[test]
+    fn without_force_debians_small_maxima_leave_autotuning_alone() {
+        let debian = BufferLimits::parse("212992", "4096 131072 6291456").unwrap();
+        assert!(!can_beat_autotuning(&debian, || false));
+        assert!(can_beat_autotuning(&debian, || true));
+        let lab = BufferLimits::parse("4194304", "4096 16384 4194304").unwrap();
+        assert!(can_beat_autotuning(&lab, || panic!("not asked")));
+    }
+
+    #[test]
+    fn the_limit_note_names_the_sysctls() {
+        let mut d = DrsSocket::new(Dir::Send).unwrap();
+        assert!(d.limit_note().is_none());
+        d.short = Some((32 << 20, 8 << 20));
+        let n = d.limit_note().unwrap();
+        assert!(n.contains("net.core.wmem_max to 16777216"), "{n}");
+        assert!(n.contains("net.ipv4.tcp_wmem"), "{n}");
+        assert!(n.contains("75 %"), "{n}");
+    }
+}
