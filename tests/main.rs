@@ -36,6 +36,10 @@ mod uploads_resume;
 /// SHA1 and CRC32C.
 mod ftp_facts;
 
+/// NLST/LIST wildcards (`mget *.dat`): Python ftplib (also against
+/// vsftpd) and tnftp.
+mod wildcards;
+
 /// The `sluice get/put/ls` client against vsftpd (MODE S), against
 /// globus-gridftp-server (MODE E, -p 4), and against `sluice serve`,
 /// with `--verify`, `--continue`, IPv6, `--stats`, `--mem-cap`, stdout or

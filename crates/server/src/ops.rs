@@ -7,7 +7,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_ftp::listing::{self, EntryInfo, EntryKind, MlsxRole};
 use sluice_ftp::path::VirtualPath;
-use sluice_ftp::session::{Answer, Change, ChecksumAlgorithm, ListFormat, OpError, Query};
+use sluice_ftp::session::{
+    Answer, Change, ChecksumAlgorithm, ListFormat, ListMatch, NamePattern, OpError, Query,
+};
 use sluice_platform::fs::{DirEntry, FileKind, FsError, Metadata, ServedRoot};
 
 use crate::upload::{is_internal_name, partial_len, partial_path};
@@ -218,15 +220,42 @@ pub enum ListSource {
     Bytes(Vec<u8>),
     /// An open directory and its own metadata (MLSD's `cdir` line).
     Dir(sluice_platform::fs::DirReader, Metadata),
+    /// An open directory whose entries matching a pattern are listed.
+    Matching(sluice_platform::fs::DirReader, ListMatch),
 }
 
 /// Opens what a listing of `path` sends (blocks: run it off the loop).
+/// With `matching` (a wildcard last component), an entry of that very
+/// name is listed as it is (ProFTPD does the same: `[1].dat` can be a
+/// name); otherwise the matching entries of `matching.dir` are.
 pub fn open_listing(
     root: &ServedRoot,
     path: &VirtualPath,
     format: ListFormat,
     writable: bool,
+    matching: Option<ListMatch>,
 ) -> Result<ListSource, OpError> {
+    if let Some(m) = matching {
+        let literal =
+            check_names_dir(root, path).and_then(|()| root.stat(path.as_str()).map_err(op_error));
+        match (literal, &m.pattern) {
+            (Ok(meta), _) if meta.kind != FileKind::Dir && format == ListFormat::Names => {
+                let mut out = prefixed(&m.prefix);
+                let name = path.file_name().unwrap_or("");
+                listing::nlst_line(&entry_info(name.as_bytes(), &meta), &mut out);
+                return Ok(ListSource::Bytes(out));
+            }
+            (Ok(_), _) => {}
+            (Err(e), NamePattern::Exact) => return Err(e),
+            // Longer than any name: nothing matches.
+            (Err(_), NamePattern::TooLong) => return Ok(ListSource::Bytes(Vec::new())),
+            (Err(_), NamePattern::Glob(_)) => {
+                must_be_dir(root, &m.dir)?;
+                let dir = root.open_dir(m.dir.as_str()).map_err(op_error)?;
+                return Ok(ListSource::Matching(dir, m));
+            }
+        }
+    }
     check_names_dir(root, path)?;
     let meta = root.stat(path.as_str()).map_err(op_error)?;
     if meta.kind == FileKind::Dir {
@@ -245,6 +274,8 @@ pub struct FtpLines {
     count: usize,
     /// MLSD's `cdir` line, sent before the first entry.
     cdir: Option<Metadata>,
+    /// Only entries matching this pattern, NLST names with its prefix.
+    matching: Option<ListMatch>,
 }
 
 impl FtpLines {
@@ -256,6 +287,19 @@ impl FtpLines {
             now: unix_secs(SystemTime::now()),
             count: 0,
             cdir: (format == ListFormat::Machine).then_some(dir),
+            matching: None,
+        }
+    }
+
+    /// Lines in `format` (LIST or NLST) for the entries `m` matches.
+    pub fn matching(format: ListFormat, writable: bool, m: ListMatch) -> FtpLines {
+        FtpLines {
+            format,
+            writable,
+            now: unix_secs(SystemTime::now()),
+            count: 0,
+            cdir: None,
+            matching: Some(m),
         }
     }
 }
@@ -274,12 +318,23 @@ impl crate::listing::Render for FtpLines {
             let info = entry_info(&e.name, &e.meta);
             match self.format {
                 ListFormat::Long => listing::list_line(&info, self.now, out),
-                ListFormat::Names => listing::nlst_line(&info, out),
+                ListFormat::Names => {
+                    if let Some(m) = &self.matching {
+                        out.extend(prefixed(&m.prefix));
+                    }
+                    listing::nlst_line(&info, out)
+                }
                 ListFormat::Machine => {
                     listing::mlsd_line(&info, MlsxRole::Entry, self.writable, out)
                 }
             }
         }
+    }
+
+    fn wants(&self, name: &[u8]) -> bool {
+        self.matching
+            .as_ref()
+            .is_none_or(|m| m.pattern.matches(name))
     }
 
     fn end(&mut self, _in_order: bool, out: &mut Vec<u8>) {
@@ -290,6 +345,15 @@ impl crate::listing::Render for FtpLines {
     fn is_full(&self) -> bool {
         self.count >= MAX_LIST_ENTRIES
     }
+}
+
+/// An NLST name prefix as the client wrote it, control characters as `?`
+/// (as in names: they would break the line).
+fn prefixed(prefix: &str) -> Vec<u8> {
+    prefix
+        .bytes()
+        .map(|b| if b.is_ascii_control() { b'?' } else { b })
+        .collect()
 }
 
 fn entry_info(name: &[u8], m: &Metadata) -> EntryInfo {

@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use super::{
-    Action, Answer, Change, ChecksumAlgorithm, DataSetup, ListFormat, Pending, Query, Session,
-    State, StoreKind, Transfer,
+    Action, Answer, Change, ChecksumAlgorithm, DataSetup, ListFormat, ListMatch, NamePattern,
+    Pending, Query, Session, State, StoreKind, Transfer,
 };
 use crate::command::{Command, Dcau, Epsv, Opts, Prot, Restart, TransferMode, TransferType};
 use crate::limits::{MAX_OFFSET, MAX_PARALLELISM};
@@ -545,7 +545,40 @@ impl Session {
         let Some(path) = self.resolve(arg) else {
             return;
         };
-        self.transfer(|data| Action::List { path, format, data });
+        let matching = match self.list_match(arg, format) {
+            Ok(m) => m,
+            Err(()) => return,
+        };
+        self.transfer(|data| Action::List {
+            path,
+            format,
+            data,
+            matching,
+        });
+    }
+
+    /// LIST/NLST of `dir/pattern` with a wildcard in the last component
+    /// (MLSD names a directory, RFC 3659 7.1, and takes none).
+    fn list_match(&mut self, arg: &str, format: ListFormat) -> Result<Option<ListMatch>, ()> {
+        let (prefix, last) = match arg.rfind('/') {
+            Some(i) => arg.split_at(i + 1),
+            None => ("", arg),
+        };
+        let pattern = if format == ListFormat::Machine {
+            return Ok(None);
+        } else if crate::glob::is_glob(last) {
+            crate::glob::Glob::new(last).map_or(NamePattern::TooLong, NamePattern::Glob)
+        } else if format == ListFormat::Names && !prefix.is_empty() {
+            NamePattern::Exact
+        } else {
+            return Ok(None);
+        };
+        let dir = self.resolve(prefix).ok_or(())?.without_dir_flag();
+        Ok(Some(ListMatch {
+            dir,
+            pattern,
+            prefix: prefix.to_string(),
+        }))
     }
 
     fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>) {

@@ -31,8 +31,8 @@ mod pipelining_tests;
 mod tests;
 
 pub use action::{
-    Action, Answer, Change, ChecksumAlgorithm, DataChannel, DataSpec, ListFormat, LoginGrant,
-    OpError, Query, StoreKind,
+    Action, Answer, Change, ChecksumAlgorithm, DataChannel, DataSpec, ListFormat, ListMatch,
+    LoginGrant, NamePattern, OpError, Query, StoreKind,
 };
 
 use std::collections::VecDeque;
