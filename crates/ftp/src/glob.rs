@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn stars_and_questions() {
         assert!(m("*.dat", "a.dat"));
-        assert!(m("*.dat", ".dat.dat") == false);
+        assert!(!m("*.dat", ".dat.dat"));
         assert!(!m("*.dat", "a.dat.gz"));
         assert!(m("*", "x"));
         assert!(m("a*", "a"));

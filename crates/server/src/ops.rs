@@ -5,6 +5,8 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(test)]
+use sluice_ftp::listing::MlstFacts;
 use sluice_ftp::listing::{self, EntryInfo, EntryKind, MlsxRole};
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::session::{
@@ -88,18 +90,14 @@ pub fn query(
             }
             Ok(Answer::Modified(unix_secs(m.mtime).max(0) as u64))
         }
-        Query::Facts => {
+        Query::Facts(selected) => {
             let m = stat(path)?;
             // `type=dir` for a directory: RFC 3659 keeps `cdir` for the
             // directory an MLSD lists (7.5.1); MLST names the object
-            // itself, and clients (aioftp's rmdir) decide on `dir`.
-            let e = entry_info(path.file_name().unwrap_or("/").as_bytes(), &m);
-            let mut facts = listing::mlsx_facts(&e, MlsxRole::Entry, writable);
-            // MLST names the full path (RFC 3659 7.2.1).
-            if let Some(i) = facts.find("; ") {
-                facts.truncate(i + 2);
-                facts.push_str(path.as_str());
-            }
+            // itself, and clients (aioftp's rmdir) decide on `dir`. The
+            // name is the full path (RFC 3659 7.2.1).
+            let e = entry_info(path.as_str().as_bytes(), &m);
+            let facts = listing::mlsx_selected_facts(&e, MlsxRole::Entry, writable, selected);
             Ok(Answer::Facts(facts))
         }
         Query::Status => {
@@ -199,15 +197,18 @@ pub fn listing_bytes(
     };
     let now = unix_secs(SystemTime::now());
     let mut out = Vec::with_capacity(entries.len() * 64);
-    if format == ListFormat::Machine && meta.kind == FileKind::Dir {
-        listing::mlsd_line(&entry_info(b".", &meta), MlsxRole::Cdir, writable, &mut out);
+    if let (ListFormat::Machine(facts), FileKind::Dir) = (format, meta.kind) {
+        let cdir = entry_info(b".", &meta);
+        listing::mlsd_line(&cdir, MlsxRole::Cdir, writable, facts, &mut out);
     }
     for e in &entries {
         let info = entry_info(&e.name, &e.meta);
         match format {
             ListFormat::Long => listing::list_line(&info, now, &mut out),
             ListFormat::Names => listing::nlst_line(&info, &mut out),
-            ListFormat::Machine => listing::mlsd_line(&info, MlsxRole::Entry, writable, &mut out),
+            ListFormat::Machine(facts) => {
+                listing::mlsd_line(&info, MlsxRole::Entry, writable, facts, &mut out)
+            }
         }
     }
     Ok(out)
@@ -286,7 +287,7 @@ impl FtpLines {
             writable,
             now: unix_secs(SystemTime::now()),
             count: 0,
-            cdir: (format == ListFormat::Machine).then_some(dir),
+            cdir: matches!(format, ListFormat::Machine(_)).then_some(dir),
             matching: None,
         }
     }
@@ -306,8 +307,9 @@ impl FtpLines {
 
 impl crate::listing::Render for FtpLines {
     fn batch(&mut self, entries: Vec<DirEntry>, out: &mut Vec<u8>) {
-        if let Some(m) = self.cdir.take() {
-            listing::mlsd_line(&entry_info(b".", &m), MlsxRole::Cdir, self.writable, out);
+        if let (Some(m), ListFormat::Machine(facts)) = (self.cdir.take(), self.format) {
+            let cdir = entry_info(b".", &m);
+            listing::mlsd_line(&cdir, MlsxRole::Cdir, self.writable, facts, out);
         }
         for e in entries.iter().filter(|e| !is_internal_name(&e.name)) {
             if self.count >= MAX_LIST_ENTRIES {
@@ -324,8 +326,8 @@ impl crate::listing::Render for FtpLines {
                     }
                     listing::nlst_line(&info, out)
                 }
-                ListFormat::Machine => {
-                    listing::mlsd_line(&info, MlsxRole::Entry, self.writable, out)
+                ListFormat::Machine(facts) => {
+                    listing::mlsd_line(&info, MlsxRole::Entry, self.writable, facts, out)
                 }
             }
         }
@@ -557,12 +559,13 @@ mod tests {
         );
         let names = listing_bytes(&r, &vp("/"), ListFormat::Names, false).unwrap();
         assert_eq!(names, b"f\r\nsub\r\n");
-        let mlsd =
-            String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap())
-                .unwrap();
+        let mlsd = String::from_utf8(
+            listing_bytes(&r, &vp("/"), ListFormat::Machine(MlstFacts::ALL), false).unwrap(),
+        )
+        .unwrap();
         assert!(mlsd.starts_with("type=cdir;"), "{mlsd}");
         assert!(mlsd.contains("type=file;size=11;"), "{mlsd}");
-        match query(&r, &vp("f"), Query::Facts, false).unwrap() {
+        match query(&r, &vp("f"), Query::Facts(MlstFacts::ALL), false).unwrap() {
             Answer::Facts(f) => assert!(f.ends_with("; /f"), "{f}"),
             other => panic!("{other:?}"),
         }
@@ -586,9 +589,10 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} not listed:\n{long}"));
             assert!(line.starts_with(kind), "{line}");
         }
-        let mlsd =
-            String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap())
-                .unwrap();
+        let mlsd = String::from_utf8(
+            listing_bytes(&r, &vp("/"), ListFormat::Machine(MlstFacts::ALL), false).unwrap(),
+        )
+        .unwrap();
         for name in ["fifo", "sock"] {
             let line = mlsd.lines().find(|l| l.ends_with(&format!("; {name}")));
             assert!(
@@ -606,7 +610,7 @@ mod tests {
             Query::Size,
             Query::Modified,
             Query::Exists,
-            Query::Facts,
+            Query::Facts(MlstFacts::ALL),
             Query::Status,
             Query::ChangeDir,
         ] {

@@ -60,8 +60,8 @@ pub enum ListFormat {
     Long,
     /// NLST: names only.
     Names,
-    /// MLSD: RFC 3659 fact lines.
-    Machine,
+    /// MLSD: RFC 3659 fact lines with the facts chosen by `OPTS MLST`.
+    Machine(crate::listing::MlstFacts),
 }
 
 /// A wildcard listing (`NLST *.dat`, `LIST sub/run-??`, see
@@ -109,8 +109,9 @@ pub enum Query {
     Size,
     /// MDTM: [`Answer::Modified`] of a regular file.
     Modified,
-    /// MLST: [`Answer::Facts`] (one RFC 3659 fact line, name included).
-    Facts,
+    /// MLST: [`Answer::Facts`] (one RFC 3659 fact line with these facts,
+    /// name included).
+    Facts(crate::listing::MlstFacts),
     /// STAT path: [`Answer::Lines`] (LIST-style lines).
     Status,
     /// RNFR: does it exist? [`Answer::Done`] if so.

@@ -8,6 +8,7 @@ use super::{
 };
 use crate::command::{Command, Dcau, Epsv, Opts, Prot, Restart, TransferMode, TransferType};
 use crate::limits::{MAX_OFFSET, MAX_PARALLELISM};
+use crate::listing::MlstFacts;
 use crate::path::{PathError, VirtualPath};
 use crate::reply::{quote_257, Reply, ReplyCode as C};
 
@@ -17,7 +18,6 @@ const FEATURES: &[&str] = &[
     "SIZE",
     "MDTM",
     "REST STREAM",
-    "MLST type*;size*;modify*;perm*;UNIX.mode*;",
     "EPSV",
     "EPRT",
     "TVFS",
@@ -92,6 +92,8 @@ impl Session {
             Command::Feat => {
                 let mut lines = vec!["Extensions supported:".to_string()];
                 lines.extend(FEATURES.iter().map(|f| f.to_string()));
+                // The facts OPTS MLST chose carry a `*` (RFC 3659 7.8).
+                lines.insert(5, self.mlst_facts.feat_line());
                 lines.push("End.".into());
                 self.push(&Reply::multi(C::SYSTEM_STATUS, lines));
             }
@@ -142,6 +144,13 @@ impl Session {
                 }
                 self.reply(C::OK, "OPTS Command Successful.");
             }
+            Command::Opts(Opts::Other { name, args }) if name == "MLST" => {
+                // RFC 3659 7.9: the facts named (unknown ones ignored),
+                // echoed back; an empty list selects none.
+                self.mlst_facts = MlstFacts::parse(&String::from_utf8_lossy(&args));
+                let text = format!("MLST OPTS {}", self.mlst_facts.selected());
+                self.reply(C::OK, text.trim_end());
+            }
             Command::Opts(Opts::Other { .. }) => {
                 self.reply(C::BAD_ARGUMENTS, "Option not understood.")
             }
@@ -171,7 +180,10 @@ impl Session {
             }
             Command::Size(p) => self.query(&p, Query::Size),
             Command::Mdtm(p) => self.query(&p, Query::Modified),
-            Command::Mlst(p) => self.query(p.as_deref().unwrap_or(""), Query::Facts),
+            Command::Mlst(p) => {
+                let q = Query::Facts(self.mlst_facts);
+                self.query(p.as_deref().unwrap_or(""), q)
+            }
             Command::Stat(None) => self.status(),
             Command::Stat(Some(p)) => self.query(strip_ls_flags(&p), Query::Status),
             Command::Rest(Restart::Offset(n)) => {
@@ -236,7 +248,7 @@ impl Session {
             Command::Site(_) => self.reply(C::NOT_IMPLEMENTED, "SITE command not supported."),
             Command::List(p) => self.list(p, ListFormat::Long),
             Command::Nlst(p) => self.list(p, ListFormat::Names),
-            Command::Mlsd(p) => self.list(p, ListFormat::Machine),
+            Command::Mlsd(p) => self.list(p, ListFormat::Machine(self.mlst_facts)),
             Command::Retr(p) => {
                 let offset = self.rest.take().unwrap_or(0);
                 let skip = self
@@ -374,7 +386,7 @@ impl Session {
             ),
             (
                 Pending::Query {
-                    query: Query::Facts,
+                    query: Query::Facts(_),
                     ..
                 },
                 Answer::Facts(f),
@@ -564,7 +576,7 @@ impl Session {
             Some(i) => arg.split_at(i + 1),
             None => ("", arg),
         };
-        let pattern = if format == ListFormat::Machine {
+        let pattern = if matches!(format, ListFormat::Machine(_)) {
             return Ok(None);
         } else if crate::glob::is_glob(last) {
             crate::glob::Glob::new(last).map_or(NamePattern::TooLong, NamePattern::Glob)

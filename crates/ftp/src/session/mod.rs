@@ -157,6 +157,8 @@ pub struct Session {
     parallelism: u32,
     buffer: Option<u64>,
     marker_secs: u32,
+    /// MLSx facts chosen with `OPTS MLST`.
+    mlst_facts: crate::listing::MlstFacts,
 }
 
 impl Session {
@@ -180,6 +182,7 @@ impl Session {
             parallelism: 1,
             buffer: None,
             marker_secs: DEFAULT_MARKER_SECS,
+            mlst_facts: crate::listing::MlstFacts::ALL,
             config,
         };
         let greeting = s.config.greeting.clone();
@@ -427,6 +430,7 @@ impl Session {
         self.parallelism = 1;
         self.buffer = None;
         self.marker_secs = DEFAULT_MARKER_SECS;
+        self.mlst_facts = crate::listing::MlstFacts::ALL;
         self.reply(ReplyCode::SERVICE_READY, "Service ready for new user.");
     }
 

@@ -598,7 +598,7 @@ fn passive_listener_lifetime() {
 #[test]
 fn list_and_nlst_carry_a_wildcard_last_component() {
     let mut t = T::logged_in(false);
-    let mut list = |t: &mut T, cmd: &str| {
+    let list = |t: &mut T, cmd: &str| {
         t.passive();
         t.send(&format!("{cmd}\r\n"));
         let a = t.action();
