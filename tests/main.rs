@@ -40,6 +40,10 @@ mod ftp_facts;
 /// vsftpd) and tnftp.
 mod wildcards;
 
+/// HTTP digests on request (Want-Repr-Digest, Want-Digest) with curl, and
+/// `sluice get` checking Repr-Digest (a fake server sends a wrong one).
+mod http_digests;
+
 /// The `sluice get/put/ls` client against vsftpd (MODE S), against
 /// globus-gridftp-server (MODE E, -p 4), and against `sluice serve`,
 /// with `--verify`, `--continue`, IPv6, `--stats`, `--mem-cap`, stdout or

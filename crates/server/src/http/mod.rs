@@ -16,6 +16,7 @@
 //! sockets, clocks (the three deadlines below) and the access log.
 
 pub mod conn;
+pub mod digests;
 pub mod open_files;
 pub mod resolve;
 pub mod send;
@@ -58,6 +59,8 @@ pub struct HttpContext {
     gate: Arc<Semaphore>,
     /// Open files by path (`--http-open-cache`).
     pub open_files: open_files::OpenFiles,
+    /// File digests asked for with Want-Repr-Digest / Want-Digest.
+    pub digests: digests::Digests,
 }
 
 impl HttpContext {
@@ -70,6 +73,7 @@ impl HttpContext {
             settings,
             engine,
             next_conn: AtomicU64::new(1),
+            digests: digests::Digests::default(),
         }
     }
 }
