@@ -52,6 +52,7 @@ mod http_digests;
 mod client;
 
 /// `sluice get -r` / `put -r`: trees up and down against `sluice serve`
+/// (and down from vsftpd, which has no MLSD: LIST fallback)
 /// (sha256 of every file), a server killed mid-tree, hostile listings.
 mod trees;
 
