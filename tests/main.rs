@@ -77,8 +77,18 @@ mod data_path;
 /// and that the server still serves a fresh session.
 mod bad_inputs;
 
+/// TLS on both doors: HTTPS (curl, wget, aria2c, `sluice get https://`),
+/// explicit FTPS (curl --ssl-reqd, lftp, Python ftplib FTP_TLS, `sluice get
+/// ftpes://`), `require_tls`, broken handshakes, bad certificates.
+mod tls;
+
 // Both front doors' listener: backlog, running out of descriptors.
 mod listener;
 
 // Big directory listings over both doors: complete, streamed, bounded.
 mod listings;
+
+/// Operating the server: SIGTERM/SIGINT (running transfers finish, new
+/// connections are refused, uploads cut at the timeout stay resumable
+/// partials), SIGHUP reload, SIGUSR1 log reopen, `serve --check-config`.
+mod operations;

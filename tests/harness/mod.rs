@@ -4,6 +4,7 @@
 // Not every test module uses every helper.
 #![allow(dead_code, unused_imports)]
 
+pub mod certs;
 pub mod checks;
 pub mod control;
 pub mod corpus;

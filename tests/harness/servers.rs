@@ -87,18 +87,30 @@ impl FtpServer {
     /// waits for the line, panics with the log if it never comes.
     #[track_caller]
     pub fn http_port(&self) -> u16 {
-        assert_eq!(self.kind, Kind::Sluice, "only sluice serves HTTP here");
+        self.announced_port("http")
+    }
+
+    /// The port of the `DOOR listening on ADDR` line (`http`, `https`,
+    /// `ftps`); waits for it, panics with the log if it never comes.
+    #[track_caller]
+    pub fn announced_port(&self, door: &str) -> u16 {
+        assert_eq!(self.kind, Kind::Sluice, "only sluice announces its doors");
+        let marker = format!("{door} listening on ");
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let found = self.log.lock().ok().and_then(|l| {
-                l.lines()
-                    .find_map(|line| port_after(line, "http listening on "))
-            });
+            let found = self
+                .log
+                .lock()
+                .ok()
+                .and_then(|l| l.lines().find_map(|line| port_after(line, &marker)));
             if let Some(p) = found {
                 return p;
             }
             if self.proc.exited().is_some() || Instant::now() > deadline {
-                panic!("sluice did not announce an HTTP port\n{}", self.log_tail());
+                panic!(
+                    "sluice did not announce its {door} port\n{}",
+                    self.log_tail()
+                );
             }
             thread::sleep(Duration::from_millis(50));
         }
@@ -116,6 +128,11 @@ impl FtpServer {
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.proc.pid
+    }
+
+    /// The server's exit status, once it has exited.
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.proc.exited()
     }
 
     /// The end of what the server printed (stdout and stderr).

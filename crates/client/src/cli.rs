@@ -56,6 +56,9 @@ pub struct TransferOpts {
     #[arg(long, default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub timeout: u64,
+    /// TLS: --ca, --insecure.
+    #[command(flatten)]
+    pub tls: crate::tls::TlsOpts,
 }
 
 /// Options of tree transfers (`-r`).
@@ -189,18 +192,23 @@ pub struct LsArgs {
     #[arg(long, default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub timeout: u64,
+    /// TLS: --ca, --insecure.
+    #[command(flatten)]
+    pub tls: crate::tls::TlsOpts,
 }
 
 /// Runs `sluice get`.
 pub fn run_get(args: GetArgs) -> ExitCode {
     let url = args.url.clone();
-    finish(&url, crate::get(args))
+    let r = crate::tls::configure(&args.opts.tls).and_then(|()| crate::get(args));
+    finish(&url, r)
 }
 
 /// Runs `sluice put`.
 pub fn run_put(args: PutArgs) -> ExitCode {
     let url = args.url.clone();
-    finish(&url, crate::put(args))
+    let r = crate::tls::configure(&args.opts.tls).and_then(|()| crate::put(args));
+    finish(&url, r)
 }
 
 /// Runs `sluice cp`.
@@ -211,13 +219,15 @@ pub fn run_cp(args: CpArgs) -> ExitCode {
         (_, _, Some(l)) => l.display().to_string(),
         _ => String::new(),
     };
-    finish(&url, crate::cp::run(args))
+    let r = crate::tls::configure(&args.opts.tls).and_then(|()| crate::cp::run(args));
+    finish(&url, r)
 }
 
 /// Runs `sluice ls`.
 pub fn run_ls(args: LsArgs) -> ExitCode {
     let url = args.url.clone();
-    finish(&url, crate::ls(args))
+    let r = crate::tls::configure(&args.tls).and_then(|()| crate::ls(args));
+    finish(&url, r)
 }
 
 fn finish(url: &str, result: Result<(), ClientError>) -> ExitCode {
@@ -311,6 +321,7 @@ mod tests {
                 block_size: 1,
                 mem_cap: 1 << 20,
                 timeout: 1,
+                tls: Default::default(),
             },
             tree: TreeOpts::default(),
         })

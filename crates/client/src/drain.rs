@@ -12,7 +12,7 @@
 //! memory cap between it and the writer is reached (a receive stall).
 
 use std::io::{ErrorKind, Read};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -70,8 +70,8 @@ pub enum Framing {
 
 /// Where the data connections come from.
 pub enum Source {
-    /// Already connected (passive mode).
-    Connected(TcpStream),
+    /// Already connected (passive mode, HTTP), in clear or TLS.
+    Connected(crate::tls::DataSock),
     /// Accept from this listener (active mode), at most `max` connections.
     Listen {
         /// Listener whose address went out in PORT/EPRT.
@@ -82,6 +82,9 @@ pub enum Source {
         /// reach the listener could otherwise inject data (the FTP
         /// data-port theft vsftpd guards against on its side).
         from: IpAddr,
+        /// PROT P: each accepted connection is TLS, we the TLS client
+        /// (RFC 4217 section 7) checking this server name.
+        tls_host: Option<String>,
     },
 }
 
@@ -168,7 +171,7 @@ impl Drop for Drain {
 
 /// One data connection being read.
 struct Stream {
-    sock: TcpStream,
+    sock: crate::tls::DataSock,
     framer: Framer,
     chunk: Option<Chunk>,
     ended: bool,
@@ -189,6 +192,8 @@ struct Chunk {
 struct DrainLoop<'a> {
     cfg: DrainConfig,
     listener: Option<(TcpListener, usize, IpAddr)>,
+    /// Server name for TLS on accepted connections (PROT P).
+    accept_tls: Option<String>,
     streams: Vec<Stream>,
     accepted: usize,
     out: WriterInput,
@@ -219,6 +224,7 @@ impl<'a> DrainLoop<'a> {
         let mut d = DrainLoop {
             cfg,
             listener: None,
+            accept_tls: None,
             streams: Vec::new(),
             accepted: 0,
             out,
@@ -234,16 +240,18 @@ impl<'a> DrainLoop<'a> {
                 listener,
                 max,
                 from,
+                tls_host,
             } => {
                 let _ = listener.set_nonblocking(true);
                 d.listener = Some((listener, max, from.to_canonical()));
+                d.accept_tls = tls_host;
             }
         }
         d
     }
 
-    fn add_stream(&mut self, sock: TcpStream) {
-        let _ = sock.set_nonblocking(true);
+    fn add_stream(&mut self, sock: crate::tls::DataSock) {
+        let _ = sock.tcp().set_nonblocking(true);
         let (framer, ended) = match self.cfg.framing {
             Framing::Stream { base } => (
                 Framer::S {
@@ -378,7 +386,19 @@ impl<'a> DrainLoop<'a> {
         for &i in &live {
             fds.push(PollFd::new(self.streams[i].sock.as_fd(), PollFlags::POLLIN));
         }
-        match nix::poll::poll(&mut fds, PollTimeout::from(POLL_TICK)) {
+        // TLS streams holding decrypted bytes are ready whatever the
+        // socket says: poll only for the others, without waiting.
+        let buffered: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| self.streams[i].sock.has_buffered())
+            .collect();
+        let tick = if buffered.is_empty() {
+            PollTimeout::from(POLL_TICK)
+        } else {
+            PollTimeout::ZERO
+        };
+        match nix::poll::poll(&mut fds, tick) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => return Ok((false, Vec::new())),
             Err(e) => return Err(ClientError::net("poll data connections", e.into())),
@@ -389,7 +409,7 @@ impl<'a> DrainLoop<'a> {
         let ready = live
             .into_iter()
             .zip(it)
-            .filter(|(_, fd)| hit(fd))
+            .filter(|(i, fd)| hit(fd) || buffered.contains(i))
             .map(|(i, _)| i)
             .collect();
         Ok((listen_ready, ready))
@@ -408,7 +428,11 @@ impl<'a> DrainLoop<'a> {
                 }
                 Ok((s, _)) => {
                     let _ = s.set_nodelay(true);
-                    self.add_stream(s);
+                    let sock = match &self.accept_tls {
+                        Some(host) => crate::tls::DataSock::tls(s, host, None)?,
+                        None => s.into(),
+                    };
+                    self.add_stream(sock);
                     any = true;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -653,7 +677,7 @@ enum HeaderRead {
 }
 
 /// One `read`: `None` when it would block, `Some(0)` at EOF.
-fn read_some(sock: &mut TcpStream, buf: &mut [u8]) -> Result<Option<usize>> {
+fn read_some(sock: &mut crate::tls::DataSock, buf: &mut [u8]) -> Result<Option<usize>> {
     loop {
         match sock.read(buf) {
             Ok(n) => return Ok(Some(n)),
@@ -669,7 +693,7 @@ mod tests {
     use super::*;
     use crate::writer::{Sink, Writer, WriterConfig};
     use std::io::Write as _;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     /// Drains one connection whose peer writes `sent` and then keeps the
     /// connection open until the drain is over; returns the file.
@@ -705,7 +729,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(30),
                 raise_priority: false,
             },
-            Source::Connected(sock),
+            Source::Connected(sock.into()),
             w.input(),
             mpsc::sync_channel(0).1,
             stats,

@@ -32,6 +32,7 @@ pub mod priority;
 pub mod progress;
 pub mod reassembly;
 pub mod stats;
+pub mod tls;
 pub mod tree;
 pub mod url;
 pub mod writer;

@@ -15,9 +15,24 @@ pub enum Target {
     Ftp(FtpUrl),
 }
 
+/// TLS on an FTP connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FtpTls {
+    /// `ftp://`: clear text.
+    #[default]
+    Off,
+    /// `ftpes://`: AUTH TLS on the FTP port, then PBSZ 0 and PROT P
+    /// (RFC 4217).
+    Explicit,
+    /// `ftps://`: TLS from the first byte (port 990 by default), PROT P.
+    Implicit,
+}
+
 /// An `ftp://` URL, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FtpUrl {
+    /// TLS: `ftpes://` or `ftps://`.
+    pub tls: FtpTls,
     /// Host name or address (IPv6 without brackets).
     pub host: String,
     /// Control port (21 by default).
@@ -60,21 +75,25 @@ pub fn parse(s: &str) -> Result<Target> {
     }
     let u = url::Url::parse(s).map_err(|e| ClientError::Usage(format!("bad URL: {e}")))?;
     match u.scheme() {
-        "ftp" | "gsiftp" => parse_ftp(&u).map(Target::Ftp),
+        "ftp" | "gsiftp" => parse_ftp(&u, FtpTls::Off).map(Target::Ftp),
+        "ftpes" => parse_ftp(&u, FtpTls::Explicit).map(Target::Ftp),
+        "ftps" => parse_ftp(&u, FtpTls::Implicit).map(Target::Ftp),
         other => Err(ClientError::Usage(format!(
-            "unsupported URL scheme `{other}` (expected ftp://)"
+            "unsupported URL scheme `{other}` (expected ftp://, ftpes://, ftps://, http:// or https://)"
         ))),
     }
 }
 
-fn parse_ftp(u: &url::Url) -> Result<FtpUrl> {
+fn parse_ftp(u: &url::Url, tls: FtpTls) -> Result<FtpUrl> {
     let host = match u.host() {
         Some(url::Host::Domain(d)) => d.to_string(),
         Some(url::Host::Ipv4(a)) => a.to_string(),
         Some(url::Host::Ipv6(a)) => a.to_string(),
         None => return Err(ClientError::Usage("URL has no host".into())),
     };
-    let port = u.port().unwrap_or(21);
+    let port = u
+        .port()
+        .unwrap_or(if tls == FtpTls::Implicit { 990 } else { 21 });
     let user = decode(u.username(), "user name")?;
     let password = decode(u.password().unwrap_or(""), "password")?;
     let (user, password) = if user.is_empty() {
@@ -104,6 +123,7 @@ fn parse_ftp(u: &url::Url) -> Result<FtpUrl> {
         path
     };
     Ok(FtpUrl {
+        tls,
         host,
         port,
         user,

@@ -38,6 +38,7 @@ mod send_blocking;
 mod send_sendfile;
 mod socket;
 mod splice_pump;
+mod tls;
 mod tuning;
 mod wake;
 
@@ -54,6 +55,10 @@ pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
+pub use tls::{TlsConn, TLS_BUFFER_LIMIT, TLS_CHUNK};
+/// The rustls stack the TLS connections are built on (one version for
+/// every crate).
+pub use tokio_rustls;
 pub use tuning::{parse_notsent_lowat, parse_refill_time, parse_size, SendBufferChoice};
 
 use counters::Tally;

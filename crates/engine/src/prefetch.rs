@@ -140,7 +140,7 @@ impl Hub {
         let h_max = cfg.prefetch_h_max.max(4096);
         let budget_cap = cfg.prefetch_budget;
         let plan = PlanConfig {
-            mode: cfg.prefetch,
+            mode: cfg.prefetch.planner_policy(),
             budget: measured_budget(budget_cap),
             h_max,
             fixed_window: (cfg.sendfile_prefetch as u64).max(4096),
@@ -163,7 +163,8 @@ impl Hub {
             "prefetch planner"
         );
         // `fixed` stays the conventional baseline: no dropping behind it.
-        let drop_sent = cfg.prefetch == PrefetchMode::Tcp && cfg.prefetch_drop_sent;
+        let drop_sent =
+            cfg.prefetch.planner_policy() == PrefetchMode::Tcp && cfg.prefetch_drop_sent;
         Some(Hub {
             state: Mutex::new(State {
                 pf: Prefetcher::new(plan, sched),

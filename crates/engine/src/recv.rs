@@ -121,7 +121,7 @@ impl FileWriter {
         offset: u64,
         len: u64,
     ) -> Result<(), EngineError> {
-        let got = self.copy(conn, offset, Some(len)).await?;
+        let got = self.copy(Source::Tcp(conn), offset, Some(len)).await?;
         if got < len {
             return Err(EngineError::Connection(io::ErrorKind::UnexpectedEof.into()));
         }
@@ -131,12 +131,24 @@ impl FileWriter {
     /// Copies from `conn` into the file from `offset` until the peer closes;
     /// returns the bytes received.
     pub async fn copy_to_eof(&mut self, conn: &TcpStream, offset: u64) -> Result<u64, EngineError> {
-        self.copy(conn, offset, None).await
+        self.copy(Source::Tcp(conn), offset, None).await
+    }
+
+    /// [`FileWriter::copy_to_eof`] from a TLS connection: the decrypted
+    /// bytes until the peer's close_notify (or its FIN) land at `offset`
+    /// on.
+    pub async fn copy_tls_to_eof(
+        &mut self,
+        conn: &mut crate::TlsConn,
+        offset: u64,
+    ) -> Result<u64, EngineError> {
+        self.copy(Source::Tls(conn.stream_mut()), offset, None)
+            .await
     }
 
     async fn copy(
         &mut self,
-        conn: &TcpStream,
+        mut conn: Source<'_>,
         offset: u64,
         limit: Option<u64>,
     ) -> Result<u64, EngineError> {
@@ -172,7 +184,14 @@ impl FileWriter {
                 continue;
             };
             let idle = self.engine.config().idle_timeout;
-            let n = read_some(conn, &mut buf[start..start + want], t, &self.cancel, idle).await?;
+            let n = match &mut conn {
+                Source::Tcp(c) => {
+                    read_some(c, &mut buf[start..start + want], t, &self.cancel, idle).await?
+                }
+                Source::Tls(c) => {
+                    read_tls(c, &mut buf[start..start + want], t, &self.cancel, idle).await?
+                }
+            };
             if n == 0 {
                 return Ok(total);
             }
@@ -251,6 +270,42 @@ impl FileWriter {
 
 /// One `recv` into `buf`, waiting for readability as needed (at most `idle`
 /// without data); 0 = peer closed.
+/// Where a [`FileWriter`] copies from.
+enum Source<'a> {
+    Tcp(&'a TcpStream),
+    Tls(&'a mut tokio_rustls::TlsStream<TcpStream>),
+}
+
+/// One read of decrypted bytes, under the idle timeout and `cancel`. A
+/// peer that closes without close_notify ends the stream like a FIN does
+/// for clear MODE S (FTP clients do that, and the file is judged by the
+/// control connection as in clear).
+async fn read_tls(
+    conn: &mut tokio_rustls::TlsStream<TcpStream>,
+    buf: &mut [u8],
+    t: Tally<'_>,
+    cancel: &Cancel,
+    idle: Duration,
+) -> Result<usize, EngineError> {
+    use tokio::io::AsyncReadExt;
+    let r = tokio::select! {
+        r = tokio::time::timeout(idle, conn.read(buf)) => r,
+        _ = cancel.cancelled() => return Err(EngineError::Cancelled),
+    };
+    match r {
+        Err(_) => Err(EngineError::Idle),
+        Ok(Ok(n)) => {
+            if n > 0 {
+                t.received(n as u64);
+                t.recv_calls(1);
+            }
+            Ok(n)
+        }
+        Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+        Ok(Err(e)) => Err(EngineError::Connection(e)),
+    }
+}
+
 async fn read_some(
     conn: &TcpStream,
     buf: &mut [u8],

@@ -35,7 +35,7 @@ use crate::flow::Flow;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
-use crate::{Cancel, DataPath, Engine, EngineError};
+use crate::{Cancel, DataPath, Engine, EngineError, PrefetchMode};
 
 /// A chunk read for the copy path: ready now (page cache) or on a disk thread.
 enum PendingRead {
@@ -151,12 +151,17 @@ impl Engine {
         flow: &Flow,
         mut refill: Option<&mut Refill<'_>>,
     ) -> Result<u64, EngineError> {
-        if let Some(mut feed) = self.feed(flow, file, offset, offset + len, true, counters) {
-            return self
-                .send_copy_planned(
-                    conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,
-                )
-                .await;
+        // `auto` starts on the inline path and hands the rest of the send to
+        // the planner at the first chunk that had to come from the disk.
+        let auto = self.config().prefetch == PrefetchMode::Auto;
+        if !auto {
+            if let Some(mut feed) = self.feed(flow, file, offset, offset + len, true, counters) {
+                return self
+                    .send_copy_planned(
+                        conn, &mut feed, offset, len, prefix, counters, cancel, turn, refill,
+                    )
+                    .await;
+            }
         }
         let t = self.tally(counters);
         let end = offset + len;
@@ -172,7 +177,7 @@ impl Engine {
             // inline anyway, so the next one waits until this one is out:
             // a stalled reader then pins one buffer, not two (probe: 2 MiB
             // per stalled download).
-            if after < end && cold {
+            if after < end && cold && !auto {
                 next = Some(self.start_read(file, after, end - after, t, cancel).await?);
             }
             let waited = write_all(
@@ -192,6 +197,29 @@ impl Engine {
             turn.pushed((prefix.len() + n) as u64, t).await;
             prefix = &[];
             pos = after;
+            if pos < end && cold && auto {
+                // A miss: the range is not (all) in memory; the planner
+                // reads the rest ahead at this connection's rate.
+                drop(buf);
+                if let Some(mut feed) = self.feed(flow, file, pos, end, true, counters) {
+                    let rest = self
+                        .send_copy_planned(
+                            conn,
+                            &mut feed,
+                            pos,
+                            end - pos,
+                            &[],
+                            counters,
+                            cancel,
+                            turn,
+                            refill,
+                        )
+                        .await?;
+                    return Ok(pos + rest - offset);
+                }
+                next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
+                continue;
+            }
             if pos < end && next.is_none() {
                 drop(buf);
                 next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);

@@ -27,8 +27,8 @@ use crate::flow::Flow;
 use crate::prefetch::pagecache::uncached_bytes;
 use crate::send::{check, wait_writable, Turn};
 use crate::splice_pump::SplicePump;
-use crate::DataPath;
 use crate::{Cancel, Engine, EngineError};
+use crate::{DataPath, PrefetchMode};
 
 impl Engine {
     #[allow(clippy::too_many_arguments)]
@@ -70,7 +70,17 @@ impl Engine {
             }
         }
         let mut pump = self.splice_pump();
-        let mut feed = self.feed(flow, file, offset, end, false, counters);
+        // `auto`: sendfile over the kernel's read-ahead while the range is
+        // in the page cache; the planner takes the rest of the send from the
+        // first chunk that is not (without `cachestat` nothing tells: the
+        // planner from the start).
+        let auto = cfg.prefetch == PrefetchMode::Auto;
+        let can_tell = self.features().cachestat.is_supported();
+        let mut feed = if auto && can_tell {
+            None
+        } else {
+            self.feed(flow, file, offset, end, false, counters)
+        };
         let mut pos = offset;
         // Without a feed (`kernel` mode) sendfile takes pages as they come
         // and the kernel's read-ahead brings them in.
@@ -89,10 +99,17 @@ impl Engine {
             let want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
             if feed.is_none()
                 && pump.as_ref().is_none_or(|p| p.held() == 0)
-                && cfg.sendfile_resident_check
-                && self.features().cachestat.is_supported()
+                && (cfg.sendfile_resident_check || auto)
+                && can_tell
                 && !self.is_resident(file, pos, want as u64)
             {
+                if auto {
+                    feed = self.feed(flow, file, pos, end, false, counters);
+                    if feed.is_some() {
+                        ready_until = pos;
+                        continue;
+                    }
+                }
                 // Not (all) in the page cache: sendfile would wait for the
                 // disk on the event loop. The copy path reads it on a disk
                 // thread instead; its reads also start the kernel's

@@ -51,6 +51,7 @@ async fn every_mode_and_data_path_moves_the_exact_range() {
     let file = temp_file(&data);
     for path in [DataPath::Copy, DataPath::Sendfile] {
         for mode in [PrefetchMode::Tcp, PrefetchMode::Fixed, PrefetchMode::Kernel] {
+            // (`auto` on a file in the cache is `kernel`: its own test below.)
             let e = Engine::new(config(path, mode));
             let (mut rx, tx) = pair().await;
             e.prepare_socket(&tx);
@@ -304,4 +305,55 @@ async fn the_next_piece_on_a_connection_starts_from_its_measured_rate() {
         (4, 4 << 20),
         "{s:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_sends_cached_ranges_unplanned_and_plans_from_the_first_miss() {
+    use sluice_platform::fadvise::{fadvise, Advice};
+    let data = pattern(6 << 20);
+    let file = temp_file(&data);
+    for path in [DataPath::Copy, DataPath::Sendfile] {
+        let e = Engine::new(config(path, PrefetchMode::Auto));
+        if !e.features().cachestat.is_supported() && path == DataPath::Sendfile {
+            continue; // without cachestat, auto plans everything (checked below)
+        }
+        for cold in [false, true] {
+            if cold {
+                // Written back and dropped: every page must come from disk.
+                file.sync_all().unwrap();
+                fadvise(file.as_fd(), 0, 0, Advice::DontNeed).unwrap();
+            } else {
+                // Read once: every page is in the cache.
+                let mut buf = vec![0u8; data.len()];
+                std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, 0).unwrap();
+            }
+            let (mut rx, tx) = pair().await;
+            let mut conn = e.data_conn(tx);
+            let reader = tokio::spawn(async move {
+                let mut got = Vec::new();
+                rx.read_to_end(&mut got).await.unwrap();
+                got
+            });
+            let c = Counters::new();
+            let n = conn
+                .send_range(&file, 0, data.len() as u64, b"", &c, &Cancel::new())
+                .await
+                .unwrap();
+            assert_eq!(n, data.len() as u64);
+            drop(conn);
+            assert!(
+                reader.await.unwrap() == data,
+                "{path} cold={cold}: bytes differ"
+            );
+            let s = c.snapshot();
+            if cold {
+                assert!(
+                    s.prefetch_reads >= 1,
+                    "{path}: a cold file is planned: {s:?}"
+                );
+            } else {
+                assert_eq!(s.prefetch_reads, 0, "{path}: a cached file is not: {s:?}");
+            }
+        }
+    }
 }

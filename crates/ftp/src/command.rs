@@ -259,6 +259,11 @@ pub enum Command {
     Prot(Prot),
     /// `PBSZ n`.
     Pbsz(u64),
+    /// `AUTH mechanism` (RFC 2228, 4217), mechanism upper-cased
+    /// (`TLS`, `SSL`, `TLS-C`, `TLS-P`).
+    Auth(String),
+    /// `CCC` (RFC 4217 clear command channel).
+    Ccc,
     /// `CKSM <algorithm> <offset> <length> <path>`; length `-1` = to end.
     Cksm {
         /// Algorithm name, upper-cased (`MD5`, `ADLER32`, `SHA256`, ...).
@@ -329,6 +334,8 @@ impl Command {
             Self::Dcau(_) => "DCAU",
             Self::Prot(_) => "PROT",
             Self::Pbsz(_) => "PBSZ",
+            Self::Auth(_) => "AUTH",
+            Self::Ccc => "CCC",
             Self::Cksm { .. } => "CKSM",
             Self::Spas => "SPAS",
             Self::Spor(_) => "SPOR",
@@ -446,6 +453,10 @@ pub fn parse_command(line: &[u8]) -> Result<Command, CommandError> {
             },
         ),
         b"PBSZ" => Command::Pbsz(number(need(arg, "PBSZ")?, "PBSZ")?),
+        b"AUTH" => {
+            Command::Auth(String::from_utf8_lossy(word(need(arg, "AUTH")?)).to_ascii_uppercase())
+        }
+        b"CCC" => Command::Ccc,
         b"CKSM" => cksm(need(arg, "CKSM")?)?,
         b"SPAS" => Command::Spas,
         b"SPOR" => {
@@ -534,7 +545,8 @@ mod tests {
 
     #[test]
     fn unknown_and_bad_verbs() {
-        assert_eq!(p("AUTH TLS").unwrap(), Command::Unknown("AUTH".into()));
+        assert_eq!(p("AUTH tls").unwrap(), Command::Auth("TLS".into()));
+        assert_eq!(p("CCC").unwrap(), Command::Ccc);
         assert_eq!(p("clnt x").unwrap(), Command::Unknown("CLNT".into()));
         assert_eq!(p(""), Err(CommandError::Empty));
         assert_eq!(p("   "), Err(CommandError::Empty));

@@ -1,6 +1,6 @@
 //! `http://host[:port]/path?query` URLs for `sluice get`: just enough
 //! parsing to connect and to build a request, with the target encoded so
-//! it can go on a request line. `https` is refused (no TLS in Sluice).
+//! it can go on a request line. `https://` is the same with `tls` set.
 
 use std::fmt;
 
@@ -10,8 +10,10 @@ pub struct HttpUrl {
     /// Host to connect to: a name, an IPv4 literal, or an IPv6 literal
     /// without brackets.
     pub host: String,
-    /// TCP port (80 if none was given).
+    /// TCP port (80, or 443 for https, if none was given).
     pub port: u16,
+    /// `https://`: the connection is TLS.
+    pub tls: bool,
     /// Origin-form target (`/path?query`), percent-encoded where the
     /// input had spaces or bytes outside printable ASCII; `#fragment`
     /// dropped.
@@ -21,7 +23,7 @@ pub struct HttpUrl {
 /// Why a URL was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UrlError {
-    /// Not `http://` (https and others are not supported).
+    /// Not `http://` or `https://`.
     Scheme,
     /// Empty or malformed host, or `user@` (credentials in URLs are not
     /// supported).
@@ -33,7 +35,7 @@ pub enum UrlError {
 impl fmt::Display for UrlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            UrlError::Scheme => "only http:// URLs are supported",
+            UrlError::Scheme => "only http:// and https:// URLs are supported",
             UrlError::Host => "bad host in URL",
             UrlError::Port => "bad port in URL",
         })
@@ -46,8 +48,9 @@ impl HttpUrl {
     /// Parse `http://host[:port][/path][?query][#fragment]`.
     pub fn parse(s: &str) -> Result<HttpUrl, UrlError> {
         let s = s.trim();
-        let rest = match s.get(..7) {
-            Some(p) if p.eq_ignore_ascii_case("http://") => &s[7..],
+        let (tls, rest) = match (s.get(..7), s.get(..8)) {
+            (Some(p), _) if p.eq_ignore_ascii_case("http://") => (false, &s[7..]),
+            (_, Some(p)) if p.eq_ignore_ascii_case("https://") => (true, &s[8..]),
             _ => return Err(UrlError::Scheme),
         };
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -78,6 +81,7 @@ impl HttpUrl {
             return Err(UrlError::Host);
         }
         let port = match port {
+            None | Some("") if tls => 443,
             None | Some("") => 80,
             Some(p) if p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p
                 .parse::<u16>()
@@ -101,11 +105,13 @@ impl HttpUrl {
         Ok(HttpUrl {
             host: host.to_ascii_lowercase(),
             port,
+            tls,
             target,
         })
     }
 
-    /// The Host field value: `host`, or `host:port` when not 80; IPv6
+    /// The Host field value: `host`, or `host:port` when not the
+    /// scheme's default port (80, https 443); IPv6
     /// literals in brackets (RFC 9110 7.2).
     pub fn host_field(&self) -> String {
         let host = if self.host.contains(':') {
@@ -113,7 +119,7 @@ impl HttpUrl {
         } else {
             self.host.clone()
         };
-        if self.port == 80 {
+        if self.port == if self.tls { 443 } else { 80 } {
             host
         } else {
             format!("{host}:{}", self.port)
@@ -144,6 +150,7 @@ mod tests {
             HttpUrl {
                 host: "127.0.0.1".into(),
                 port: 8080,
+                tls: false,
                 target: "/big%20file?x=1".into()
             }
         );
@@ -168,7 +175,12 @@ mod tests {
 
     #[test]
     fn refusals() {
-        assert_eq!(HttpUrl::parse("https://h/"), Err(UrlError::Scheme));
+        let s = HttpUrl::parse("https://h/x").unwrap();
+        assert!(s.tls && s.port == 443 && s.host_field() == "h");
+        assert_eq!(
+            HttpUrl::parse("https://h:8443/").unwrap().host_field(),
+            "h:8443"
+        );
         assert_eq!(HttpUrl::parse("ftp://h/"), Err(UrlError::Scheme));
         assert_eq!(HttpUrl::parse("http:///x"), Err(UrlError::Host));
         assert_eq!(HttpUrl::parse("http://u:p@h/"), Err(UrlError::Host));

@@ -149,6 +149,9 @@ pub fn start(
                 root_s.clone(),
                 "--ftp".into(),
                 format!("{addr}:{port}"),
+                // The lab runs as root, on 0.0.0.0 in some topologies
+                // (inside its own network namespace).
+                "--allow-root".into(),
             ];
             v.extend(spec.args.iter().cloned());
             v

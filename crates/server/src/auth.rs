@@ -25,7 +25,7 @@ pub struct Login {
 /// The login table.
 #[derive(Clone, Debug)]
 pub struct Users {
-    config: ServeConfig,
+    config: Arc<ServeConfig>,
     /// Password checks allowed at once, server-wide. Each argon2 check
     /// takes ~19 MiB and tens of milliseconds of a core; unbounded, 250
     /// connections sending USER x / PASS y took 5 GiB and 250 threads
@@ -38,8 +38,17 @@ impl Users {
     pub fn new(config: &ServeConfig) -> Users {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Users {
-            config: config.clone(),
+            config: Arc::new(config.clone()),
             checks: Arc::new(tokio::sync::Semaphore::new(cores)),
+        }
+    }
+
+    /// The table of a reloaded configuration (SIGHUP, crate::reload),
+    /// sharing this one's bound on password checks.
+    pub fn reloaded(&self, config: &ServeConfig) -> Users {
+        Users {
+            config: Arc::new(config.clone()),
+            checks: Arc::clone(&self.checks),
         }
     }
 
@@ -48,6 +57,23 @@ impl Users {
     /// configured there are no names to hide, so no hash is spent.
     pub fn check_is_costly(&self, user: &str) -> bool {
         !(user == "anonymous" || user == "ftp" || self.config.users.is_empty())
+    }
+
+    /// Whether `user` must protect the control connection (AUTH TLS)
+    /// before logging in: the user's own `require_tls`, else the global
+    /// one (also for anonymous and for names that are not configured, so
+    /// the answer tells nothing about which names exist).
+    pub fn requires_tls(&self, user: &str) -> bool {
+        let global = self.config.tls.require_tls;
+        if user == "anonymous" || user == "ftp" {
+            return global;
+        }
+        self.config
+            .users
+            .iter()
+            .find(|u| u.name == user)
+            .and_then(|u| u.require_tls)
+            .unwrap_or(global)
     }
 
     /// The server-wide bound on password checks running at once.
@@ -131,6 +157,7 @@ mod tests {
             password_hash: hash_password("s3cret").unwrap(),
             root: None,
             writable: true,
+            require_tls: None,
         });
         let users = Users::new(&config);
         let anon = users.check("anonymous", "x@y").unwrap();

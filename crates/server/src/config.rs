@@ -22,19 +22,26 @@
 //! send_buffer = "max"           # --send-buffer BYTES|auto|max (SO_SNDBUF of data sockets)
 //! refill_time = 4               # --refill-time SECS|off (rate-sized NOTSENT_LOWAT; off: fixed)
 //! allow_foreign_data_host = false
-//! prefetch = "kernel"           # --prefetch tcp|fixed|kernel (default: the engine's)
+//! prefetch = "auto"             # --prefetch auto|tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
 //! partial_max_age = 604800       # --partial-max-age SECS (0: keep interrupted uploads forever)
 //! partial_max_bytes = 0          # --partial-max-bytes BYTES per directory (0: no limit)
+//! https = "0.0.0.0:8443"         # --https; tls_cert, tls_key, ftps, require_tls: see crate::tls
+//! shutdown_timeout = 30          # --shutdown-timeout SECS (SIGTERM: transfers' grace; 0: none)
+//! log_level = "info"             # --log-level FILTER (default: RUST_LOG, else info)
+//! log_file = "/var/log/sluice/sluice.log"  # --log-file (default: stderr; SIGUSR1 reopens)
+//! run_as = "sluice"              # --run-as NAME (alias --user): bind as root, then run as NAME
+//! allow_root = false             # --allow-root: serve as root on public addresses
 //!
 //! [[user]]
 //! name = "alice"
 //! password_hash = "$argon2id$v=19$..."   # from `sluice hash-password`
 //! root = "/srv/alice"                     # optional, default: the served root
 //! writable = true
+//! require_tls = true                      # optional, default: the global require_tls
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -50,6 +57,9 @@ pub const DEFAULT_FTP: &str = "127.0.0.1:2121";
 pub const DEFAULT_MAX_SESSIONS: usize = 256;
 /// Default idle timeout, seconds (vsftpd uses 300).
 pub const DEFAULT_IDLE_SECS: u64 = 300;
+/// Default `--shutdown-timeout`, seconds: systemd's TimeoutStopSec
+/// default is 90, so a unit's stop never has to SIGKILL first.
+pub const DEFAULT_SHUTDOWN_SECS: u64 = 30;
 /// Largest config file we read: a config is a few hundred bytes; this
 /// bounds memory if someone points --config at a large file by mistake.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -71,6 +81,12 @@ pub struct ServeArgs {
     /// TOML configuration file; every flag has a key of the same name.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Check the configuration (flags and --config file) and the
+    /// directories it names, print the result and exit: 0 when it is
+    /// good, 2 with the errors. Nothing is bound or served. (A flag
+    /// only, no file key.)
+    #[arg(long)]
+    pub check_config: bool,
     /// Most concurrent FTP sessions; further connections get 421
     /// [default: 256].
     #[arg(long, value_name = "N")]
@@ -121,11 +137,12 @@ pub struct ServeArgs {
     /// third-party transfers). Off by default: it enables FTP bounce.
     #[arg(long)]
     pub allow_foreign_data_host: bool,
-    /// Who decides download read-ahead: `tcp` (planner driven by each
-    /// connection's TCP_INFO under a memory budget), `fixed` (a fixed window
-    /// per connection) or `kernel` (the kernel's read-ahead)
-    /// [default: the engine's, kernel].
-    #[arg(long, value_name = "tcp|fixed|kernel")]
+    /// Who decides download read-ahead: `auto` (the kernel's while the
+    /// range is in the page cache, the `tcp` planner from the first miss),
+    /// `tcp` (planner driven by each connection's TCP_INFO under a memory
+    /// budget), `fixed` (a fixed window per connection) or `kernel` (the
+    /// kernel's read-ahead) [default: auto].
+    #[arg(long, value_name = "auto|tcp|fixed|kernel")]
     pub prefetch: Option<String>,
     /// Cancel a finished or reset connection's pending prefetch reads
     /// at once (`on`) or let started ones run (`off`) [default: on].
@@ -154,12 +171,38 @@ pub struct ServeArgs {
     /// 0: no limit [default: 0].
     #[arg(long, value_name = "BYTES")]
     pub partial_max_bytes: Option<u64>,
+    /// Seconds SIGTERM or SIGINT lets running transfers finish before it
+    /// ends them (new connections are refused at once; an upload ended
+    /// then is kept as a resumable partial); 0: end them at once
+    /// [default: 30]. A second signal ends them at once too.
+    #[arg(long, value_name = "SECS")]
+    pub shutdown_timeout: Option<u64>,
+    /// What to log: a level (`info`, `debug`) or tracing filter directives
+    /// (`info,xferlog=off`) [default: RUST_LOG if set, else info]. SIGHUP
+    /// applies a changed `log_level` key.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Write the log to FILE (appending) instead of stderr; SIGUSR1 (and
+    /// SIGHUP) reopen it, for logrotate.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Started as root: bind the listeners, then run as this user (its
+    /// groups, gid and uid) for good. crate::privileges, docs/SECURITY.md.
+    #[arg(long, visible_alias = "user", value_name = "NAME")]
+    pub run_as: Option<String>,
+    /// Serve as root without --run-as even on a public address (refused
+    /// otherwise; on loopback and private addresses it is only warned of).
+    #[arg(long)]
+    pub allow_root: bool,
     /// HTTP front door flags (crate::http::settings).
     #[command(flatten)]
     pub http: crate::http::settings::HttpArgs,
     /// Engine tuning flags (keys of the file's `[engine]` table).
     #[command(flatten)]
     pub tuning: TuningArgs,
+    /// TLS flags (crate::tls).
+    #[command(flatten)]
+    pub tls: crate::tls::TlsArgs,
 }
 
 pub use sluice_engine::DataPath;
@@ -180,6 +223,10 @@ pub struct UserConfig {
     /// May this user change files?
     #[serde(default)]
     pub writable: bool,
+    /// Must this user log in over TLS (AUTH TLS first)? Default: the
+    /// global `require_tls`.
+    #[serde(default)]
+    pub require_tls: Option<bool>,
 }
 
 /// The config file, as written.
@@ -216,6 +263,17 @@ struct FileConfig {
     workers: Option<u16>,
     partial_max_age: Option<u64>,
     partial_max_bytes: Option<u64>,
+    // TLS keys (see crate::tls).
+    https: Option<String>,
+    ftps: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    require_tls: Option<bool>,
+    shutdown_timeout: Option<u64>,
+    log_level: Option<String>,
+    log_file: Option<PathBuf>,
+    run_as: Option<String>,
+    allow_root: Option<bool>,
     /// `[engine]`: the tuning keys (config/tuning.rs).
     engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
@@ -298,6 +356,21 @@ pub struct ServeConfig {
     pub tuning: TuningArgs,
     /// tokio's event_interval for every loop (`--event-interval`).
     pub event_interval: Option<u32>,
+    /// TLS: certificate, HTTPS and implicit FTPS doors, `require_tls`.
+    pub tls: crate::tls::TlsSettings,
+    /// The HTTPS door (the HTTP door's deadlines and limits, at
+    /// `tls.https`); `None` without `--https`.
+    pub https: Option<crate::http::HttpSettings>,
+    /// How long a stop waits for running transfers (`--shutdown-timeout`).
+    pub shutdown_timeout: Duration,
+    /// Log filter (`--log-level`, checked); `None`: RUST_LOG or info.
+    pub log_level: Option<String>,
+    /// Log file (`--log-file`); `None`: stderr.
+    pub log_file: Option<PathBuf>,
+    /// The user to run as after binding (`--run-as`).
+    pub run_as: Option<String>,
+    /// Root allowed on public addresses (`--allow-root`).
+    pub allow_root: bool,
 }
 
 impl ServeConfig {
@@ -434,10 +507,63 @@ impl ServeConfig {
         if idle == 0 {
             bail!("idle_timeout must be at least 1 second");
         }
+        let log_level = args.log_level.clone().or(file.log_level);
+        if let Some(f) = &log_level {
+            tracing_subscriber::EnvFilter::builder()
+                .parse(f)
+                .map_err(|e| anyhow::anyhow!("log_level {f:?}: {e}"))?;
+        }
         let tuning = args.tuning.clone().over(file.engine.unwrap_or_default());
         // Every value checked now, so a typo stops the start with its key.
         tuning.apply(&mut sluice_engine::EngineConfig::default())?;
         let event_interval = tuning.event_interval()?;
+        let tls = crate::tls::merge(
+            &args.tls,
+            &crate::tls::TlsFileKeys {
+                https: file.https.clone(),
+                ftps: file.ftps.clone(),
+                tls_cert: file.tls_cert.clone(),
+                tls_key: file.tls_key.clone(),
+                require_tls: file.require_tls,
+            },
+        )?;
+        if tls.server.is_none() {
+            if let Some(u) = file.users.iter().find(|u| u.require_tls == Some(true)) {
+                bail!(
+                    "config: user {:?} has require_tls but no tls_cert/tls_key is configured",
+                    u.name
+                );
+            }
+        }
+        let http_keys = crate::http::settings::HttpFileKeys {
+            http: file.http.clone(),
+            no_http: file.no_http,
+            http_header_timeout: file.http_header_timeout,
+            http_keepalive_timeout: file.http_keepalive_timeout,
+            http_send_timeout: file.http_send_timeout,
+            http_max_connections: file.http_max_connections,
+            http_open_cache: file.http_open_cache,
+        };
+        // The HTTPS door has the HTTP door's deadlines and limits, even
+        // with plain HTTP off.
+        let https = match tls.https {
+            None => None,
+            Some(addr) => crate::http::settings::merge(
+                &crate::http::settings::HttpArgs {
+                    no_http: false,
+                    ..args.http.clone()
+                },
+                &crate::http::settings::HttpFileKeys {
+                    no_http: None,
+                    ..http_keys.clone()
+                },
+            )?
+            .map(|s| crate::http::HttpSettings {
+                addr,
+                explicit: true,
+                ..s
+            }),
+        };
         let mut names = std::collections::HashSet::new();
         for u in &file.users {
             if u.name == "anonymous" || u.name == "ftp" {
@@ -474,18 +600,7 @@ impl ServeConfig {
             prefetch,
             cancel,
             metrics: args.metrics.or(file.metrics),
-            http: crate::http::settings::merge(
-                &args.http,
-                &crate::http::settings::HttpFileKeys {
-                    http: file.http,
-                    no_http: file.no_http,
-                    http_header_timeout: file.http_header_timeout,
-                    http_keepalive_timeout: file.http_keepalive_timeout,
-                    http_send_timeout: file.http_send_timeout,
-                    http_max_connections: file.http_max_connections,
-                    http_open_cache: file.http_open_cache,
-                },
-            )?,
+            http: crate::http::settings::merge(&args.http, &http_keys)?,
             ftp_enabled: !(args.http.no_ftp || file.no_ftp.unwrap_or(false)),
             partials: crate::upload::PartialPolicy {
                 max_age: match args.partial_max_age.or(file.partial_max_age) {
@@ -509,6 +624,17 @@ impl ServeConfig {
             users: file.users,
             tuning,
             event_interval,
+            tls,
+            https,
+            shutdown_timeout: Duration::from_secs(
+                args.shutdown_timeout
+                    .or(file.shutdown_timeout)
+                    .unwrap_or(DEFAULT_SHUTDOWN_SECS),
+            ),
+            log_level,
+            log_file: args.log_file.clone().or(file.log_file),
+            run_as: args.run_as.clone().or(file.run_as),
+            allow_root: args.allow_root || file.allow_root.unwrap_or(false),
         })
     }
 }
@@ -636,7 +762,7 @@ mod tests {
             (sluice_engine::PrefetchMode::Tcp, true)
         );
         assert!(ServeConfig::load(&ServeArgs {
-            prefetch: Some("auto".into()),
+            prefetch: Some("sometimes".into()),
             ..base.clone()
         })
         .is_err());
@@ -764,6 +890,47 @@ mod tests {
         std::fs::write(&path, "[engine]\nchunk_sise = 1\n").unwrap();
         let err = format!("{:#}", ServeConfig::merge(&base).unwrap_err());
         assert!(err.contains("chunk_sise"), "{err}");
+    }
+
+    #[test]
+    fn tls_keys_come_from_the_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+        let hash = crate::auth::hash_password("pw").unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "tls_cert = {cert:?}\ntls_key = {key:?}\nhttps = \"127.0.0.1:0\"\nno_http = true\n\
+                 require_tls = true\n[[user]]\nname = \"bob\"\npassword_hash = \"{hash}\"\nrequire_tls = false\n"
+            ),
+        )
+        .unwrap();
+        let base = ServeArgs {
+            dir: Some(dir.path().to_path_buf()),
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let c = ServeConfig::merge(&base).unwrap();
+        assert!(c.tls.server.is_some() && c.tls.require_tls);
+        assert!(c.http.is_none(), "plain HTTP off");
+        let https = c.https.as_ref().expect("the HTTPS door has its settings");
+        assert_eq!(https.addr, "127.0.0.1:0".parse().unwrap());
+        let users = crate::auth::Users::new(&c);
+        assert!(users.requires_tls("anonymous"));
+        assert!(users.requires_tls("nobody-configured"));
+        assert!(!users.requires_tls("bob"));
+        // A user's require_tls without a certificate is refused.
+        std::fs::write(
+            &path,
+            format!("[[user]]\nname = \"bob\"\npassword_hash = \"{hash}\"\nrequire_tls = true\n"),
+        )
+        .unwrap();
+        let err = format!("{:#}", ServeConfig::merge(&base).unwrap_err());
+        assert!(err.contains("require_tls"), "{err}");
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! transfer. Both front doors accept through [`listener`] and list
 //! directories through [`listing`]. [`runtime`] lays out the event loops (`--runtime per-core`
 //! or `shared`); [`logbuf`] is the stderr writer that batches access and
-//! transfer lines.
+//! transfer lines; [`shutdown`] is the stop (SIGTERM: drain, then cut),
+//! [`reload`] the SIGHUP reload, [`signals`] the signals both act on.
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -24,6 +25,12 @@ pub mod logbuf;
 pub mod loops;
 pub mod metrics;
 pub mod ops;
+pub mod privileges;
+pub mod reload;
 pub mod runtime;
+pub mod shutdown;
+pub mod signals;
+pub mod tls;
+pub mod transport;
 pub mod upload;
 pub mod xferlog;

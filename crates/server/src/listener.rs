@@ -4,7 +4,9 @@
 //!
 //! ```text
 //!  bind(backlog) ──accept──▶ gate (max sessions/connections) ──▶ serve on the next loop
-//!                    │            └ full: `full` bytes, close
+//!        │           │            └ full: `full` bytes, close
+//!        └ shutdown draining: the loop ends and the listening socket
+//!          closes, so new connects are refused (crate::shutdown)
 //!                    └ EMFILE/ENFILE: free the reserve fd, accept one queued
 //!                      connection, send `exhausted` bytes, close, take the
 //!                      reserve again; back off; one log line per interval
@@ -27,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::loops::Loops;
+use crate::shutdown::{LiveGuard, Shutdown};
 
 /// Listen backlog when none is configured: nginx's (the kernel caps it at
 /// `net.core.somaxconn`, 4096 on current kernels). 128, the old default,
@@ -100,20 +103,44 @@ pub struct Door {
     pub exhausted: fn() -> Vec<u8>,
 }
 
-/// Accepts connections forever. Each one within the limit is handed, with
-/// its permit, to `serve` on the next of `loops` (`serve` spawns its task);
-/// the others get the door's refusal.
-pub async fn run<F>(listener: TcpListener, door: Door, loops: Loops, serve: F)
+/// What an accepted connection holds while it is served: its place under
+/// the door's limit, and its count among the live connections a stop
+/// waits for. Dropped when the connection's task ends.
+#[derive(Debug)]
+pub struct Admitted {
+    _permit: OwnedSemaphorePermit,
+    _live: LiveGuard,
+}
+
+/// Accepts connections until `stop` begins draining (then the listener is
+/// dropped: its socket closes and new connects are refused). Each one
+/// within the limit is handed, with its [`Admitted`], to `serve` on the
+/// next of `loops` (`serve` spawns its task); the others get the door's
+/// refusal.
+pub async fn run<F>(listener: TcpListener, door: Door, loops: Loops, stop: Shutdown, serve: F)
 where
-    F: Fn(TcpStream, SocketAddr, OwnedSemaphorePermit) + Clone + Send + 'static,
+    F: Fn(TcpStream, SocketAddr, Admitted) + Clone + Send + 'static,
 {
     let door = Arc::new(door);
     tokio::spawn(trim_after_bursts(Arc::clone(&door)));
     let mut reserve = open_reserve();
     let mut trouble = Trouble::new(door.name);
     let mut backoff = FIRST_BACKOFF;
+    // Nothing is accepted before the server says it may (`--run-as`
+    // switches users between binding and serving).
+    stop.serving().await;
+    let draining = stop.draining();
+    tokio::pin!(draining);
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            _ = &mut draining => {
+                tracing::info!(door = door.name, "stopped accepting");
+                return;
+            }
+            r = listener.accept() => r,
+        };
+        let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) if sluice_platform::sys::is_out_of_descriptors(&e) => {
                 trouble.note(&e);
@@ -150,7 +177,13 @@ where
         match Arc::clone(&door.gate).try_acquire_owned() {
             Ok(permit) => {
                 let serve = serve.clone();
-                loops.spread(stream, move |stream| serve(stream, peer, permit));
+                // Counted live from here, not from when its loop starts it,
+                // so a stop never misses a connection in the handover.
+                let admitted = Admitted {
+                    _permit: permit,
+                    _live: stop.guard(),
+                };
+                loops.spread(stream, move |stream| serve(stream, peer, admitted));
             }
             Err(_) => {
                 tracing::info!(door = door.name, %peer, "refused: connection limit reached");
@@ -307,14 +340,20 @@ mod tests {
             full: || b"421 full\r\n".to_vec(),
             exhausted: || b"421 later\r\n".to_vec(),
         };
-        tokio::spawn(run(l, door, Loops::here(), |mut s, _, permit| {
-            tokio::spawn(async move {
-                let _permit = permit;
-                s.write_all(b"220 hi\r\n").await.unwrap();
-                let mut b = [0u8; 1];
-                let _ = s.read(&mut b).await;
-            });
-        }));
+        tokio::spawn(run(
+            l,
+            door,
+            Loops::here(),
+            Shutdown::never(),
+            |mut s, _, permit| {
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    s.write_all(b"220 hi\r\n").await.unwrap();
+                    let mut b = [0u8; 1];
+                    let _ = s.read(&mut b).await;
+                });
+            },
+        ));
         let mut first = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 8];
         first.read_exact(&mut buf).await.unwrap();
@@ -323,5 +362,75 @@ mod tests {
         let mut out = Vec::new();
         second.read_to_end(&mut out).await.unwrap();
         assert_eq!(out, b"421 full\r\n");
+    }
+
+    /// Draining ends the accept loop and closes the listening socket: a
+    /// new connect is refused, while an admitted connection goes on.
+    #[tokio::test]
+    async fn draining_closes_the_door_but_not_its_connections() {
+        let l = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = l.local_addr().unwrap();
+        let door = Door {
+            name: "test",
+            gate: Arc::new(Semaphore::new(4)),
+            limit: 4,
+            full: || b"421 full\r\n".to_vec(),
+            exhausted: || b"421 later\r\n".to_vec(),
+        };
+        let (control, stop) = Shutdown::new();
+        control.serve();
+        let accepting = tokio::spawn(run(l, door, Loops::here(), stop, |mut s, _, admitted| {
+            tokio::spawn(async move {
+                let _admitted = admitted;
+                let mut b = [0u8; 1];
+                while s.read(&mut b).await.is_ok_and(|n| n > 0) {
+                    s.write_all(&b).await.unwrap();
+                }
+            });
+        }));
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        first.write_all(b"a").await.unwrap();
+        let mut b = [0u8; 1];
+        first.read_exact(&mut b).await.unwrap();
+        assert_eq!(control.live(), 1);
+        control.drain();
+        accepting.await.unwrap();
+        let refused = TcpStream::connect(addr).await;
+        assert!(refused.is_err(), "connect after the drain: {refused:?}");
+        first.write_all(b"b").await.unwrap();
+        first.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"b");
+        drop(first);
+        control.all_ended().await;
+    }
+
+    /// Before `Serving` (between bind and `--run-as`'s switch) nothing is
+    /// accepted: a client waits in the backlog and is served after.
+    #[tokio::test]
+    async fn nothing_is_accepted_before_serving() {
+        let l = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = l.local_addr().unwrap();
+        let door = Door {
+            name: "test",
+            gate: Arc::new(Semaphore::new(4)),
+            limit: 4,
+            full: || b"421 full\r\n".to_vec(),
+            exhausted: || b"421 later\r\n".to_vec(),
+        };
+        let (control, stop) = Shutdown::new();
+        tokio::spawn(run(l, door, Loops::here(), stop, |mut s, _, admitted| {
+            tokio::spawn(async move {
+                let _admitted = admitted;
+                s.write_all(b"hi").await.unwrap();
+            });
+        }));
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut b = [0u8; 2];
+        let early = tokio::time::timeout(Duration::from_millis(200), c.read_exact(&mut b)).await;
+        assert!(early.is_err(), "served before Serving");
+        assert_eq!(control.live(), 0);
+        control.serve();
+        c.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"hi");
     }
 }

@@ -14,8 +14,14 @@
 //!   `main.rs`) and from the panic hook ([`install_panic_flush`]).
 //!
 //! A SIGKILL can lose what is gathered: at most one round of ready work.
+//!
+//! With `--log-file` every line goes to that file instead of stderr;
+//! [`reopen`] (SIGUSR1, SIGHUP) opens the path again, so after logrotate
+//! has renamed the old file the next line starts the new one.
 
+use std::fs::File;
 use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,6 +50,36 @@ static PENDING: Mutex<Pending> = Mutex::new(Pending {
 static WRITING: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// Cheap check for the park hook: anything gathered?
 static DIRTY: AtomicBool = AtomicBool::new(false);
+/// The log file and its path, when the log does not go to stderr.
+static FILE: Mutex<Option<(PathBuf, File)>> = Mutex::new(None);
+
+fn open_log(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+/// Sends every later line to `path` (appending) instead of stderr.
+pub fn log_to_file(path: &Path) -> io::Result<()> {
+    let f = open_log(path)?;
+    *FILE.lock().unwrap_or_else(|p| p.into_inner()) = Some((path.to_path_buf(), f));
+    Ok(())
+}
+
+/// Opens the log file's path again (after logrotate moved the old file
+/// away); `Ok(None)` when the log goes to stderr. What is gathered goes
+/// to the old file first. On failure the old file stays in use.
+pub fn reopen() -> io::Result<Option<PathBuf>> {
+    flush();
+    let _order = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let mut file = FILE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((path, f)) = file.as_mut() else {
+        return Ok(None);
+    };
+    *f = open_log(path)?;
+    Ok(Some(path.clone()))
+}
 
 fn pending() -> std::sync::MutexGuard<'static, Pending> {
     PENDING.lock().unwrap_or_else(|p| p.into_inner())
@@ -67,12 +103,20 @@ fn write_out(then: Option<&[u8]>) {
         p.since = None;
         DIRTY.store(false, Ordering::Release);
     }
-    let mut err = io::stderr().lock();
-    // Nowhere to report a failing stderr; drop the batch.
-    let _ = err.write_all(&out);
+    let mut file = FILE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut err;
+    let dest: &mut dyn Write = match file.as_mut() {
+        Some((_, f)) => f,
+        None => {
+            err = io::stderr().lock();
+            &mut err
+        }
+    };
+    // Nowhere to report a failing log; drop the batch.
+    let _ = dest.write_all(&out);
     out.clear();
     if let Some(line) = then {
-        let _ = err.write_all(line);
+        let _ = dest.write_all(line);
     }
 }
 

@@ -8,8 +8,9 @@
 //! append to a complete file writes into `.NAME.sluice-partial` in NAME's
 //! directory, a name derived from NAME alone so that it is found again
 //! after anything: a failed or aborted transfer, a client that died, a
-//! server killed with `kill -9` (no random temp is left that nothing can
-//! resume). The writer holds an exclusive `flock` on it for the whole
+//! server stopped (an upload still running when `--shutdown-timeout` is
+//! over is aborted: crate::shutdown) or killed with `kill -9` (no random
+//! temp is left that nothing can resume). The writer holds an exclusive `flock` on it for the whole
 //! transfer; the lock dies with the process, and a second upload of the
 //! same name meanwhile waits up to 5 s for it (the usual holder is a
 //! session still committing what its dead client sent), then gets `450

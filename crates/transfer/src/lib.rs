@@ -19,6 +19,7 @@ mod receive;
 mod receive_stream;
 pub(crate) mod send;
 mod spec;
+mod tls;
 
 pub use error::TransferError;
 pub use progress::Progress;
@@ -27,3 +28,4 @@ pub use receive_stream::receive_stream;
 pub use send::{send, send_relative};
 pub use sluice_engine::{Cancel, Engine, EngineConfig};
 pub use spec::{ByteRange, Mode, SendSpec};
+pub use tls::{receive_stream_tls, send_extended_tls, send_stream_tls};

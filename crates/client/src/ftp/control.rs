@@ -8,11 +8,15 @@ use std::time::{Duration, Instant};
 use sluice_ftp::reply::{Reply, ReplyCode, ReplyParser};
 
 use crate::error::{ClientError, Result};
-use crate::url::FtpUrl;
+use crate::tls::DataSock;
+use crate::url::{FtpTls, FtpUrl};
 
 /// An open, logged-in (after [`Control::login`]) control connection.
 pub struct Control {
-    stream: TcpStream,
+    stream: DataSock,
+    /// The server name checked on TLS data connections (the control
+    /// connection is TLS: `ftpes://`, `ftps://`).
+    tls_host: Option<String>,
     parser: ReplyParser,
     timeout: Duration,
     /// Our end of the connection (data listeners bind to its IP).
@@ -54,8 +58,20 @@ impl Control {
             .local_addr()
             .map_err(|e| ClientError::net(&what, e))?;
         let peer = stream.peer_addr().map_err(|e| ClientError::net(&what, e))?;
+        let _ = stream.set_read_timeout(Some(timeout));
+        let _ = stream.set_write_timeout(Some(timeout));
+        let (stream, tls_host) = match u.tls {
+            FtpTls::Off => (DataSock::Plain(stream), None),
+            FtpTls::Explicit => (DataSock::Plain(stream), None),
+            FtpTls::Implicit => {
+                let mut s = DataSock::tls(stream, &u.host, None)?;
+                s.handshake(&u.authority())?;
+                (s, Some(u.host.clone()))
+            }
+        };
         let mut c = Control {
             stream,
+            tls_host,
             parser: ReplyParser::new(),
             timeout,
             local,
@@ -78,14 +94,64 @@ impl Control {
                 _ => return Err(refused("greeting", &r)),
             }
         }
+        if u.tls == FtpTls::Explicit {
+            c.start_tls(u)?;
+        }
         Ok(c)
+    }
+
+    /// AUTH TLS (RFC 4217), then the handshake on this connection.
+    fn start_tls(&mut self, u: &FtpUrl) -> Result<()> {
+        let r = self.cmd("AUTH TLS")?;
+        if r.code.0 != 234 {
+            return Err(ClientError::Refused {
+                what: "AUTH TLS (ftpes:// needs a server with TLS)".into(),
+                reply: one_line(&r),
+            });
+        }
+        // A placeholder while the socket moves into the TLS stream.
+        let placeholder = self
+            .stream
+            .tcp()
+            .try_clone()
+            .map_err(|e| ClientError::net("control connection", e))?;
+        let DataSock::Plain(tcp) =
+            std::mem::replace(&mut self.stream, DataSock::Plain(placeholder))
+        else {
+            return Err(ClientError::Bug("AUTH TLS on a TLS connection".into()));
+        };
+        let mut s = DataSock::tls(tcp, &u.host, None)?;
+        s.handshake(&u.authority())?;
+        self.stream = s;
+        self.tls_host = Some(u.host.clone());
+        Ok(())
+    }
+
+    /// A data connection as this session protects them: TLS (PROT P) when
+    /// the control connection is, with the same server name (and so the
+    /// control connection's TLS session to resume).
+    pub fn data_sock(&self, tcp: TcpStream) -> Result<DataSock> {
+        match &self.tls_host {
+            Some(h) => DataSock::tls(tcp, h, None),
+            None => Ok(DataSock::Plain(tcp)),
+        }
+    }
+
+    /// The server name TLS data connections check (`None` in clear).
+    pub fn tls_host(&self) -> Option<String> {
+        self.tls_host.clone()
+    }
+
+    /// Whether the control connection is TLS (data under PROT P).
+    pub fn is_protected(&self) -> bool {
+        self.tls_host.is_some()
     }
 
     /// USER / PASS.
     pub fn login(&mut self, user: &str, password: &str) -> Result<()> {
         let r = self.cmd(&format!("USER {user}"))?;
         let r = match r.code.0 {
-            230 => return Ok(()),
+            230 => return self.protect_data(),
             331 | 332 => self.cmd_secret(&format!("PASS {password}"))?,
             _ => {
                 return Err(ClientError::Login {
@@ -94,11 +160,23 @@ impl Control {
             }
         };
         match r.code.0 {
-            230 | 202 => Ok(()),
-            _ => Err(ClientError::Login {
-                reply: one_line(&r),
-            }),
+            230 | 202 => {}
+            _ => {
+                return Err(ClientError::Login {
+                    reply: one_line(&r),
+                })
+            }
         }
+        self.protect_data()
+    }
+
+    /// PBSZ 0 and PROT P on a TLS session: data connections are TLS too.
+    fn protect_data(&mut self) -> Result<()> {
+        if self.is_protected() {
+            self.expect_ok("PBSZ 0", "PBSZ 0")?;
+            self.expect_ok("PROT P", "PROT P")?;
+        }
+        Ok(())
     }
 
     /// Sends one command and returns the first reply to it.
@@ -132,6 +210,7 @@ impl Control {
         buf.extend_from_slice(b"\r\n");
         self.stream
             .write_all(&buf)
+            .and_then(|()| self.stream.flush())
             .map_err(|e| ClientError::net("send command", e))
     }
 
@@ -164,6 +243,7 @@ impl Control {
             }
             let _ = self
                 .stream
+                .tcp()
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))));
             let mut buf = [0u8; 4096];
             match self.stream.read(&mut buf) {

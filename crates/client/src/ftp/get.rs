@@ -247,13 +247,14 @@ pub(crate) fn transfer(
                 listener,
                 max: n as usize,
                 from: ctl.peer.ip(),
+                tls_host: ctl.tls_host(),
             },
             Framing::Extended { base },
         )
     } else {
         let to = data::passive(ctl)?;
         (
-            Source::Connected(data::connect(to, timeout)?),
+            Source::Connected(ctl.data_sock(data::connect(to, timeout)?)?),
             Framing::Stream { base: already },
         )
     };

@@ -15,13 +15,13 @@ pub fn run(u: &FtpUrl, a: &LsArgs) -> Result<()> {
     let timeout = Duration::from_secs(a.timeout);
     let mut ctl = session::open(u, timeout)?;
     let to = data::passive(&mut ctl)?;
-    let mut sock = data::connect(to, timeout)?;
+    let mut sock = ctl.data_sock(data::connect(to, timeout)?)?;
     let verb = if a.names { "NLST" } else { "LIST" };
     let first = ctl.cmd(&format!("{verb} {}", u.path))?;
     if !first.code.is_preliminary() {
         return Err(refused(verb, &first));
     }
-    let _ = sock.set_read_timeout(Some(timeout));
+    let _ = sock.tcp().set_read_timeout(Some(timeout));
     let mut out = std::io::stdout().lock();
     let mut filter = ListingFilter::default();
     let mut buf = vec![0u8; 64 << 10];

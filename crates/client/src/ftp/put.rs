@@ -57,7 +57,9 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     if a.verify {
         session::require_cksm(&mut ctl)?;
     }
-    let extended = a.opts.parallel > 1 && session::try_mode_e(&mut ctl)?;
+    // MODE E uploads are not TLS yet (Sluice's server refuses them under
+    // PROT P): one protected MODE S stream.
+    let extended = a.opts.parallel > 1 && !ctl.is_protected() && session::try_mode_e(&mut ctl)?;
 
     let mut offset = 0;
     let mut resumed = String::new();
@@ -197,7 +199,7 @@ pub(crate) fn send_stream(
     stats: &Stats,
 ) -> Result<u64> {
     let to = data::passive(ctl)?;
-    let mut sock = data::connect(to, ctl.timeout())?;
+    let mut sock = ctl.data_sock(data::connect(to, ctl.timeout())?)?;
     let cmd = if offset > 0 {
         // APPE, not REST + STOR: what the server has was read with SIZE
         // (and checked with CKSM), and Sluice continues with REST + STOR
@@ -212,7 +214,8 @@ pub(crate) fn send_stream(
         return Err(refused("STOR", &first));
     }
     Stats::add(&stats.streams, 1);
-    let _ = sock.set_write_timeout(Some(ctl.timeout()));
+    let _ = sock.tcp().set_write_timeout(Some(ctl.timeout()));
+    let _ = sock.tcp().set_read_timeout(Some(ctl.timeout()));
     let mut f = file;
     f.seek(SeekFrom::Start(offset))
         .map_err(|e| ClientError::local("seek", e))?;
@@ -237,7 +240,9 @@ pub(crate) fn send_stream(
         Stats::add(&stats.socket_calls, 1);
     }
     let _ = sock.flush();
-    count_retransmits(&sock, stats);
+    count_retransmits(sock.tcp(), stats);
+    // TLS: close_notify, so the server knows the end is the end.
+    sock.finish();
     drop(sock);
     // Every byte is out: from here on, silence is a timeout.
     let last = final_reply(ctl, || false, stats)?;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use sluice_http::{parse_response_head, ClientRequest, HttpUrl, Method, ResponseHead};
 
 use crate::error::{ClientError, Result};
+use crate::tls::DataSock;
 
 /// Bytes read per call while the head is incomplete.
 const READ_CHUNK: usize = 16 << 10;
@@ -27,8 +28,8 @@ pub struct Exchange {
     pub head: ResponseHead,
     /// Body bytes that arrived in the same reads as the head.
     pub early: Vec<u8>,
-    /// The connection, positioned after `early`.
-    pub sock: TcpStream,
+    /// The connection, positioned after `early` (TLS for https).
+    pub sock: DataSock,
 }
 
 /// Connects to the URL's host, trying each address in turn.
@@ -95,11 +96,19 @@ pub fn request_with(
         }
         _ => req,
     };
-    let mut sock = connect(u, timeout)?;
-    sock.set_read_timeout(Some(timeout))
-        .and_then(|()| sock.set_write_timeout(Some(timeout)))
+    let tcp = connect(u, timeout)?;
+    tcp.set_read_timeout(Some(timeout))
+        .and_then(|()| tcp.set_write_timeout(Some(timeout)))
         .map_err(|e| ClientError::net("set socket timeout", e))?;
+    let mut sock = if u.tls {
+        let mut s = DataSock::tls(tcp, &u.host, Some(b"http/1.1"))?;
+        s.handshake(&u.host_field())?;
+        s
+    } else {
+        DataSock::Plain(tcp)
+    };
     sock.write_all(&req)
+        .and_then(|()| sock.flush())
         .map_err(|e| ClientError::net("send request", e))?;
     let mut buf = Vec::with_capacity(READ_CHUNK);
     let mut interim = 0;

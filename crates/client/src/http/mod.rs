@@ -18,11 +18,14 @@
 pub mod exchange;
 pub mod get;
 
-/// True when `url` is one for this module (`http://`, any case).
+/// True when `url` is one for this module (`http://` or `https://`, any
+/// case).
 pub fn is_http(url: &str) -> bool {
-    url.trim()
-        .get(..7)
+    let u = url.trim();
+    u.get(..7)
         .is_some_and(|p| p.eq_ignore_ascii_case("http://"))
+        || u.get(..8)
+            .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
 }
 
 #[cfg(test)]
@@ -32,7 +35,7 @@ mod tests {
         assert!(super::is_http("http://h/x"));
         assert!(super::is_http("HTTP://h/x"));
         assert!(!super::is_http("ftp://h/x"));
-        assert!(!super::is_http("https://h/x"));
+        assert!(super::is_http("HTTPS://h/x"));
         assert!(!super::is_http("http:/"));
     }
 }

@@ -97,7 +97,7 @@ pub(super) fn list_entries(
 fn read_listing(ctl: &mut Control, verb: &str, path: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let to = data::passive(ctl)?;
-    let sock = data::connect(to, ctl.timeout())?;
+    let mut sock = ctl.data_sock(data::connect(to, ctl.timeout())?)?;
     let first = ctl.cmd(&format!("{verb} {path}"))?;
     if verb == "MLSD" && crate::ftp::control::is_unsupported(first.code) {
         return Err(ClientError::Refused {
@@ -108,9 +108,9 @@ fn read_listing(ctl: &mut Control, verb: &str, path: &str) -> Result<Vec<u8>> {
     if !first.code.is_preliminary() {
         return Err(refused(&format!("{verb} {}", plan::shown(path)), &first));
     }
-    let _ = sock.set_read_timeout(Some(ctl.timeout()));
+    let _ = sock.tcp().set_read_timeout(Some(ctl.timeout()));
     let mut raw = Vec::new();
-    (&sock)
+    (&mut sock)
         .take(MAX_LISTING as u64 + 1)
         .read_to_end(&mut raw)
         .map_err(|e| ClientError::net(format!("read {verb} listing"), e))?;

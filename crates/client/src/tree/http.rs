@@ -53,7 +53,8 @@ fn fetch_body(url: &str, timeout: Duration) -> Result<(String, Vec<u8>)> {
         .to_ascii_lowercase();
     let framing = x.head.framing(Method::Get);
     let mut raw = x.early;
-    (&x.sock)
+    let mut sock = x.sock;
+    (&mut sock)
         .take((MAX_LISTING + 1 - raw.len().min(MAX_LISTING)) as u64)
         .read_to_end(&mut raw)
         .map_err(|e| ClientError::net("read listing", e))?;

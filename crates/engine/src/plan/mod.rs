@@ -62,8 +62,22 @@ pub enum PrefetchMode {
     /// (what a conventional file system does; the baseline).
     Fixed,
     /// The planner issues nothing: `sendfile` plus the kernel's read-ahead.
-    #[default]
     Kernel,
+    /// Chosen per send by what is in memory: the kernel's path while the
+    /// range is in the page cache, the `tcp` planner from the first range
+    /// that is not (a miss) to the end of that send.
+    #[default]
+    Auto,
+}
+
+impl PrefetchMode {
+    /// The policy the planner runs for this mode (`auto` plans as `tcp`).
+    pub fn planner_policy(self) -> PrefetchMode {
+        match self {
+            PrefetchMode::Auto => PrefetchMode::Tcp,
+            m => m,
+        }
+    }
 }
 
 /// A `--prefetch` value that is not "tcp", "fixed" or "kernel".
@@ -74,7 +88,7 @@ impl fmt::Display for ParsePrefetchModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown prefetch mode {:?} (expected tcp, fixed or kernel)",
+            "unknown prefetch mode {:?} (expected auto, tcp, fixed or kernel)",
             self.0
         )
     }
@@ -89,6 +103,7 @@ impl FromStr for PrefetchMode {
             "tcp" => Ok(PrefetchMode::Tcp),
             "fixed" => Ok(PrefetchMode::Fixed),
             "kernel" => Ok(PrefetchMode::Kernel),
+            "auto" => Ok(PrefetchMode::Auto),
             other => Err(ParsePrefetchModeError(other.to_string())),
         }
     }
@@ -100,6 +115,7 @@ impl fmt::Display for PrefetchMode {
             PrefetchMode::Tcp => "tcp",
             PrefetchMode::Fixed => "fixed",
             PrefetchMode::Kernel => "kernel",
+            PrefetchMode::Auto => "auto",
         })
     }
 }

@@ -428,7 +428,11 @@ impl Planner {
             let len = hole.min(cfg.h_max);
             // Re-reads obey the budget too in Tcp mode; Fixed never looks.
             return match cfg.mode {
-                PrefetchMode::Tcp if self.used + self.socket_bytes() + len > self.budget() => 0,
+                PrefetchMode::Tcp | PrefetchMode::Auto
+                    if self.used + self.socket_bytes() + len > self.budget() =>
+                {
+                    0
+                }
                 _ => len,
             };
         }
@@ -442,7 +446,8 @@ impl Planner {
                     0
                 }
             }
-            PrefetchMode::Tcp => {
+            // The hub hands `auto` over as `tcp` (`planner_policy`).
+            PrefetchMode::Tcp | PrefetchMode::Auto => {
                 let t = target.as_secs_f64();
                 let rate = self.rate_of(c) as f64;
                 let budget = self.budget();

@@ -22,6 +22,9 @@ pub enum DataChannel {
 pub struct DataSpec {
     /// Passive or active.
     pub channel: DataChannel,
+    /// PROT P: the shell runs the server side of a TLS handshake on each
+    /// data connection (passive or active) before moving data.
+    pub protected: bool,
     /// MODE S or MODE E.
     pub mode: TransferMode,
     /// TYPE A: listings use CRLF (they always do); file data is sent as is.
@@ -270,6 +273,10 @@ pub enum Action {
     /// Stop the running transfer; then answer `handle_transfer_done` with
     /// [`OpError::Aborted`] (or the real outcome if it had finished).
     Abort,
+    /// Write out pending output (the 234 to AUTH TLS), then run the server
+    /// side of a TLS handshake on the control connection. Answer:
+    /// [`handle_tls`](super::Session::handle_tls).
+    StartTls,
     /// Write out pending output, then close the control connection.
     Close,
 }

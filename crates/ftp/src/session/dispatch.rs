@@ -91,6 +91,9 @@ impl Session {
             }
             Command::Feat => {
                 let mut lines = vec!["Extensions supported:".to_string()];
+                if self.config.tls.offered {
+                    lines.extend(TLS_FEATURES.iter().map(|f| f.to_string()));
+                }
                 lines.extend(FEATURES.iter().map(|f| f.to_string()));
                 // The facts OPTS MLST chose carry a `*` (RFC 3659 7.8).
                 lines.insert(5, self.mlst_facts.feat_line());
@@ -105,12 +108,27 @@ impl Session {
                 HELP_LINES.iter().map(|s| s.to_string()).collect(),
             )),
             Command::Opts(Opts::Utf8(_)) => self.reply(C::OK, "Always in UTF8 mode."),
+            Command::Auth(mech) if self.config.tls.offered => self.auth(&mech),
+            Command::Ccc if self.config.tls.offered => self.reply(
+                POLICY_REFUSED,
+                "CCC refused: the control connection stays protected.",
+            ),
+            Command::Pbsz(_) if self.config.tls.offered => {
+                if self.protected {
+                    self.reply(C::OK, "PBSZ=0")
+                } else {
+                    self.reply(C::BAD_SEQUENCE, "PBSZ needs AUTH TLS first.")
+                }
+            }
+            Command::Prot(p) if self.config.tls.offered => self.prot(p),
             Command::Abor if self.login.is_some() => {
                 self.reply(C::DATA_OPEN_NO_TRANSFER, "No transfer to ABOR.")
             }
             // AUTH TLS and the like: "not implemented" is the answer
             // RFC 4217 asks of a server without TLS, logged in or not.
-            Command::Unknown(_) => self.reply(C::NOT_IMPLEMENTED, "Command not implemented."),
+            Command::Unknown(_) | Command::Auth(_) | Command::Ccc => {
+                self.reply(C::NOT_IMPLEMENTED, "Command not implemented.")
+            }
             _ if self.login.is_none() => {
                 self.reply(C::NOT_LOGGED_IN, "Please login with USER and PASS.")
             }
@@ -123,12 +141,84 @@ impl Session {
             self.reply(C::NOT_LOGGED_IN, "Can't change to another user.");
             return;
         }
+        if self.config.tls.offered && !self.protected && self.config.tls.required_for(&user) {
+            // Refused before the password crosses the network in clear.
+            self.reply(
+                C::NOT_LOGGED_IN,
+                "TLS required: use AUTH TLS before USER (RFC 4217).",
+            );
+            return;
+        }
         // The same 331 for every name, so replies do not tell which exist.
+        self.login_user = Some(user.clone());
         self.state = State::AwaitPass { user };
         self.reply(C::NEED_PASSWORD, "Please specify the password.");
     }
 
+    /// AUTH (RFC 4217 section 4): 234, then the shell's handshake.
+    fn auth(&mut self, mech: &str) {
+        if self.protected {
+            self.reply(C::BAD_SEQUENCE, "Already protected by TLS.");
+            return;
+        }
+        match mech {
+            "TLS" | "TLS-C" => {}
+            // The old names that also meant PROT P.
+            "SSL" | "TLS-P" => self.prot_private = true,
+            _ => {
+                self.reply(C::PARAMETER_NOT_IMPLEMENTED, "Only AUTH TLS is supported.");
+                return;
+            }
+        }
+        self.reply(AUTH_OK, "Proceed with negotiation.");
+        let then = std::mem::replace(&mut self.state, State::AwaitUser);
+        self.state = State::AwaitTls {
+            then: Box::new(then),
+        };
+        self.actions.push_back(Action::StartTls);
+    }
+
+    /// PROT with TLS offered: C or P (P only on a protected connection).
+    fn prot(&mut self, p: Prot) {
+        match p {
+            Prot::Clear => {
+                self.prot_private = false;
+                self.reply(C::OK, "PROT C ok.");
+            }
+            Prot::Private if !self.protected => {
+                self.reply(C::BAD_SEQUENCE, "PROT P needs AUTH TLS first.")
+            }
+            Prot::Private => {
+                self.prot_private = true;
+                self.reply(C::OK, "PROT P ok.");
+            }
+            Prot::Safe | Prot::Confidential => {
+                self.reply(PROT_NOT_SUPPORTED, "Only PROT C and PROT P are supported.")
+            }
+        }
+    }
+
     fn logged_in(&mut self, cmd: Command) {
+        if self.login_requires_tls && !self.prot_private && is_data_command(&cmd) {
+            self.reply(
+                DATA_PROTECTION_REQUIRED,
+                "Data connections must be protected: send PROT P.",
+            );
+            return;
+        }
+        if self.prot_private
+            && self.mode == TransferMode::ExtendedBlock
+            && matches!(
+                cmd,
+                Command::Stor(_) | Command::Appe(_) | Command::Esto { .. }
+            )
+        {
+            self.reply(
+                C::PARAMETER_NOT_IMPLEMENTED,
+                "MODE E uploads under PROT P are not supported yet; use MODE S.",
+            );
+            return;
+        }
         match cmd {
             Command::Acct(_) => self.reply(C::SUPERFLUOUS, "ACCT not needed."),
             Command::Opts(Opts::Retr(o)) => {
@@ -341,6 +431,8 @@ impl Session {
             | Command::Help(_)
             | Command::Abor
             | Command::Unknown(_)
+            | Command::Auth(_)
+            | Command::Ccc
             | Command::Opts(Opts::Utf8(_)) => {
                 self.reply(C::BAD_SEQUENCE, "Bad sequence of commands.")
             }
@@ -643,6 +735,31 @@ impl Session {
 
 /// 536 (RFC 2228: "Requested PROT level not supported by mechanism").
 const PROT_NOT_SUPPORTED: C = C(536);
+/// 234 (RFC 2228: "Security data exchange complete"; RFC 4217 AUTH TLS).
+const AUTH_OK: C = C(234);
+/// 534 (RFC 2228: "Request denied for policy reasons"; RFC 4217 CCC).
+const POLICY_REFUSED: C = C(534);
+/// 521 (RFC 4217 section 9: the server does not allow unprotected data
+/// connections at this PROT level).
+const DATA_PROTECTION_REQUIRED: C = C(521);
+
+/// FEAT lines of RFC 4217, listed when a certificate is configured.
+const TLS_FEATURES: &[&str] = &["AUTH TLS", "PBSZ", "PROT"];
+
+/// Commands that open a data connection.
+fn is_data_command(cmd: &Command) -> bool {
+    matches!(
+        cmd,
+        Command::List(_)
+            | Command::Nlst(_)
+            | Command::Mlsd(_)
+            | Command::Retr(_)
+            | Command::Eret { .. }
+            | Command::Stor(_)
+            | Command::Appe(_)
+            | Command::Esto { .. }
+    )
+}
 
 /// IPv4-mapped IPv6 peers compare equal to their IPv4 form.
 fn canonical(a: SocketAddr) -> std::net::IpAddr {

@@ -59,6 +59,7 @@ pub fn check_ops(ops: &[Op]) {
         peer_addr: "127.0.0.1:40000".parse().expect("literal"),
         idle_timeout: Duration::from_secs(60),
         greeting: "ready".into(),
+        tls: Default::default(),
     });
     let mut pending: Vec<u8> = Vec::new();
     let mut out = Vec::new();

@@ -29,6 +29,8 @@ mod odd_input_tests;
 mod pipelining_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;
 
 pub use action::{
     Action, Answer, Change, ChecksumAlgorithm, DataChannel, DataSpec, ListFormat, ListMatch,
@@ -66,6 +68,33 @@ pub struct SessionConfig {
     pub idle_timeout: Duration,
     /// Text of the 220 greeting.
     pub greeting: String,
+    /// What the session offers and demands of TLS.
+    pub tls: TlsPolicy,
+}
+
+/// TLS on the control and data connections (RFC 4217): what is offered,
+/// what is required. The handshakes are the shell's ([`Action::StartTls`],
+/// [`DataSpec::protected`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsPolicy {
+    /// AUTH TLS is offered (the server has a certificate).
+    pub offered: bool,
+    /// The control connection is under TLS from its first byte (implicit
+    /// FTPS).
+    pub implicit: bool,
+    /// Logins need a protected control connection, and their transfers
+    /// PROT P, except for the names in `exceptions`.
+    pub required: bool,
+    /// Login names for which `required` is reversed (a user's own
+    /// `require_tls`).
+    pub exceptions: Vec<String>,
+}
+
+impl TlsPolicy {
+    /// Whether `user` must protect the control connection before login.
+    pub fn required_for(&self, user: &str) -> bool {
+        self.required != self.exceptions.iter().any(|e| e == user)
+    }
 }
 
 /// Why the session stopped taking input.
@@ -106,6 +135,9 @@ enum State {
     AwaitResult(Pending),
     /// Transfer out, waiting for `handle_transfer_done`.
     AwaitTransfer(Transfer),
+    /// 234 sent and StartTls out, waiting for `handle_tls`; `then` is
+    /// the state to go back to.
+    AwaitTls { then: Box<State> },
     /// 221/421 sent and Close queued.
     Closed,
 }
@@ -146,6 +178,8 @@ pub struct Session {
     last_activity: Option<Instant>,
     login: Option<LoginGrant>,
     login_failures: u32,
+    /// The name of the login under way (for its TLS requirement).
+    login_user: Option<String>,
     cwd: VirtualPath,
     ascii: bool,
     mode: TransferMode,
@@ -159,6 +193,12 @@ pub struct Session {
     marker_secs: u32,
     /// MLSx facts chosen with `OPTS MLST`.
     mlst_facts: crate::listing::MlstFacts,
+    /// The control connection is under TLS.
+    protected: bool,
+    /// PROT P: data connections are TLS.
+    prot_private: bool,
+    /// The login needed TLS (its transfers need PROT P).
+    login_requires_tls: bool,
 }
 
 impl Session {
@@ -171,6 +211,7 @@ impl Session {
             last_activity: None,
             login: None,
             login_failures: 0,
+            login_user: None,
             cwd: VirtualPath::root(),
             ascii: false,
             mode: TransferMode::Stream,
@@ -183,6 +224,9 @@ impl Session {
             buffer: None,
             marker_secs: DEFAULT_MARKER_SECS,
             mlst_facts: crate::listing::MlstFacts::ALL,
+            protected: config.tls.implicit,
+            prot_private: false,
+            login_requires_tls: false,
             config,
         };
         let greeting = s.config.greeting.clone();
@@ -317,6 +361,27 @@ impl Session {
         self.login
     }
 
+    /// Whether the control connection is under TLS.
+    pub fn is_protected(&self) -> bool {
+        self.protected
+    }
+
+    /// The shell's outcome of an [`Action::StartTls`]: the handshake on
+    /// the control connection succeeded (now protected) or failed (the
+    /// connection is unusable: closed).
+    pub fn handle_tls(&mut self, ok: bool) {
+        let State::AwaitTls { then } = std::mem::replace(&mut self.state, State::AwaitUser) else {
+            return;
+        };
+        if ok {
+            self.protected = true;
+            self.state = *then;
+        } else {
+            self.state = State::Closed;
+            self.actions.push_back(Action::Close);
+        }
+    }
+
     /// The shell's verdict on an [`Action::Authenticate`].
     pub fn handle_login(&mut self, grant: Option<LoginGrant>) {
         if !matches!(self.state, State::AwaitLogin) {
@@ -325,6 +390,11 @@ impl Session {
         match grant {
             Some(g) => {
                 self.login = Some(g);
+                self.login_requires_tls = self.config.tls.offered
+                    && self
+                        .login_user
+                        .as_deref()
+                        .is_some_and(|u| self.config.tls.required_for(u));
                 self.state = State::Ready;
                 self.reply(ReplyCode::LOGGED_IN, "Login successful.");
             }
@@ -431,6 +501,10 @@ impl Session {
         self.buffer = None;
         self.marker_secs = DEFAULT_MARKER_SECS;
         self.mlst_facts = crate::listing::MlstFacts::ALL;
+        // The control connection stays protected (the shell cannot take
+        // TLS off it), and so does the data protection level with it.
+        self.login_requires_tls = false;
+        self.login_user = None;
         self.reply(ReplyCode::SERVICE_READY, "Service ready for new user.");
     }
 
@@ -500,6 +574,7 @@ impl Session {
         matches!(
             self.state,
             State::AwaitLogin
+                | State::AwaitTls { .. }
                 | State::AwaitPassive { .. }
                 | State::AwaitResult(_)
                 | State::AwaitTransfer(_)
@@ -537,6 +612,7 @@ impl Session {
         };
         Some(DataSpec {
             channel,
+            protected: self.prot_private,
             mode: self.mode,
             ascii: self.ascii,
             parallelism,

@@ -27,6 +27,7 @@ impl SimShell {
                 peer_addr: "127.0.0.1:40000".parse().unwrap(),
                 idle_timeout: Duration::from_secs(300),
                 greeting: "ready".into(),
+                tls: Default::default(),
             }),
             now: Instant::now(),
             pending: Vec::new(),
@@ -80,6 +81,7 @@ impl SimShell {
                     self.s.handle_transfer_started(Some(7));
                     self.s.handle_transfer_done(self.now, Ok(7));
                 }
+                Action::StartTls => self.s.handle_tls(true),
                 Action::ClosePassive | Action::Abort | Action::Close => {}
             }
         }

@@ -12,6 +12,7 @@ fn config() -> SessionConfig {
         peer_addr: "127.0.0.1:40000".parse().unwrap(),
         idle_timeout: Duration::from_secs(300),
         greeting: "Sluice ready.".into(),
+        tls: Default::default(),
     }
 }
 

@@ -7,12 +7,15 @@ use std::time::{Duration, Instant};
 
 use sluice_engine::{Cancel, IoClass};
 use sluice_ftp::command::TransferMode;
-use sluice_ftp::session::{Action, DataChannel, LoginGrant, OpError, Session, SessionConfig};
+use sluice_ftp::session::{
+    Action, DataChannel, LoginGrant, OpError, Session, SessionConfig, TlsPolicy,
+};
 use sluice_platform::fs::ServedRoot;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsStream;
 use tracing::Instrument;
 
 use super::transfer::{self, Event, Job, Work};
@@ -34,10 +37,64 @@ const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
 /// Longest wait for a password-check slot (`Users::check_slots`).
 const CHECK_SLOT_WAIT: Duration = Duration::from_secs(10);
 
+/// The control connection's reading side, in clear or under TLS.
+enum CtlRead {
+    Plain(OwnedReadHalf),
+    Tls(ReadHalf<TlsStream<TcpStream>>),
+    /// Taken apart for the AUTH TLS handshake, which failed.
+    Gone,
+}
+
+/// The control connection's writing side.
+enum CtlWrite {
+    Plain(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+    Gone,
+}
+
+impl CtlRead {
+    async fn read_some(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            CtlRead::Plain(rd) => read_some(rd, buf).await,
+            CtlRead::Tls(rd) => rd.read(buf).await,
+            CtlRead::Gone => Ok(0),
+        }
+    }
+}
+
+impl CtlWrite {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            CtlWrite::Plain(w) => w.write_all(bytes).await,
+            CtlWrite::Tls(w) => {
+                w.write_all(bytes).await?;
+                w.flush().await
+            }
+            CtlWrite::Gone => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = match self {
+            CtlWrite::Plain(w) => w.shutdown().await,
+            CtlWrite::Tls(w) => w.shutdown().await,
+            CtlWrite::Gone => Ok(()),
+        };
+    }
+}
+
 struct Driver {
     ctx: Arc<FtpContext>,
+    /// The configuration in force when the session connected (a SIGHUP
+    /// reload applies to later sessions; logins read the current users).
+    cfg: Arc<crate::config::ServeConfig>,
     session: Session,
-    wr: OwnedWriteHalf,
+    wr: CtlWrite,
+    /// A second handle on the control socket (never read: dup'd again
+    /// for each transfer's `Job::control`).
+    ctl: Option<TcpStream>,
+    /// AUTH TLS answered: the handshake is due.
+    start_tls: bool,
     local: SocketAddr,
     peer: SocketAddr,
     login: Option<(String, Login, Arc<ServedRoot>)>,
@@ -50,6 +107,22 @@ struct Driver {
     out: Vec<u8>,
 }
 
+/// The session's TLS policy from the configuration.
+fn tls_policy(cfg: &crate::config::ServeConfig, implicit: bool) -> TlsPolicy {
+    let tls = &cfg.tls;
+    TlsPolicy {
+        offered: tls.server.is_some(),
+        implicit,
+        required: tls.require_tls,
+        exceptions: cfg
+            .users
+            .iter()
+            .filter(|u| u.require_tls.is_some_and(|r| r != tls.require_tls))
+            .map(|u| u.name.clone())
+            .collect(),
+    }
+}
+
 /// Serves one control connection until it closes.
 pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
@@ -60,19 +133,110 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     // ftplib sends "ABOR\r\n" with MSG_OOB); keep it in the byte stream,
     // as vsftpd does, or the line never ends.
     let _ = socket2::SockRef::from(&conn).set_out_of_band_inline(true);
+    let ctl = super::transfer::control_watch(&conn);
+    let (rd, wr) = conn.into_split();
+    run(
+        ctx,
+        local,
+        peer,
+        CtlRead::Plain(rd),
+        CtlWrite::Plain(wr),
+        ctl,
+        false,
+    )
+    .await
+}
+
+/// Serves one implicit-FTPS control connection (`--ftps`): the TLS
+/// handshake first, then the session, protected from its greeting on.
+pub async fn serve_implicit(ctx: Arc<FtpContext>, conn: TcpStream) {
+    let Some(server) = ctx
+        .current
+        .config()
+        .tls
+        .server
+        .as_ref()
+        .map(|s| Arc::clone(&s.ftp))
+    else {
+        return;
+    };
+    let (Ok(local), Ok(peer)) = (conn.local_addr(), conn.peer_addr()) else {
+        return;
+    };
+    let _ = conn.set_nodelay(true);
+    let ctl = super::transfer::control_watch(&conn);
+    let tls = match crate::tls::handshake(server, conn).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::info!(error = %e, "TLS handshake failed");
+            return;
+        }
+    };
+    let (rd, wr) = tokio::io::split(TlsStream::from(tls));
+    run(
+        ctx,
+        local,
+        peer,
+        CtlRead::Tls(rd),
+        CtlWrite::Tls(wr),
+        ctl,
+        true,
+    )
+    .await
+}
+
+/// AUTH TLS: the server side of the handshake on the control connection
+/// (whose 234 is out). `None` when it failed; the connection is gone.
+async fn upgrade(
+    cfg: &crate::config::ServeConfig,
+    rd: CtlRead,
+    wr: CtlWrite,
+) -> Option<(CtlRead, CtlWrite)> {
+    let server = cfg.tls.server.as_ref().map(|s| Arc::clone(&s.ftp))?;
+    let (CtlRead::Plain(rd), CtlWrite::Plain(wr)) = (rd, wr) else {
+        return None;
+    };
+    let tcp = rd.reunite(wr).ok()?;
+    match crate::tls::handshake(server, tcp).await {
+        Ok(tls) => {
+            tracing::debug!("control connection protected");
+            let (rd, wr) = tokio::io::split(TlsStream::from(tls));
+            Some((CtlRead::Tls(rd), CtlWrite::Tls(wr)))
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "TLS handshake on the control connection failed");
+            None
+        }
+    }
+}
+
+/// The session loop of one control connection, clear or TLS.
+async fn run(
+    ctx: Arc<FtpContext>,
+    local: SocketAddr,
+    peer: SocketAddr,
+    mut rd: CtlRead,
+    wr: CtlWrite,
+    ctl: Option<TcpStream>,
+    implicit: bool,
+) {
+    let cfg = ctx.current.config();
     let mut session = Session::new(SessionConfig {
         local_addr: local,
         peer_addr: peer,
-        idle_timeout: ctx.config.idle_timeout,
+        idle_timeout: cfg.idle_timeout,
         greeting: GREETING.into(),
+        tls: tls_policy(&cfg, implicit),
     });
     session.handle_connected(Instant::now());
-    let (rd, wr) = conn.into_split();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
         ctx,
+        cfg,
         session,
         wr,
+        ctl,
+        start_tls: false,
         local,
         peer,
         login: None,
@@ -86,6 +250,9 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
     let mut inbuf: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 4096];
     let mut peer_closed = false;
+    let shutdown = d.ctx.shutdown.clone();
+    let mut draining = shutdown.is_draining();
+    let mut cut = false;
     'conn: loop {
         // Input buffered behind an outstanding action (PASS, SIZE, CWD...)
         // is offered again as soon as the session is free: waiting for the
@@ -95,7 +262,33 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
             if !d.drive().await {
                 break 'conn;
             }
-            if inbuf.is_empty() || d.session.is_closed() {
+            if std::mem::take(&mut d.start_tls) {
+                // Bytes after AUTH TLS's line, before our 234, cannot be
+                // a proper ClientHello: the client did not wait.
+                let ok = if inbuf.is_empty() {
+                    let old_rd = std::mem::replace(&mut rd, CtlRead::Gone);
+                    let old_wr = std::mem::replace(&mut d.wr, CtlWrite::Gone);
+                    match upgrade(&d.cfg, old_rd, old_wr).await {
+                        Some((r, w)) => {
+                            rd = r;
+                            d.wr = w;
+                            true
+                        }
+                        None => false,
+                    }
+                } else {
+                    tracing::info!("bytes sent before the 234 to AUTH TLS; closing");
+                    false
+                };
+                d.session.handle_tls(ok);
+                if !ok {
+                    break 'conn;
+                }
+                continue;
+            }
+            // While the server stops, only a session with a transfer
+            // running reads on (ABOR, STAT); no new command starts.
+            if inbuf.is_empty() || d.session.is_closed() || (draining && d.running.is_none()) {
                 break;
             }
             match d.session.handle_input(Instant::now(), &inbuf) {
@@ -109,10 +302,19 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
                 }
             }
         }
+        if draining && d.running.is_none() {
+            // The server is stopping and this session has nothing running
+            // (any transfer's final reply is already out): 421 and close.
+            let _ =
+                d.wr.write_all(&super::refusal("Server shutting down."))
+                    .await;
+            tracing::debug!("closed: server stopping");
+            break;
+        }
         let deadline = d.session.poll_timeout().map(tokio::time::Instant::from_std);
         let can_read = !peer_closed && inbuf.len() < MAX_PENDING_INPUT;
         tokio::select! {
-            r = read_some(&rd, &mut buf), if can_read => match r {
+            r = rd.read_some(&mut buf), if can_read => match r {
                 Ok(0) | Err(_) => {
                     peer_closed = true;
                     if let Some(c) = &d.running {
@@ -142,12 +344,21 @@ pub async fn serve(ctx: Arc<FtpContext>, conn: TcpStream) {
             _ = sleep_until(deadline), if deadline.is_some() => {
                 d.session.handle_timeout(Instant::now());
             }
+            _ = shutdown.draining(), if !draining => draining = true,
+            _ = shutdown.cutting(), if draining && !cut => {
+                // The shutdown timeout is over: end the transfer (an
+                // upload keeps its partial); its Done reply comes next.
+                cut = true;
+                if let Some(c) = &d.running {
+                    c.cancel();
+                }
+            }
         }
     }
     if let Some(c) = &d.running {
         c.cancel();
     }
-    let _ = d.wr.shutdown().await;
+    d.wr.shutdown().await;
     tracing::debug!("disconnected");
 }
 
@@ -204,7 +415,7 @@ impl Driver {
     async fn perform(&mut self, action: Action) -> bool {
         match action {
             Action::Authenticate { user, pass } => {
-                let users = self.ctx.users.clone();
+                let users = self.ctx.current.users();
                 let name = user.clone();
                 let pass = String::from_utf8_lossy(pass.as_bytes()).into_owned();
                 let login = if users.check_is_costly(&name) {
@@ -248,7 +459,7 @@ impl Driver {
                         tracing::info!(user = %user, writable = l.writable, "login");
                         let grant = LoginGrant {
                             writable: l.writable,
-                            allow_foreign_data_host: self.ctx.config.allow_foreign_data_host
+                            allow_foreign_data_host: self.cfg.allow_foreign_data_host
                                 && !l.anonymous,
                         };
                         self.login = Some((user, l, root));
@@ -266,24 +477,21 @@ impl Driver {
                 self.cached = None;
                 // Only a login granted third-party transfers (never anonymous)
                 // may have its passive port reached from another host.
-                let foreign_ok = self.ctx.config.allow_foreign_data_host
+                let foreign_ok = self.cfg.allow_foreign_data_host
                     && self.login.as_ref().is_some_and(|(_, l, _)| !l.anonymous);
                 let peer = Some(self.peer.ip()).filter(|_| !foreign_ok);
                 match Passive::open(
                     &self.ctx.engine,
                     self.session.socket_buffer(),
                     self.local.ip(),
-                    self.ctx.config.pasv_ports,
+                    self.cfg.pasv_ports,
                     peer,
                 ) {
                     Ok(p) => {
-                        let addr =
-                            p.local_addr()
-                                .ok()
-                                .map(|a| match self.ctx.config.pasv_address {
-                                    Some(ip) if !extended => SocketAddr::new(ip, a.port()),
-                                    _ => a,
-                                });
+                        let addr = p.local_addr().ok().map(|a| match self.cfg.pasv_address {
+                            Some(ip) if !extended => SocketAddr::new(ip, a.port()),
+                            _ => a,
+                        });
                         self.passive = Some(p);
                         self.session.handle_passive(addr);
                     }
@@ -371,6 +579,7 @@ impl Driver {
                     c.cancel();
                 }
             }
+            Action::StartTls => self.start_tls = true,
             Action::Close => return false,
         }
         true
@@ -432,10 +641,29 @@ impl Driver {
             writable: login.writable,
             cancel: cancel.clone(),
             cached,
-            partials: self.ctx.config.partials,
-            control: transfer::control_watch(self.wr.as_ref()),
+            partials: self.cfg.partials,
+            control: self.ctl.as_ref().and_then(transfer::control_watch),
+            // The session's own configuration: its control connection's
+            // session cache, so data connections resume that session.
+            tls: self
+                .cfg
+                .tls
+                .server
+                .as_ref()
+                .map(|s| Arc::clone(&s.ftp_data)),
+            shutdown: self.ctx.shutdown.clone(),
         };
         self.running = Some(cancel);
-        tokio::spawn(transfer::run(job, work, self.events_tx.clone()).in_current_span());
+        // Counted live until its partial (if any) is put away, which may
+        // be after the session itself is gone.
+        let live = self.ctx.shutdown.guard();
+        let events = self.events_tx.clone();
+        tokio::spawn(
+            async move {
+                transfer::run(job, work, events).await;
+                drop(live);
+            }
+            .in_current_span(),
+        );
     }
 }

@@ -9,7 +9,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::FtpContext;
-use crate::auth::Users;
 use crate::config::{ServeArgs, ServeConfig};
 
 async fn server(
@@ -31,9 +30,10 @@ async fn server(
     let addr = listener.local_addr().unwrap();
     let ctx = Arc::new(FtpContext {
         served_root: Default::default(),
-        users: Users::new(&config),
+        current: Arc::new(crate::reload::Current::new(&config)),
         config,
         engine,
+        shutdown: crate::shutdown::Shutdown::never(),
     });
     tokio::spawn(super::run(ctx, listener, crate::loops::Loops::here()));
     addr

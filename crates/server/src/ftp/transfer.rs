@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use sluice_engine::TlsConn;
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::command::TransferMode;
 use sluice_ftp::markers::{range_marker, PerfMarker};
@@ -15,8 +16,8 @@ use sluice_ftp::reply::Reply;
 use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, ListMatch, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
 use sluice_transfer::{
-    receive_mode_e_relative, receive_stream, send_relative, ByteRange, Mode, Progress, SendSpec,
-    TransferError,
+    receive_mode_e_relative, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
+    send_stream_tls, ByteRange, Mode, Progress, SendSpec, TransferError,
 };
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -24,6 +25,7 @@ use tokio::sync::mpsc;
 use crate::data::{self, Passive};
 use crate::listing::Lister;
 use crate::ops::{check_names_dir, op_error, open_listing, FtpLines, ListSource};
+use crate::transport::Conn;
 use crate::upload::{PartialPolicy, Upload};
 use crate::xferlog::{Direction, XferRecord};
 
@@ -71,6 +73,10 @@ pub struct Job {
     /// A second handle on the control connection ([`control_watch`]), to
     /// tell a MODE S upload's end from its client's death.
     pub control: Option<TcpStream>,
+    /// The FTPS configuration for data connections under PROT P.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The server's stop: a transfer ended by it says so in the log.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 /// A second handle on the control connection (a dup of its fd, never read,
@@ -134,15 +140,19 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
     let progress = Progress::new();
     let (result, record) = execute(&job, &work, &events, cached, &progress).await;
     if let Some((path, ascii, direction)) = record {
+        // A failed transfer logs the bytes that moved before it broke
+        // (with the incomplete flag), not 0.
+        let bytes = match &result {
+            Ok(n) => *n,
+            Err(_) => moved_before_failure(&work, direction, &progress),
+        };
+        if result.is_err() && job.shutdown.is_cutting() {
+            log_cut(&path, direction, bytes, &job.user);
+        }
         XferRecord {
             elapsed: started.elapsed(),
             peer: job.peer,
-            // A failed transfer logs the bytes that moved before it broke
-            // (with the incomplete flag), not 0.
-            bytes: match &result {
-                Ok(n) => *n,
-                Err(_) => moved_before_failure(&work, direction, &progress),
-            },
+            bytes,
             path: path.as_str(),
             ascii,
             direction,
@@ -156,6 +166,32 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
 }
 
 type Record = Option<(VirtualPath, bool, Direction)>;
+
+/// One line per transfer the shutdown ended, saying what is left of it.
+fn log_cut(path: &VirtualPath, direction: Direction, bytes: u64, user: &str) {
+    match direction {
+        Direction::Incoming if bytes > 0 => tracing::warn!(
+            path = path.as_str(),
+            user,
+            bytes,
+            partial = crate::upload::partial_path(path)
+                .as_ref()
+                .map_or("", |p| p.as_str()),
+            "upload cut by shutdown; kept as a partial for a resume (REST/APPE, sluice put --continue)"
+        ),
+        Direction::Incoming => tracing::warn!(
+            path = path.as_str(),
+            user,
+            "upload cut by shutdown before any data; nothing kept"
+        ),
+        Direction::Outgoing => tracing::warn!(
+            path = path.as_str(),
+            user,
+            bytes,
+            "download cut by shutdown"
+        ),
+    }
+}
 
 /// Payload bytes a failed transfer moved. Uploads: what reached the file.
 /// MODE S downloads: what went into the socket (the senders count whole
@@ -241,6 +277,14 @@ async fn list(
     let conns = open_data(job, data, n).await?;
     let count = conns.len() as u64;
     let mode_e = data.mode == TransferMode::ExtendedBlock;
+    let mut secured = Vec::with_capacity(conns.len());
+    for c in conns {
+        secured.push(if data.protected {
+            Conn::from(handshake_data(job, c, data).await?)
+        } else {
+            Conn::from(job.engine.data_conn_sized(c, asked_buffer(data)))
+        });
+    }
     // A directory is read, rendered and sent a batch at a time
     // (crate::listing): memory per LIST is one batch, whatever its size.
     let (mut lister, mut whole) = match source {
@@ -267,9 +311,7 @@ async fn list(
     // cancellation and stalled-reader timeout apply.
     let counters = sluice_engine::Counters::new();
     let write_all = async {
-        let mut conns = conns
-            .into_iter()
-            .map(|c| job.engine.data_conn_sized(c, asked_buffer(data)));
+        let mut conns = secured.into_iter();
         if let Some(mut conn) = conns.next() {
             loop {
                 let piece = match (&mut lister, whole.take()) {
@@ -315,7 +357,7 @@ async fn list(
 /// Ends one listing data connection: MODE E's EOD (with EOF on the first),
 /// then close.
 async fn finish_list_conn(
-    mut conn: sluice_engine::DataConn,
+    mut conn: Conn,
     mode_e: bool,
     eof: Option<u64>,
     counters: &sluice_engine::Counters,
@@ -378,29 +420,58 @@ async fn retr(
     } else {
         1
     };
-    let conns = open_data(job, data, n).await?;
+    let mut conns = open_data(job, data, n).await?;
     // MODE S: keep a second handle on the socket to see the client close.
     let watch = match data.mode {
         TransferMode::Stream => conns.first().and_then(watch_handle),
         TransferMode::ExtendedBlock => None,
     };
-    let conns: Vec<_> = conns
-        .into_iter()
-        .map(|c| job.engine.data_conn_sized(c, asked_buffer(data)))
-        .collect();
-    // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
-    // globus-gridftp-server sends); REST n + RETR keeps file offsets.
-    let base = if len_given { offset } else { 0 };
-    let fut = send_relative(
-        &job.engine,
-        spec,
-        base,
-        conns,
-        Arc::clone(progress),
-        job.cancel.clone(),
-    );
-    let r = with_markers(fut, data, progress, false, events).await;
-    let n = r.map_err(|e| transfer_error(&e, &job.cancel))?;
+    let n = if data.protected {
+        // PROT P: every data connection is TLS, in MODE S and MODE E.
+        let base = if len_given { offset } else { 0 };
+        let mut secured = Vec::with_capacity(conns.len());
+        for c in conns.drain(..) {
+            secured.push(handshake_data(job, c, data).await?);
+        }
+        match data.mode {
+            TransferMode::Stream => {
+                let mut tls = secured.pop().ok_or(OpError::DataConnection)?;
+                send_stream_tls(spec, &mut tls, Arc::clone(progress), job.cancel.clone())
+                    .await
+                    .map_err(|e| transfer_error(&e, &job.cancel))?
+            }
+            TransferMode::ExtendedBlock => {
+                let fut = send_extended_tls(
+                    spec,
+                    base,
+                    secured,
+                    Arc::clone(progress),
+                    job.cancel.clone(),
+                );
+                with_markers(fut, data, progress, false, events)
+                    .await
+                    .map_err(|e| transfer_error(&e, &job.cancel))?
+            }
+        }
+    } else {
+        // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
+        // globus-gridftp-server sends); REST n + RETR keeps file offsets.
+        let base = if len_given { offset } else { 0 };
+        let conns: Vec<_> = conns
+            .into_iter()
+            .map(|c| job.engine.data_conn_sized(c, asked_buffer(data)))
+            .collect();
+        let fut = send_relative(
+            &job.engine,
+            spec,
+            base,
+            conns,
+            Arc::clone(progress),
+            job.cancel.clone(),
+        );
+        let r = with_markers(fut, data, progress, false, events).await;
+        r.map_err(|e| transfer_error(&e, &job.cancel))?
+    };
     if let Some(w) = watch {
         // Send 226 once the client has closed its end (it has read to our
         // FIN), or after CLIENT_CLOSE_WAIT. A fast 1-byte transfer could
@@ -488,6 +559,19 @@ async fn stor(
         if data.mode == TransferMode::Stream {
             let mut conns = open_data(job, data, 1).await?;
             let conn = conns.pop().ok_or(OpError::DataConnection)?;
+            if data.protected {
+                let mut tls = handshake_data(job, conn, data).await?;
+                return receive_stream_tls(
+                    &job.engine,
+                    file,
+                    upload.start,
+                    &mut tls,
+                    Arc::clone(progress),
+                    job.cancel.clone(),
+                )
+                .await
+                .map_err(|e| transfer_error(&e, &job.cancel));
+            }
             job.engine.prepare_socket_sized(&conn, asked_buffer(data));
             let fut = receive_stream(
                 &job.engine,
@@ -651,6 +735,25 @@ async fn accept_more(
     }
 }
 
+/// PROT P: the server side of a TLS handshake on a data connection (also
+/// one we connected for PORT/EPRT, RFC 4217 section 7), resuming the
+/// control connection's session when the client offers it.
+async fn handshake_data(job: &Job, conn: TcpStream, data: &DataSpec) -> Result<TlsConn, OpError> {
+    let config = job.tls.clone().ok_or(OpError::DataConnection)?;
+    // The engine's socket settings (and SBUF) before the handshake, as for
+    // a clear data connection.
+    job.engine.prepare_socket_sized(&conn, asked_buffer(data));
+    let tls = tokio::select! {
+        r = crate::tls::handshake(config, conn) => r.map_err(|e| {
+            tracing::info!(error = %e, "TLS handshake on a data connection failed");
+            OpError::DataConnection
+        })?,
+        _ = job.cancel.cancelled() => return Err(OpError::Aborted),
+    };
+    tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
+    Ok(job.engine.tls_conn(tls.into()))
+}
+
 /// Opens `n` data connections as the session arranged.
 async fn open_data(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>, OpError> {
     tokio::select! {
@@ -755,7 +858,7 @@ fn transfer_error(e: &TransferError, cancel: &Cancel) -> OpError {
         426 => match e {
             TransferError::Framing(_) | TransferError::Limit(_) => OpError::BadData,
             _ => {
-                tracing::debug!(error = %e, "transfer lost its data connection");
+                tracing::info!(error = %e, "transfer lost its data connection");
                 OpError::ConnectionLost
             }
         },

@@ -15,14 +15,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluice_engine::{Cancel, Counters, DataConn};
+use sluice_engine::{Cancel, Counters};
 use sluice_http::digest;
 use sluice_http::request::peek_request_line;
 use sluice_http::{
     parse_request, respond, respond_error, respond_status, AccessEntry, Method, Options, Plan,
     Request, Resource, Status,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -30,6 +29,7 @@ use super::resolve::{resolve, Found, HttpListing};
 use super::send::{send_plan, SendError};
 use super::HttpContext;
 use crate::listing::Lister;
+use crate::transport::Conn;
 
 /// Bytes asked of the socket per read while a head is incomplete.
 const READ_CHUNK: usize = 8 << 10;
@@ -56,7 +56,18 @@ enum Head {
 pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, id: u64) {
     // The engine's connection object for the connection's whole life
     // (socket settings once, data path and quantum across requests).
-    let mut conn = ctx.engine.data_conn(stream);
+    let mut conn: Conn = match &ctx.tls {
+        None => ctx.engine.data_conn(stream).into(),
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Ok(tls) => ctx.engine.tls_conn(tls.into()).into(),
+            Err(e) => {
+                // Garbage, a client that stopped halfway, a certificate the
+                // client refused: only this connection ends.
+                tracing::info!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+        },
+    };
     let opts = Options {
         boundary_seed: id,
         ..Options::default()
@@ -64,7 +75,7 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut first = true;
     loop {
-        let head = read_head(&ctx, conn.stream_mut(), &mut buf, first).await;
+        let head = read_head(&ctx, &mut conn, &mut buf, first).await;
         first = false;
         let (req, used) = match head {
             Head::Request(req, used) => (req, used),
@@ -123,8 +134,9 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             tracing::debug!(error = %e, "response not completed; closing");
             return;
         }
-        if !plan.keep_alive {
-            linger_close(conn.stream_mut()).await;
+        // A stopping server answers what it was asked, then closes.
+        if !plan.keep_alive || ctx.shutdown.is_draining() {
+            linger_close(&mut conn).await;
             return;
         }
     }
@@ -163,7 +175,7 @@ async fn add_digests(
 /// the next is read, so a client that stops reading stops the listing.
 async fn send_listing(
     ctx: &Arc<HttpContext>,
-    conn: &mut DataConn,
+    conn: &mut Conn,
     req: &Request,
     dir: sluice_platform::fs::DirReader,
     counters: &Counters,
@@ -191,12 +203,7 @@ async fn send_listing(
 }
 
 /// Reads until `buf` starts with a complete head (or fails to).
-async fn read_head(
-    ctx: &HttpContext,
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    first: bool,
-) -> Head {
+async fn read_head(ctx: &HttpContext, stream: &mut Conn, buf: &mut Vec<u8>, first: bool) -> Head {
     let s = &ctx.settings;
     let start = Instant::now();
     // The head deadline runs from accept for the first request and from
@@ -214,7 +221,13 @@ async fn read_head(
         }
         let deadline = head_deadline.unwrap_or(idle_deadline);
         buf.reserve(READ_CHUNK);
-        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(deadline, stream.read_buf(buf)) => r,
+            // Stopping: a connection waiting for (the rest of) a head is
+            // closed; nothing of it has been answered or started.
+            _ = ctx.shutdown.draining() => return Head::Gone,
+        };
+        match read {
             Err(_) if head_deadline.is_some() && !buf.is_empty() => return Head::TimedOut,
             Err(_) => return Head::Gone,
             Ok(Ok(0)) | Ok(Err(_)) => return Head::Gone,
@@ -266,7 +279,7 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
 /// Sends a closing answer (error, 408), logs it, and closes gracefully.
 async fn finish_with(
     ctx: &HttpContext,
-    conn: &mut DataConn,
+    conn: &mut Conn,
     peer: SocketAddr,
     plan: &Plan,
     line: &str,
@@ -277,7 +290,7 @@ async fn finish_with(
     let bytes = if sent.is_ok() { plan.body_len() } else { 0 };
     log_access(peer, time, line, plan, bytes, None);
     if sent.is_ok() {
-        linger_close(conn.stream_mut()).await;
+        linger_close(conn).await;
     }
 }
 
@@ -306,7 +319,7 @@ fn log_access(
 
 /// FIN first, then read and drop what the client still sends for a
 /// moment, so our answer is not lost to a RST.
-async fn linger_close(stream: &mut TcpStream) {
+async fn linger_close(stream: &mut Conn) {
     if stream.shutdown().await.is_err() {
         return;
     }
@@ -329,6 +342,7 @@ mod tests {
     use super::*;
     use sluice_engine::{DataPath, Engine, EngineConfig};
     use sluice_platform::fs::ServedRoot;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     fn test_settings() -> HttpSettings {
@@ -428,6 +442,75 @@ mod tests {
             );
             assert!(out.ends_with(b"\r\n\r\nhello"));
         }
+    }
+
+    /// HTTPS: a garbage handshake and a client stopped mid-handshake
+    /// end only their own connections; a real client gets ranges over
+    /// one kept-alive TLS connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn https_serves_beside_broken_handshakes() {
+        use tokio_rustls::rustls;
+        let data: Vec<u8> = (0..700_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+        let tls = crate::tls::ServerTls::load(&cert, &key).unwrap();
+        let ctx = Arc::new(
+            HttpContext::new(
+                ServedRoot::open(dir.path()).unwrap(),
+                test_settings(),
+                Engine::new(EngineConfig::default()),
+            )
+            .with_tls(tls.https),
+        );
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(run(ctx, l));
+        // Garbage: the connection is closed.
+        let mut g = TcpStream::connect(addr).await.unwrap();
+        g.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut sink = Vec::new();
+        let _ = g.read_to_end(&mut sink).await;
+        // Half a ClientHello, then silence (held open during the rest).
+        let mut half = TcpStream::connect(addr).await.unwrap();
+        half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+            .await
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ck.cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut client = client;
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut s = connector.connect(name, tcp).await.unwrap();
+        assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        s.write_all(
+            b"GET /f HTTP/1.1\r\nHost: t\r\nRange: bytes=5-9\r\n\r\n\
+              GET /f HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        assert!(
+            out.starts_with(b"HTTP/1.1 206 "),
+            "{}",
+            String::from_utf8_lossy(&out[..60])
+        );
+        let first_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(&out[first_end..first_end + 5], &data[5..10]);
+        assert!(out[first_end + 5..].starts_with(b"HTTP/1.1 200 "));
+        assert!(out.ends_with(&data));
+        drop(half);
     }
 
     #[tokio::test]

@@ -61,6 +61,12 @@ pub struct HttpContext {
     pub open_files: open_files::OpenFiles,
     /// File digests asked for with Want-Repr-Digest / Want-Digest.
     pub digests: digests::Digests,
+    /// The HTTPS door's TLS configuration; `None` for plain HTTP.
+    pub tls: Option<Arc<crate::tls::Acceptor>>,
+    /// The server's stop (crate::shutdown): idle keep-alive connections
+    /// close when it drains; a response still being sent when it cuts is
+    /// cut short.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 impl HttpContext {
@@ -74,7 +80,15 @@ impl HttpContext {
             engine,
             next_conn: AtomicU64::new(1),
             digests: digests::Digests::default(),
+            tls: None,
+            shutdown: crate::shutdown::Shutdown::never(),
         }
+    }
+
+    /// The same, serving HTTPS with `tls`.
+    pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> HttpContext {
+        self.tls = Some(Arc::new(crate::tls::Acceptor::new(tls)));
+        self
     }
 }
 
@@ -94,6 +108,69 @@ pub async fn start(
     cfg: &ServeConfig,
     engine: &Engine,
     loops: &Loops,
+    shutdown: &crate::shutdown::Shutdown,
+    current: &crate::reload::Current,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let http = start_plain(cfg, engine, loops, shutdown, current).await?;
+    let https = start_https(cfg, engine, loops, shutdown, current).await?;
+    Ok(match (http, https) {
+        (Some(a), Some(b)) => Some(tokio::spawn(async move {
+            // Either door ending (a panic) ends the front door as one.
+            tokio::select! {
+                r = a => if let Err(e) = r { tracing::error!(error = %e, "http front door stopped") },
+                r = b => if let Err(e) = r { tracing::error!(error = %e, "https front door stopped") },
+            }
+        })),
+        (a, b) => a.or(b),
+    })
+}
+
+/// The HTTPS door (`--https`): the HTTP door's code and settings behind a
+/// TLS handshake; prints `https listening on ADDR`.
+async fn start_https(
+    cfg: &ServeConfig,
+    engine: &Engine,
+    loops: &Loops,
+    shutdown: &crate::shutdown::Shutdown,
+    current: &crate::reload::Current,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let (Some(settings), Some(server)) = (cfg.https.clone(), cfg.tls.server.as_ref()) else {
+        return Ok(None);
+    };
+    let listener = bind(settings.addr, cfg.listen_backlog)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.addr))?;
+    let addr = listener.local_addr()?;
+    let root = ServedRoot::open(&cfg.root)
+        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    tracing::info!(%addr, max_connections = settings.max_connections, "https serving");
+    crate::tls::log_data_path();
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "https listening on {addr}")?;
+        out.flush()?;
+    }
+    let mut ctx =
+        HttpContext::new(root, settings, engine.clone()).with_tls(Arc::clone(&server.https));
+    ctx.shutdown = shutdown.clone();
+    // SIGHUP may bring new certificates (crate::reload).
+    if let Some(a) = &ctx.tls {
+        current.set_https_acceptor(Arc::clone(a));
+    }
+    let ctx = Arc::new(ctx);
+    if let Some(every) = ctx.open_files.sweep_every() {
+        tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
+    }
+    Ok(Some(tokio::spawn(run_spread(ctx, listener, loops.clone()))))
+}
+
+/// The plain HTTP door.
+async fn start_plain(
+    cfg: &ServeConfig,
+    engine: &Engine,
+    loops: &Loops,
+    shutdown: &crate::shutdown::Shutdown,
+    current: &crate::reload::Current,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
@@ -124,7 +201,11 @@ pub async fn start(
         writeln!(out, "http listening on {addr}")?;
         out.flush()?;
     }
-    let ctx = Arc::new(HttpContext::new(root, settings, engine.clone()));
+    let mut ctx = HttpContext::new(root, settings, engine.clone());
+    ctx.shutdown = shutdown.clone();
+    // SIGHUP may change `http_max_connections` (crate::reload).
+    current.set_http_gate(Arc::clone(&ctx.gate), ctx.settings.max_connections);
+    let ctx = Arc::new(ctx);
     if let Some(every) = ctx.open_files.sweep_every() {
         tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
     }
@@ -156,8 +237,8 @@ async fn sweep_open_files(ctx: Weak<HttpContext>, every: Duration) {
     }
 }
 
-/// Resolves when the HTTP accept loop ends (never, unless it panicked);
-/// pending forever when HTTP is off, so it can sit in a `select!`.
+/// Resolves when the HTTP accept loop ends (a stop, or a panic); pending
+/// forever when HTTP is off, so it can sit in a `select!`.
 pub async fn finished(task: Option<JoinHandle<()>>) {
     match task {
         Some(t) => {
@@ -169,23 +250,7 @@ pub async fn finished(task: Option<JoinHandle<()>>) {
     }
 }
 
-/// `--no-ftp`: HTTP alone, until it stops or `stop` resolves (Ctrl-C,
-/// SIGTERM).
-pub async fn serve_alone(
-    task: Option<JoinHandle<()>>,
-    stop: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
-    if task.is_none() {
-        anyhow::bail!("nothing to serve: FTP is off (--no-ftp) and HTTP is not listening");
-    }
-    tokio::select! {
-        _ = finished(task) => {}
-        _ = stop => {}
-    }
-    Ok(())
-}
-
-/// Accepts connections forever; each gets its own task, so a slow client
+/// Accepts connections until a stop; each gets its own task, so a slow client
 /// only ever holds its own task, never a worker thread. (The server
 /// starts [`run_spread`] through [`start`]; tests call this.)
 #[cfg(test)]
@@ -197,19 +262,26 @@ pub async fn run(ctx: Arc<HttpContext>, listener: TcpListener) {
 /// next of `loops` in turn.
 pub async fn run_spread(ctx: Arc<HttpContext>, listener: TcpListener, loops: Loops) {
     let door = Door {
-        name: "http",
+        name: if ctx.tls.is_some() { "https" } else { "http" },
         gate: Arc::clone(&ctx.gate),
         limit: ctx.settings.max_connections,
         full: || status_bytes(Status::ServiceUnavailable),
         exhausted: || status_bytes(Status::ServiceUnavailable),
     };
-    crate::listener::run(listener, door, loops, move |stream, peer, permit| {
+    let stop = ctx.shutdown.clone();
+    crate::listener::run(listener, door, loops, stop, move |stream, peer, permit| {
         let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
         let span = tracing::debug_span!("http", id, %peer);
         let ctx = Arc::clone(&ctx);
         tokio::spawn(
             async move {
-                conn::serve(ctx, stream, peer, id).await;
+                let shutdown = ctx.shutdown.clone();
+                tokio::select! {
+                    _ = conn::serve(ctx, stream, peer, id) => {}
+                    _ = shutdown.cutting() => {
+                        tracing::warn!(%peer, "http response cut by shutdown");
+                    }
+                }
                 drop(permit);
             }
             .instrument(span),

@@ -1,6 +1,6 @@
 //! Sending a [`Plan`]: the head and any made-here bytes go out as the
 //! prefix of the next file range, and every file range leaves through the
-//! connection's engine [`DataConn`], so HTTP bodies take the same data
+//! connection's engine `DataConn` (or `TlsConn`), so HTTP bodies take the same data
 //! path (sendfile or copy), socket settings, quantum and counters as FTP,
 //! kept across the requests of a kept-alive connection.
 //!
@@ -14,7 +14,9 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_engine::{Cancel, Counters, DataConn, EngineError};
+use sluice_engine::{Cancel, Counters, EngineError};
+
+use crate::transport::Conn;
 use sluice_http::{Plan, Segment};
 
 /// Longest gap between two progress checks of the watchdog.
@@ -52,7 +54,7 @@ impl From<EngineError> for SendError {
 
 /// Sends `plan` in full; `counters` counts what went out (head included).
 pub async fn send_plan(
-    conn: &mut DataConn,
+    conn: &mut Conn,
     plan: &Plan,
     file: Option<&Arc<File>>,
     counters: &Counters,
@@ -92,7 +94,7 @@ pub async fn send_plan(
 }
 
 async fn send_segments(
-    conn: &mut DataConn,
+    conn: &mut Conn,
     plan: &Plan,
     file: Option<&Arc<File>>,
     counters: &Counters,

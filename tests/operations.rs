@@ -1,0 +1,682 @@
+//! Operating `sluice serve` (crates/server/src/shutdown.rs, signals.rs):
+//! the stop on SIGTERM with transfers in flight, on both doors, with a
+//! long and a short `--shutdown-timeout`.
+
+use crate::harness::corpus::{sha256_file, write_pseudo_random};
+use crate::harness::process::ProcessGuard;
+use crate::harness::servers::{sluice, ServeOptions};
+use crate::harness::*;
+use std::fs;
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Polls `cond` until it holds, for at most `secs` seconds.
+#[track_caller]
+fn wait_for(what: &str, secs: u64, server: &FtpServer, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            server.log_tail()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `sig` (e.g. "-TERM") to the server.
+fn signal(server: &FtpServer, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &server.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} failed");
+}
+
+/// True when a TCP connect to `addr` is refused (the door is closed).
+fn refused(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_err()
+}
+
+fn len(path: &Path) -> u64 {
+    fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// A `curl` run in the background (to be watched while the server stops).
+fn curl(args: &[&str]) -> ProcessGuard {
+    ProcessGuard::spawn(
+        Command::new("curl")
+            .args(["-sS", "--fail"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
+    .expect("start curl")
+}
+
+/// SIGTERM with a generous `--shutdown-timeout`: an idle session is told
+/// 421 and closed, both listening sockets close at once (new connections
+/// are refused), and slow downloads on both doors run to completion
+/// (sha256 compared); then the server exits 0 on its own.
+#[test]
+fn sigterm_lets_running_downloads_finish_and_refuses_new_connections() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--shutdown-timeout".into(), "120".into()],
+        ..Default::default()
+    });
+    // Big enough that socket buffers cannot hold the rest when the signal
+    // lands: the server is still sending then (checked in its log below).
+    let f = corpus().file(BIG);
+    let out = tempfile::tempdir().unwrap();
+    let (ftp_out, http_out) = (out.path().join("ftp"), out.path().join("http"));
+    // About 4 s each: long enough to be in flight when the signal lands.
+    let ftp_dl = curl(&[
+        "--limit-rate",
+        "16M",
+        "-o",
+        ftp_out.to_str().unwrap(),
+        &server.url(&f.name),
+    ]);
+    let http_dl = curl(&[
+        "--limit-rate",
+        "16M",
+        "-o",
+        http_out.to_str().unwrap(),
+        &server.http_url(&f.name),
+    ]);
+    let mut idle = server.connect();
+    idle.login_anonymous();
+    wait_for("both downloads to be under way", 60, &server, || {
+        len(&ftp_out) > 0 && len(&http_out) > 0
+    });
+    signal(&server, "-TERM");
+    let http_addr = SocketAddr::new(server.host, server.http_port());
+    wait_for("both doors to refuse new connections", 30, &server, || {
+        refused(server.addr()) && refused(http_addr)
+    });
+    let reply = idle.read_reply().expect("the idle session's 421");
+    assert_eq!(reply.code, 421, "{}", idle.transcript());
+    wait_for("both downloads to end", 120, &server, || {
+        ftp_dl.exited().is_some() && http_dl.exited().is_some()
+    });
+    for (what, dl, path) in [("ftp", &ftp_dl, &ftp_out), ("http", &http_dl, &http_out)] {
+        assert!(
+            dl.exited().unwrap().success(),
+            "{what} download failed\n{}",
+            server.log_tail()
+        );
+        compare_file(path, f).unwrap_or_else(|e| panic!("{what}: {e}\n{}", server.log_tail()));
+    }
+    wait_for("the server to exit", 60, &server, || {
+        server.exited().is_some()
+    });
+    assert!(server.exited().unwrap().success(), "{}", server.log_tail());
+    let log = server.stderr_text();
+    assert!(
+        log.contains("every connection finished"),
+        "{}",
+        server.log_tail()
+    );
+    assert!(!log.contains("cut by shutdown"), "{}", server.log_tail());
+    // Both transfers ended (complete) after the stop began: the server
+    // waited for them rather than finishing before the signal.
+    let at = |pat: &str| log.lines().position(|l| l.contains(pat));
+    let stop = at("signal=\"SIGTERM\"").expect("the stop is logged");
+    let ftp_end = at(&format!("{} b _ o a anonymous ftp 0 * c", f.name));
+    let http_end = at(&format!("GET /{} HTTP/1.1\" 200", f.name));
+    assert!(
+        ftp_end.is_some_and(|i| i > stop) && http_end.is_some_and(|i| i > stop),
+        "a download was complete before the signal: the test proves nothing\n{log}"
+    );
+}
+
+/// SIGTERM with `--shutdown-timeout 1` while two slow uploads run: the
+/// server ends them after the timeout, logs each, and exits; the final
+/// names do not exist, the partials hold a prefix of the source, and a
+/// server restarted on the same directory completes them for `curl -C -`
+/// and for `sluice put --continue` (sha256 compared).
+#[test]
+fn sigterm_cuts_uploads_at_the_timeout_and_they_resume() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        writable: true,
+        extra_args: vec!["--shutdown-timeout".into(), "1".into()],
+        ..Default::default()
+    });
+    let root = server.root.clone();
+    let src_dir = tempfile::tempdir().unwrap();
+    let src = src_dir.path().join("src.bin");
+    write_pseudo_random(&src, 4 << 20, 16);
+    let names = ["by-curl.bin", "by-sluice.bin"];
+    // 4 MiB at 128 KiB/s: half a minute, far longer than the timeout.
+    let uploads: Vec<ProcessGuard> = names
+        .iter()
+        .map(|n| {
+            curl(&[
+                "--limit-rate",
+                "128k",
+                "-T",
+                src.to_str().unwrap(),
+                &server.url(n),
+            ])
+        })
+        .collect();
+    // And a slow HTTP download, which the cut ends too.
+    let dl_dir = tempfile::tempdir().unwrap();
+    let dl_out = dl_dir.path().join("f");
+    let big = corpus().file(BIG);
+    let dl = curl(&[
+        "--limit-rate",
+        "1M",
+        "-o",
+        dl_out.to_str().unwrap(),
+        &server.http_url(&big.name),
+    ]);
+    let partial = |n: &str| root.join(format!(".{n}.sluice-partial"));
+    wait_for(
+        "the uploads and the download to be under way",
+        60,
+        &server,
+        || names.iter().all(|n| len(&partial(n)) > 0) && len(&dl_out) > 0,
+    );
+    signal(&server, "-TERM");
+    wait_for("the server to exit", 60, &server, || {
+        server.exited().is_some()
+    });
+    assert!(server.exited().unwrap().success(), "{}", server.log_tail());
+    wait_for("the uploads to fail", 60, &server, || {
+        uploads.iter().all(|u| u.exited().is_some())
+    });
+    for u in &uploads {
+        assert!(
+            !u.exited().unwrap().success(),
+            "a cut upload reported success"
+        );
+    }
+    wait_for("the download to fail", 60, &server, || {
+        dl.exited().is_some()
+    });
+    assert!(
+        !dl.exited().unwrap().success(),
+        "a cut download reported success"
+    );
+    let log = server.stderr_text();
+    assert!(log.contains("http response cut by shutdown"), "{log}");
+    let data = fs::read(&src).unwrap();
+    for n in names {
+        assert!(
+            !root.join(n).exists(),
+            "{n} exists after a cut upload\n{log}"
+        );
+        let kept = fs::read(partial(n)).unwrap();
+        assert!(
+            !kept.is_empty() && kept.len() < data.len() && data.starts_with(&kept),
+            "{n}: the partial ({} bytes) is not a prefix of the source",
+            kept.len()
+        );
+        assert!(
+            log.lines()
+                .any(|l| l.contains("upload cut by shutdown") && l.contains(n)),
+            "no log line for the cut upload of {n}\n{log}"
+        );
+    }
+    // Resumed against a new server on the same directory.
+    let again = sluice(ServeOptions {
+        writable: true,
+        root: Some(root.clone()),
+        ..Default::default()
+    });
+    run(Command::new("curl")
+        .args(["-sS", "--fail", "-C", "-", "-T"])
+        .arg(&src)
+        .arg(again.url(names[0])))
+    .assert_success();
+    let out = run(Command::new(sluice_bin())
+        .args(["put", "--continue"])
+        .arg(&src)
+        .arg(again.url(names[1])));
+    out.assert_success();
+    assert!(out.stderr.contains("resuming at"), "{}", out.describe());
+    let want = sha256_file(&src);
+    for n in names {
+        assert_eq!(
+            sha256_file(&root.join(n)),
+            want,
+            "{n}\n{}",
+            again.log_tail()
+        );
+        assert!(!partial(n).exists(), "{n}: partial left after the resume");
+    }
+}
+
+/// An argon2 hash of `pass` from `sluice hash-password`.
+fn hash_password(pass: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(sluice_bin())
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start sluice hash-password");
+    writeln!(child.stdin.take().unwrap(), "{pass}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A config file with one user, `alice`, whose password is `pass`.
+fn write_config(path: &Path, pass: &str, log_level: &str) {
+    fs::write(
+        path,
+        format!(
+            "log_level = \"{log_level}\"\n[[user]]\nname = \"alice\"\npassword_hash = \"{}\"\n",
+            hash_password(pass)
+        ),
+    )
+    .unwrap();
+}
+
+/// Waits for the `n`th log line containing `pat` (counting from 1).
+#[track_caller]
+fn wait_for_log(server: &FtpServer, pat: &str, n: usize) {
+    wait_for(&format!("log line #{n} {pat:?}"), 60, server, || {
+        server.stderr_text().matches(pat).count() >= n
+    });
+}
+
+/// SIGHUP with alice's password and the log level changed in the file: a
+/// download alice started before runs on to completion (sha256), the old
+/// password is refused and the new one accepted afterwards, and sessions
+/// log at debug level. Then a broken file and
+/// SIGHUP: refused with a log line naming the problem, and the server
+/// goes on with the configuration it had (the new password still works).
+#[test]
+fn sighup_reloads_users_without_dropping_a_transfer() {
+    if !require_tool("curl") {
+        return;
+    }
+    let conf_dir = tempfile::tempdir().unwrap();
+    let conf = conf_dir.path().join("sluice.toml");
+    write_config(&conf, "old-secret", "info");
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--config".into(), conf.to_str().unwrap().into()],
+        ..Default::default()
+    });
+    let f = corpus().file(BIG);
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("f");
+    let url = format!("ftp://alice:old-secret@{}/{}", server.addr(), f.name);
+    let dl = curl(&["--limit-rate", "16M", "-o", dest.to_str().unwrap(), &url]);
+    wait_for("the download to be under way", 60, &server, || {
+        len(&dest) > 0
+    });
+    // The log level changes too: sessions' debug lines appear.
+    assert!(!server.stderr_text().contains("connected"));
+    write_config(
+        &conf,
+        "new-secret",
+        "info,sluice_server::ftp::session=debug",
+    );
+    signal(&server, "-HUP");
+    wait_for_log(&server, "configuration reloaded", 1);
+    let mut c = server.connect();
+    assert_eq!(
+        c.login("alice", "old-secret").code,
+        530,
+        "{}",
+        c.transcript()
+    );
+    let mut c = server.connect();
+    assert_eq!(
+        c.login("alice", "new-secret").code,
+        230,
+        "{}",
+        c.transcript()
+    );
+    wait_for_log(&server, "connected", 1);
+    wait_for("the download to end", 120, &server, || {
+        dl.exited().is_some()
+    });
+    assert!(dl.exited().unwrap().success(), "{}", server.log_tail());
+    compare_file(&dest, f).unwrap_or_else(|e| panic!("{e}\n{}", server.log_tail()));
+    let log = server.stderr_text();
+    let at = |pat: &str| log.lines().position(|l| l.contains(pat));
+    assert!(
+        at(&format!("{} b _ o r alice ftp 0 * c", f.name)) > at("configuration reloaded"),
+        "the download ended before the reload: the test proves nothing\n{log}"
+    );
+    // A broken file is refused; the running configuration stays.
+    fs::write(&conf, "[[user]]\nname = \"alice\"\npassword_hash = [\n").unwrap();
+    signal(&server, "-HUP");
+    wait_for_log(&server, "new configuration refused", 1);
+    let refusal = server
+        .stderr_text()
+        .lines()
+        .find(|l| l.contains("new configuration refused"))
+        .unwrap()
+        .to_string();
+    assert!(refusal.contains("sluice.toml"), "{refusal}");
+    server.assert_running();
+    let mut c = server.connect();
+    assert_eq!(
+        c.login("alice", "new-secret").code,
+        230,
+        "{}",
+        c.transcript()
+    );
+}
+
+/// `--log-file`: after logrotate's rename, SIGUSR1 makes the server
+/// write a fresh file at the path; the old one keeps what came before.
+#[test]
+fn sigusr1_reopens_the_log_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sluice.log");
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--log-file".into(), log.to_str().unwrap().into()],
+        ..Default::default()
+    });
+    let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
+    wait_for("the log file to fill", 60, &server, || {
+        read(&log).contains("serving")
+    });
+    let rotated = dir.path().join("sluice.log.1");
+    fs::rename(&log, &rotated).unwrap();
+    signal(&server, "-USR1");
+    wait_for("a new log file", 60, &server, || {
+        read(&log).contains("log file reopened")
+    });
+    let mut c = server.connect();
+    c.login_anonymous();
+    wait_for("the login in the new file", 60, &server, || {
+        read(&log).contains("login user=anonymous")
+    });
+    assert!(read(&rotated).contains("serving"));
+    assert!(!read(&rotated).contains("login user=anonymous"));
+}
+
+/// `sluice serve --check-config`: a good file prints a summary and exits
+/// 0 without serving; a bad key, a bad value and a missing user root each
+/// exit 2 with an error naming the problem (and the file).
+#[test]
+fn check_config_exits_0_or_2_with_the_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("sluice.toml");
+    let check = |text: &str| {
+        fs::write(&conf, text).unwrap();
+        run(Command::new(sluice_bin())
+            .args(["serve", "--check-config", "--config"])
+            .arg(&conf)
+            .arg(dir.path()))
+    };
+    // The default ports need not be free: nothing is bound.
+    let good = check("ftp = \"127.0.0.1:2121\"\nmax_sessions = 10\n");
+    good.assert_success();
+    assert!(
+        good.stdout.contains("configuration OK"),
+        "{}",
+        good.describe()
+    );
+    assert!(
+        good.stdout.contains("ftp: 127.0.0.1:2121"),
+        "{}",
+        good.describe()
+    );
+    for (text, says) in [
+        ("max_sesions = 10\n", "max_sesions"),
+        ("max_sessions = 0\n", "max_sessions"),
+        ("idle_timeout = \"soon\"\n", "idle_timeout"),
+        (
+            "[[user]]\nname = \"bob\"\npassword_hash = \"$argon2id$v=19$m=19456,t=2,p=1$IN7lY2vYsXUHwxQy938Ykg$2+veh4CT0HM4sDkD3+te/Dqpi5f5oHuJ7vhvP0uVjZ4\"\nroot = \"/nonexistent/bob\"\n",
+            "/nonexistent/bob",
+        ),
+    ] {
+        let out = check(text);
+        assert_eq!(out.status.and_then(|s| s.code()), Some(2), "{}", out.describe());
+        assert!(out.stderr.contains(says), "{text:?}\n{}", out.describe());
+        assert!(!out.stdout.contains("configuration OK"), "{}", out.describe());
+    }
+    let out = check("max_sesions = 10\n");
+    assert!(out.stderr.contains("sluice.toml"), "{}", out.describe());
+}
+
+/// The uids (real, effective, saved, fs) of every thread of `pid`.
+fn thread_uids(pid: u32) -> Vec<String> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| {
+                l["Uid:".len()..]
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        })
+        .collect()
+}
+
+/// Started as root with `--run-as nobody`: every thread of the server
+/// runs as nobody (real, effective, saved and fs uid) once it listens,
+/// and it serves a download. As root without `--run-as` on a wildcard
+/// address it refuses to start (exit 2, saying what to give) unless
+/// `--allow-root`; on loopback it starts (with a warning).
+#[test]
+fn run_as_drops_root_and_root_on_a_public_address_is_refused() {
+    if !crate::harness::process::is_root() {
+        eprintln!("SKIP: needs root (to switch users)");
+        return;
+    }
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--run-as".into(), "nobody".into()],
+        ..Default::default()
+    });
+    wait_for_log(&server, "switched user", 1);
+    let nobody = "65534 65534 65534 65534";
+    let uids = thread_uids(server.pid());
+    assert!(
+        !uids.is_empty() && uids.iter().all(|u| u == nobody),
+        "{uids:?}\n{}",
+        server.log_tail()
+    );
+    let f = corpus().file((1 << 20) + 7);
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("f");
+    let dl = run(Command::new("curl")
+        .args(["-sS", "--fail", "-o"])
+        .arg(&dest)
+        .arg(server.url(&f.name)));
+    assert_transferred(&dl, &dest, f);
+    assert!(server.stderr_text().contains("switched user"));
+    // Root on every interface without a choice: refused before binding.
+    let refused = run(Command::new(sluice_bin())
+        .args(["serve", "--ftp", "0.0.0.0:0", "--http", "127.0.0.1:0"])
+        .arg(out.path()));
+    assert_eq!(
+        refused.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        refused.describe()
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("refusing to serve as root on 0.0.0.0:0")
+            && refused.stderr.contains("--run-as"),
+        "{}",
+        refused.describe()
+    );
+    let allowed = sluice(ServeOptions {
+        listen: Some("0.0.0.0:0".parse().unwrap()),
+        extra_args: vec!["--allow-root".into()],
+        ..Default::default()
+    });
+    allowed.assert_running();
+    let loopback = sluice(ServeOptions::default());
+    wait_for_log(&loopback, "serving as root on loopback", 1);
+}
+
+/// `sluice man` and `sluice completions` come from the same clap
+/// definitions as the options: the serve page lists `--shutdown-timeout`
+/// and renders with man(1) when it is installed; the bash script parses
+/// (`bash -n`) and completes the serve flags.
+#[test]
+fn man_pages_and_completions_come_from_the_options() {
+    let top = run(Command::new(sluice_bin()).arg("man"));
+    top.assert_success();
+    assert!(top.stdout.contains(".TH sluice 1"), "{}", top.describe());
+    let serve = run(Command::new(sluice_bin()).args(["man", "serve"]));
+    serve.assert_success();
+    assert!(
+        serve.stdout.contains(".TH sluice\\-serve 1")
+            || serve.stdout.contains(".TH sluice-serve 1"),
+        "{}",
+        serve.describe()
+    );
+    assert!(
+        serve.stdout.contains("shutdown\\-timeout"),
+        "{}",
+        serve.describe()
+    );
+    let bad = run(Command::new(sluice_bin()).args(["man", "nonesuch"]));
+    assert_eq!(
+        bad.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        bad.describe()
+    );
+    if crate::harness::process::find_tool("man").is_some() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("sluice-serve.1");
+        fs::write(&page, &serve.stdout_bytes).unwrap();
+        let shown = run(Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANWIDTH", "100"));
+        shown.assert_success();
+        assert!(
+            shown.stdout.contains("--shutdown-timeout"),
+            "{}",
+            shown.describe()
+        );
+    }
+    let bash = run(Command::new(sluice_bin()).args(["completions", "bash"]));
+    bash.assert_success();
+    assert!(
+        bash.stdout.contains("--shutdown-timeout"),
+        "{}",
+        bash.describe()
+    );
+    if crate::harness::process::find_tool("bash").is_some() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("sluice.bash");
+        fs::write(&script, &bash.stdout_bytes).unwrap();
+        run(Command::new("bash").arg("-n").arg(&script)).assert_success();
+    }
+    for shell in ["zsh", "fish"] {
+        run(Command::new(sluice_bin()).args(["completions", shell])).assert_success();
+    }
+}
+
+/// dist/sluice.service passes `systemd-analyze verify` with no warning
+/// (it exits 0 even for an unknown key, so its output must be empty),
+/// with ExecStart pointing at the binary under test and the generated
+/// sluice-serve(1) page on MANPATH (its Documentation= line). Skipped
+/// where systemd-analyze is not installed.
+#[test]
+fn systemd_unit_verifies() {
+    if crate::harness::process::find_tool("systemd-analyze").is_none() {
+        eprintln!("SKIP: systemd-analyze is not installed");
+        return;
+    }
+    let unit = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/sluice.service"
+    ))
+    .expect("dist/sluice.service");
+    assert!(unit.contains("ExecStart=/usr/local/bin/sluice serve"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sluice.service");
+    fs::write(&path, unit.replace("/usr/local/bin/sluice", &sluice_bin())).unwrap();
+    let man1 = dir.path().join("man/man1");
+    fs::create_dir_all(&man1).unwrap();
+    let page = run(Command::new(sluice_bin()).args(["man", "serve"]));
+    fs::write(man1.join("sluice-serve.1"), &page.stdout_bytes).unwrap();
+    let out = run(Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .env("MANPATH", dir.path().join("man")));
+    out.assert_success();
+    assert!(
+        out.stdout.trim().is_empty() && out.stderr.trim().is_empty(),
+        "systemd-analyze verify warned\n{}",
+        out.describe()
+    );
+    // The check is real: a misspelt key is reported.
+    fs::write(
+        &path,
+        unit.replace("NoNewPrivileges=", "NoNewPrivilege=")
+            .replace("/usr/local/bin/sluice", &sluice_bin()),
+    )
+    .unwrap();
+    let out = run(Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .env("MANPATH", dir.path().join("man")));
+    assert!(out.stderr.contains("NoNewPrivilege"), "{}", out.describe());
+}
+
+/// A second SIGINT during the wait cuts at once: with a 120 s timeout
+/// and an upload that would take half a minute, the server exits long
+/// before either (no timing asserted: the upload's partial is still
+/// short of the whole file and the log says why it stopped).
+#[test]
+fn a_second_signal_cuts_at_once() {
+    if !require_tool("curl") {
+        return;
+    }
+    let server = sluice(ServeOptions {
+        writable: true,
+        extra_args: vec!["--shutdown-timeout".into(), "120".into()],
+        ..Default::default()
+    });
+    let src_dir = tempfile::tempdir().unwrap();
+    let src = src_dir.path().join("src.bin");
+    write_pseudo_random(&src, 4 << 20, 17);
+    let up = curl(&[
+        "--limit-rate",
+        "128k",
+        "-T",
+        src.to_str().unwrap(),
+        &server.url("up.bin"),
+    ]);
+    let partial = server.root.join(".up.bin.sluice-partial");
+    wait_for("the upload to be under way", 60, &server, || {
+        len(&partial) > 0
+    });
+    signal(&server, "-INT");
+    wait_for_log(&server, "running transfers may finish", 1);
+    server.assert_running();
+    signal(&server, "-INT");
+    wait_for("the server to exit", 60, &server, || {
+        server.exited().is_some()
+    });
+    wait_for("the upload to fail", 60, &server, || up.exited().is_some());
+    let log = server.stderr_text();
+    assert!(log.contains("second stop signal"), "{log}");
+    assert!(log.contains("upload cut by shutdown"), "{log}");
+    assert!(!server.root.join("up.bin").exists());
+    assert!(len(&partial) > 0 && len(&partial) < 4 << 20);
+}
