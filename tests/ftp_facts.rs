@@ -152,3 +152,84 @@ fn cksm_answers_sha1_and_crc32c() {
         "{feat}"
     );
 }
+
+/// OPTS MLST (RFC 3659 7.9) chooses the facts MLST and MLSD show; FEAT
+/// marks the chosen ones with `*`; an empty list leaves only the names;
+/// REIN brings back all of them. Then Python ftplib's `mlsd(facts=...)`,
+/// which sends OPTS MLST itself.
+#[test]
+fn opts_mlst_selects_the_facts_of_mlst_and_mlsd() {
+    let server = sluice_ro();
+    fs::create_dir_all(server.local("sel/d")).unwrap();
+    fs::write(server.local("sel/f.txt"), b"12345").unwrap();
+    let mut c = logged_in(&server);
+    let feat = c.cmd("FEAT").text();
+    assert!(
+        feat.contains("MLST type*;size*;modify*;perm*;UNIX.mode*;"),
+        "{feat}"
+    );
+    let r = c.cmd("OPTS MLST size;Type;nonsense;");
+    assert_eq!(r.text(), "200 MLST OPTS type;size;", "{}", c.transcript());
+    let feat = c.cmd("FEAT").text();
+    assert!(
+        feat.contains("MLST type*;size*;modify;perm;UNIX.mode;"),
+        "{feat}"
+    );
+    let r = c.cmd("MLST sel/f.txt");
+    assert_eq!(r.code, 250, "{}", c.transcript());
+    assert!(
+        r.lines
+            .iter()
+            .any(|l| l.trim() == "type=file;size=5; /sel/f.txt"),
+        "{}",
+        r.text()
+    );
+    let data = c.open_passive();
+    let t = c.transfer_in("MLSD sel", data);
+    assert_eq!(t.last().code, 226, "{}", c.transcript());
+    let mut lines: Vec<String> = String::from_utf8_lossy(&t.data)
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["type=cdir; .", "type=dir; d", "type=file;size=5; f.txt"]
+    );
+    // No facts: a space and the name.
+    assert_eq!(c.cmd("OPTS MLST").text(), "200 MLST OPTS");
+    let r = c.cmd("MLST sel/f.txt");
+    assert!(r.lines.iter().any(|l| l == "  /sel/f.txt"), "{:?}", r.lines);
+    c.cmd("REIN");
+    c.login_anonymous();
+    let r = c.cmd("MLST sel/f.txt");
+    assert!(
+        r.text().contains("type=file;size=5;modify="),
+        "{}",
+        r.text()
+    );
+
+    if !require_tool("python3") {
+        return;
+    }
+    let script = r#"
+import ftplib, sys
+f = ftplib.FTP()
+f.connect('127.0.0.1', int(sys.argv[1]), timeout=30)
+f.login()
+for name, facts in sorted(f.mlsd('sel', facts=['type', 'modify'])):
+    print(name, sorted(facts.items()))
+"#;
+    let out = run(Command::new("python3").args(["-c", script, &server.port.to_string()]));
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.describe());
+    for l in &lines {
+        assert!(!l.contains("'size'") && !l.contains("'perm'"), "{l}");
+        assert!(
+            l.contains("('modify', '") && l.contains("('type', '"),
+            "{l}"
+        );
+    }
+    assert!(lines[2].starts_with("f.txt [('modify'"), "{lines:?}");
+}

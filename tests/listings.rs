@@ -99,6 +99,21 @@ fn a_directory_of_20000_entries_lists_whole_over_both_doors() {
         .map(String::from)
         .collect();
     assert_same("FTP MLSD", got, &names);
+    // A pattern over the big directory (streamed like the listing):
+    // exactly the names it matches, with the directory part as written.
+    let nlst = curl(&[
+        "-X",
+        "NLST big/e1*",
+        &format!("ftp://127.0.0.1:{}/", server.port),
+    ]);
+    let got: Vec<String> = nlst.lines().map(|l| l.trim().to_string()).collect();
+    let want: BTreeSet<String> = names
+        .iter()
+        .filter(|n| n.starts_with("e1"))
+        .map(|n| format!("big/{n}"))
+        .collect();
+    assert_eq!(got.len(), want.len(), "NLST big/e1*");
+    assert!(got.into_iter().collect::<BTreeSet<_>>() == want);
     let base = format!("http://127.0.0.1:{}/big/", http_port(&server));
     let html = curl(&[&base]);
     assert!(

@@ -36,6 +36,14 @@ mod uploads_resume;
 /// SHA1 and CRC32C.
 mod ftp_facts;
 
+/// NLST/LIST wildcards (`mget *.dat`): Python ftplib (also against
+/// vsftpd) and tnftp.
+mod wildcards;
+
+/// HTTP digests on request (Want-Repr-Digest, Want-Digest) with curl, and
+/// `sluice get` checking Repr-Digest (a fake server sends a wrong one).
+mod http_digests;
+
 /// The `sluice get/put/ls` client against vsftpd (MODE S), against
 /// globus-gridftp-server (MODE E, -p 4), and against `sluice serve`,
 /// with `--verify`, `--continue`, IPv6, `--stats`, `--mem-cap`, stdout or
@@ -44,6 +52,7 @@ mod ftp_facts;
 mod client;
 
 /// `sluice get -r` / `put -r`: trees up and down against `sluice serve`
+/// (and down from vsftpd, which has no MLSD: LIST fallback)
 /// (sha256 of every file), a server killed mid-tree, hostile listings.
 mod trees;
 

@@ -816,3 +816,35 @@ fn put_continue_commits_a_partial_that_has_every_byte() {
         o.describe()
     );
 }
+
+/// vsftpd has no MLSD: `sluice get -r` lists with `LIST -a` instead
+/// (names with spaces and UTF-8 kept, the symlink and FIFO skipped),
+/// sha256 of every file compared.
+#[test]
+fn tree_down_from_vsftpd_without_mlsd() {
+    if !require_tool("vsftpd") {
+        return;
+    }
+    let server = crate::harness::servers::vsftpd(false);
+    let src = server.local("tree");
+    make_tree(&src);
+    let dest = tempfile::tempdir().unwrap();
+    let out = sluice_cmd(&[
+        "get",
+        "-r",
+        "-q",
+        "--files",
+        "3",
+        &server.url("tree/"),
+        dest.path().join("t").to_str().unwrap(),
+    ]);
+    out.assert_success();
+    let want = tree_sums(&src);
+    assert!(want.len() >= 6, "{want:?}");
+    assert_eq!(
+        tree_sums(&dest.path().join("t")),
+        want,
+        "{}",
+        out.describe()
+    );
+}

@@ -140,8 +140,10 @@ pub struct GetArgs {
     /// Resume a partial download from DEST.part (REST, or ERET in MODE E).
     #[arg(short = 'c', long = "continue")]
     pub resume: bool,
-    /// Compare the server's checksum (CKSM: SHA256, else MD5, else ADLER32)
-    /// with the downloaded file; fail on mismatch.
+    /// Compare the server's checksum (FTP: CKSM SHA256, else MD5, else
+    /// ADLER32; HTTP: Repr-Digest sha-256, asked for with
+    /// Want-Repr-Digest) with the downloaded file; fail on mismatch. Over
+    /// HTTP a Repr-Digest the server sends unasked is checked too.
     #[arg(long)]
     pub verify: bool,
     /// Raise the scheduling priority of the thread that drains the data

@@ -5,6 +5,7 @@
 
 pub mod addr;
 pub mod command;
+pub mod glob;
 pub mod limits;
 pub mod listing;
 pub mod markers;

@@ -161,12 +161,84 @@ pub fn list_line(e: &EntryInfo, now: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Which MLSx facts a session shows (`OPTS MLST type;size;`, RFC 3659
+/// 7.9); all of them until the client chooses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlstFacts(u8);
+
+/// The facts Sluice knows, in the order FEAT and the lines give them.
+const FACT_NAMES: [&str; 5] = ["type", "size", "modify", "perm", "UNIX.mode"];
+
+impl MlstFacts {
+    /// Every fact (the default).
+    pub const ALL: MlstFacts = MlstFacts((1 << FACT_NAMES.len()) - 1);
+
+    /// The facts an `OPTS MLST` argument names (`type;size;`, any case);
+    /// unknown names are ignored and an empty list selects none (RFC 3659
+    /// 7.9).
+    pub fn parse(list: &str) -> MlstFacts {
+        let mut bits = 0;
+        for f in list.split(';').map(str::trim) {
+            if let Some(i) = FACT_NAMES.iter().position(|n| n.eq_ignore_ascii_case(f)) {
+                bits |= 1 << i;
+            }
+        }
+        MlstFacts(bits)
+    }
+
+    fn has(self, name: &str) -> bool {
+        FACT_NAMES
+            .iter()
+            .position(|n| *n == name)
+            .is_some_and(|i| self.0 & (1 << i) != 0)
+    }
+
+    /// The selected facts as `OPTS MLST` answers them: `type;size;`.
+    pub fn selected(self) -> String {
+        FACT_NAMES
+            .iter()
+            .filter(|n| self.has(n))
+            .map(|n| format!("{n};"))
+            .collect()
+    }
+
+    /// The FEAT line: every fact, the selected ones marked with `*`.
+    pub fn feat_line(self) -> String {
+        let mut s = String::from("MLST ");
+        for n in FACT_NAMES {
+            s.push_str(n);
+            if self.has(n) {
+                s.push('*');
+            }
+            s.push(';');
+        }
+        s
+    }
+}
+
+impl Default for MlstFacts {
+    fn default() -> Self {
+        MlstFacts::ALL
+    }
+}
+
 /// The MLSx facts and name, without terminator:
 /// `type=file;size=N;modify=YYYYMMDDHHMMSS;perm=..;UNIX.mode=0644; name`.
 /// `writable` says whether the session may change the entry (it decides
 /// the `perm` fact, RFC 3659 7.5.5). For MLST the caller prefixes a space
 /// and puts it inside a 250 reply; for MLSD use [`mlsd_line`].
 pub fn mlsx_facts(e: &EntryInfo, role: MlsxRole, writable: bool) -> String {
+    mlsx_selected_facts(e, role, writable, MlstFacts::ALL)
+}
+
+/// [`mlsx_facts`] with only the facts in `facts` (the name always; with
+/// none, the line is a space and the name, RFC 3659 7.2).
+pub fn mlsx_selected_facts(
+    e: &EntryInfo,
+    role: MlsxRole,
+    writable: bool,
+    facts: MlstFacts,
+) -> String {
     let ty = match (role, e.kind) {
         (MlsxRole::Cdir, _) => "cdir",
         (MlsxRole::Pdir, _) => "pdir",
@@ -190,16 +262,23 @@ pub fn mlsx_facts(e: &EntryInfo, role: MlsxRole, writable: bool) -> String {
         (true, false) => "el",
         (true, true) => "cdeflmp",
     };
-    let mut s = format!("type={ty};");
-    if !is_dir {
+    let mut s = String::with_capacity(96 + e.name.len());
+    if facts.has("type") {
+        let _ = write!(s, "type={ty};");
+    }
+    if !is_dir && facts.has("size") {
         let _ = write!(s, "size={};", e.size);
     }
-    let _ = write!(
-        s,
-        "modify={};perm={perm};UNIX.mode={:04o}; ",
-        mdtm(e.mtime),
-        e.mode & 0o7777
-    );
+    if facts.has("modify") {
+        let _ = write!(s, "modify={};", mdtm(e.mtime));
+    }
+    if facts.has("perm") {
+        let _ = write!(s, "perm={perm};");
+    }
+    if facts.has("UNIX.mode") {
+        let _ = write!(s, "UNIX.mode={:04o};", e.mode & 0o7777);
+    }
+    s.push(' ');
     s.extend(
         e.name
             .chars()
@@ -208,9 +287,15 @@ pub fn mlsx_facts(e: &EntryInfo, role: MlsxRole, writable: bool) -> String {
     s
 }
 
-/// Append one MLSD line (facts, name, CRLF).
-pub fn mlsd_line(e: &EntryInfo, role: MlsxRole, writable: bool, out: &mut Vec<u8>) {
-    out.extend_from_slice(mlsx_facts(e, role, writable).as_bytes());
+/// Append one MLSD line (the selected facts, name, CRLF).
+pub fn mlsd_line(
+    e: &EntryInfo,
+    role: MlsxRole,
+    writable: bool,
+    facts: MlstFacts,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(mlsx_selected_facts(e, role, writable, facts).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
@@ -458,9 +543,35 @@ mod tests {
         );
         assert!(mlsx_facts(&dir, MlsxRole::Pdir, true).starts_with("type=pdir;"));
         let mut out = Vec::new();
-        mlsd_line(&file(), MlsxRole::Entry, true, &mut out);
+        mlsd_line(&file(), MlsxRole::Entry, true, MlstFacts::ALL, &mut out);
         assert!(out.ends_with(b"; name with space\r\n"));
         assert!(String::from_utf8(out).unwrap().contains("perm=adfrw;"));
+    }
+
+    #[test]
+    fn selected_facts() {
+        let f = MlstFacts::parse("size;TYPE;bogus;");
+        assert_eq!(f.selected(), "type;size;");
+        assert_eq!(f.feat_line(), "MLST type*;size*;modify;perm;UNIX.mode;");
+        assert_eq!(
+            MlstFacts::ALL.feat_line(),
+            "MLST type*;size*;modify*;perm*;UNIX.mode*;"
+        );
+        assert_eq!(
+            mlsx_selected_facts(&file(), MlsxRole::Entry, false, f),
+            "type=file;size=1234; name with space"
+        );
+        let none = MlstFacts::parse("");
+        assert_eq!(none.selected(), "");
+        assert_eq!(
+            mlsx_selected_facts(&file(), MlsxRole::Entry, false, none),
+            " name with space"
+        );
+        let m = MlstFacts::parse("modify;UNIX.mode;perm");
+        assert_eq!(
+            mlsx_selected_facts(&file(), MlsxRole::Entry, true, m),
+            "modify=20261122053600;perm=adfrw;UNIX.mode=0644; name with space"
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@
 
 pub mod client;
 pub mod conditional;
+pub mod digest;
 pub mod limits;
 pub mod listing;
 pub mod log;

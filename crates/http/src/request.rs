@@ -69,6 +69,11 @@ pub struct Request {
     pub if_modified_since: Option<String>,
     /// If-Range header value.
     pub if_range: Option<String>,
+    /// Want-Repr-Digest (RFC 9530) and Want-Digest (RFC 3230) values,
+    /// several fields joined with `, ` (see [`crate::digest`]).
+    pub want_repr_digest: Option<String>,
+    /// Want-Digest (RFC 3230).
+    pub want_digest: Option<String>,
     /// Whether the connection stays open after the response, from the
     /// version and the Connection header (RFC 9112 9.3).
     pub keep_alive: bool,
@@ -240,6 +245,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(Request, usize)>, RequestErro
         if_none_match: fields.if_none_match,
         if_modified_since: fields.if_modified_since,
         if_range: fields.if_range,
+        want_repr_digest: fields.want_repr_digest,
+        want_digest: fields.want_digest,
         keep_alive,
         user_agent: fields.user_agent,
         referer: fields.referer,
@@ -331,6 +338,8 @@ struct Fields {
     if_none_match: Option<String>,
     if_modified_since: Option<String>,
     if_range: Option<String>,
+    want_repr_digest: Option<String>,
+    want_digest: Option<String>,
     user_agent: Option<String>,
     referer: Option<String>,
     content_length: Option<u64>,
@@ -367,6 +376,8 @@ impl Fields {
             "if-unmodified-since" => self.if_unmodified_since = text(),
             "if-modified-since" => self.if_modified_since = text(),
             "if-range" => self.if_range = text(),
+            "want-repr-digest" => join_list(&mut self.want_repr_digest, text()),
+            "want-digest" => join_list(&mut self.want_digest, text()),
             "user-agent" => self.user_agent = Some(clip(value)),
             "referer" => self.referer = Some(clip(value)),
             "transfer-encoding" => self.transfer_encoding = true,

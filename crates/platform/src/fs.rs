@@ -158,14 +158,37 @@ impl DirReader {
     /// [`ServedRoot::list_dir`] gives them) in directory order; empty at
     /// the end. `.` and `..` are left out; `root` resolves symlinks.
     pub fn next_batch(&mut self, root: &ServedRoot, max: usize) -> Result<Vec<DirEntry>, FsError> {
+        loop {
+            // Empty only at the end, even if a whole batch raced with deletes.
+            let (out, read) = self.next_batch_matching(root, max, &|_| true)?;
+            if !out.is_empty() || read == 0 {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Reads up to `max` more names and returns those `keep` accepts (with
+    /// metadata; the others are not stat'ed) and how many names were read:
+    /// 0 only at the end.
+    pub fn next_batch_matching(
+        &mut self,
+        root: &ServedRoot,
+        max: usize,
+        keep: &dyn Fn(&[u8]) -> bool,
+    ) -> Result<(Vec<DirEntry>, usize), FsError> {
         let mut out = Vec::new();
-        while out.len() < max {
+        let mut read = 0;
+        while read < max {
             let Some(entry) = self.iter.next() else {
                 break;
             };
             let entry = entry.map_err(|e| FsError::from(io::Error::from(e)))?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
+                continue;
+            }
+            read += 1;
+            if !keep(name) {
                 continue;
             }
             let Ok(meta) = fstatat_nofollow(self.dup.as_fd(), entry.file_name()) else {
@@ -182,7 +205,7 @@ impl DirReader {
                 meta,
             });
         }
-        Ok(out)
+        Ok((out, read))
     }
 }
 

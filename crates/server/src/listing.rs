@@ -43,6 +43,12 @@ pub trait Render: Send + 'static {
     fn is_full(&self) -> bool {
         false
     }
+    /// Whether the entry of this name is wanted at all; the others are
+    /// not even stat'ed (a pattern over a huge directory costs its
+    /// reading, not a stat per entry).
+    fn wants(&self, _name: &[u8]) -> bool {
+        true
+    }
 }
 
 /// Why a listing stopped.
@@ -175,16 +181,20 @@ fn read_and_render(
 ) -> Result<bool, FsError> {
     if first {
         let mut all: Vec<DirEntry> = Vec::new();
+        let mut seen = 0;
         loop {
-            let b = reader.next_batch(root, BATCH)?;
-            if b.is_empty() {
+            let (b, n) = reader.next_batch_matching(root, BATCH, &|n| render.wants(n))?;
+            seen += n;
+            if n == 0 {
                 all.sort_by(|a, b| a.name.cmp(&b.name));
                 render.batch(all, out);
                 render.end(true, out);
                 return Ok(true);
             }
             all.extend(b);
-            if all.len() > SORTED_UP_TO {
+            // Counted in names read, not kept: a pattern over a huge
+            // directory streams like a listing of it.
+            if seen > SORTED_UP_TO {
                 render.batch(all, out);
                 if render.is_full() {
                     render.end(false, out);
@@ -194,8 +204,8 @@ fn read_and_render(
             }
         }
     }
-    let b = reader.next_batch(root, BATCH)?;
-    if b.is_empty() {
+    let (b, n) = reader.next_batch_matching(root, BATCH, &|n| render.wants(n))?;
+    if n == 0 {
         render.end(false, out);
         return Ok(true);
     }
@@ -215,6 +225,7 @@ mod tests {
     struct Names {
         count: usize,
         cap: usize,
+        prefix: Option<&'static [u8]>,
     }
 
     impl Render for Names {
@@ -234,9 +245,20 @@ mod tests {
         fn is_full(&self) -> bool {
             self.count >= self.cap
         }
+        fn wants(&self, name: &[u8]) -> bool {
+            self.prefix.is_none_or(|p| name.starts_with(p))
+        }
     }
 
     async fn list_all(dir: &std::path::Path, cap: usize) -> (Vec<String>, String, usize) {
+        list_matching(dir, cap, None).await
+    }
+
+    async fn list_matching(
+        dir: &std::path::Path,
+        cap: usize,
+        prefix: Option<&'static [u8]>,
+    ) -> (Vec<String>, String, usize) {
         let engine = Engine::new(sluice_engine::EngineConfig::default());
         let root = Arc::new(ServedRoot::open(dir).unwrap());
         let mut l = Lister::open(
@@ -244,7 +266,11 @@ mod tests {
             &Cancel::new(),
             root,
             String::new(),
-            Box::new(Names { count: 0, cap }),
+            Box::new(Names {
+                count: 0,
+                cap,
+                prefix,
+            }),
         )
         .await
         .unwrap();
@@ -288,5 +314,14 @@ mod tests {
         assert!(biggest <= (SORTED_UP_TO + BATCH) * 7, "{biggest}");
         let (names, end, _) = list_all(d.path(), 5000).await;
         assert_eq!((names.len(), end.as_str()), (5000, "end"));
+        // Filtered (a wildcard NLST): the wanted names only, and the
+        // directory still read in batches (unsorted), not whole.
+        let (mut names, end, _) = list_matching(d.path(), usize::MAX, Some(b"f1")).await;
+        assert_eq!(end, "end");
+        names.sort();
+        let want: Vec<String> = (10_000..n).map(|i| format!("f{i:05}")).collect();
+        assert_eq!(names, want);
+        let (names, end, _) = list_matching(d.path(), usize::MAX, Some(b"none")).await;
+        assert_eq!((names.len(), end.as_str()), (0, "end"));
     }
 }

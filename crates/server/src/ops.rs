@@ -5,9 +5,13 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(test)]
+use sluice_ftp::listing::MlstFacts;
 use sluice_ftp::listing::{self, EntryInfo, EntryKind, MlsxRole};
 use sluice_ftp::path::VirtualPath;
-use sluice_ftp::session::{Answer, Change, ChecksumAlgorithm, ListFormat, OpError, Query};
+use sluice_ftp::session::{
+    Answer, Change, ChecksumAlgorithm, ListFormat, ListMatch, NamePattern, OpError, Query,
+};
 use sluice_platform::fs::{DirEntry, FileKind, FsError, Metadata, ServedRoot};
 
 use crate::upload::{is_internal_name, partial_len, partial_path};
@@ -86,18 +90,14 @@ pub fn query(
             }
             Ok(Answer::Modified(unix_secs(m.mtime).max(0) as u64))
         }
-        Query::Facts => {
+        Query::Facts(selected) => {
             let m = stat(path)?;
             // `type=dir` for a directory: RFC 3659 keeps `cdir` for the
             // directory an MLSD lists (7.5.1); MLST names the object
-            // itself, and clients (aioftp's rmdir) decide on `dir`.
-            let e = entry_info(path.file_name().unwrap_or("/").as_bytes(), &m);
-            let mut facts = listing::mlsx_facts(&e, MlsxRole::Entry, writable);
-            // MLST names the full path (RFC 3659 7.2.1).
-            if let Some(i) = facts.find("; ") {
-                facts.truncate(i + 2);
-                facts.push_str(path.as_str());
-            }
+            // itself, and clients (aioftp's rmdir) decide on `dir`. The
+            // name is the full path (RFC 3659 7.2.1).
+            let e = entry_info(path.as_str().as_bytes(), &m);
+            let facts = listing::mlsx_selected_facts(&e, MlsxRole::Entry, writable, selected);
             Ok(Answer::Facts(facts))
         }
         Query::Status => {
@@ -197,15 +197,18 @@ pub fn listing_bytes(
     };
     let now = unix_secs(SystemTime::now());
     let mut out = Vec::with_capacity(entries.len() * 64);
-    if format == ListFormat::Machine && meta.kind == FileKind::Dir {
-        listing::mlsd_line(&entry_info(b".", &meta), MlsxRole::Cdir, writable, &mut out);
+    if let (ListFormat::Machine(facts), FileKind::Dir) = (format, meta.kind) {
+        let cdir = entry_info(b".", &meta);
+        listing::mlsd_line(&cdir, MlsxRole::Cdir, writable, facts, &mut out);
     }
     for e in &entries {
         let info = entry_info(&e.name, &e.meta);
         match format {
             ListFormat::Long => listing::list_line(&info, now, &mut out),
             ListFormat::Names => listing::nlst_line(&info, &mut out),
-            ListFormat::Machine => listing::mlsd_line(&info, MlsxRole::Entry, writable, &mut out),
+            ListFormat::Machine(facts) => {
+                listing::mlsd_line(&info, MlsxRole::Entry, writable, facts, &mut out)
+            }
         }
     }
     Ok(out)
@@ -218,15 +221,42 @@ pub enum ListSource {
     Bytes(Vec<u8>),
     /// An open directory and its own metadata (MLSD's `cdir` line).
     Dir(sluice_platform::fs::DirReader, Metadata),
+    /// An open directory whose entries matching a pattern are listed.
+    Matching(sluice_platform::fs::DirReader, ListMatch),
 }
 
 /// Opens what a listing of `path` sends (blocks: run it off the loop).
+/// With `matching` (a wildcard last component), an entry of that very
+/// name is listed as it is (ProFTPD does the same: `[1].dat` can be a
+/// name); otherwise the matching entries of `matching.dir` are.
 pub fn open_listing(
     root: &ServedRoot,
     path: &VirtualPath,
     format: ListFormat,
     writable: bool,
+    matching: Option<ListMatch>,
 ) -> Result<ListSource, OpError> {
+    if let Some(m) = matching {
+        let literal =
+            check_names_dir(root, path).and_then(|()| root.stat(path.as_str()).map_err(op_error));
+        match (literal, &m.pattern) {
+            (Ok(meta), _) if meta.kind != FileKind::Dir && format == ListFormat::Names => {
+                let mut out = prefixed(&m.prefix);
+                let name = path.file_name().unwrap_or("");
+                listing::nlst_line(&entry_info(name.as_bytes(), &meta), &mut out);
+                return Ok(ListSource::Bytes(out));
+            }
+            (Ok(_), _) => {}
+            (Err(e), NamePattern::Exact) => return Err(e),
+            // Longer than any name: nothing matches.
+            (Err(_), NamePattern::TooLong) => return Ok(ListSource::Bytes(Vec::new())),
+            (Err(_), NamePattern::Glob(_)) => {
+                must_be_dir(root, &m.dir)?;
+                let dir = root.open_dir(m.dir.as_str()).map_err(op_error)?;
+                return Ok(ListSource::Matching(dir, m));
+            }
+        }
+    }
     check_names_dir(root, path)?;
     let meta = root.stat(path.as_str()).map_err(op_error)?;
     if meta.kind == FileKind::Dir {
@@ -245,6 +275,8 @@ pub struct FtpLines {
     count: usize,
     /// MLSD's `cdir` line, sent before the first entry.
     cdir: Option<Metadata>,
+    /// Only entries matching this pattern, NLST names with its prefix.
+    matching: Option<ListMatch>,
 }
 
 impl FtpLines {
@@ -255,15 +287,29 @@ impl FtpLines {
             writable,
             now: unix_secs(SystemTime::now()),
             count: 0,
-            cdir: (format == ListFormat::Machine).then_some(dir),
+            cdir: matches!(format, ListFormat::Machine(_)).then_some(dir),
+            matching: None,
+        }
+    }
+
+    /// Lines in `format` (LIST or NLST) for the entries `m` matches.
+    pub fn matching(format: ListFormat, writable: bool, m: ListMatch) -> FtpLines {
+        FtpLines {
+            format,
+            writable,
+            now: unix_secs(SystemTime::now()),
+            count: 0,
+            cdir: None,
+            matching: Some(m),
         }
     }
 }
 
 impl crate::listing::Render for FtpLines {
     fn batch(&mut self, entries: Vec<DirEntry>, out: &mut Vec<u8>) {
-        if let Some(m) = self.cdir.take() {
-            listing::mlsd_line(&entry_info(b".", &m), MlsxRole::Cdir, self.writable, out);
+        if let (Some(m), ListFormat::Machine(facts)) = (self.cdir.take(), self.format) {
+            let cdir = entry_info(b".", &m);
+            listing::mlsd_line(&cdir, MlsxRole::Cdir, self.writable, facts, out);
         }
         for e in entries.iter().filter(|e| !is_internal_name(&e.name)) {
             if self.count >= MAX_LIST_ENTRIES {
@@ -274,12 +320,23 @@ impl crate::listing::Render for FtpLines {
             let info = entry_info(&e.name, &e.meta);
             match self.format {
                 ListFormat::Long => listing::list_line(&info, self.now, out),
-                ListFormat::Names => listing::nlst_line(&info, out),
-                ListFormat::Machine => {
-                    listing::mlsd_line(&info, MlsxRole::Entry, self.writable, out)
+                ListFormat::Names => {
+                    if let Some(m) = &self.matching {
+                        out.extend(prefixed(&m.prefix));
+                    }
+                    listing::nlst_line(&info, out)
+                }
+                ListFormat::Machine(facts) => {
+                    listing::mlsd_line(&info, MlsxRole::Entry, self.writable, facts, out)
                 }
             }
         }
+    }
+
+    fn wants(&self, name: &[u8]) -> bool {
+        self.matching
+            .as_ref()
+            .is_none_or(|m| m.pattern.matches(name))
     }
 
     fn end(&mut self, _in_order: bool, out: &mut Vec<u8>) {
@@ -290,6 +347,15 @@ impl crate::listing::Render for FtpLines {
     fn is_full(&self) -> bool {
         self.count >= MAX_LIST_ENTRIES
     }
+}
+
+/// An NLST name prefix as the client wrote it, control characters as `?`
+/// (as in names: they would break the line).
+fn prefixed(prefix: &str) -> Vec<u8> {
+    prefix
+        .bytes()
+        .map(|b| if b.is_ascii_control() { b'?' } else { b })
+        .collect()
 }
 
 fn entry_info(name: &[u8], m: &Metadata) -> EntryInfo {
@@ -493,12 +559,13 @@ mod tests {
         );
         let names = listing_bytes(&r, &vp("/"), ListFormat::Names, false).unwrap();
         assert_eq!(names, b"f\r\nsub\r\n");
-        let mlsd =
-            String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap())
-                .unwrap();
+        let mlsd = String::from_utf8(
+            listing_bytes(&r, &vp("/"), ListFormat::Machine(MlstFacts::ALL), false).unwrap(),
+        )
+        .unwrap();
         assert!(mlsd.starts_with("type=cdir;"), "{mlsd}");
         assert!(mlsd.contains("type=file;size=11;"), "{mlsd}");
-        match query(&r, &vp("f"), Query::Facts, false).unwrap() {
+        match query(&r, &vp("f"), Query::Facts(MlstFacts::ALL), false).unwrap() {
             Answer::Facts(f) => assert!(f.ends_with("; /f"), "{f}"),
             other => panic!("{other:?}"),
         }
@@ -522,9 +589,10 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} not listed:\n{long}"));
             assert!(line.starts_with(kind), "{line}");
         }
-        let mlsd =
-            String::from_utf8(listing_bytes(&r, &vp("/"), ListFormat::Machine, false).unwrap())
-                .unwrap();
+        let mlsd = String::from_utf8(
+            listing_bytes(&r, &vp("/"), ListFormat::Machine(MlstFacts::ALL), false).unwrap(),
+        )
+        .unwrap();
         for name in ["fifo", "sock"] {
             let line = mlsd.lines().find(|l| l.ends_with(&format!("; {name}")));
             assert!(
@@ -542,7 +610,7 @@ mod tests {
             Query::Size,
             Query::Modified,
             Query::Exists,
-            Query::Facts,
+            Query::Facts(MlstFacts::ALL),
             Query::Status,
             Query::ChangeDir,
         ] {

@@ -61,6 +61,19 @@ pub fn request(
     if_range: Option<&str>,
     timeout: Duration,
 ) -> Result<Exchange> {
+    request_with(u, method, range, if_range, None, timeout)
+}
+
+/// [`request`] with one more field (`Want-Repr-Digest: sha-256=10`),
+/// given as a constant `name: value` line.
+pub fn request_with(
+    u: &HttpUrl,
+    method: Method,
+    range: Option<(u64, Option<u64>)>,
+    if_range: Option<&str>,
+    extra: Option<&'static str>,
+    timeout: Duration,
+) -> Result<Exchange> {
     let host = u.host_field();
     let req = ClientRequest {
         method,
@@ -73,6 +86,16 @@ pub fn request(
     }
     .encode()
     .map_err(|e| ClientError::Usage(format!("cannot build the request: {e}")))?;
+    let req = match extra {
+        // Before the empty line that ends the head.
+        Some(line) if req.ends_with(b"\r\n\r\n") => {
+            let mut r = req[..req.len() - 2].to_vec();
+            r.extend_from_slice(line.as_bytes());
+            r.extend_from_slice(b"\r\n\r\n");
+            r
+        }
+        _ => req,
+    };
     let tcp = connect(u, timeout)?;
     tcp.set_read_timeout(Some(timeout))
         .and_then(|()| tcp.set_write_timeout(Some(timeout)))

@@ -26,6 +26,9 @@ use crate::progress::Progress;
 use crate::stats::{self, Stats};
 use crate::writer::{self, Block, Sink, Writer, WriterConfig, WriterInput};
 
+/// What `--verify` asks an HTTP server for (RFC 9530).
+const WANT_DIGEST: &str = "Want-Repr-Digest: sha-256=10";
+
 /// Smallest range worth its own connection: below this, the extra
 /// round trips cost more than a second stream gains.
 const MIN_PIECE: u64 = 1 << 20;
@@ -48,6 +51,9 @@ struct Fetch {
     /// Bytes kept from an earlier run.
     already: u64,
     etag: Option<String>,
+    /// The file's SHA-256 from a `Repr-Digest` field, if the server sent
+    /// one (asked for with `--verify`, or unasked).
+    digest: Option<Vec<u8>>,
 }
 
 /// Runs one download.
@@ -57,11 +63,6 @@ pub fn run(a: &GetArgs) -> Result<()> {
     if dest.is_stream() && (a.resume || a.verify) {
         return Err(ClientError::Usage(
             "--continue and --verify need a regular file DEST, not `-` or a device".into(),
-        ));
-    }
-    if a.verify {
-        return Err(ClientError::NoChecksum(
-            "HTTP servers publish no checksum sluice can ask for".into(),
         ));
     }
     let timeout = Duration::from_secs(a.opts.timeout);
@@ -96,12 +97,19 @@ pub fn run(a: &GetArgs) -> Result<()> {
     let streams = if positional { a.opts.parallel } else { 1 };
 
     let t0 = Instant::now();
+    let want = a.verify.then_some(WANT_DIGEST);
     let fetch = if streams > 1 {
-        parallel(&u, streams, already, saved_etag.as_deref(), timeout)?
+        parallel(&u, streams, already, saved_etag.as_deref(), want, timeout)?
     } else {
-        single(&u, already, saved_etag.as_deref(), timeout)?
+        single(&u, already, saved_etag.as_deref(), want, timeout)?
     };
     already = fetch.already;
+    if a.verify && fetch.digest.is_none() {
+        return Err(ClientError::NoChecksum(
+            "the server sent no Repr-Digest (RFC 9530) with sha-256".into(),
+        ));
+    }
+    let digest = fetch.digest.clone();
 
     let (sink, prefix_file) = match (&dest, device) {
         (Dest::File { part, resume, .. }, _) => {
@@ -140,7 +148,22 @@ pub fn run(a: &GetArgs) -> Result<()> {
         return Err(e);
     }
     let elapsed = t0.elapsed();
+    let mut verified = String::new();
     if let Dest::File { path, part, resume } = &dest {
+        if let Some(d) = &digest {
+            // Checked whenever the server sent one, asked or not: it
+            // costs one read of the file here, and catches bytes changed
+            // on the way.
+            verified = verify(part, d).map_err(|e| {
+                e.with_advice(|| {
+                    format!(
+                        "what arrived is kept in {}; --continue cannot repair it: \
+                         download again without --continue",
+                        part.display()
+                    )
+                })
+            })?;
+        }
         std::fs::rename(part, path)
             .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
         let _ = std::fs::remove_file(resume);
@@ -159,6 +182,9 @@ pub fn run(a: &GetArgs) -> Result<()> {
     if already > 0 {
         detail.push_str(&format!(", resumed at {already}"));
     }
+    if !verified.is_empty() {
+        detail.push_str(&format!(", verified {verified}"));
+    }
     let bytes = stats.bytes.load(Relaxed);
     // A file of a tree (`-r`) is counted in the tree's one summary.
     if !a.tree.recursive {
@@ -168,12 +194,44 @@ pub fn run(a: &GetArgs) -> Result<()> {
     Ok(())
 }
 
+/// Compares the SHA-256 of `part` with the server's `Repr-Digest`;
+/// `SHA256 <hex>` when they agree.
+fn verify(part: &Path, server: &[u8]) -> Result<String> {
+    let algo = crate::checksum::Algorithm::Sha256;
+    let mine = crate::checksum::file(part, algo)
+        .map_err(|e| ClientError::local(format!("checksum {}", part.display()), e))?;
+    let server = hex::encode(server);
+    if crate::checksum::same(&server, &mine) {
+        Ok(format!("SHA256 {mine} (Repr-Digest)"))
+    } else {
+        Err(ClientError::ChecksumMismatch {
+            algo: "SHA256 (Repr-Digest)".into(),
+            server,
+            local: mine,
+            advice: String::new(),
+        })
+    }
+}
+
+/// The SHA-256 in a response's `Repr-Digest` field, if any.
+fn repr_digest(h: &sluice_http::ResponseHead) -> Option<Vec<u8>> {
+    h.field("repr-digest")
+        .and_then(sluice_http::digest::repr_sha256)
+}
+
 /// One GET, ranged from `already` when resuming.
-fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> Result<Fetch> {
+fn single(
+    u: &HttpUrl,
+    already: u64,
+    etag: Option<&str>,
+    want: Option<&'static str>,
+    timeout: Duration,
+) -> Result<Fetch> {
     let range = (already > 0).then_some((already, None));
-    let x = exchange::request(u, Method::Get, range, etag, timeout)?;
+    let x = exchange::request_with(u, Method::Get, range, etag, want, timeout)?;
     check_coding(&x.head)?;
     let h = &x.head;
+    let digest = repr_digest(h);
     match (h.status, h.content_range) {
         (
             206,
@@ -188,6 +246,7 @@ fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> R
                 size: complete,
                 already,
                 etag: h.etag().map(str::to_owned),
+                digest,
                 pieces: vec![Piece {
                     len: Some(len),
                     x,
@@ -209,6 +268,7 @@ fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> R
                 size: h.content_length,
                 already: 0,
                 etag: h.etag().map(str::to_owned),
+                digest,
                 pieces: vec![Piece {
                     len: h.content_length,
                     x,
@@ -224,6 +284,7 @@ fn single(u: &HttpUrl, already: u64, etag: Option<&str>, timeout: Duration) -> R
                 size: Some(complete),
                 already,
                 etag: etag.map(str::to_owned),
+                digest,
                 pieces: Vec::new(),
             })
         }
@@ -237,17 +298,19 @@ fn parallel(
     n: u32,
     mut already: u64,
     saved_etag: Option<&str>,
+    want: Option<&'static str>,
     timeout: Duration,
 ) -> Result<Fetch> {
-    let probe = exchange::request(u, Method::Head, None, None, timeout)?;
+    let probe = exchange::request_with(u, Method::Head, None, None, want, timeout)?;
     let h = probe.head;
     if h.status != 200 {
         return Err(refused("HEAD", &h));
     }
     let etag = h.etag().map(str::to_owned);
+    let digest = repr_digest(&h);
     let size = match h.content_length {
         Some(s) if h.accepts_ranges() => s,
-        _ => return single(u, already, saved_etag, timeout),
+        _ => return single(u, already, saved_etag, want, timeout),
     };
     if already > size || (already > 0 && saved_etag.is_some() && saved_etag != etag.as_deref()) {
         // The file changed since the part was written: start over.
@@ -260,11 +323,12 @@ fn parallel(
             size: Some(size),
             already,
             etag,
+            digest,
         });
     }
     let count = (left / MIN_PIECE).clamp(1, u64::from(n));
     if count == 1 {
-        return single(u, already, etag.as_deref().or(saved_etag), timeout);
+        return single(u, already, etag.as_deref().or(saved_etag), want, timeout);
     }
     let mut pieces = Vec::new();
     for i in 0..count {
@@ -308,6 +372,7 @@ fn parallel(
         size: Some(size),
         already,
         etag,
+        digest,
     })
 }
 

@@ -68,35 +68,62 @@ pub(super) fn remote_join(base: &str, rel: &str) -> String {
 
 /// Reads the MLSD listing of `path`.
 pub(super) fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
+    read_listing(ctl, "MLSD", path)
+}
+
+/// The entries of directory `path`: MLSD, or, from a server without it
+/// (vsftpd: `500 Unknown command`), `LIST -a` read as `ls -l` lines.
+/// `no_mlsd` remembers the answer for the next directories.
+pub(super) fn list_entries(
+    ctl: &mut Control,
+    path: &str,
+    no_mlsd: &mut bool,
+) -> Result<Vec<plan::Entry>> {
+    if !*no_mlsd {
+        match mlsd(ctl, path) {
+            Ok(raw) => return plan::parse_mlsd(&raw).map_err(ClientError::Protocol),
+            Err(ClientError::Refused { what, .. }) if what.starts_with("MLSD (") => {
+                tracing::info!("the server has no MLSD: listing with LIST");
+                *no_mlsd = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let raw = read_listing(ctl, "LIST -a", path)?;
+    plan::parse_list(&raw).map_err(ClientError::Protocol)
+}
+
+/// Runs listing command `verb` on `path` and reads its data.
+fn read_listing(ctl: &mut Control, verb: &str, path: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let to = data::passive(ctl)?;
     let mut sock = ctl.data_sock(data::connect(to, ctl.timeout())?)?;
-    let first = ctl.cmd(&format!("MLSD {path}"))?;
-    if crate::ftp::control::is_unsupported(first.code) {
+    let first = ctl.cmd(&format!("{verb} {path}"))?;
+    if verb == "MLSD" && crate::ftp::control::is_unsupported(first.code) {
         return Err(ClientError::Refused {
             what: "MLSD (a tree transfer needs RFC 3659 machine listings)".into(),
             reply: crate::ftp::control::one_line(&first),
         });
     }
     if !first.code.is_preliminary() {
-        return Err(refused(&format!("MLSD {}", plan::shown(path)), &first));
+        return Err(refused(&format!("{verb} {}", plan::shown(path)), &first));
     }
     let _ = sock.tcp().set_read_timeout(Some(ctl.timeout()));
     let mut raw = Vec::new();
     (&mut sock)
         .take(MAX_LISTING as u64 + 1)
         .read_to_end(&mut raw)
-        .map_err(|e| ClientError::net("read MLSD listing", e))?;
+        .map_err(|e| ClientError::net(format!("read {verb} listing"), e))?;
     drop(sock);
     if raw.len() > MAX_LISTING {
         return Err(ClientError::Protocol(format!(
-            "MLSD listing of {} is larger than {MAX_LISTING} bytes",
+            "{verb} listing of {} is larger than {MAX_LISTING} bytes",
             plan::shown(path)
         )));
     }
     let last = ctl.read_reply()?;
     if !last.code.is_completion() {
-        return Err(refused("MLSD", &last));
+        return Err(refused(verb, &last));
     }
     Ok(raw)
 }
@@ -159,10 +186,10 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let mut dirs = VecDeque::from([String::new()]);
     let mut files = Vec::new();
     let mut notes = Notes::default();
+    let mut no_mlsd = false;
     while let Some(dir) = dirs.pop_front() {
         let path = remote_join(&u.path, &dir);
-        let raw = mlsd(&mut ctl, &path)?;
-        let entries = plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?;
+        let entries = list_entries(&mut ctl, &path, &mut no_mlsd)?;
         let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
             ClientError::Protocol(format!(
                 "{}: {b}; refusing the whole tree",

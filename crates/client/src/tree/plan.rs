@@ -250,9 +250,95 @@ pub fn parse_mlsd(text: &[u8]) -> Result<Vec<Entry>, String> {
     Ok(out)
 }
 
+/// Parses a Unix `ls -l` style LIST listing (what vsftpd, ProFTPD and
+/// most servers without MLSD send), for a tree download from a server
+/// without MLSD:
+/// `-rw-r--r--    1 ftp      ftp          1234 Nov 22 05:36 name`.
+/// The name is everything after the time field and one space (names
+/// with spaces survive); `.` and `..` (from `LIST -a`) and `total N` are
+/// dropped; a symlink's `name -> target` is a [`Kind::Link`]. Times are
+/// left unknown: a LIST time is local, to the minute or the day only.
+/// A line of another shape is an error (a tree must not be guessed at).
+pub fn parse_list(text: &[u8]) -> Result<Vec<Entry>, String> {
+    let text = std::str::from_utf8(text).map_err(|_| "LIST listing is not UTF-8".to_string())?;
+    let mut out = Vec::new();
+    for line in text.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.trim().is_empty() || line.starts_with("total ") {
+            continue;
+        }
+        let bad = || format!("LIST line not in `ls -l` form: `{}`", shown(line));
+        // Eight fields (mode, links, owner, group, size, month, day,
+        // time or year), then the name.
+        let mut rest = line;
+        let mut fields = Vec::with_capacity(8);
+        for _ in 0..8 {
+            rest = rest.trim_start_matches(' ');
+            let end = rest.find(' ').ok_or_else(bad)?;
+            fields.push(&rest[..end]);
+            rest = &rest[end..];
+        }
+        let name = rest.strip_prefix(' ').ok_or_else(bad)?;
+        let size: u64 = fields[4].parse().map_err(|_| bad())?;
+        let kind = match fields[0].chars().next() {
+            Some('-') => Kind::File,
+            Some('d') => Kind::Dir,
+            Some('l') => Kind::Link,
+            Some(_) => Kind::Other,
+            None => return Err(bad()),
+        };
+        let name = match kind {
+            Kind::Link => name.split(" -> ").next().unwrap_or(name),
+            _ => name,
+        };
+        if name == "." || name == ".." || name.is_empty() {
+            continue;
+        }
+        out.push(Entry {
+            name: name.to_string(),
+            kind,
+            size: (kind == Kind::File).then_some(size),
+            mtime: None,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_is_parsed() {
+        let raw = b"total 12\r\n\
+drwxr-xr-x    2 ftp      ftp          4096 Nov 25 06:28 .\r\n\
+drwxr-xr-x    3 ftp      ftp          4096 Jan 01  2020 ..\r\n\
+-rw-r--r--    1 ftp      ftp             3 Nov 25 06:28 sp ace.dat\r\n\
+-rw-r--r--    1 ftp      ftp          1234 Nov 25 06:28  lead\r\n\
+drwxr-xr-x    2 ftp      ftp          4096 Jan 01  2020 sub dir\n\
+lrwxrwxrwx    1 ftp      ftp             4 Nov 25 06:28 ln -> /etc\r\n\
+prw-r--r--    1 ftp      ftp             0 Nov 25 06:28 fifo\r\n\
+-rw-r--r--    1 ftp      ftp             0 Nov 25 06:28 caf\xc3\xa9\r\n";
+        let e = parse_list(raw).unwrap();
+        let got: Vec<(&str, Kind, Option<u64>)> = e
+            .iter()
+            .map(|e| (e.name.as_str(), e.kind, e.size))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("sp ace.dat", Kind::File, Some(3)),
+                (" lead", Kind::File, Some(1234)),
+                ("sub dir", Kind::Dir, None),
+                ("ln", Kind::Link, None),
+                ("fifo", Kind::Other, None),
+                ("café", Kind::File, Some(0)),
+            ]
+        );
+        assert!(parse_list(b"garbage line\r\n").is_err());
+        assert!(parse_list(b"-rw-r--r-- 1 a b notanumber Nov 25 06:28 x\r\n").is_err());
+        assert!(parse_list(b"").unwrap().is_empty());
+    }
 
     fn file(name: &str) -> Entry {
         Entry {

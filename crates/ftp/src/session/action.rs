@@ -63,8 +63,44 @@ pub enum ListFormat {
     Long,
     /// NLST: names only.
     Names,
-    /// MLSD: RFC 3659 fact lines.
-    Machine,
+    /// MLSD: RFC 3659 fact lines with the facts chosen by `OPTS MLST`.
+    Machine(crate::listing::MlstFacts),
+}
+
+/// A wildcard listing (`NLST *.dat`, `LIST sub/run-??`, see
+/// [`crate::glob`]), or an NLST of one file in another directory
+/// (`NLST sub/a.dat` answers `sub/a.dat`, as vsftpd does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListMatch {
+    /// The directory whose entries are matched.
+    pub dir: VirtualPath,
+    /// The argument's last component.
+    pub pattern: NamePattern,
+    /// What NLST writes before each matching name: the argument's
+    /// directory part as the client wrote it (`sub/`, `/data/`, or empty),
+    /// so `mget` can RETR each name as it came (vsftpd does the same).
+    pub prefix: String,
+}
+
+/// The last component of a LIST/NLST argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamePattern {
+    /// A wildcard pattern.
+    Glob(crate::glob::Glob),
+    /// A pattern longer than any name: matches nothing.
+    TooLong,
+    /// No wildcard: the name itself (a missing one is still 550).
+    Exact,
+}
+
+impl NamePattern {
+    /// Whether a directory entry of this name is listed.
+    pub fn matches(&self, name: &[u8]) -> bool {
+        match self {
+            NamePattern::Glob(g) => g.matches(name),
+            NamePattern::TooLong | NamePattern::Exact => false,
+        }
+    }
 }
 
 /// What a [`Action::Query`] wants to know about a path.
@@ -76,8 +112,9 @@ pub enum Query {
     Size,
     /// MDTM: [`Answer::Modified`] of a regular file.
     Modified,
-    /// MLST: [`Answer::Facts`] (one RFC 3659 fact line, name included).
-    Facts,
+    /// MLST: [`Answer::Facts`] (one RFC 3659 fact line with these facts,
+    /// name included).
+    Facts(crate::listing::MlstFacts),
     /// STAT path: [`Answer::Lines`] (LIST-style lines).
     Status,
     /// RNFR: does it exist? [`Answer::Done`] if so.
@@ -204,6 +241,10 @@ pub enum Action {
         format: ListFormat,
         /// Data channel.
         data: DataSpec,
+        /// LIST/NLST whose last component is a wildcard: when `path` does
+        /// not exist under that very name, the entries of `matching.dir`
+        /// that match are listed instead.
+        matching: Option<ListMatch>,
     },
     /// Send a file (RETR, or ERET with `len`). Answer as for `List`.
     StartRetr {

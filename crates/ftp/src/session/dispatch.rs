@@ -3,11 +3,12 @@
 use std::net::SocketAddr;
 
 use super::{
-    Action, Answer, Change, ChecksumAlgorithm, DataSetup, ListFormat, Pending, Query, Session,
-    State, StoreKind, Transfer,
+    Action, Answer, Change, ChecksumAlgorithm, DataSetup, ListFormat, ListMatch, NamePattern,
+    Pending, Query, Session, State, StoreKind, Transfer,
 };
 use crate::command::{Command, Dcau, Epsv, Opts, Prot, Restart, TransferMode, TransferType};
 use crate::limits::{MAX_OFFSET, MAX_PARALLELISM};
+use crate::listing::MlstFacts;
 use crate::path::{PathError, VirtualPath};
 use crate::reply::{quote_257, Reply, ReplyCode as C};
 
@@ -17,7 +18,6 @@ const FEATURES: &[&str] = &[
     "SIZE",
     "MDTM",
     "REST STREAM",
-    "MLST type*;size*;modify*;perm*;UNIX.mode*;",
     "EPSV",
     "EPRT",
     "TVFS",
@@ -95,6 +95,8 @@ impl Session {
                     lines.extend(TLS_FEATURES.iter().map(|f| f.to_string()));
                 }
                 lines.extend(FEATURES.iter().map(|f| f.to_string()));
+                // The facts OPTS MLST chose carry a `*` (RFC 3659 7.8).
+                lines.insert(5, self.mlst_facts.feat_line());
                 lines.push("End.".into());
                 self.push(&Reply::multi(C::SYSTEM_STATUS, lines));
             }
@@ -232,6 +234,13 @@ impl Session {
                 }
                 self.reply(C::OK, "OPTS Command Successful.");
             }
+            Command::Opts(Opts::Other { name, args }) if name == "MLST" => {
+                // RFC 3659 7.9: the facts named (unknown ones ignored),
+                // echoed back; an empty list selects none.
+                self.mlst_facts = MlstFacts::parse(&String::from_utf8_lossy(&args));
+                let text = format!("MLST OPTS {}", self.mlst_facts.selected());
+                self.reply(C::OK, text.trim_end());
+            }
             Command::Opts(Opts::Other { .. }) => {
                 self.reply(C::BAD_ARGUMENTS, "Option not understood.")
             }
@@ -261,7 +270,10 @@ impl Session {
             }
             Command::Size(p) => self.query(&p, Query::Size),
             Command::Mdtm(p) => self.query(&p, Query::Modified),
-            Command::Mlst(p) => self.query(p.as_deref().unwrap_or(""), Query::Facts),
+            Command::Mlst(p) => {
+                let q = Query::Facts(self.mlst_facts);
+                self.query(p.as_deref().unwrap_or(""), q)
+            }
             Command::Stat(None) => self.status(),
             Command::Stat(Some(p)) => self.query(strip_ls_flags(&p), Query::Status),
             Command::Rest(Restart::Offset(n)) => {
@@ -326,7 +338,7 @@ impl Session {
             Command::Site(_) => self.reply(C::NOT_IMPLEMENTED, "SITE command not supported."),
             Command::List(p) => self.list(p, ListFormat::Long),
             Command::Nlst(p) => self.list(p, ListFormat::Names),
-            Command::Mlsd(p) => self.list(p, ListFormat::Machine),
+            Command::Mlsd(p) => self.list(p, ListFormat::Machine(self.mlst_facts)),
             Command::Retr(p) => {
                 let offset = self.rest.take().unwrap_or(0);
                 let skip = self
@@ -466,7 +478,7 @@ impl Session {
             ),
             (
                 Pending::Query {
-                    query: Query::Facts,
+                    query: Query::Facts(_),
                     ..
                 },
                 Answer::Facts(f),
@@ -637,7 +649,40 @@ impl Session {
         let Some(path) = self.resolve(arg) else {
             return;
         };
-        self.transfer(|data| Action::List { path, format, data });
+        let matching = match self.list_match(arg, format) {
+            Ok(m) => m,
+            Err(()) => return,
+        };
+        self.transfer(|data| Action::List {
+            path,
+            format,
+            data,
+            matching,
+        });
+    }
+
+    /// LIST/NLST of `dir/pattern` with a wildcard in the last component
+    /// (MLSD names a directory, RFC 3659 7.1, and takes none).
+    fn list_match(&mut self, arg: &str, format: ListFormat) -> Result<Option<ListMatch>, ()> {
+        let (prefix, last) = match arg.rfind('/') {
+            Some(i) => arg.split_at(i + 1),
+            None => ("", arg),
+        };
+        let pattern = if matches!(format, ListFormat::Machine(_)) {
+            return Ok(None);
+        } else if crate::glob::is_glob(last) {
+            crate::glob::Glob::new(last).map_or(NamePattern::TooLong, NamePattern::Glob)
+        } else if format == ListFormat::Names && !prefix.is_empty() {
+            NamePattern::Exact
+        } else {
+            return Ok(None);
+        };
+        let dir = self.resolve(prefix).ok_or(())?.without_dir_flag();
+        Ok(Some(ListMatch {
+            dir,
+            pattern,
+            prefix: prefix.to_string(),
+        }))
     }
 
     fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>) {

@@ -33,8 +33,8 @@ mod tests;
 mod tls_tests;
 
 pub use action::{
-    Action, Answer, Change, ChecksumAlgorithm, DataChannel, DataSpec, ListFormat, LoginGrant,
-    OpError, Query, StoreKind,
+    Action, Answer, Change, ChecksumAlgorithm, DataChannel, DataSpec, ListFormat, ListMatch,
+    LoginGrant, NamePattern, OpError, Query, StoreKind,
 };
 
 use std::collections::VecDeque;
@@ -191,6 +191,8 @@ pub struct Session {
     parallelism: u32,
     buffer: Option<u64>,
     marker_secs: u32,
+    /// MLSx facts chosen with `OPTS MLST`.
+    mlst_facts: crate::listing::MlstFacts,
     /// The control connection is under TLS.
     protected: bool,
     /// PROT P: data connections are TLS.
@@ -221,6 +223,7 @@ impl Session {
             parallelism: 1,
             buffer: None,
             marker_secs: DEFAULT_MARKER_SECS,
+            mlst_facts: crate::listing::MlstFacts::ALL,
             protected: config.tls.implicit,
             prot_private: false,
             login_requires_tls: false,
@@ -497,6 +500,7 @@ impl Session {
         self.parallelism = 1;
         self.buffer = None;
         self.marker_secs = DEFAULT_MARKER_SECS;
+        self.mlst_facts = crate::listing::MlstFacts::ALL;
         // The control connection stays protected (the shell cannot take
         // TLS off it), and so does the data protection level with it.
         self.login_requires_tls = false;

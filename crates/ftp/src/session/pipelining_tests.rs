@@ -70,7 +70,7 @@ impl SimShell {
                 Action::Query { query, .. } => self.s.handle_result(match query {
                     Query::Size => Ok(Answer::Size(7)),
                     Query::Modified => Ok(Answer::Modified(1_700_000_000)),
-                    Query::Facts => Ok(Answer::Facts("type=file;size=7; f".into())),
+                    Query::Facts(_) => Ok(Answer::Facts("type=file;size=7; f".into())),
                     Query::Status => Ok(Answer::Lines(vec!["-rw-r--r-- f".into()])),
                     Query::ChangeDir => Err(OpError::NotADirectory),
                     Query::Exists => Ok(Answer::Done),

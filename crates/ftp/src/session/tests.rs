@@ -592,3 +592,47 @@ fn passive_listener_lifetime() {
     t.send("RETR f\r\n");
     assert_eq!(t.out(), "425 Use PORT or PASV first.\r\n");
 }
+
+/// `NLST sub/*.dat` (what `mget sub/*.dat` sends) lists `/sub` filtered
+/// by `*.dat`, names prefixed with `sub/` as written; MLSD takes no
+/// pattern; a plain name is listed as before.
+#[test]
+fn list_and_nlst_carry_a_wildcard_last_component() {
+    let mut t = T::logged_in(false);
+    let list = |t: &mut T, cmd: &str| {
+        t.passive();
+        t.send(&format!("{cmd}\r\n"));
+        let a = t.action();
+        t.s.handle_transfer_done(t.now, Ok(0));
+        t.out();
+        match a {
+            Some(Action::List { path, matching, .. }) => (path, matching),
+            other => panic!("{cmd}: {other:?}"),
+        }
+    };
+    let (path, m) = list(&mut t, "NLST sub/*.dat");
+    assert_eq!(path.as_str(), "/sub/*.dat");
+    let m = m.expect("a pattern");
+    assert_eq!(m.dir.as_str(), "/sub");
+    assert_eq!(m.prefix, "sub/");
+    assert!(m.pattern.matches(b"x.dat"));
+    let (_, m) = list(&mut t, "LIST -la *.dat");
+    let m = m.expect("a pattern");
+    assert_eq!((m.dir.as_str(), m.prefix.as_str()), ("/", ""));
+    let (_, m) = list(&mut t, "NLST /d/../run-??");
+    let m = m.expect("a pattern");
+    assert_eq!((m.dir.as_str(), m.prefix.as_str()), ("/", "/d/../"));
+    assert_eq!(list(&mut t, "MLSD *.dat").1, None);
+    assert_eq!(list(&mut t, "NLST sub").1, None);
+    assert_eq!(list(&mut t, "LIST sub/a.dat").1, None);
+    // NLST of one name in another directory writes it with that prefix.
+    let m = list(&mut t, "NLST sub/a.dat").1.unwrap();
+    assert_eq!((m.pattern, m.prefix.as_str()), (NamePattern::Exact, "sub/"));
+    // A wildcard before the last component is a plain name.
+    assert_eq!(
+        list(&mut t, "NLST */x.dat").1.unwrap().pattern,
+        NamePattern::Exact
+    );
+    let long = format!("NLST {}", "*".repeat(300));
+    assert_eq!(list(&mut t, &long).1.unwrap().pattern, NamePattern::TooLong);
+}

@@ -541,7 +541,17 @@ impl Driver {
                     .await;
                 self.session.handle_result(r);
             }
-            Action::List { path, format, data } => self.start(Work::List { path, format, data }),
+            Action::List {
+                path,
+                format,
+                data,
+                matching,
+            } => self.start(Work::List {
+                path,
+                format,
+                data,
+                matching,
+            }),
             Action::StartRetr {
                 path,
                 offset,

@@ -13,7 +13,7 @@ use sluice_ftp::markers::{range_marker, PerfMarker};
 use sluice_ftp::mode_e::BlockHeader;
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::reply::Reply;
-use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, OpError, StoreKind};
+use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, ListMatch, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
 use sluice_transfer::{
     receive_mode_e_relative, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
@@ -114,6 +114,7 @@ pub enum Work {
         path: VirtualPath,
         format: ListFormat,
         data: DataSpec,
+        matching: Option<ListMatch>,
     },
     /// RETR/ERET.
     Retr {
@@ -244,7 +245,15 @@ async fn execute(
     progress: &Arc<Progress>,
 ) -> (Result<u64, OpError>, Record) {
     match work {
-        Work::List { path, format, data } => (list(job, path, *format, data, events).await, None),
+        Work::List {
+            path,
+            format,
+            data,
+            matching,
+        } => (
+            list(job, path, *format, data, matching.clone(), events).await,
+            None,
+        ),
         Work::Retr {
             path,
             offset,
@@ -279,10 +288,11 @@ async fn list(
     path: &VirtualPath,
     format: ListFormat,
     data: &DataSpec,
+    matching: Option<ListMatch>,
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<u64, OpError> {
     let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
-    let source = blocking(job, move || open_listing(&root, &p, format, w)).await??;
+    let source = blocking(job, move || open_listing(&root, &p, format, w, matching)).await??;
     let _ = events.send(Event::Started(None));
     // A MODE E receiver waits for as many connections as it asked for
     // with OPTS RETR Parallelism (globus-url-copy -p N -fast lists this
@@ -313,6 +323,14 @@ async fn list(
                 Arc::clone(&job.root),
                 reader,
                 Box::new(FtpLines::new(format, job.writable, meta)),
+            )),
+            None,
+        ),
+        ListSource::Matching(reader, m) => (
+            Some(Lister::new(
+                Arc::clone(&job.root),
+                reader,
+                Box::new(FtpLines::matching(format, job.writable, m)),
             )),
             None,
         ),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sluice_engine::{Cancel, Counters};
+use sluice_http::digest;
 use sluice_http::request::peek_request_line;
 use sluice_http::{
     parse_request, respond, respond_error, respond_status, AccessEntry, Method, Options, Plan,
@@ -101,7 +102,8 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             file,
             dir,
         } = find(&ctx, &req).await;
-        let plan = respond(&req, resource, time, &opts);
+        let mut plan = respond(&req, resource, time, &opts);
+        add_digests(&ctx, &req, &mut plan, file.as_ref()).await;
         let counters = Counters::new();
         let mut sent = send_plan(
             &mut conn,
@@ -138,6 +140,34 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             return;
         }
     }
+}
+
+/// Adds the Repr-Digest / Digest fields a request asked for to a 200 or
+/// 206 of a file (hashed on a disk thread, cached: see [`super::digests`]).
+/// A request that asks for none costs nothing here.
+async fn add_digests(
+    ctx: &Arc<HttpContext>,
+    req: &Request,
+    plan: &mut Plan,
+    file: Option<&Arc<std::fs::File>>,
+) {
+    let wanted = digest::wanted(req.want_repr_digest.as_deref(), req.want_digest.as_deref());
+    let Some(file) = file else {
+        return;
+    };
+    if wanted.is_empty() || !digest::applies(plan.status) {
+        return;
+    }
+    let mut got = Vec::new();
+    for alg in wanted.algorithms() {
+        if let Some(d) = ctx.digests.get(&ctx.engine, file, alg).await {
+            got.push((alg, d));
+        }
+    }
+    let fields = digest::fields(wanted, |a| {
+        got.iter().find(|(x, _)| *x == a).map(|(_, d)| d.clone())
+    });
+    digest::add_fields(plan, &fields);
 }
 
 /// Sends a directory listing after its head, a batch at a time

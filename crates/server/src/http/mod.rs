@@ -16,6 +16,7 @@
 //! sockets, clocks (the three deadlines below) and the access log.
 
 pub mod conn;
+pub mod digests;
 pub mod open_files;
 pub mod resolve;
 pub mod send;
@@ -58,6 +59,8 @@ pub struct HttpContext {
     gate: Arc<Semaphore>,
     /// Open files by path (`--http-open-cache`).
     pub open_files: open_files::OpenFiles,
+    /// File digests asked for with Want-Repr-Digest / Want-Digest.
+    pub digests: digests::Digests,
     /// The HTTPS door's TLS configuration; `None` for plain HTTP.
     pub tls: Option<Arc<crate::tls::Acceptor>>,
     /// The server's stop (crate::shutdown): idle keep-alive connections
@@ -76,6 +79,7 @@ impl HttpContext {
             settings,
             engine,
             next_conn: AtomicU64::new(1),
+            digests: digests::Digests::default(),
             tls: None,
             shutdown: crate::shutdown::Shutdown::never(),
         }
