@@ -128,6 +128,17 @@ async fn send_extended(
         );
         tasks.spawn(async move { stream_task(conn, &file, &queue, eof, &progress, &inner).await });
     }
+    join_streams(tasks, &inner, &cancel).await
+}
+
+/// Waits for every stream task of a MODE E transfer: the first error
+/// stops the others (through `inner`) and is the result; the caller's
+/// `cancel` stops them all.
+pub(crate) async fn join_streams(
+    mut tasks: JoinSet<Result<u64, TransferError>>,
+    inner: &Cancel,
+    cancel: &Cancel,
+) -> Result<u64, TransferError> {
     let mut total = 0u64;
     let mut first_err: Option<TransferError> = None;
     loop {

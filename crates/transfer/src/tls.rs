@@ -108,32 +108,7 @@ pub async fn send_extended_tls(
             async move { tls_stream_task(conn, &file, &queue, eof, &progress, &inner).await },
         );
     }
-    let mut total = 0u64;
-    let mut first_err: Option<TransferError> = None;
-    loop {
-        tokio::select! {
-            joined = tasks.join_next() => match joined {
-                None => break,
-                Some(Ok(Ok(n))) => total += n,
-                Some(Ok(Err(e))) => {
-                    inner.cancel();
-                    first_err.get_or_insert(e);
-                }
-                Some(Err(_)) => {
-                    inner.cancel();
-                    first_err.get_or_insert(TransferError::Setup("sender task failed"));
-                }
-            },
-            _ = cancel.cancelled(), if !inner.is_cancelled() => {
-                inner.cancel();
-                first_err.get_or_insert(TransferError::Cancelled);
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(total),
-    }
+    crate::send::join_streams(tasks, &inner, &cancel).await
 }
 
 async fn tls_stream_task(
