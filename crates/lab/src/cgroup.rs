@@ -49,11 +49,27 @@ pub fn check() -> Result<()> {
     Ok(())
 }
 
+/// `name` with every character a shell or a path could misread replaced by `-`.
+fn group_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
 impl Group {
-    /// Creates (or resets) the groups `sluice-lab/NAME`.
+    /// Creates (or resets) the groups `sluice-lab/NAME`. Characters other than
+    /// letters, digits, `-` and `_` become `-`: the name ends up in a shell
+    /// redirection (`enter_prefix`), and server rows are named freely
+    /// ("sluice drs on").
     pub fn create(name: &str, limits: &Limits) -> Result<Group> {
         let g = Group {
-            name: format!("sluice-lab/{name}"),
+            name: format!("sluice-lab/{}", group_name(name)),
         };
         g.destroy_quiet();
         for c in CONTROLLERS {
@@ -214,5 +230,17 @@ mod tests {
     fn finds_the_device_of_the_root_filesystem() {
         let d = device_of(Path::new("/")).unwrap();
         assert!(d.contains(':'));
+    }
+
+    #[test]
+    fn row_names_with_spaces_make_one_shell_word() {
+        assert_eq!(group_name("srv-sluice drs on"), "srv-sluice-drs-on");
+        assert_eq!(group_name("a/b;c'd"), "a-b-c-d");
+        let g = Group {
+            name: format!("sluice-lab/{}", group_name("srv-x y")),
+        };
+        assert!(g
+            .enter_prefix()
+            .contains("/sluice-lab/srv-x-y/cgroup.procs &&"));
     }
 }
