@@ -23,7 +23,9 @@ mod tls;
 
 pub use error::TransferError;
 pub use progress::Progress;
-pub use receive::{receive_mode_e, receive_mode_e_relative, ReceiveSummary};
+pub use receive::{
+    receive_mode_e, receive_mode_e_protected, receive_mode_e_relative, Protect, ReceiveSummary,
+};
 pub use receive_stream::receive_stream;
 pub use send::{send, send_relative};
 pub use sluice_engine::{Cancel, Engine, EngineConfig};

@@ -16,8 +16,8 @@ use sluice_ftp::reply::Reply;
 use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, ListMatch, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
 use sluice_transfer::{
-    receive_mode_e_relative, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
-    send_stream_tls, ByteRange, Mode, Progress, SendSpec, TransferError,
+    receive_mode_e_protected, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
+    send_stream_tls, ByteRange, Mode, Progress, Protect, SendSpec, TransferError,
 };
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -621,13 +621,19 @@ async fn stor(
                 StoreKind::Adjusted(_) | StoreKind::Append => upload.start,
                 StoreKind::Replace | StoreKind::Restart(_) | StoreKind::RestartRanges(_) => 0,
             };
+            let protect = if data.protected {
+                Some(protect_data(job)?)
+            } else {
+                None
+            };
             let (tx, rx) = mpsc::channel(8);
             let acceptor = accept_all(job, data, tx, cached).await?;
-            let fut = receive_mode_e_relative(
+            let fut = receive_mode_e_protected(
                 &job.engine,
                 file,
                 base,
                 rx,
+                protect,
                 Arc::clone(progress),
                 job.cancel.clone(),
             );
@@ -781,6 +787,24 @@ async fn handshake_data(job: &Job, conn: TcpStream, data: &DataSpec) -> Result<T
     };
     tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
     Ok(job.engine.tls_conn(tls.into()))
+}
+
+/// PROT P for a MODE E upload: the handshake [`handshake_data`] does, run
+/// by the receiver on each connection as it arrives (the client opens as
+/// many as it likes, so they cannot all be secured up front).
+fn protect_data(job: &Job) -> Result<Protect, OpError> {
+    let config = job.tls.clone().ok_or(OpError::DataConnection)?;
+    let engine = job.engine.clone();
+    Ok(Arc::new(move |conn: TcpStream| {
+        let (config, engine) = (Arc::clone(&config), engine.clone());
+        Box::pin(async move {
+            let tls = crate::tls::handshake(config, conn).await.inspect_err(|e| {
+                tracing::info!(error = %e, "TLS handshake on a MODE E data connection failed");
+            })?;
+            tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
+            Ok(engine.tls_conn(tls.into()))
+        })
+    }))
 }
 
 /// Opens `n` data connections as the session arranged.
