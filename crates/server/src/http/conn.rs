@@ -9,13 +9,18 @@
 //!   This bounds slow-loris clients without bounding honest slow bodies.
 //! - keep-alive: between requests the connection may sit idle for
 //!   `keepalive_timeout`; then it is closed silently (as nginx does).
-//! - send: see [`super::send`].
+//! - send: see [`super::send`] (the transfer's stall policy).
+//!
+//! A response is a `sluice_transfer::Transfer` (progress, counters,
+//! cancellation, stall policy shared with FTP); when it fails,
+//! [`super::failure`] decides from whose fault it was whether a status
+//! still goes out or the connection just closes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluice_engine::{Cancel, Counters};
+use sluice_engine::Cancel;
 use sluice_http::digest;
 use sluice_http::request::peek_request_line;
 use sluice_http::{
@@ -25,8 +30,11 @@ use sluice_http::{
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use sluice_transfer::{Framing, Transfer, TransferError};
+
+use super::failure::{self, Failure};
 use super::resolve::{resolve, Found, HttpListing};
-use super::send::{send_plan, SendError};
+use super::send::{response_transfer, send_plan};
 use super::HttpContext;
 use crate::listing::Lister;
 use crate::transport::Conn;
@@ -104,36 +112,35 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
         } = find(&ctx, &req).await;
         let mut plan = respond(&req, resource, time, &opts);
         add_digests(&ctx, &req, &mut plan, file.as_ref()).await;
-        let counters = Counters::new();
-        let mut sent = send_plan(
-            &mut conn,
-            &plan,
-            file.as_ref(),
-            &counters,
-            ctx.settings.send_timeout,
-        )
-        .await;
+        let transfer = response_transfer(ctx.settings.send_timeout);
+        let mut sent = send_plan(&mut conn, &plan, file.as_ref(), &transfer)
+            .await
+            .map(drop);
         if let (Ok(()), Some(dir), Status::Ok, false) =
             (&sent, dir, plan.status, req.method == Method::Head)
         {
-            sent = send_listing(&ctx, &mut conn, &req, dir, &counters).await;
+            sent = send_listing(&ctx, &mut conn, &req, dir, &transfer).await;
         }
+        let out = transfer.progress().counters().snapshot().bytes_sent;
         let body_bytes = match &sent {
-            Ok(()) if plan.body.is_empty() => counters
-                .snapshot()
-                .bytes_sent
-                .saturating_sub(plan.head.len() as u64),
-            Ok(()) => plan.body_len(),
-            Err(_) => counters
-                .snapshot()
-                .bytes_sent
-                .saturating_sub(plan.head.len() as u64),
+            Ok(()) if !plan.body.is_empty() => plan.body_len(),
+            _ => out.saturating_sub(plan.head.len() as u64),
         };
-        log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
         if let Err(e) = sent {
-            tracing::debug!(error = %e, "response not completed; closing");
+            match failure::after(e.fault(), out) {
+                Failure::Answer(status) => {
+                    tracing::warn!(error = %e, status = status.code(), "response failed before its head");
+                    let plan = respond_status(status, SystemTime::now(), &opts);
+                    finish_with(&ctx, &mut conn, peer, &plan, &req.request_line).await;
+                }
+                Failure::Close => {
+                    log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
+                    tracing::debug!(error = %e, fault = ?e.fault(), "response not completed; closing");
+                }
+            }
             return;
         }
+        log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
         // A stopping server answers what it was asked, then closes.
         if !plan.keep_alive || ctx.shutdown.is_draining() {
             linger_close(&mut conn).await;
@@ -178,27 +185,24 @@ async fn send_listing(
     conn: &mut Conn,
     req: &Request,
     dir: sluice_platform::fs::DirReader,
-    counters: &Counters,
-) -> Result<(), SendError> {
+    transfer: &Transfer,
+) -> Result<(), TransferError> {
     let render = Box::new(HttpListing::new(req));
     let mut lister = Lister::new(Arc::clone(&ctx.root), dir, render);
-    let cancel = Cancel::new();
     loop {
-        let piece = match lister.next(&ctx.engine, &cancel).await {
+        let piece = match lister.next(&ctx.engine, transfer.cancel()).await {
             Ok(Some(p)) => p,
             Ok(None) => return Ok(()),
             // The head is out: all that is left is to cut the body short
             // (the connection closes).
-            Err(e) => return Err(SendError::Listing(e.to_string())),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing stopped");
+                return Err(TransferError::Disk(std::io::Error::other(e.to_string())));
+            }
         };
-        let plan = Plan {
-            status: Status::Ok,
-            head: piece.bytes,
-            body: Vec::new(),
-            keep_alive: true,
-            range_ignored: None,
-        };
-        send_plan(conn, &plan, None, counters, ctx.settings.send_timeout).await?;
+        transfer
+            .send_piece(conn, &piece.bytes, Framing::Raw)
+            .await?;
     }
 }
 
@@ -284,9 +288,9 @@ async fn finish_with(
     plan: &Plan,
     line: &str,
 ) {
-    let counters = Counters::new();
+    let transfer = response_transfer(ctx.settings.send_timeout);
     let time = SystemTime::now();
-    let sent = send_plan(conn, plan, None, &counters, ctx.settings.send_timeout).await;
+    let sent = send_plan(conn, plan, None, &transfer).await;
     let bytes = if sent.is_ok() { plan.body_len() } else { 0 };
     log_access(peer, time, line, plan, bytes, None);
     if sent.is_ok() {

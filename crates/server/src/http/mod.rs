@@ -17,6 +17,7 @@
 
 pub mod conn;
 pub mod digests;
+pub mod failure;
 pub mod open_files;
 pub mod resolve;
 pub mod send;
