@@ -28,6 +28,7 @@ use tracing::Instrument;
 use crate::config::ServeConfig;
 use crate::listener::Door;
 use crate::loops::Loops;
+use crate::store::Store;
 
 /// What every FTP session shares.
 #[derive(Debug)]
@@ -39,10 +40,10 @@ pub struct FtpContext {
     pub current: Arc<crate::reload::Current>,
     /// The data-delivery engine.
     pub engine: Engine,
-    /// The served root, opened at the first login that uses it and shared
-    /// by every such session: one descriptor per session (its socket)
-    /// instead of two.
-    pub served_root: std::sync::OnceLock<Arc<ServedRoot>>,
+    /// The served root as both doors see it (crate::store), shared with
+    /// the HTTP doors and every session whose login serves it: one
+    /// descriptor per session (its socket) instead of two.
+    pub store: Arc<Store>,
     /// The server's stop (crate::shutdown), watched by every session.
     pub shutdown: crate::shutdown::Shutdown,
 }
@@ -54,11 +55,17 @@ impl FtpContext {
         if root != self.config.root {
             return ServedRoot::open(root).map(Arc::new);
         }
-        if let Some(r) = self.served_root.get() {
-            return Ok(Arc::clone(r));
+        Ok(Arc::clone(self.store.root()))
+    }
+
+    /// The store a login's `root` is served through: the shared one, or
+    /// for a user's own root a store of its own (no open-file cache).
+    pub fn store_for(&self, root: &Arc<ServedRoot>) -> Arc<Store> {
+        if Arc::ptr_eq(root, self.store.root()) {
+            Arc::clone(&self.store)
+        } else {
+            Arc::new(Store::new(Arc::clone(root), std::time::Duration::ZERO))
         }
-        let r = Arc::new(ServedRoot::open(root)?);
-        Ok(Arc::clone(self.served_root.get_or_init(|| r)))
     }
 }
 

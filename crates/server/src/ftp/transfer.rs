@@ -50,6 +50,8 @@ pub struct Job {
     pub engine: Engine,
     /// The login's root.
     pub root: Arc<ServedRoot>,
+    /// The same root as both doors see it (downloads: hidden names).
+    pub store: Arc<crate::store::Store>,
     /// The passive listener, if the session has one.
     pub passive: Option<Passive>,
     /// Control connection's local IP (active connects come from it).
@@ -414,10 +416,10 @@ async fn retr(
     events: &mpsc::UnboundedSender<Event>,
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
-    let (root, p) = (Arc::clone(&job.root), path.clone());
+    let (store, p) = (Arc::clone(&job.store), path.clone());
     let file = blocking(job, move || {
-        check_names_dir(&root, &p)?;
-        root.open_read(p.as_str()).map_err(op_error)
+        check_names_dir(store.root(), &p)?;
+        store.open_read(p.as_str()).map_err(op_error)
     })
     .await??;
     let size = file.metadata().map_err(|e| op_error(e.into()))?.len();

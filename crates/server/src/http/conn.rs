@@ -188,7 +188,7 @@ async fn send_listing(
     transfer: &Transfer,
 ) -> Result<(), TransferError> {
     let render = Box::new(HttpListing::new(req));
-    let mut lister = Lister::new(Arc::clone(&ctx.root), dir, render);
+    let mut lister = Lister::new(Arc::clone(ctx.store.root()), dir, render);
     loop {
         let piece = match lister.next(&ctx.engine, transfer.cancel()).await {
             Ok(Some(p)) => p,
@@ -240,12 +240,13 @@ async fn read_head(ctx: &HttpContext, stream: &mut Conn, buf: &mut Vec<u8>, firs
     }
 }
 
-/// Finds the request's file in the open-file cache (one `fstat` here on
-/// the loop), else resolves the path on an engine disk thread (which may
-/// wait on the disk) and caches a file it opened.
+/// Finds the request's file in the store's open-file cache (one `fstat`
+/// here on the loop), else resolves the path through the store on an
+/// engine disk thread (which may wait on the disk) and caches a file it
+/// opened.
 async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
     let rel = req.path.relative();
-    if let Some(hit) = ctx.open_files.get(rel, std::time::Instant::now()) {
+    if let Some(hit) = ctx.store.cached(rel, std::time::Instant::now()) {
         return Found {
             resource: Resource::File {
                 len: hit.len,
@@ -259,14 +260,12 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
     let path = req.path.clone();
     match ctx
         .engine
-        .run_blocking(&Cancel::new(), move || resolve(&c.root, &path))
+        .run_blocking(&Cancel::new(), move || resolve(&c.store, &path))
         .await
     {
         Ok(found) => {
-            match &found.file {
-                Some(f) => ctx.open_files.put(rel, f, std::time::Instant::now()),
-                None => ctx.open_files.forget(rel),
-            }
+            ctx.store
+                .remember(rel, found.file.as_ref(), std::time::Instant::now());
             found
         }
         Err(e) => {
@@ -344,8 +343,8 @@ async fn linger_close(stream: &mut Conn) {
 mod tests {
     use super::super::{run, HttpSettings};
     use super::*;
+    use crate::store::Store;
     use sluice_engine::{DataPath, Engine, EngineConfig};
-    use sluice_platform::fs::ServedRoot;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -369,11 +368,8 @@ mod tests {
             data_path: path,
             ..EngineConfig::default()
         });
-        let ctx = Arc::new(HttpContext::new(
-            ServedRoot::open(dir.path()).unwrap(),
-            settings,
-            engine,
-        ));
+        let store = Store::open(dir.path(), settings.open_cache).unwrap();
+        let ctx = Arc::new(HttpContext::new(Arc::new(store), settings, engine));
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(run(ctx, l));
@@ -424,8 +420,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), b"hello").unwrap();
         let settings = test_settings();
+        let store = Store::open(dir.path(), settings.open_cache).unwrap();
         let ctx = Arc::new(HttpContext::new(
-            ServedRoot::open(dir.path()).unwrap(),
+            Arc::new(store),
             settings,
             Engine::new(EngineConfig::default()),
         ));
@@ -464,7 +461,7 @@ mod tests {
         let tls = crate::tls::ServerTls::load(&cert, &key).unwrap();
         let ctx = Arc::new(
             HttpContext::new(
-                ServedRoot::open(dir.path()).unwrap(),
+                Arc::new(Store::open(dir.path(), test_settings().open_cache).unwrap()),
                 test_settings(),
                 Engine::new(EngineConfig::default()),
             )
