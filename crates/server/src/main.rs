@@ -253,13 +253,18 @@ async fn serve_on(
         loops::Loops::here()
     };
     // The served root as both doors see it, one for all of them.
-    let open_cache = (cfg.http.as_ref().or(cfg.https.as_ref())).map_or(Duration::ZERO, |h| h.open_cache);
+    let open_cache =
+        (cfg.http.as_ref().or(cfg.https.as_ref())).map_or(Duration::ZERO, |h| h.open_cache);
     let store = Arc::new(
         Store::open(&cfg.root, open_cache)
             .with_context(|| format!("cannot serve {}", cfg.root.display()))?,
     );
     if let Some(every) = store.files().sweep_every() {
-        tokio::spawn(store::sweep_open_files(Arc::downgrade(&store), engine.clone(), every));
+        tokio::spawn(store::sweep_open_files(
+            Arc::downgrade(&store),
+            engine.clone(),
+            every,
+        ));
     }
     listener::check_fd_budget(
         cfg.max_sessions * usize::from(cfg.ftp_enabled)

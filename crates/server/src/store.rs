@@ -205,7 +205,10 @@ mod tests {
         assert!(matches!(s.lookup("sub"), Ok(Opened::Dir(_))));
         assert!(matches!(s.lookup(""), Ok(Opened::Dir(_))));
         assert!(matches!(s.lookup("nope"), Err(FsError::NotFound)));
-        assert!(matches!(s.lookup("sub/a.txt/x"), Err(FsError::NotADirectory)));
+        assert!(matches!(
+            s.lookup("sub/a.txt/x"),
+            Err(FsError::NotADirectory)
+        ));
         assert!(matches!(s.open_read("sub"), Err(FsError::IsADirectory)));
         assert!(s.open_read("sub/a.txt").is_ok());
     }
@@ -229,7 +232,10 @@ mod tests {
                 "{rel}: {:?}",
                 s.lookup(&rel)
             );
-            assert!(matches!(s.open_read(&rel), Err(FsError::OutsideRoot)), "{rel}");
+            assert!(
+                matches!(s.open_read(&rel), Err(FsError::OutsideRoot)),
+                "{rel}"
+            );
         }
         assert!(matches!(s.lookup("%2e%2e/x"), Err(FsError::NotFound)));
         assert!(matches!(s.lookup("sub/a.txt\0"), Err(FsError::InvalidPath)));

@@ -151,9 +151,18 @@ mod tests {
     #[test]
     fn engine_errors_are_typed_by_whose_fault_they_are() {
         let fault = |e: EngineError| TransferError::from(e).fault();
-        assert_eq!(fault(EngineError::Disk(io::Error::from_raw_os_error(28))), Fault::DiskFull);
-        assert_eq!(fault(EngineError::Disk(io::Error::from_raw_os_error(122))), Fault::DiskFull);
-        assert_eq!(fault(EngineError::Disk(io::Error::from_raw_os_error(5))), Fault::Disk);
+        assert_eq!(
+            fault(EngineError::Disk(io::Error::from_raw_os_error(28))),
+            Fault::DiskFull
+        );
+        assert_eq!(
+            fault(EngineError::Disk(io::Error::from_raw_os_error(122))),
+            Fault::DiskFull
+        );
+        assert_eq!(
+            fault(EngineError::Disk(io::Error::from_raw_os_error(5))),
+            Fault::Disk
+        );
         assert_eq!(fault(EngineError::ShortFile { at: 7 }), Fault::Disk);
         assert_eq!(fault(EngineError::Cancelled), Fault::Cancelled);
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
@@ -168,7 +177,11 @@ mod tests {
         assert_eq!(TransferError::Limit("x").fault(), Fault::PeerProtocol);
         assert_eq!(TransferError::Stalled.fault(), Fault::PeerGone);
         assert_eq!(
-            TransferError::Incomplete { eods: 1, expected: 2 }.fault(),
+            TransferError::Incomplete {
+                eods: 1,
+                expected: 2
+            }
+            .fault(),
             Fault::PeerGone
         );
         assert_eq!(TransferError::Setup("x").fault(), Fault::Local);

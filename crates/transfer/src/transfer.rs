@@ -224,8 +224,10 @@ impl Transfer {
                         "MODE S needs exactly one data connection",
                     ));
                 };
-                self.run(crate::tls::send_stream_tls(spec, &mut conn, progress, cancel))
-                    .await
+                self.run(crate::tls::send_stream_tls(
+                    spec, &mut conn, progress, cancel,
+                ))
+                .await
             }
             Mode::Extended { .. } => {
                 self.run(crate::tls::send_extended_tls(
@@ -336,7 +338,10 @@ mod tests {
                 },
                 Part::Bytes(b"--end"),
             ];
-            let n = t.send_body(&mut conn, Some(&f), b"HEAD", parts).await.unwrap();
+            let n = t
+                .send_body(&mut conn, Some(&f), b"HEAD", parts)
+                .await
+                .unwrap();
             assert_eq!(n, 5 + 10 + 5 + 150_000 + 5, "{path}");
             assert_eq!(t.progress().bytes(), 150_010, "{path}: file bytes");
             // The connection stays open for the next answer.
@@ -377,8 +382,8 @@ mod tests {
         let engine = Engine::new(EngineConfig::default());
         let (mut conn, _peer) = pair(&engine).await;
         let f = file(&vec![7u8; 32 << 20]);
-        let t = Transfer::new(Progress::new(), Cancel::new())
-            .stall_after(Duration::from_millis(300));
+        let t =
+            Transfer::new(Progress::new(), Cancel::new()).stall_after(Duration::from_millis(300));
         let e = t
             .send_body(
                 &mut conn,

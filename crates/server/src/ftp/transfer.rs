@@ -887,8 +887,14 @@ mod tests {
         use std::io;
         let code = |e: TransferError| transfer_error(&e, &Cancel::new()).reply().code.0;
         let engine = |e: EngineError| code(TransferError::from(e));
-        assert_eq!(engine(EngineError::Disk(io::Error::from_raw_os_error(28))), 452);
-        assert_eq!(engine(EngineError::Disk(io::Error::from_raw_os_error(5))), 451);
+        assert_eq!(
+            engine(EngineError::Disk(io::Error::from_raw_os_error(28))),
+            452
+        );
+        assert_eq!(
+            engine(EngineError::Disk(io::Error::from_raw_os_error(5))),
+            451
+        );
         assert_eq!(engine(EngineError::ShortFile { at: 1 }), 451);
         assert_eq!(engine(EngineError::PoolClosed), 451);
         assert_eq!(engine(EngineError::Cancelled), 426);
@@ -900,7 +906,10 @@ mod tests {
         assert_eq!(code(TransferError::Limit("streams")), 426);
         assert_eq!(code(TransferError::Stalled), 426);
         assert_eq!(code(TransferError::Setup("x")), 451);
-        let e = TransferError::Incomplete { eods: 1, expected: 2 };
+        let e = TransferError::Incomplete {
+            eods: 1,
+            expected: 2,
+        };
         assert_eq!(transfer_error(&e, &Cancel::new()), OpError::ConnectionLost);
         let aborted = Cancel::new();
         aborted.cancel();

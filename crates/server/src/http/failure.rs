@@ -48,7 +48,10 @@ mod tests {
         let eio = fault(EngineError::Disk(io::Error::from_raw_os_error(5)));
         assert_eq!(after(eio, 0), Failure::Answer(Status::InternalServerError));
         let short = fault(EngineError::ShortFile { at: 3 });
-        assert_eq!(after(short, 0), Failure::Answer(Status::InternalServerError));
+        assert_eq!(
+            after(short, 0),
+            Failure::Answer(Status::InternalServerError)
+        );
         let pool = fault(EngineError::PoolClosed);
         assert_eq!(after(pool, 0), Failure::Answer(Status::ServiceUnavailable));
     }
@@ -57,9 +60,15 @@ mod tests {
     fn a_partial_body_or_a_gone_peer_closes() {
         let eio = fault(EngineError::Disk(io::Error::from_raw_os_error(5)));
         assert_eq!(after(eio, 1), Failure::Close);
-        assert_eq!(after(fault(EngineError::ShortFile { at: 3 }), 4096), Failure::Close);
+        assert_eq!(
+            after(fault(EngineError::ShortFile { at: 3 }), 4096),
+            Failure::Close
+        );
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
-        assert_eq!(after(fault(EngineError::Connection(reset)), 0), Failure::Close);
+        assert_eq!(
+            after(fault(EngineError::Connection(reset)), 0),
+            Failure::Close
+        );
         assert_eq!(after(TransferError::Stalled.fault(), 0), Failure::Close);
         assert_eq!(after(fault(EngineError::Cancelled), 0), Failure::Close);
     }
