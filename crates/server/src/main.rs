@@ -6,7 +6,6 @@
 
 use sluice_server::shutdown::{self, Shutdown};
 use sluice_server::signals::{SignalEvent, Signals};
-use sluice_server::store::{self, Store};
 use sluice_server::{auth, config, ftp, http, listener, logbuf, loops, metrics, reload, runtime};
 
 use std::io::{IsTerminal, Write};
@@ -252,20 +251,6 @@ async fn serve_on(
     } else {
         loops::Loops::here()
     };
-    // The served root as both doors see it, one for all of them.
-    let open_cache =
-        (cfg.http.as_ref().or(cfg.https.as_ref())).map_or(Duration::ZERO, |h| h.open_cache);
-    let store = Arc::new(
-        Store::open(&cfg.root, open_cache)
-            .with_context(|| format!("cannot serve {}", cfg.root.display()))?,
-    );
-    if let Some(every) = store.files().sweep_every() {
-        tokio::spawn(store::sweep_open_files(
-            Arc::downgrade(&store),
-            engine.clone(),
-            every,
-        ));
-    }
     listener::check_fd_budget(
         cfg.max_sessions * usize::from(cfg.ftp_enabled)
             + cfg.http.as_ref().map_or(0, |h| h.max_connections),
@@ -278,7 +263,7 @@ async fn serve_on(
         let set = Arc::clone(&set_filter);
         Ok(Box::new(move || set(filter)))
     }));
-    let http_task = http::start(&cfg, &engine, &loops, &shutdown, &current, &store).await?;
+    let http_task = http::start(&cfg, &engine, &loops, &shutdown, &current).await?;
     let ftp_task = if cfg.ftp_enabled {
         let listener = ftp::bind(cfg.ftp, cfg.listen_backlog)
             .await
@@ -300,7 +285,8 @@ async fn serve_on(
             out.flush()?;
         }
         let ctx = Arc::new(ftp::FtpContext {
-            store,
+            served_root: Default::default(),
+            served_store: Default::default(),
             current: Arc::clone(&current),
             config: cfg.clone(),
             engine,

@@ -1,5 +1,7 @@
-//! The served root as both doors see it: one [`Store`] per root, shared
-//! by the FTP and HTTP doors, holding
+//! The served root as both doors see it: a [`Store`] is one served root
+//! with the policy both doors apply to it (one instance for the HTTP and
+//! HTTPS doors, one for the FTP sessions of the served root, which keeps
+//! its own lazily opened descriptor, one per `[[user]]` root), holding
 //! - path resolution: every path is opened beneath the root by the kernel
 //!   (`openat2(RESOLVE_BENEATH)` in `sluice_platform::fs::ServedRoot`):
 //!   symlinks that stay inside are followed, anything that would leave

@@ -40,10 +40,13 @@ pub struct FtpContext {
     pub current: Arc<crate::reload::Current>,
     /// The data-delivery engine.
     pub engine: Engine,
-    /// The served root as both doors see it (crate::store), shared with
-    /// the HTTP doors and every session whose login serves it: one
-    /// descriptor per session (its socket) instead of two.
-    pub store: Arc<Store>,
+    /// The served root, opened at the first login that uses it and shared
+    /// by every such session: one descriptor per session (its socket)
+    /// instead of two. (Its own descriptor, not the HTTP doors': a login
+    /// that cannot open it is told 421, see tests/listener.rs.)
+    pub served_root: std::sync::OnceLock<Arc<ServedRoot>>,
+    /// The [`Store`] around `served_root` (downloads go through it).
+    pub served_store: std::sync::OnceLock<Arc<Store>>,
     /// The server's stop (crate::shutdown), watched by every session.
     pub shutdown: crate::shutdown::Shutdown,
 }
@@ -55,16 +58,23 @@ impl FtpContext {
         if root != self.config.root {
             return ServedRoot::open(root).map(Arc::new);
         }
-        Ok(Arc::clone(self.store.root()))
+        if let Some(r) = self.served_root.get() {
+            return Ok(Arc::clone(r));
+        }
+        let r = Arc::new(ServedRoot::open(root)?);
+        Ok(Arc::clone(self.served_root.get_or_init(|| r)))
     }
 
-    /// The store a login's `root` is served through: the shared one, or
-    /// for a user's own root a store of its own (no open-file cache).
+    /// The store a login's `root` is served through: one shared by every
+    /// session of the served root, or for a user's own root a store of
+    /// its own. No open-file cache for FTP (crate::store says why).
     pub fn store_for(&self, root: &Arc<ServedRoot>) -> Arc<Store> {
-        if Arc::ptr_eq(root, self.store.root()) {
-            Arc::clone(&self.store)
-        } else {
-            Arc::new(Store::new(Arc::clone(root), std::time::Duration::ZERO))
+        let plain = || Arc::new(Store::new(Arc::clone(root), std::time::Duration::ZERO));
+        match self.served_root.get() {
+            Some(served) if Arc::ptr_eq(root, served) => {
+                Arc::clone(self.served_store.get_or_init(plain))
+            }
+            _ => plain(),
         }
     }
 }

@@ -29,7 +29,8 @@ async fn server(
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let ctx = Arc::new(FtpContext {
-        store: Arc::new(crate::store::Store::open(dir, std::time::Duration::ZERO).unwrap()),
+        served_root: Default::default(),
+        served_store: Default::default(),
         current: Arc::new(crate::reload::Current::new(&config)),
         config,
         engine,

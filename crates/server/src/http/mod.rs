@@ -105,17 +105,27 @@ pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener
 /// `crate::loops`). When the *default* address is taken (say,
 /// by another `sluice serve` started without `--http`), it warns and
 /// runs without HTTP; an address given explicitly must bind. Both doors
-/// serve `store` (shared with FTP).
+/// serve one [`Store`] (one root descriptor, one open-file cache and its
+/// sweep timer), opened once the first of them has bound.
 pub async fn start(
     cfg: &ServeConfig,
     engine: &Engine,
     loops: &Loops,
     shutdown: &crate::shutdown::Shutdown,
     current: &crate::reload::Current,
-    store: &Arc<Store>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let http = start_plain(cfg, engine, loops, shutdown, current, store).await?;
-    let https = start_https(cfg, engine, loops, shutdown, current, store).await?;
+    let mut store = None;
+    let http = start_plain(cfg, engine, loops, shutdown, current, &mut store).await?;
+    let https = start_https(cfg, engine, loops, shutdown, current, &mut store).await?;
+    if let Some(s) = &store {
+        if let Some(every) = s.files().sweep_every() {
+            tokio::spawn(crate::store::sweep_open_files(
+                Arc::downgrade(s),
+                engine.clone(),
+                every,
+            ));
+        }
+    }
     Ok(match (http, https) {
         (Some(a), Some(b)) => Some(tokio::spawn(async move {
             // Either door ending (a panic) ends the front door as one.
@@ -136,7 +146,7 @@ async fn start_https(
     loops: &Loops,
     shutdown: &crate::shutdown::Shutdown,
     current: &crate::reload::Current,
-    store: &Arc<Store>,
+    store: &mut Option<Arc<Store>>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let (Some(settings), Some(server)) = (cfg.https.clone(), cfg.tls.server.as_ref()) else {
         return Ok(None);
@@ -145,6 +155,7 @@ async fn start_https(
         .await
         .with_context(|| format!("cannot listen on {}", settings.addr))?;
     let addr = listener.local_addr()?;
+    let store = open_store(cfg, &settings, store)?;
     tracing::info!(%addr, max_connections = settings.max_connections, "https serving");
     crate::tls::log_data_path();
     {
@@ -152,8 +163,8 @@ async fn start_https(
         writeln!(out, "https listening on {addr}")?;
         out.flush()?;
     }
-    let mut ctx = HttpContext::new(Arc::clone(store), settings, engine.clone())
-        .with_tls(Arc::clone(&server.https));
+    let mut ctx =
+        HttpContext::new(store, settings, engine.clone()).with_tls(Arc::clone(&server.https));
     ctx.shutdown = shutdown.clone();
     // SIGHUP may bring new certificates (crate::reload).
     if let Some(a) = &ctx.tls {
@@ -170,7 +181,7 @@ async fn start_plain(
     loops: &Loops,
     shutdown: &crate::shutdown::Shutdown,
     current: &crate::reload::Current,
-    store: &Arc<Store>,
+    store: &mut Option<Arc<Store>>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
@@ -186,6 +197,7 @@ async fn start_plain(
         }
     };
     let addr = listener.local_addr()?;
+    let store = open_store(cfg, &settings, store)?;
     tracing::info!(
         %addr,
         header_timeout = ?settings.header_timeout,
@@ -199,12 +211,27 @@ async fn start_plain(
         writeln!(out, "http listening on {addr}")?;
         out.flush()?;
     }
-    let mut ctx = HttpContext::new(Arc::clone(store), settings, engine.clone());
+    let mut ctx = HttpContext::new(store, settings, engine.clone());
     ctx.shutdown = shutdown.clone();
     // SIGHUP may change `http_max_connections` (crate::reload).
     current.set_http_gate(Arc::clone(&ctx.gate), ctx.settings.max_connections);
     let ctx = Arc::new(ctx);
     Ok(Some(tokio::spawn(run_spread(ctx, listener, loops.clone()))))
+}
+
+/// The HTTP doors' store: opened by the first door that binds (its
+/// `open_cache` sizes the cache), shared by the second.
+fn open_store(
+    cfg: &ServeConfig,
+    settings: &HttpSettings,
+    store: &mut Option<Arc<Store>>,
+) -> anyhow::Result<Arc<Store>> {
+    if let Some(s) = store {
+        return Ok(Arc::clone(s));
+    }
+    let s = Store::open(&cfg.root, settings.open_cache)
+        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    Ok(Arc::clone(store.insert(Arc::new(s))))
 }
 
 /// Resolves when the HTTP accept loop ends (a stop, or a panic); pending
