@@ -454,7 +454,8 @@ pub(crate) mod tests {
         let mut cut = frame(&data, &[(0, 1000)], BlockHeader::eod());
         cut.truncate(cut.len() - HEADER_LEN);
         let (r, _, _) = run_receive(vec![cut], true).await;
-        assert_eq!(r.unwrap_err().reply_code(), 426);
+        // The peer's fault (the FTP door answers 426).
+        assert_eq!(r.unwrap_err().fault(), crate::Fault::PeerGone);
         // An unknown descriptor bit.
         let mut bad = BlockHeader::data(0, 0).encode().to_vec();
         bad[0] = 0x01;
