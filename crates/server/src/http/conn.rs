@@ -127,17 +127,13 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             _ => out.saturating_sub(plan.head.len() as u64),
         };
         if let Err(e) = sent {
-            match failure::after(e.fault(), out) {
-                Failure::Answer(status) => {
-                    tracing::warn!(error = %e, status = status.code(), "response failed before its head");
-                    let plan = respond_status(status, SystemTime::now(), &opts);
-                    finish_with(&ctx, &mut conn, peer, &plan, &req.request_line).await;
-                }
-                Failure::Close => {
-                    log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
-                    tracing::debug!(error = %e, fault = ?e.fault(), "response not completed; closing");
-                }
-            }
+            let failed = Failed {
+                time,
+                plan: &plan,
+                body_bytes,
+                out,
+            };
+            after_failure(&ctx, &mut conn, peer, &req, failed, &e, &opts).await;
             return;
         }
         log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
@@ -275,6 +271,51 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
                 file: None,
                 dir: None,
             }
+        }
+    }
+}
+
+/// A response whose transfer failed.
+struct Failed<'a> {
+    /// When its request was answered.
+    time: SystemTime,
+    /// What was being sent.
+    plan: &'a Plan,
+    /// Body bytes that went out.
+    body_bytes: u64,
+    /// Bytes of the response (head included) that went out.
+    out: u64,
+}
+
+/// Ends a connection whose response failed with `e` ([`failure::after`]):
+/// a status (then close) when nothing of the response went out and the
+/// fault is ours, else a plain close; logs what was sent.
+async fn after_failure(
+    ctx: &HttpContext,
+    conn: &mut Conn,
+    peer: SocketAddr,
+    req: &Request,
+    failed: Failed<'_>,
+    e: &TransferError,
+    opts: &Options,
+) {
+    match failure::after(e.fault(), failed.out) {
+        Failure::Answer(status) => {
+            tracing::warn!(error = %e, status = status.code(), "response failed before its head");
+            let plan = respond_status(status, SystemTime::now(), opts);
+            finish_with(ctx, conn, peer, &plan, &req.request_line).await;
+        }
+        Failure::Close => {
+            let line = &req.request_line;
+            log_access(
+                peer,
+                failed.time,
+                line,
+                failed.plan,
+                failed.body_bytes,
+                Some(req),
+            );
+            tracing::debug!(error = %e, fault = ?e.fault(), "response not completed; closing");
         }
     }
 }
@@ -512,6 +553,64 @@ mod tests {
         assert!(out[first_end + 5..].starts_with(b"HTTP/1.1 200 "));
         assert!(out.ends_with(&data));
         drop(half);
+    }
+
+    /// A response that failed before any byte left gets a status when
+    /// the failure is ours (500 for the disk, 503 for a shortage), then
+    /// the connection closes; after a partial body, or when the client
+    /// went away, it just closes.
+    #[tokio::test]
+    async fn a_failed_response_answers_a_status_only_before_its_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = HttpContext::new(
+            Arc::new(crate::store::Store::open(dir.path(), Duration::ZERO).unwrap()),
+            test_settings(),
+            Engine::new(EngineConfig::default()),
+        );
+        let (req, _) = parse_request(b"GET /f HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let opts = Options::default();
+        let plan = respond(
+            &req,
+            Resource::File {
+                len: 10,
+                mtime: SystemTime::now(),
+            },
+            SystemTime::now(),
+            &opts,
+        );
+        let eio = || TransferError::Disk(std::io::Error::from_raw_os_error(5));
+        let gone = || TransferError::Connection(std::io::ErrorKind::ConnectionReset.into());
+        let cases: [(TransferError, u64, &str); 4] = [
+            (eio(), 0, "HTTP/1.1 500 "),
+            (TransferError::Setup("pool"), 0, "HTTP/1.1 503 "),
+            (eio(), 40, ""),
+            (gone(), 0, ""),
+        ];
+        for (e, out, want) in cases {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (server, peer) = l.accept().await.unwrap();
+            let mut conn: Conn = ctx.engine.data_conn(server).into();
+            let failed = Failed {
+                time: SystemTime::now(),
+                plan: &plan,
+                body_bytes: 0,
+                out,
+            };
+            after_failure(&ctx, &mut conn, peer, &req, failed, &e, &opts).await;
+            drop(conn);
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            let text = String::from_utf8_lossy(&got);
+            if want.is_empty() {
+                assert!(got.is_empty(), "{e}, {out} bytes out: {text}");
+            } else {
+                assert!(text.starts_with(want), "{e}: {text}");
+                assert!(text.contains("Connection: close"), "{text}");
+            }
+        }
     }
 
     #[tokio::test]
