@@ -100,6 +100,31 @@ impl fmt::Display for SharingMode {
     }
 }
 
+/// Where Circus keeps the blocks it shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CircusHold {
+    /// Engine-owned buffers: one `pread` per block, one `writev` per
+    /// reader; the memory is the engine's and cannot be taken back.
+    Buffers,
+    /// The page cache: one `pread` per block makes it resident, each
+    /// reader `sendfile`s it; the kernel may evict it before the last send
+    /// (then it is read again, unseen by the counters).
+    PageCache,
+}
+
+impl FromStr for CircusHold {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "buffers" => Ok(CircusHold::Buffers),
+            "pagecache" | "page-cache" => Ok(CircusHold::PageCache),
+            _ => Err(format!(
+                "unknown block holder {s:?} (expected \"buffers\" or \"pagecache\")"
+            )),
+        }
+    }
+}
+
 /// Parses an on/off switch as the server's flags spell it (`on`/`off`,
 /// `true`/`false`, `yes`/`no`, `1`/`0`), e.g. `--cancel on`.
 pub fn parse_switch(s: &str) -> Option<bool> {
@@ -220,6 +245,8 @@ pub struct EngineConfig {
     /// Circus: share (0-1) of its download after which a reader reads
     /// its own blocks outside the region (independent).
     pub circus_independent: f64,
+    /// Circus: where shared blocks are kept (and how they are sent).
+    pub circus_hold: CircusHold,
 }
 
 impl Default for EngineConfig {
@@ -311,6 +338,7 @@ impl Default for EngineConfig {
             circus_region: 64 << 20,
             circus_queue: 4,
             circus_independent: 0.75,
+            circus_hold: CircusHold::Buffers,
         }
     }
 }

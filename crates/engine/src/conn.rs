@@ -195,12 +195,11 @@ impl DataConn {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        let bytes = piece.part(offset, len);
         let send = self.engine.send_piece_on(
             &self.stream,
             &mut self.link,
             prefix,
-            bytes,
+            (piece, offset, len),
             counters,
             cancel,
         );

@@ -51,7 +51,9 @@ use std::sync::Arc;
 
 pub use buffers::{BufferPool, PoolBuf};
 pub use cancel::Cancel;
-pub use config::{parse_switch, DataPath, EngineConfig, ParseDataPathError, SharingMode};
+pub use config::{
+    parse_switch, CircusHold, DataPath, EngineConfig, ParseDataPathError, SharingMode,
+};
 pub use conn::{DataConn, IntoDataConn};
 pub use counters::{Counters, CountersSnapshot};
 pub use drs_socket::DrsSocket;

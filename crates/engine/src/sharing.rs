@@ -33,7 +33,7 @@ use crate::disk::IoClass;
 use crate::sched::circus::{Action, Circus, CircusConfig, Piece, ReaderId};
 use crate::send::{read_full_at, write_all};
 use crate::wake::counted;
-use crate::{Cancel, Engine, EngineConfig, EngineError, SharingMode};
+use crate::{Cancel, CircusHold, Engine, EngineConfig, EngineError, SharingMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct FileKey {
@@ -50,8 +50,12 @@ pub(crate) struct Sharing {
     files: Mutex<HashMap<FileKey, Arc<SharedFile>>>,
     next_id: AtomicU64,
     buffers: Arc<BufferPool>,
+    hold: CircusHold,
     epoch: Instant,
 }
+
+/// A block in memory: in a buffer of ours, or (`None`) in the page cache.
+type Held = Option<Arc<PoolBuf>>;
 
 #[derive(Debug)]
 struct SharedFile {
@@ -63,7 +67,7 @@ struct SharedFile {
 #[derive(Debug)]
 struct State {
     circus: Circus,
-    blocks: HashMap<u64, Arc<PoolBuf>>,
+    blocks: HashMap<u64, Held>,
     readers: HashMap<ReaderId, Queue>,
     /// A read failed: every reader of the file fails with this.
     failed: Option<(io::ErrorKind, String)>,
@@ -71,7 +75,7 @@ struct State {
 
 #[derive(Debug)]
 struct Queue {
-    pieces: VecDeque<(Piece, Arc<PoolBuf>)>,
+    pieces: VecDeque<(Piece, Held)>,
     notify: Arc<Notify>,
     cap: usize,
 }
@@ -92,6 +96,7 @@ impl Sharing {
         Some(Sharing {
             buffers: BufferPool::new(block as usize, cfg.region_blocks),
             cfg,
+            hold: config.circus_hold,
             files: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             epoch: Instant::now(),
@@ -132,25 +137,31 @@ pub struct SharedPiece {
     /// Bytes.
     pub len: u64,
     piece: Piece,
-    buf: Arc<PoolBuf>,
+    buf: Held,
     /// Where the piece starts in `buf`.
     at: usize,
+    /// The file, for a piece held in the page cache.
+    file: Arc<File>,
 }
 
 impl SharedPiece {
-    /// The piece's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &self.buf[self.at..self.at + self.len as usize]
+    /// The piece's bytes, when it is held in an engine buffer (`None`:
+    /// in the page cache).
+    pub fn bytes(&self) -> Option<&[u8]> {
+        let b = self.buf.as_ref()?;
+        Some(&b[self.at..self.at + self.len as usize])
     }
 
-    /// `len` bytes from file offset `offset`, clipped to the piece.
-    pub fn part(&self, offset: u64, len: u64) -> &[u8] {
+    /// `len` bytes from file offset `offset`, clipped to the piece (as
+    /// a file range, and its bytes when held in a buffer).
+    fn part(&self, offset: u64, len: u64) -> (u64, u64, Option<&[u8]>) {
         let from = offset.clamp(self.offset, self.offset + self.len) - self.offset;
         let to = offset
             .saturating_add(len)
             .clamp(self.offset, self.offset + self.len)
             - self.offset;
-        &self.bytes()[from as usize..to as usize]
+        let bytes = self.bytes().map(|b| &b[from as usize..to as usize]);
+        (self.offset + from, to - from, bytes)
     }
 }
 
@@ -253,9 +264,13 @@ impl Engine {
             return false;
         };
         let mut buf = sharing.buffers.take();
+        let keep = sharing.hold == CircusHold::Buffers;
         rt.spawn(async move {
             let f = Arc::clone(&shared.file);
             let want = len as usize;
+            // The page-cache holder reads through a buffer too (the pages
+            // must be resident before a `sendfile` on the event loop) and
+            // lets the buffer go.
             let r = engine
                 .inner
                 .disk
@@ -269,7 +284,7 @@ impl Engine {
                 Ok((buf, Ok(n))) if n == want => {
                     engine.inner.counters.add_disk_read(n as u64);
                     engine.inner.counters.add_shared_read(n as u64);
-                    st.blocks.insert(block, Arc::new(buf));
+                    st.blocks.insert(block, keep.then(|| Arc::new(buf)));
                     st.circus.read_done(block);
                     None
                 }
@@ -293,34 +308,56 @@ impl Engine {
         true
     }
 
-    /// Sends `prefix` and a shared piece's bytes in full on a connection
-    /// ([`crate::DataConn::send_piece`]).
+    /// Sends `prefix` and `len` bytes of a shared piece from file offset
+    /// `offset` in full on a connection ([`crate::DataConn::send_piece`]):
+    /// `writev` from its buffer, or `sendfile` from the page cache.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_piece_on(
         &self,
         conn: &TcpStream,
         link: &mut Link,
         prefix: &[u8],
-        bytes: &[u8],
+        (piece, offset, len): (&SharedPiece, u64, u64),
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
         let t = self.tally(counters);
         let Link { turn, flow, .. } = link;
-        let mut refill = self.refill(flow);
-        let send = async {
-            let waited =
-                write_all(conn, [prefix, bytes], t, cancel, self.config().idle_timeout).await?;
-            let n = (prefix.len() + bytes.len()) as u64;
-            if let Some(r) = refill.as_mut() {
-                r.wrote(conn, n, waited);
+        let (offset, len, bytes) = piece.part(offset, len);
+        let n = match bytes {
+            None => {
+                let f = self.send_sendfile(
+                    conn,
+                    &piece.file,
+                    offset,
+                    len,
+                    prefix,
+                    counters,
+                    cancel,
+                    turn,
+                    flow,
+                );
+                counted(f, t).await?
             }
-            if waited {
-                turn.waited();
+            Some(bytes) => {
+                let mut refill = self.refill(flow);
+                let send = async {
+                    let waited =
+                        write_all(conn, [prefix, bytes], t, cancel, self.config().idle_timeout)
+                            .await?;
+                    let n = (prefix.len() + bytes.len()) as u64;
+                    if let Some(r) = refill.as_mut() {
+                        r.wrote(conn, n, waited);
+                    }
+                    if waited {
+                        turn.waited();
+                    }
+                    turn.pushed(n, t).await;
+                    Ok::<u64, EngineError>(bytes.len() as u64)
+                };
+                counted(send, t).await?
             }
-            turn.pushed(n, t).await;
-            Ok::<u64, EngineError>(bytes.len() as u64)
         };
-        let n = counted(send, t).await?;
         self.inner.counters.add_shared_sent(n);
         counters.add_shared_sent(n);
         Ok(n)
@@ -353,6 +390,7 @@ impl SharedRead {
                 if let Some((piece, buf)) = popped {
                     let bs = st.circus.config().block_size;
                     return Ok(Some(SharedPiece {
+                        file: Arc::clone(&self.shared.file),
                         offset: piece.offset,
                         len: piece.len,
                         at: (piece.offset - piece.block * bs) as usize,
@@ -451,7 +489,7 @@ mod tests {
                 let (c, cancel) = (Counters::new(), Cancel::new());
                 let mut got = Vec::new();
                 while let Some(p) = read.next(&c, &cancel).await.unwrap() {
-                    got.push((p.offset, p.bytes().to_vec()));
+                    got.push((p.offset, p.bytes().unwrap().to_vec()));
                     tokio::task::yield_now().await;
                     read.sent(p);
                 }
@@ -522,7 +560,7 @@ mod tests {
         let (c, cancel) = (Counters::new(), Cancel::new());
         let p = quitter.next(&c, &cancel).await.unwrap().unwrap();
         assert_eq!(
-            p.bytes(),
+            p.bytes().unwrap(),
             &data[p.offset as usize..(p.offset + p.len) as usize]
         );
         let stayer = download(
@@ -540,36 +578,46 @@ mod tests {
 
     #[tokio::test]
     async fn pieces_go_out_behind_their_header_on_a_connection() {
-        let e = engine(1 << 20);
-        let data = pattern(300_000);
-        let file = temp_file(&data);
-        let (tx, mut rx) = pair().await;
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            rx.read_to_end(&mut got).await.unwrap();
-            got
-        });
-        let mut conn = e.data_conn(tx);
-        let read = e
-            .share_download(&file, &[(0, 300_000)], 1)
-            .unwrap()
-            .unwrap();
-        let (c, cancel) = (Counters::new(), Cancel::new());
-        let mut want = Vec::new();
-        while let Some(p) = read.next(&c, &cancel).await.unwrap() {
-            let head = p.offset.to_be_bytes();
-            assert_eq!(
-                conn.send_piece(&head, &p, &c, &cancel).await.unwrap(),
-                p.len
-            );
-            want.extend_from_slice(&head);
-            want.extend_from_slice(p.bytes());
-            read.sent(p);
+        for hold in [CircusHold::Buffers, CircusHold::PageCache] {
+            let e = Engine::new(EngineConfig {
+                sharing: SharingMode::Circus,
+                circus_block: 64 << 10,
+                circus_hold: hold,
+                ..EngineConfig::default()
+            });
+            let data = pattern(300_000);
+            let file = temp_file(&data);
+            let (tx, mut rx) = pair().await;
+            let reader = tokio::spawn(async move {
+                let mut got = Vec::new();
+                rx.read_to_end(&mut got).await.unwrap();
+                got
+            });
+            let mut conn = e.data_conn(tx);
+            let read = e
+                .share_download(&file, &[(0, 300_000)], 1)
+                .unwrap()
+                .unwrap();
+            let (c, cancel) = (Counters::new(), Cancel::new());
+            let mut want = Vec::new();
+            while let Some(p) = read.next(&c, &cancel).await.unwrap() {
+                assert_eq!(p.bytes().is_some(), hold == CircusHold::Buffers);
+                // Two MODE E blocks per piece, each behind its header.
+                let half = p.len / 2;
+                for (o, l) in [(p.offset, half), (p.offset + half, p.len - half)] {
+                    let head = o.to_be_bytes();
+                    let n = conn.send_piece(&head, &p, o, l, &c, &cancel).await.unwrap();
+                    assert_eq!(n, l);
+                    want.extend_from_slice(&head);
+                    want.extend_from_slice(&data[o as usize..(o + l) as usize]);
+                }
+                read.sent(p);
+            }
+            conn.shutdown().await.unwrap();
+            drop(conn);
+            assert!(reader.await.unwrap() == want, "{hold:?}");
+            assert_eq!(c.snapshot().shared_bytes_sent, 300_000);
         }
-        conn.shutdown().await.unwrap();
-        drop(conn);
-        assert!(reader.await.unwrap() == want);
-        assert_eq!(c.snapshot().shared_bytes_sent, 300_000);
     }
 
     #[test]

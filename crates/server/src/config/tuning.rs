@@ -148,6 +148,11 @@ pub struct TuningArgs {
     /// reads its own blocks outside the region [default: 0.75].
     #[arg(long, value_name = "SHARE")]
     pub circus_independent: Option<Setting>,
+    /// Circus sharing: keep shared blocks in engine `buffers` (one read,
+    /// writev to each reader) or in the `pagecache` (one read, sendfile to
+    /// each reader) [default: buffers].
+    #[arg(long, value_name = "buffers|pagecache")]
+    pub circus_hold: Option<Setting>,
     /// Least seconds between two TCP_INFO samples of a full socket [default: 0.1].
     #[arg(long, value_name = "SECS")]
     pub sample_interval: Option<Setting>,
@@ -244,6 +249,7 @@ impl TuningArgs {
         "circus_region",
         "circus_queue",
         "circus_independent",
+        "circus_hold",
         "sample_interval",
         "event_interval",
     ];
@@ -280,6 +286,7 @@ impl TuningArgs {
             circus_region,
             circus_queue,
             circus_independent,
+            circus_hold,
             sample_interval,
             event_interval
         )
@@ -394,6 +401,12 @@ impl TuningArgs {
                 _ => bail!("circus_independent = {v:?}: expected a share from 0 to 1"),
             };
         }
+        if let Some(s) = &self.circus_hold {
+            e.circus_hold = s
+                .text()
+                .parse()
+                .map_err(|m: String| anyhow!("circus_hold: {m}"))?;
+        }
         if let Some(s) = &self.sample_interval {
             e.sample_interval = seconds("sample_interval", s)?;
         }
@@ -442,6 +455,7 @@ mod tests {
             | "circus_queue"
             | "event_interval" => "3",
             "circus_independent" => "0.5",
+            "circus_hold" => "pagecache",
             _ => "3M",
         }
     }
@@ -508,6 +522,7 @@ mod tests {
             ("sample_interval", "-1"),
             ("prefetch_budget_of_free", "2"),
             ("circus_independent", "1.5"),
+            ("circus_hold", "disk"),
             ("congestion", "c u b i c"),
         ] {
             let t: TuningArgs = toml::from_str(&format!("{key} = {v:?}")).unwrap();
