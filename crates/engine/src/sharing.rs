@@ -18,11 +18,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use sluice_platform::fileio;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -271,14 +273,26 @@ impl Engine {
             // The page-cache holder reads through a buffer too (the pages
             // must be resident before a `sendfile` on the event loop) and
             // lets the buffer go.
-            let r = engine
-                .inner
-                .disk
-                .run(IoClass::Transfer, &Cancel::new(), move || {
-                    let r = read_full_at(&f, &mut buf[..want], offset);
-                    (buf, r)
-                })
-                .await;
+            // A block in the page cache is read here on the loop
+            // (`RWF_NOWAIT` never waits for the disk), a cold one on a
+            // disk thread.
+            let cached = engine.config().inline_cached_reads
+                && matches!(
+                    fileio::pread_nowait(f.as_fd(), &mut buf[..want], offset),
+                    Ok(n) if n == want
+                );
+            let r = if cached {
+                Ok((buf, Ok(want)))
+            } else {
+                engine
+                    .inner
+                    .disk
+                    .run(IoClass::Transfer, &Cancel::new(), move || {
+                        let r = read_full_at(&f, &mut buf[..want], offset);
+                        (buf, r)
+                    })
+                    .await
+            };
             let mut st = shared.lock();
             let failure = match r {
                 Ok((buf, Ok(n))) if n == want => {
