@@ -121,7 +121,8 @@ def one_run(label, binary, flags, args, path, client):
     for i in range(args.readers):
         if i:
             time.sleep(args.stagger)
-        clients.append(subprocess.Popen([client, "get", "-q", "-p", "4", url, "/dev/null"]))
+        clients.append(subprocess.Popen([client, "get", "-q", "-p", "4", url, "/dev/null"],
+                                       stdout=subprocess.DEVNULL))
     failed = sum(1 for c in clients if c.wait() != 0)
     wall = time.monotonic() - t0
     cpu1, rd1, cs1 = proc_stats(srv.pid)
