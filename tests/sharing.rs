@@ -148,7 +148,10 @@ fn eight_mode_e_readers_of_a_cold_file_read_it_from_disk_about_once() {
     let read = counter(metrics, "bytes_read_disk") - before;
     let sent = counter(metrics, "bytes_sent");
     assert!(sent >= 8 * f.size, "{sent} bytes sent");
-    eprintln!("8 readers: {read} bytes read from disk, file {} bytes", f.size);
+    eprintln!(
+        "8 readers: {read} bytes read from disk, file {} bytes",
+        f.size
+    );
     // Each reader for itself: 8x. Shared: once, plus what a late starter
     // missed of the region and reads again.
     assert!(

@@ -60,9 +60,9 @@ pub use drs_socket::DrsSocket;
 pub use error::EngineError;
 pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
+pub use sharing::{SharedPiece, SharedRead};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
-pub use sharing::{SharedPiece, SharedRead};
 pub use tls::{TlsConn, TLS_BUFFER_LIMIT, TLS_CHUNK};
 /// The rustls stack the TLS connections are built on (one version for
 /// every crate).

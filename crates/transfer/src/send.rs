@@ -76,8 +76,7 @@ pub async fn send_relative<C: IntoDataConn>(
             }
             // Circus: readers of one file share its blocks, in any order.
             if let Some(read) = share(engine, &spec, conns.len()) {
-                return send_extended_shared(read, block_size, base, conns, progress, cancel)
-                    .await;
+                return send_extended_shared(read, block_size, base, conns, progress, cancel).await;
             }
             send_extended(spec, block_size, base, conns, progress, cancel).await
         }
