@@ -61,7 +61,7 @@ fn veth() -> Veth {
 }
 
 /// The engine counter `name` from the server's metrics endpoint.
-fn counter(metrics: SocketAddr, name: &str) -> u64 {
+pub(crate) fn counter(metrics: SocketAddr, name: &str) -> u64 {
     let out = Command::new("curl")
         .args(["-s", &format!("http://{metrics}/metrics")])
         .output()
@@ -123,7 +123,7 @@ fn auto_data_path_copies_to_local_clients_and_sendfiles_to_remote_ones() {
 }
 
 /// `metrics listening on ADDR` from the server's stdout.
-fn wait_for_metrics(s: &FtpServer) -> SocketAddr {
+pub(crate) fn wait_for_metrics(s: &FtpServer) -> SocketAddr {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         let log = s.log_tail();

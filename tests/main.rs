@@ -71,6 +71,12 @@ mod http;
 /// another network namespace (root only).
 mod data_path;
 
+/// Circus sharing (`--sharing circus`): one file downloaded at once by
+/// MODE E clients of every kind (`sluice get -p 4/-p 1`, globus-url-copy
+/// -p 1/-p 4), sha256 compared, and the engine's disk-read counter showing
+/// the file read about once for eight readers.
+mod sharing;
+
 /// Hostile and malformed input on raw TCP (overlong lines, bounce, bad
 /// PORT/EPRT/REST, traversal, symlinks, bad MODE E uploads, ABOR, vanishing
 /// and stalled clients, many idle sessions): each test checks the replies

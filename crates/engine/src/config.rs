@@ -68,6 +68,63 @@ impl fmt::Display for ParseDataPathError {
 
 impl std::error::Error for ParseDataPathError {}
 
+/// Whether readers of one file share the blocks read for them (Circus).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharingMode {
+    /// Every download reads for itself.
+    Off,
+    /// MODE E downloads (blocks in any order) of one file share one
+    /// selector (`sched::circus`) and the blocks it holds in memory.
+    Circus,
+}
+
+impl FromStr for SharingMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(SharingMode::Off),
+            "circus" => Ok(SharingMode::Circus),
+            _ => Err(format!(
+                "unknown sharing mode {s:?} (expected \"circus\" or \"off\")"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for SharingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SharingMode::Off => "off",
+            SharingMode::Circus => "circus",
+        })
+    }
+}
+
+/// Where Circus keeps the blocks it shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CircusHold {
+    /// Engine-owned buffers: one `pread` per block, one `writev` per
+    /// reader; the memory is the engine's and cannot be taken back.
+    Buffers,
+    /// The page cache: one `pread` per block makes it resident, each
+    /// reader `sendfile`s it; the kernel may evict it before the last send
+    /// (then it is read again, unseen by the counters).
+    PageCache,
+}
+
+impl FromStr for CircusHold {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "buffers" => Ok(CircusHold::Buffers),
+            "pagecache" | "page-cache" => Ok(CircusHold::PageCache),
+            _ => Err(format!(
+                "unknown block holder {s:?} (expected \"buffers\" or \"pagecache\")"
+            )),
+        }
+    }
+}
+
 /// Parses an on/off switch as the server's flags spell it (`on`/`off`,
 /// `true`/`false`, `yes`/`no`, `1`/`0`), e.g. `--cancel on`.
 pub fn parse_switch(s: &str) -> Option<bool> {
@@ -176,6 +233,20 @@ pub struct EngineConfig {
     /// page cache that the budget may use (`prefetch/memory.rs`); `None`
     /// leaves that cache out of the measurement.
     pub prefetch_budget_of_free: Option<f64>,
+    /// Shared reads for readers of one file (`--sharing circus|off`).
+    pub sharing: SharingMode,
+    /// Circus: bytes per shared block (read once, sent to every reader).
+    pub circus_block: u64,
+    /// Circus: memory for one file's blocks in memory (the active region
+    /// plus independents' blocks), bytes.
+    pub circus_region: u64,
+    /// Circus: block references queued per stream of a download.
+    pub circus_queue: usize,
+    /// Circus: share (0-1) of its download after which a reader reads
+    /// its own blocks outside the region (independent).
+    pub circus_independent: f64,
+    /// Circus: where shared blocks are kept (and how they are sent).
+    pub circus_hold: CircusHold,
 }
 
 impl Default for EngineConfig {
@@ -258,6 +329,16 @@ impl Default for EngineConfig {
             prefetch_drop_sent: true,
             // Opt-in (memory.rs says why: at full page cache it starves).
             prefetch_budget_of_free: None,
+            sharing: SharingMode::Circus,
+            // Starting points (the Circus paper's shape: blocks of the
+            // transfer's size, a region of a few tens of blocks, a queue of
+            // a few blocks per stream, independents from 3/4 of the file);
+            // see crates/engine/README.md, "Shared reads".
+            circus_block: 1 << 20,
+            circus_region: 64 << 20,
+            circus_queue: 4,
+            circus_independent: 0.75,
+            circus_hold: CircusHold::Buffers,
         }
     }
 }

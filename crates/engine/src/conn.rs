@@ -182,6 +182,33 @@ impl DataConn {
         }
     }
 
+    /// Sends `prefix` (a MODE E header) and `len` bytes of a shared
+    /// block's piece from file offset `offset` (within the piece; the
+    /// whole piece is `piece.offset, piece.len`) in full (`--sharing
+    /// circus`, `sharing.rs`); returns the file bytes sent.
+    pub async fn send_piece(
+        &mut self,
+        prefix: &[u8],
+        piece: &crate::SharedPiece,
+        offset: u64,
+        len: u64,
+        counters: &Counters,
+        cancel: &Cancel,
+    ) -> Result<u64, EngineError> {
+        let send = self.engine.send_piece_on(
+            &self.stream,
+            &mut self.link,
+            prefix,
+            (piece, offset, len),
+            counters,
+            cancel,
+        );
+        match self.drs.as_mut() {
+            None => send.await,
+            Some(drs) => drs_during(drs, &self.stream, send).await,
+        }
+    }
+
     /// Sends `bytes` in full (framing with no payload: MODE E EOD/EOF).
     pub async fn send_bytes(
         &mut self,

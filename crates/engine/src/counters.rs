@@ -32,6 +32,8 @@ pub struct Counters {
     flow_samples: AtomicU64,
     prefetch_reads_after_close: AtomicU64,
     prefetch_bytes_after_close: AtomicU64,
+    shared_bytes_read: AtomicU64,
+    shared_bytes_sent: AtomicU64,
     /// Counters of work running where these cannot be borrowed (a blocking
     /// sender's own thread): read into every snapshot while attached, folded
     /// in when detached, so a transfer's counters stay live.
@@ -89,6 +91,11 @@ pub struct CountersSnapshot {
     pub prefetch_reads_after_close: u64,
     /// Bytes of those reads, thrown away.
     pub prefetch_bytes_after_close: u64,
+    /// Bytes read from disk into shared (Circus) blocks, also counted in
+    /// `bytes_read_disk`.
+    pub shared_bytes_read: u64,
+    /// File bytes sent from shared blocks.
+    pub shared_bytes_sent: u64,
 }
 
 impl Counters {
@@ -137,7 +144,7 @@ impl Counters {
     }
 
     /// The atomics in the order of [`CountersSnapshot::fields`].
-    fn atomics(&self) -> [&AtomicU64; 22] {
+    fn atomics(&self) -> [&AtomicU64; 24] {
         [
             &self.bytes_sent,
             &self.bytes_read_disk,
@@ -161,6 +168,8 @@ impl Counters {
             &self.flow_samples,
             &self.prefetch_reads_after_close,
             &self.prefetch_bytes_after_close,
+            &self.shared_bytes_read,
+            &self.shared_bytes_sent,
         ]
     }
 
@@ -188,6 +197,8 @@ impl Counters {
             flow_samples: self.flow_samples.load(Relaxed),
             prefetch_reads_after_close: self.prefetch_reads_after_close.load(Relaxed),
             prefetch_bytes_after_close: self.prefetch_bytes_after_close.load(Relaxed),
+            shared_bytes_read: self.shared_bytes_read.load(Relaxed),
+            shared_bytes_sent: self.shared_bytes_sent.load(Relaxed),
         }
     }
 
@@ -212,6 +223,17 @@ impl Counters {
         self.bytes_read_disk.fetch_add(bytes, Relaxed);
     }
 
+    /// A shared (Circus) block was read from disk (engine-wide only: it
+    /// is read for every reader of the file).
+    pub(crate) fn add_shared_read(&self, bytes: u64) {
+        self.shared_bytes_read.fetch_add(bytes, Relaxed);
+    }
+
+    /// File bytes sent from a shared block.
+    pub(crate) fn add_shared_sent(&self, bytes: u64) {
+        self.shared_bytes_sent.fetch_add(bytes, Relaxed);
+    }
+
     /// A prefetch read finished after its connection ended: skipped (never
     /// ran) or run with its `bytes` thrown away.
     pub(crate) fn add_wasted(&self, skipped: bool, bytes: u64) {
@@ -232,7 +254,7 @@ impl CountersSnapshot {
         }
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 22] {
+    fn fields_mut(&mut self) -> [&mut u64; 24] {
         [
             &mut self.bytes_sent,
             &mut self.bytes_read_disk,
@@ -256,6 +278,8 @@ impl CountersSnapshot {
             &mut self.flow_samples,
             &mut self.prefetch_reads_after_close,
             &mut self.prefetch_bytes_after_close,
+            &mut self.shared_bytes_read,
+            &mut self.shared_bytes_sent,
         ]
     }
 
@@ -271,7 +295,7 @@ impl CountersSnapshot {
     }
 
     /// Every counter as `(name, help, value)`, in a fixed order.
-    pub fn fields(&self) -> [(&'static str, &'static str, u64); 22] {
+    pub fn fields(&self) -> [(&'static str, &'static str, u64); 24] {
         [
             (
                 "bytes_sent",
@@ -370,6 +394,16 @@ impl CountersSnapshot {
                 "prefetch_bytes_after_close",
                 "Bytes of those reads, thrown away.",
                 self.prefetch_bytes_after_close,
+            ),
+            (
+                "shared_bytes_read",
+                "Bytes read from disk into shared (Circus) blocks.",
+                self.shared_bytes_read,
+            ),
+            (
+                "shared_bytes_sent",
+                "File bytes sent from shared (Circus) blocks.",
+                self.shared_bytes_sent,
             ),
         ]
     }

@@ -38,6 +38,7 @@ pub mod sched;
 mod send;
 mod send_blocking;
 mod send_sendfile;
+mod sharing;
 mod socket;
 mod splice_pump;
 mod tls;
@@ -50,13 +51,16 @@ use std::sync::Arc;
 
 pub use buffers::{BufferPool, PoolBuf};
 pub use cancel::Cancel;
-pub use config::{parse_switch, DataPath, EngineConfig, ParseDataPathError};
+pub use config::{
+    parse_switch, CircusHold, DataPath, EngineConfig, ParseDataPathError, SharingMode,
+};
 pub use conn::{DataConn, IntoDataConn};
 pub use counters::{Counters, CountersSnapshot};
 pub use drs_socket::DrsSocket;
 pub use error::EngineError;
 pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
+pub use sharing::{SharedPiece, SharedRead};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
 pub use tls::{TlsConn, TLS_BUFFER_LIMIT, TLS_CHUNK};
@@ -89,6 +93,8 @@ struct Inner {
     senders: refill::Senders,
     /// What limited finished downloads, summed (`verdict.rs`, `/metrics`).
     limits: verdict::LimitTotals,
+    /// Circus: readers of one file share its blocks; `None` when off.
+    sharing: Option<sharing::Sharing>,
 }
 
 impl Engine {
@@ -116,6 +122,7 @@ impl Engine {
         let disk = DiskPool::new(disk_threads_for(&config), config.disk_queue_depth)?;
         let buffers = BufferPool::new(config.read_buffer_size, config.buffer_pool_max);
         let prefetch = Hub::new(&config);
+        let sharing = sharing::Sharing::new(&config);
         Ok(Engine {
             inner: Arc::new(Inner {
                 config,
@@ -126,6 +133,7 @@ impl Engine {
                 prefetch,
                 senders: refill::Senders::default(),
                 limits: verdict::LimitTotals::default(),
+                sharing,
             }),
         })
     }

@@ -439,7 +439,7 @@ pub(crate) async fn wait_writable(
 }
 
 /// Writes both parts in full, in one `writev` per attempt.
-async fn write_all(
+pub(crate) async fn write_all(
     conn: &TcpStream,
     mut parts: [&[u8]; 2],
     t: Tally<'_>,

@@ -24,6 +24,7 @@
 //! allow_foreign_data_host = false
 //! prefetch = "auto"             # --prefetch auto|tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
+//! sharing = "circus"            # --sharing circus|off (MODE E readers of a file share its blocks)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
@@ -148,6 +149,12 @@ pub struct ServeArgs {
     /// at once (`on`) or let started ones run (`off`) [default: on].
     #[arg(long, value_name = "on|off")]
     pub cancel: Option<String>,
+    /// Shared reads: `circus` (MODE E downloads of one file share the
+    /// blocks read for them, each block read once and sent to every
+    /// reader, in any order) or `off` (each download reads for itself)
+    /// [default: circus].
+    #[arg(long, value_name = "circus|off")]
+    pub sharing: Option<String>,
     /// Serve the engine's counters in Prometheus text format on
     /// `GET /metrics` at this address (off by default). The bound address
     /// is printed on stdout as `metrics listening on ADDR`.
@@ -249,6 +256,7 @@ struct FileConfig {
     allow_foreign_data_host: Option<bool>,
     prefetch: Option<String>,
     cancel: Option<bool>,
+    sharing: Option<String>,
     metrics: Option<SocketAddr>,
     // HTTP front door keys (see crate::http::settings).
     http: Option<String>,
@@ -337,6 +345,8 @@ pub struct ServeConfig {
     pub prefetch: sluice_engine::PrefetchMode,
     /// Eager cancellation of prefetch reads (engine `cancel`).
     pub cancel: bool,
+    /// Shared reads (engine `sharing`).
+    pub sharing: sluice_engine::SharingMode,
     /// Where the Prometheus counters are served, if anywhere.
     pub metrics: Option<SocketAddr>,
     /// Configured users.
@@ -388,6 +398,7 @@ impl ServeConfig {
         e.data_path = self.data_path;
         e.prefetch = self.prefetch;
         e.cancel = self.cancel;
+        e.sharing = self.sharing;
         if let Some(l) = self.notsent_lowat {
             e.notsent_lowat = l;
         }
@@ -492,6 +503,10 @@ impl ServeConfig {
                 .ok_or_else(|| anyhow::anyhow!("--cancel {s:?}: expected on or off"))?,
             (None, Some(b)) => b,
             (None, None) => sluice_engine::EngineConfig::default().cancel,
+        };
+        let sharing = match args.sharing.clone().or(file.sharing) {
+            None => sluice_engine::EngineConfig::default().sharing,
+            Some(s) => s.parse().map_err(|e: String| anyhow::anyhow!("{e}"))?,
         };
         let max_sessions = args
             .max_sessions
@@ -599,6 +614,7 @@ impl ServeConfig {
                 || file.allow_foreign_data_host.unwrap_or(false),
             prefetch,
             cancel,
+            sharing,
             metrics: args.metrics.or(file.metrics),
             http: crate::http::settings::merge(&args.http, &http_keys)?,
             ftp_enabled: !(args.http.no_ftp || file.no_ftp.unwrap_or(false)),
@@ -734,6 +750,36 @@ mod tests {
         assert!(err.contains("bogus"), "{err}");
         assert!(parse_port_range("10-5").is_err());
         assert_eq!(parse_port_range("5-10").unwrap(), (5, 10));
+    }
+
+    #[test]
+    fn sharing_comes_from_the_flag_or_the_file() {
+        use sluice_engine::SharingMode;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "sharing = \"off\"\n").unwrap();
+        let base = ServeArgs {
+            config: Some(path),
+            dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        };
+        let c = ServeConfig::load(&base).unwrap();
+        assert_eq!(c.sharing, SharingMode::Off);
+        let e = c.engine_config(sluice_engine::EngineConfig::default());
+        assert_eq!(e.sharing, SharingMode::Off);
+        let c = ServeConfig::load(&ServeArgs {
+            sharing: Some("circus".into()),
+            ..base.clone()
+        })
+        .unwrap();
+        assert_eq!(c.sharing, SharingMode::Circus);
+        let err = ServeConfig::load(&ServeArgs {
+            sharing: Some("always".into()),
+            ..base
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("always"), "{err}");
     }
 
     #[test]

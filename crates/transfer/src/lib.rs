@@ -26,6 +26,7 @@ mod progress;
 mod receive;
 mod receive_stream;
 pub(crate) mod send;
+mod send_shared;
 mod spec;
 mod stall;
 mod tls;

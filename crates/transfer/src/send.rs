@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sluice_engine::verdict::SendTally;
-use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn};
+use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn, SharedRead};
 use sluice_ftp::mode_e::BlockHeader;
 use sluice_platform::tcp;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::limits::{MAX_STREAMS, STREAM_PIECE};
+use crate::send_shared::send_extended_shared;
 use crate::spec::BlockQueue;
 use crate::{Mode, Progress, SendSpec, TransferError};
 
@@ -73,7 +74,24 @@ pub async fn send_relative<C: IntoDataConn>(
             if conns.is_empty() || conns.len() > MAX_STREAMS {
                 return Err(TransferError::Setup("MODE E needs 1..=64 data connections"));
             }
+            // Circus: readers of one file share its blocks, in any order.
+            if let Some(read) = share(engine, &spec, conns.len()) {
+                return send_extended_shared(read, block_size, base, conns, progress, cancel).await;
+            }
             send_extended(spec, block_size, base, conns, progress, cancel).await
+        }
+    }
+}
+
+/// The download's place in its file's shared selector, when sharing is on
+/// (a file that cannot be told apart, `fstat` failing, is sent unshared).
+fn share(engine: &Engine, spec: &SendSpec, streams: usize) -> Option<SharedRead> {
+    let ranges: Vec<(u64, u64)> = spec.ranges.iter().map(|r| (r.offset, r.len)).collect();
+    match engine.share_download(&spec.file, &ranges, streams) {
+        Ok(read) => read,
+        Err(e) => {
+            tracing::debug!("not shared: {e}");
+            None
         }
     }
 }
@@ -202,10 +220,10 @@ async fn stream_task(
 /// A data connection's `TCP_INFO` at the start of its part of a transfer,
 /// to tally what limited it at the end (a MODE E connection kept from an
 /// earlier transfer counts from here, not from its handshake).
-struct Watch(Option<(tcp::TcpInfo, Instant)>);
+pub(crate) struct Watch(Option<(tcp::TcpInfo, Instant)>);
 
 impl Watch {
-    fn start(conn: &TcpStream) -> Watch {
+    pub(crate) fn start(conn: &TcpStream) -> Watch {
         Watch(
             tcp::tcp_info(conn.as_fd())
                 .ok()
@@ -213,7 +231,7 @@ impl Watch {
         )
     }
 
-    fn finish(self, conn: &TcpStream, progress: &Progress) {
+    pub(crate) fn finish(self, conn: &TcpStream, progress: &Progress) {
         if let (Some((before, t0)), Ok(after)) = (self.0, tcp::tcp_info(conn.as_fd())) {
             progress.add_tally(&SendTally::between(&before, &after, t0.elapsed()));
         }

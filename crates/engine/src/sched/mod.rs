@@ -19,6 +19,7 @@
 //!
 //! Depends on `crate::plan` for the request and id types, nothing else.
 
+pub mod circus;
 mod delay_queue;
 mod prefetcher;
 

@@ -133,6 +133,26 @@ pub struct TuningArgs {
     /// another transfer has the file open [default: on].
     #[arg(long, value_name = "on|off")]
     pub prefetch_drop_sent: Option<Setting>,
+    /// Circus sharing: bytes per shared block, read once for every
+    /// reader of the file [default: 1M].
+    #[arg(long, value_name = "BYTES")]
+    pub circus_block: Option<Setting>,
+    /// Circus sharing: memory for one file's shared blocks (the active
+    /// region) [default: 64M].
+    #[arg(long, value_name = "BYTES")]
+    pub circus_region: Option<Setting>,
+    /// Circus sharing: blocks queued per stream of a download [default: 4].
+    #[arg(long, value_name = "N")]
+    pub circus_queue: Option<Setting>,
+    /// Circus sharing: share (0-1) of its download after which a reader
+    /// reads its own blocks outside the region [default: 0.75].
+    #[arg(long, value_name = "SHARE")]
+    pub circus_independent: Option<Setting>,
+    /// Circus sharing: keep shared blocks in engine `buffers` (one read,
+    /// writev to each reader) or in the `pagecache` (one read, sendfile to
+    /// each reader) [default: buffers].
+    #[arg(long, value_name = "buffers|pagecache")]
+    pub circus_hold: Option<Setting>,
     /// Least seconds between two TCP_INFO samples of a full socket [default: 0.1].
     #[arg(long, value_name = "SECS")]
     pub sample_interval: Option<Setting>,
@@ -225,6 +245,11 @@ impl TuningArgs {
         "prefetch_min_read",
         "prefetch_queue_depth",
         "prefetch_drop_sent",
+        "circus_block",
+        "circus_region",
+        "circus_queue",
+        "circus_independent",
+        "circus_hold",
         "sample_interval",
         "event_interval",
     ];
@@ -257,6 +282,11 @@ impl TuningArgs {
             prefetch_min_read,
             prefetch_queue_depth,
             prefetch_drop_sent,
+            circus_block,
+            circus_region,
+            circus_queue,
+            circus_independent,
+            circus_hold,
             sample_interval,
             event_interval
         )
@@ -355,6 +385,28 @@ impl TuningArgs {
         if let Some(s) = &self.prefetch_drop_sent {
             e.prefetch_drop_sent = switch("prefetch_drop_sent", s)?;
         }
+        if let Some(s) = &self.circus_block {
+            e.circus_block = positive_size("circus_block", s)? as u64;
+        }
+        if let Some(s) = &self.circus_region {
+            e.circus_region = positive_size("circus_region", s)? as u64;
+        }
+        if let Some(s) = &self.circus_queue {
+            e.circus_queue = count("circus_queue", s)?;
+        }
+        if let Some(s) = &self.circus_independent {
+            let v = s.text();
+            e.circus_independent = match v.trim().parse::<f64>() {
+                Ok(x) if (0.0..=1.0).contains(&x) => x,
+                _ => bail!("circus_independent = {v:?}: expected a share from 0 to 1"),
+            };
+        }
+        if let Some(s) = &self.circus_hold {
+            e.circus_hold = s
+                .text()
+                .parse()
+                .map_err(|m: String| anyhow!("circus_hold: {m}"))?;
+        }
         if let Some(s) = &self.sample_interval {
             e.sample_interval = seconds("sample_interval", s)?;
         }
@@ -400,7 +452,10 @@ mod tests {
             | "buffer_pool_max"
             | "upload_buffers"
             | "prefetch_queue_depth"
+            | "circus_queue"
             | "event_interval" => "3",
+            "circus_independent" => "0.5",
+            "circus_hold" => "pagecache",
             _ => "3M",
         }
     }
@@ -466,6 +521,8 @@ mod tests {
             ("disk_threads", "0"),
             ("sample_interval", "-1"),
             ("prefetch_budget_of_free", "2"),
+            ("circus_independent", "1.5"),
+            ("circus_hold", "disk"),
             ("congestion", "c u b i c"),
         ] {
             let t: TuningArgs = toml::from_str(&format!("{key} = {v:?}")).unwrap();

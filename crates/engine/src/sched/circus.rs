@@ -1,0 +1,495 @@
+//! Circus sharing, sans-I/O: one selector per served file decides which
+//! block to read from disk next, which reader gets which block already in
+//! memory, and which block to drop (the Circus paper, "out-of-order
+//! download server", and mechanism 1 of issue 12).
+//!
+//! Brief overview. The file is cut into blocks of `block_size` at fixed
+//! offsets (so readers with different start offsets share them). A reader
+//! (one download, of any number of streams) registers what it still
+//! needs; it may take its blocks in any order (MODE E: every block carries
+//! its offset and the client reassembles). Then, per batch ([`Circus::poll`]):
+//! 1. blocks in memory that nobody still needs and nobody is sending are
+//!    dropped;
+//! 2. every reader with room in its queue (at most `queue_len` pieces per
+//!    stream, counted until they are sent) is given the blocks in memory it
+//!    still needs, oldest first: the oldest are the next to leave memory
+//!    (followers ride the region behind the frontrunner);
+//! 3. while a reader is left hungry (room in its queue, and no block it
+//!    needs in memory or on its way), a block is read: the one most hungry
+//!    readers need next from the head of the active region, which then
+//!    advances past it (the hungriest reader is the frontrunner). A reader
+//!    that already has `independent_share` of its demand is *independent*:
+//!    it reads its own next block wherever that is, without moving the
+//!    head. Reads stop at `read_depth` in flight and at `region_blocks`
+//!    blocks in memory; when memory is full the oldest block nobody is
+//!    sending is dropped (it fell out of the region; a reader that still
+//!    needs it gets it again when the head comes round).
+//!
+//! A reader that goes away ([`Circus::gone`]) is forgotten at once: its
+//! queued pieces no longer hold their blocks, and blocks only it needed go
+//! at the next batch. No clock, no I/O: `now` is passed in (it only feeds
+//! the readers' measured rates, which order the refill: fastest first).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// Identifies one registered reader (one download).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReaderId(pub u64);
+
+/// Selector tuning (engine settings `circus_*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CircusConfig {
+    /// Bytes per block: the unit read from disk, held and handed out.
+    pub block_size: u64,
+    /// Most blocks in memory (in memory or being read) at once: the active
+    /// region plus the independents' blocks.
+    pub region_blocks: usize,
+    /// Pieces queued per stream of a reader (its queue holds this times
+    /// its streams), refilled per batch.
+    pub queue_len: usize,
+    /// A reader with at least this share (0-1) of its demand handed out
+    /// reads outside the region (independent).
+    pub independent_share: f64,
+    /// Most block reads in flight for one file.
+    pub read_depth: usize,
+}
+
+impl Default for CircusConfig {
+    fn default() -> Self {
+        CircusConfig {
+            block_size: 1 << 20,
+            region_blocks: 64,
+            queue_len: 4,
+            independent_share: 0.75,
+            read_depth: 2,
+        }
+    }
+}
+
+/// Part of one block a reader needs: `len` bytes at file offset `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Piece {
+    /// Block index (`offset / block_size`).
+    pub block: u64,
+    /// File offset of the first byte.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// What the caller must do, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Read block `block` (`len` bytes at `offset`) and report it with
+    /// [`Circus::read_done`].
+    Read {
+        /// Block index.
+        block: u64,
+        /// File offset.
+        offset: u64,
+        /// Bytes (short for the last block).
+        len: u64,
+    },
+    /// Put `piece` (of a block in memory) on `reader`'s queue; report it
+    /// with [`Circus::sent`] once it is out.
+    Queue {
+        /// Whose queue.
+        reader: ReaderId,
+        /// What to send.
+        piece: Piece,
+    },
+    /// Forget block `block`: nobody holds it any more.
+    Drop {
+        /// Block index.
+        block: u64,
+    },
+}
+
+/// What the selector did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CircusCounters {
+    /// Blocks read.
+    pub reads: u64,
+    /// Bytes of those reads.
+    pub bytes_read: u64,
+    /// Pieces queued to readers.
+    pub pieces: u64,
+    /// Bytes of those pieces.
+    pub bytes_queued: u64,
+    /// Blocks dropped while some reader still needed them (read again later).
+    pub evicted_needed: u64,
+    /// Reads made for independent readers, outside the region.
+    pub independent_reads: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Loading,
+    /// In memory since batch sequence number `seq` (older first).
+    Resident {
+        seq: u64,
+    },
+}
+
+#[derive(Debug)]
+struct Block {
+    state: State,
+    /// Pieces of it queued or being sent.
+    refs: u32,
+}
+
+#[derive(Debug)]
+struct Reader {
+    /// Still to hand out: pieces by block.
+    need: BTreeMap<u64, Vec<(u64, u64)>>,
+    /// Pieces queued and not yet reported sent.
+    outstanding: usize,
+    /// Those pieces' blocks, with counts (released if the reader goes).
+    held: HashMap<u64, u32>,
+    cap: usize,
+    total: u64,
+    handed: u64,
+    /// Bytes per second, smoothed from `sent` reports.
+    rate: f64,
+    last_sent: Option<Duration>,
+}
+
+impl Reader {
+    fn room(&self) -> bool {
+        self.outstanding < self.cap
+    }
+
+    fn independent(&self, share: f64) -> bool {
+        self.total > 0 && self.handed as f64 >= share * self.total as f64
+    }
+}
+
+/// The selector of one file. See the module docs.
+#[derive(Debug)]
+pub struct Circus {
+    cfg: CircusConfig,
+    size: u64,
+    blocks: HashMap<u64, Block>,
+    /// Blocks in memory by age (their `seq`).
+    by_age: BTreeMap<u64, u64>,
+    readers: BTreeMap<ReaderId, Reader>,
+    /// Next block of the active region to read.
+    head: u64,
+    loading: usize,
+    seq: u64,
+    counters: CircusCounters,
+}
+
+impl Circus {
+    /// A selector for a file of `size` bytes.
+    pub fn new(cfg: CircusConfig, size: u64) -> Circus {
+        let cfg = CircusConfig {
+            block_size: cfg.block_size.max(1),
+            region_blocks: cfg.region_blocks.max(1),
+            queue_len: cfg.queue_len.max(1),
+            read_depth: cfg.read_depth.max(1),
+            ..cfg
+        };
+        Circus {
+            cfg,
+            size,
+            blocks: HashMap::new(),
+            by_age: BTreeMap::new(),
+            readers: BTreeMap::new(),
+            head: 0,
+            loading: 0,
+            seq: 0,
+            counters: CircusCounters::default(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &CircusConfig {
+        &self.cfg
+    }
+
+    /// Counts so far.
+    pub fn counters(&self) -> CircusCounters {
+        self.counters
+    }
+
+    /// Number of blocks.
+    fn n_blocks(&self) -> u64 {
+        self.size.div_ceil(self.cfg.block_size)
+    }
+
+    /// Registers reader `id` needing `ranges` (`(offset, len)`, clipped to
+    /// the file), sending over `streams` connections, at `rate` bytes/s if
+    /// known (0 if not).
+    pub fn register(&mut self, id: ReaderId, ranges: &[(u64, u64)], streams: usize, rate: u64) {
+        let bs = self.cfg.block_size;
+        let mut need: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+        let mut total = 0;
+        for &(offset, len) in ranges {
+            let end = offset.saturating_add(len).min(self.size);
+            let mut pos = offset;
+            while pos < end {
+                let block = pos / bs;
+                let piece_end = ((block + 1) * bs).min(end);
+                need.entry(block).or_default().push((pos, piece_end - pos));
+                total += piece_end - pos;
+                pos = piece_end;
+            }
+        }
+        self.readers.insert(
+            id,
+            Reader {
+                need,
+                outstanding: 0,
+                held: HashMap::new(),
+                cap: self.cfg.queue_len * streams.max(1),
+                total,
+                handed: 0,
+                rate: rate as f64,
+                last_sent: None,
+            },
+        );
+    }
+
+    /// Reader `id` is gone (done, failed, reset): its demand and its
+    /// queued pieces' hold on their blocks are dropped now; blocks nobody
+    /// needs any more go at the next [`Circus::poll`].
+    pub fn gone(&mut self, id: ReaderId) {
+        let Some(r) = self.readers.remove(&id) else {
+            return;
+        };
+        // Its queued pieces are thrown away with it by the caller.
+        for (block, n) in r.held {
+            if let Some(b) = self.blocks.get_mut(&block) {
+                b.refs = b.refs.saturating_sub(n);
+            }
+        }
+    }
+
+    /// Whether reader `id` has been handed everything it needs (its queue
+    /// may still hold pieces). True for an unknown reader.
+    pub fn handed_all(&self, id: ReaderId) -> bool {
+        self.readers.get(&id).is_none_or(|r| r.need.is_empty())
+    }
+
+    /// Readers registered.
+    pub fn readers(&self) -> usize {
+        self.readers.len()
+    }
+
+    /// Block `block` has been read (it is in memory now).
+    pub fn read_done(&mut self, block: u64) {
+        if let Some(b) = self.blocks.get_mut(&block) {
+            if b.state == State::Loading {
+                self.loading -= 1;
+                self.seq += 1;
+                b.state = State::Resident { seq: self.seq };
+                self.by_age.insert(self.seq, block);
+            }
+        }
+    }
+
+    /// Reading block `block` failed: it is forgotten (a later batch may
+    /// read it again).
+    pub fn read_failed(&mut self, block: u64) {
+        if let Some(b) = self.blocks.remove(&block) {
+            match b.state {
+                State::Loading => self.loading -= 1,
+                State::Resident { seq } => {
+                    self.by_age.remove(&seq);
+                }
+            }
+        }
+    }
+
+    /// Reader `id` has sent `piece` (it no longer holds its block).
+    pub fn sent(&mut self, id: ReaderId, piece: Piece, now: Duration) {
+        let Some(r) = self.readers.get_mut(&id) else {
+            return;
+        };
+        match r.held.get_mut(&piece.block) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                if *n == 0 {
+                    r.held.remove(&piece.block);
+                }
+            }
+            // Not one of its pieces (reported twice): nothing to release.
+            _ => return,
+        }
+        r.outstanding = r.outstanding.saturating_sub(1);
+        if let Some(last) = r.last_sent {
+            let dt = now.saturating_sub(last).as_secs_f64().max(1e-3);
+            let sample = piece.len as f64 / dt;
+            r.rate = if r.rate == 0.0 {
+                sample
+            } else {
+                0.8 * r.rate + 0.2 * sample
+            };
+        }
+        r.last_sent = Some(now);
+        if let Some(b) = self.blocks.get_mut(&piece.block) {
+            b.refs = b.refs.saturating_sub(1);
+        }
+    }
+
+    /// One batch: drops, queue refills and reads, in that order.
+    pub fn poll(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.drop_unneeded(&mut out);
+        self.refill(&mut out);
+        self.read(&mut out);
+        out
+    }
+
+    fn needed(&self, block: u64) -> bool {
+        self.readers.values().any(|r| r.need.contains_key(&block))
+    }
+
+    fn remove_block(&mut self, block: u64, out: &mut Vec<Action>) {
+        if let Some(b) = self.blocks.remove(&block) {
+            if let State::Resident { seq } = b.state {
+                self.by_age.remove(&seq);
+            }
+            out.push(Action::Drop { block });
+        }
+    }
+
+    fn drop_unneeded(&mut self, out: &mut Vec<Action>) {
+        let idle: Vec<u64> = self
+            .by_age
+            .values()
+            .copied()
+            .filter(|b| self.blocks[b].refs == 0 && !self.needed(*b))
+            .collect();
+        for b in idle {
+            self.remove_block(b, out);
+        }
+    }
+
+    /// Readers in refill order: fastest first (the frontrunner leads),
+    /// then by id (arrival).
+    fn by_rate(&self) -> Vec<ReaderId> {
+        let mut ids: Vec<(f64, ReaderId)> =
+            self.readers.iter().map(|(i, r)| (r.rate, *i)).collect();
+        ids.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ids.into_iter().map(|(_, i)| i).collect()
+    }
+
+    fn refill(&mut self, out: &mut Vec<Action>) {
+        let resident: Vec<u64> = self.by_age.values().copied().collect();
+        for id in self.by_rate() {
+            let r = self.readers.get_mut(&id).expect("listed");
+            for &block in &resident {
+                if !r.room() {
+                    break;
+                }
+                let Some(pieces) = r.need.remove(&block) else {
+                    continue;
+                };
+                let b = self.blocks.get_mut(&block).expect("resident");
+                for (offset, len) in pieces {
+                    r.outstanding += 1;
+                    *r.held.entry(block).or_default() += 1;
+                    r.handed += len;
+                    b.refs += 1;
+                    self.counters.pieces += 1;
+                    self.counters.bytes_queued += len;
+                    out.push(Action::Queue {
+                        reader: id,
+                        piece: Piece { block, offset, len },
+                    });
+                }
+            }
+        }
+    }
+
+    /// The block reader `r` should have read next, if it is hungry: its
+    /// first needed block not in memory, from the head of the region on
+    /// (cyclically), or from its own lowest if it is independent.
+    fn wants(&self, r: &Reader, loading_needed: bool) -> Option<(u64, bool)> {
+        if !r.room() || loading_needed {
+            return None;
+        }
+        let indep = r.independent(self.cfg.independent_share);
+        let from = if indep { 0 } else { self.head };
+        r.need
+            .range(from..)
+            .chain(r.need.range(..from))
+            .map(|(b, _)| *b)
+            .find(|b| !self.blocks.contains_key(b))
+            .map(|b| (b, indep))
+    }
+
+    fn read(&mut self, out: &mut Vec<Action>) {
+        let n = self.n_blocks().max(1);
+        while self.loading < self.cfg.read_depth {
+            // Hungry readers' next blocks, with how many want each.
+            let loading: Vec<u64> = self
+                .blocks
+                .iter()
+                .filter(|(_, b)| b.state == State::Loading)
+                .map(|(i, _)| *i)
+                .collect();
+            let mut votes: BTreeMap<u64, (usize, bool)> = BTreeMap::new();
+            for r in self.readers.values() {
+                let waiting = loading.iter().any(|b| r.need.contains_key(b));
+                if let Some((b, indep)) = self.wants(r, waiting) {
+                    let v = votes.entry(b).or_insert((0, true));
+                    v.0 += 1;
+                    v.1 &= indep;
+                }
+            }
+            let dist = |b: u64| (b + n - self.head % n) % n;
+            let Some((&block, &(_, indep))) = votes
+                .iter()
+                .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(dist(*b.0).cmp(&dist(*a.0))))
+            else {
+                return;
+            };
+            if self.blocks.len() >= self.cfg.region_blocks && !self.evict_oldest(out) {
+                return;
+            }
+            let offset = block * self.cfg.block_size;
+            let len = self.cfg.block_size.min(self.size - offset);
+            self.blocks.insert(
+                block,
+                Block {
+                    state: State::Loading,
+                    refs: 0,
+                },
+            );
+            self.loading += 1;
+            self.counters.reads += 1;
+            self.counters.bytes_read += len;
+            if indep {
+                self.counters.independent_reads += 1;
+            } else {
+                self.head = (block + 1) % n;
+            }
+            out.push(Action::Read { block, offset, len });
+        }
+    }
+
+    /// Memory is full: drops the oldest block nobody is sending.
+    fn evict_oldest(&mut self, out: &mut Vec<Action>) -> bool {
+        let Some(block) = self
+            .by_age
+            .values()
+            .copied()
+            .find(|b| self.blocks[b].refs == 0)
+        else {
+            return false;
+        };
+        if self.needed(block) {
+            self.counters.evicted_needed += 1;
+        }
+        self.remove_block(block, out);
+        true
+    }
+}
+
+#[cfg(test)]
+#[path = "circus_tests.rs"]
+mod tests;

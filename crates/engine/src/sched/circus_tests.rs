@@ -1,0 +1,377 @@
+//! The Circus selector on a virtual clock: readers of one file as
+//! simulated streams of given rates, disk reads of a fixed latency.
+
+use super::*;
+use std::collections::{HashSet, VecDeque};
+
+const MS: Duration = Duration::from_millis(1);
+
+#[derive(Debug, Default)]
+struct SimReader {
+    queue: VecDeque<Piece>,
+    /// Per stream: the piece on the wire and when it is out.
+    streams: Vec<Option<(Piece, Duration)>>,
+    /// Bytes per millisecond per stream.
+    per_ms: u64,
+    got: Vec<Piece>,
+    demand: Vec<(u64, u64)>,
+}
+
+struct Sim {
+    c: Circus,
+    now: Duration,
+    readers: BTreeMap<ReaderId, SimReader>,
+    in_memory: HashSet<u64>,
+    reads: Vec<(u64, Duration)>,
+    read_log: Vec<u64>,
+    read_latency: Duration,
+}
+
+impl Sim {
+    fn new(cfg: CircusConfig, size: u64) -> Sim {
+        Sim {
+            c: Circus::new(cfg, size),
+            now: Duration::ZERO,
+            readers: BTreeMap::new(),
+            in_memory: HashSet::new(),
+            reads: Vec::new(),
+            read_log: Vec::new(),
+            read_latency: 5 * MS,
+        }
+    }
+
+    fn add(&mut self, id: u64, ranges: &[(u64, u64)], streams: usize, per_ms: u64) {
+        self.c
+            .register(ReaderId(id), ranges, streams, per_ms * 1000);
+        self.readers.insert(
+            ReaderId(id),
+            SimReader {
+                streams: vec![None; streams],
+                per_ms,
+                demand: ranges.to_vec(),
+                ..SimReader::default()
+            },
+        );
+        self.batch();
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.readers.remove(&ReaderId(id));
+        self.c.gone(ReaderId(id));
+        self.batch();
+    }
+
+    fn held(&self, block: u64) -> bool {
+        self.readers.values().any(|r| {
+            r.queue.iter().any(|p| p.block == block)
+                || r.streams.iter().flatten().any(|(p, _)| p.block == block)
+        })
+    }
+
+    fn batch(&mut self) {
+        for a in self.c.poll() {
+            match a {
+                Action::Read { block, offset, len } => {
+                    assert_eq!(offset, block * self.c.config().block_size);
+                    assert!(len > 0);
+                    assert!(!self.in_memory.contains(&block), "read twice at once");
+                    self.reads.push((block, self.now + self.read_latency));
+                    self.read_log.push(block);
+                }
+                Action::Queue { reader, piece } => {
+                    assert!(self.in_memory.contains(&piece.block), "queued before read");
+                    self.readers
+                        .get_mut(&reader)
+                        .unwrap()
+                        .queue
+                        .push_back(piece);
+                }
+                Action::Drop { block } => {
+                    assert!(!self.held(block), "block {block} dropped while held");
+                    assert!(self.in_memory.remove(&block), "dropped unknown block");
+                }
+            }
+        }
+    }
+
+    /// Advances the clock one millisecond.
+    fn tick(&mut self) {
+        self.now += MS;
+        let now = self.now;
+        let done: Vec<u64> = self
+            .reads
+            .iter()
+            .filter(|r| r.1 <= now)
+            .map(|r| r.0)
+            .collect();
+        self.reads.retain(|r| r.1 > now);
+        for b in done {
+            self.in_memory.insert(b);
+            self.c.read_done(b);
+        }
+        let mut sent = Vec::new();
+        for (id, r) in self.readers.iter_mut() {
+            for s in r.streams.iter_mut() {
+                if let Some((p, t)) = *s {
+                    if t <= now {
+                        r.got.push(p);
+                        sent.push((*id, p));
+                        *s = None;
+                    }
+                }
+                if s.is_none() {
+                    if let Some(p) = r.queue.pop_front() {
+                        let ms = p.len.div_ceil(r.per_ms).max(1);
+                        *s = Some((p, now + ms as u32 * MS));
+                    }
+                }
+            }
+        }
+        for (id, p) in sent {
+            self.c.sent(id, p, now);
+        }
+        self.batch();
+    }
+
+    fn finished(&self, id: u64) -> bool {
+        let r = &self.readers[&ReaderId(id)];
+        self.c.handed_all(ReaderId(id))
+            && r.queue.is_empty()
+            && r.streams.iter().all(Option::is_none)
+    }
+
+    fn run_until_done(&mut self, limit_ms: u64) {
+        for _ in 0..limit_ms {
+            if self.readers.keys().all(|id| self.finished(id.0)) {
+                return;
+            }
+            self.tick();
+        }
+        panic!("not done after {limit_ms} ms: {:?}", self.c.counters());
+    }
+
+    /// Every reader got exactly its demand, each byte once, offsets right.
+    fn check_exactly_once(&self) {
+        for (id, r) in &self.readers {
+            let mut got = r.got.clone();
+            got.sort();
+            let mut want: Vec<(u64, u64)> = r.demand.clone();
+            want.sort();
+            // Merge the pieces back into ranges.
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for p in &got {
+                assert_eq!(p.block, p.offset / self.c.config().block_size);
+                match merged.last_mut() {
+                    Some((o, l)) if *o + *l == p.offset => *l += p.len,
+                    Some((o, l)) => {
+                        assert!(
+                            *o + *l < p.offset,
+                            "{id:?}: piece {p:?} twice or overlapping"
+                        );
+                        merged.push((p.offset, p.len));
+                    }
+                    None => merged.push((p.offset, p.len)),
+                }
+            }
+            let want: Vec<(u64, u64)> = want.into_iter().filter(|r| r.1 > 0).collect();
+            assert_eq!(merged, want, "{id:?}");
+        }
+    }
+}
+
+fn cfg(region_blocks: usize) -> CircusConfig {
+    CircusConfig {
+        block_size: 1000,
+        region_blocks,
+        queue_len: 2,
+        independent_share: 0.75,
+        read_depth: 2,
+    }
+}
+
+#[test]
+fn n_readers_starting_together_read_the_file_about_once() {
+    let size = 200_000; // 200 blocks
+    let mut s = Sim::new(cfg(16), size);
+    for id in 0..8 {
+        s.add(id, &[(0, size)], 2, 100);
+    }
+    s.run_until_done(100_000);
+    s.check_exactly_once();
+    let c = s.c.counters();
+    assert!(c.bytes_read <= size + size / 10, "{c:?}");
+    assert_eq!(c.bytes_queued, 8 * size);
+}
+
+#[test]
+fn readers_of_different_rates_share_while_the_region_holds_them() {
+    // 1, 2, 3 and 4 streams of one rate: the fast lead, the slow take the
+    // oldest blocks and fall out of a small region; still far below one
+    // read per reader.
+    let size = 200_000;
+    let mut s = Sim::new(cfg(16), size);
+    for id in 0..8 {
+        s.add(id, &[(0, size)], 1 + (id as usize % 4), 100);
+    }
+    s.run_until_done(1_000_000);
+    s.check_exactly_once();
+    let c = s.c.counters();
+    assert!(c.bytes_read <= 2 * size, "{c:?}");
+}
+
+#[test]
+fn late_joiners_share_the_region_and_wrap_around() {
+    let size = 100_000;
+    let mut s = Sim::new(cfg(8), size);
+    s.add(0, &[(0, size)], 2, 100);
+    for _ in 0..30 {
+        s.tick();
+    }
+    s.add(1, &[(0, size)], 2, 100);
+    for _ in 0..30 {
+        s.tick();
+    }
+    s.add(2, &[(0, size)], 1, 200);
+    s.run_until_done(100_000);
+    s.check_exactly_once();
+    let c = s.c.counters();
+    // Without sharing: 3x. Joiners ride the head to the end, then read
+    // the start they missed (together where both missed it).
+    assert!(c.bytes_read <= size * 5 / 4, "{c:?}");
+}
+
+#[test]
+fn mixed_rates_partial_ranges_and_odd_sizes_are_each_delivered_once() {
+    let size = 123_457;
+    let mut s = Sim::new(cfg(6), size);
+    s.add(0, &[(0, size)], 4, 300);
+    s.add(1, &[(1_234, 50_000), (60_001, 1)], 1, 20);
+    s.add(2, &[(99_999, 100_000)], 2, 50); // clipped to the file
+    s.add(3, &[(5, 0)], 1, 50); // nothing
+    for _ in 0..50 {
+        s.tick();
+    }
+    s.add(4, &[(777, 122_000)], 3, 7);
+    s.run_until_done(1_000_000);
+    for r in s.readers.values_mut() {
+        for d in r.demand.iter_mut() {
+            d.1 = (d.0 + d.1).min(size) - d.0.min(size);
+        }
+    }
+    s.check_exactly_once();
+    // Everything dropped in the end: nobody needs anything.
+    s.batch();
+    assert!(s.in_memory.is_empty(), "{:?}", s.in_memory);
+}
+
+#[test]
+fn memory_never_exceeds_the_region() {
+    let size = 300_000;
+    let region = 5;
+    let mut s = Sim::new(cfg(region), size);
+    for id in 0..6 {
+        s.add(id, &[(id * 40_000, size - id * 40_000)], 2, 10 + 40 * id);
+    }
+    for _ in 0..200_000 {
+        assert!(s.in_memory.len() + s.reads.len() <= region);
+        if s.readers.keys().all(|id| s.finished(id.0)) {
+            break;
+        }
+        s.tick();
+    }
+    s.check_exactly_once();
+}
+
+#[test]
+fn a_reader_that_leaves_frees_its_blocks_at_once() {
+    let size = 50_000;
+    let mut s = Sim::new(cfg(32), size);
+    s.add(0, &[(0, 20_000)], 1, 1);
+    s.add(1, &[(30_000, 20_000)], 1, 1);
+    for _ in 0..100 {
+        s.tick();
+    }
+    assert!(s.in_memory.iter().any(|b| *b >= 30), "{:?}", s.in_memory);
+    // Reader 1 goes with pieces still queued and on the wire.
+    assert!(
+        !s.readers[&ReaderId(1)].queue.is_empty() || s.readers[&ReaderId(1)].streams[0].is_some()
+    );
+    s.remove(1);
+    assert!(s.in_memory.iter().all(|b| *b < 20), "{:?}", s.in_memory);
+    assert_eq!(s.c.readers(), 1);
+    // No read for it is issued any more.
+    let before = s.read_log.len();
+    s.run_until_done(1_000_000);
+    assert!(s.read_log[before..].iter().all(|b| *b < 20));
+    s.check_exactly_once();
+}
+
+#[test]
+fn an_independent_reads_its_own_blocks_outside_the_region() {
+    // Reader 0 gets 80 % of the file alone (head near block 80), then a
+    // reader of blocks 85..90 arrives and moves the head there. Independent,
+    // 0 reads its own next blocks (82, 83, 84) beside the newcomer's; not
+    // independent, it follows the head to the end and wraps round to them.
+    let run = |share: f64| {
+        let size = 100_000;
+        let mut s = Sim::new(
+            CircusConfig {
+                independent_share: share,
+                ..cfg(64)
+            },
+            size,
+        );
+        s.add(0, &[(0, size)], 1, 1000);
+        while s.c.counters().bytes_queued < 80_000 {
+            s.tick();
+        }
+        let from = s.read_log.len();
+        s.add(1, &[(85_000, 5_000)], 1, 1000);
+        s.run_until_done(1_000_000);
+        s.check_exactly_once();
+        (s.read_log[from..].to_vec(), s.c.counters())
+    };
+    let (log, c) = run(0.75);
+    assert!(c.independent_reads > 0, "{c:?}");
+    let at = |b: u64| log.iter().position(|x| *x == b).unwrap();
+    assert!(at(84) < at(95), "independent: its own order too, {log:?}");
+    let (log, c) = run(1.0);
+    assert_eq!(c.independent_reads, 0, "{c:?}");
+    let at = |b: u64| log.iter().position(|x| *x == b).unwrap();
+    assert!(at(95) < at(84), "follower: the head's order, {log:?}");
+    // Either way each block is read once.
+    let mut sorted = log.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), log.len());
+}
+
+#[test]
+fn a_slow_reader_behind_a_small_region_gets_evicted_blocks_again() {
+    let size = 100_000;
+    let mut s = Sim::new(cfg(4), size);
+    s.add(0, &[(0, size)], 1, 1000);
+    s.add(1, &[(0, size)], 1, 5);
+    s.run_until_done(10_000_000);
+    s.check_exactly_once();
+    let c = s.c.counters();
+    assert!(c.bytes_read >= size && c.bytes_read <= 2 * size, "{c:?}");
+}
+
+#[test]
+fn sent_twice_or_for_an_unknown_reader_changes_nothing() {
+    let mut c = Circus::new(cfg(4), 10_000);
+    c.register(ReaderId(1), &[(0, 10_000)], 1, 0);
+    let reads: Vec<Action> = c.poll();
+    assert!(matches!(reads[0], Action::Read { block: 0, .. }));
+    c.read_done(0);
+    let q = c.poll();
+    let Action::Queue { piece, .. } = q[0] else {
+        panic!("{q:?}")
+    };
+    c.sent(ReaderId(1), piece, MS);
+    c.sent(ReaderId(1), piece, 2 * MS);
+    c.sent(ReaderId(9), piece, 2 * MS);
+    assert!(!c.handed_all(ReaderId(1)));
+    assert!(c.handed_all(ReaderId(9)));
+}

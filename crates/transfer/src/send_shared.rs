@@ -1,0 +1,76 @@
+//! MODE E downloads under Circus sharing (`--sharing circus`): the file's
+//! shared selector in the engine decides which block each stream sends
+//! next, in any order; every block goes out with its MODE E offset and the
+//! client reassembles (GFD.20 allows any order). The end of data is as in
+//! `send.rs`: an empty EOD|CLOSE header per stream, stream 0's with EOF
+//! and the EOD count.
+
+use std::sync::Arc;
+
+use sluice_engine::{Cancel, DataConn, SharedRead};
+use sluice_ftp::mode_e::BlockHeader;
+use tokio::task::JoinSet;
+
+use crate::send::{join_streams, Watch};
+use crate::{Progress, TransferError};
+
+/// Sends what `read` hands out over `conns` in MODE E blocks of at most
+/// `block_size`, header offsets `file offset - base`; returns the payload
+/// bytes sent.
+pub(crate) async fn send_extended_shared(
+    read: SharedRead,
+    block_size: u64,
+    base: u64,
+    conns: Vec<DataConn>,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<u64, TransferError> {
+    let read = Arc::new(read);
+    let n_streams = conns.len() as u64;
+    let inner = Cancel::new();
+    let mut tasks = JoinSet::new();
+    for (i, conn) in conns.into_iter().enumerate() {
+        let eof = if i == 0 { Some(n_streams) } else { None };
+        let (read, progress, inner) = (Arc::clone(&read), Arc::clone(&progress), inner.clone());
+        tasks.spawn(async move {
+            shared_stream(conn, &read, block_size, base, eof, &progress, &inner).await
+        });
+    }
+    // The demand is dropped when the last stream task lets go of `read`
+    // (done, failed or cancelled).
+    drop(read);
+    join_streams(tasks, &inner, &cancel).await
+}
+
+async fn shared_stream(
+    mut conn: DataConn,
+    read: &SharedRead,
+    block_size: u64,
+    base: u64,
+    eof: Option<u64>,
+    progress: &Progress,
+    cancel: &Cancel,
+) -> Result<u64, TransferError> {
+    let watch = Watch::start(conn.stream());
+    let mut sent = 0;
+    while let Some(piece) = read.next(progress.counters(), cancel).await? {
+        let end = piece.offset + piece.len;
+        let mut pos = piece.offset;
+        while pos < end {
+            let len = (end - pos).min(block_size);
+            let header = BlockHeader::data(pos - base, len).encode();
+            let n = conn
+                .send_piece(&header, &piece, pos, len, progress.counters(), cancel)
+                .await?;
+            progress.add_bytes(n);
+            sent += n;
+            pos += n;
+        }
+        read.sent(piece);
+    }
+    let end = BlockHeader::end(eof, true).encode();
+    conn.send_bytes(&end, progress.counters(), cancel).await?;
+    conn.shutdown().await.map_err(TransferError::Connection)?;
+    watch.finish(conn.stream(), progress);
+    Ok(sent)
+}

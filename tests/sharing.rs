@@ -1,0 +1,163 @@
+//! Circus sharing from outside: many MODE E clients of one file at once
+//! (`--sharing circus`, the default) each get the whole file intact, and
+//! the server reads the file from disk about once for all of them (the
+//! engine's `bytes_read_disk`, from `/metrics`; each reader read it for
+//! itself before).
+//!
+//! Each data socket is paced (`--max-pacing-rate`) so the downloads last
+//! seconds and overlap although the clients start one after another; the
+//! assertions are on bytes and counters, never on time.
+
+use crate::data_path::{counter, wait_for_metrics};
+use crate::harness::servers::{sluice, ServeOptions};
+use crate::harness::*;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `sluice serve --sharing circus --metrics ...` with paced data sockets.
+fn shared_server(pacing: &str) -> (FtpServer, std::net::SocketAddr) {
+    let s = sluice(ServeOptions {
+        extra_args: vec![
+            "--sharing".into(),
+            "circus".into(),
+            "--max-pacing-rate".into(),
+            pacing.into(),
+            "--metrics".into(),
+            "127.0.0.1:0".into(),
+            "--no-http".into(),
+        ],
+        ..Default::default()
+    });
+    let m = wait_for_metrics(&s);
+    (s, m)
+}
+
+/// Drops the file's pages from the page cache (GNU dd), so the first
+/// reads really go to the disk; the counter counts reads either way.
+fn make_cold(f: &TestFile) {
+    let _ = Command::new("dd")
+        .arg(format!("if={}", f.path.display()))
+        .args(["iflag=nocache", "count=0", "status=none"])
+        .status();
+}
+
+fn sluice_get(streams: &str, url: &str, dest: &std::path::Path) -> Command {
+    let mut c = Command::new(sluice_bin());
+    c.args(["get", "-q", "-p", streams])
+        .arg(url)
+        .arg(dest)
+        .env("NO_COLOR", "1");
+    c
+}
+
+/// Runs every client at once; each must succeed and write `f` exactly.
+#[track_caller]
+fn run_all(server: &FtpServer, jobs: Vec<(PathBuf, Command)>, f: &TestFile) {
+    let results: Vec<(PathBuf, Output)> = std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .map(|(dest, mut cmd)| s.spawn(move || (dest, run(&mut cmd))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect()
+    });
+    server.assert_running();
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(dest, out)| {
+            if !out.success() {
+                Some(format!("client failed\n{}", out.describe()))
+            } else {
+                compare_file(dest, f)
+                    .err()
+                    .map(|e| format!("{e}\n{}", out.describe()))
+            }
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} concurrent downloads failed:\n{}\n{}",
+        failures.len(),
+        results.len(),
+        failures.join("\n\n"),
+        server.log_tail()
+    );
+}
+
+#[test]
+fn mode_e_clients_of_every_kind_share_one_file_and_get_it_intact() {
+    if !require_tool("globus-url-copy") || !require_tool("curl") {
+        return;
+    }
+    // 8 MB/s per data connection: a one-stream client takes ~8 s.
+    let (server, metrics) = shared_server("8M");
+    let f = corpus().file(BIG);
+    make_cold(f);
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-share-")
+        .tempdir()
+        .expect("dest dir");
+    let url = server.url(&f.name);
+    let mut jobs: Vec<(PathBuf, Command)> = Vec::new();
+    for (i, p) in ["4", "1", "4", "1"].into_iter().enumerate() {
+        let dest = dir.path().join(format!("sluice-p{p}-{i}.bin"));
+        let cmd = sluice_get(p, &url, &dest);
+        jobs.push((dest, cmd));
+    }
+    for (i, p) in ["1", "4", "1", "4"].into_iter().enumerate() {
+        let dest = dir.path().join(format!("guc-p{p}-{i}.bin"));
+        let mut cmd = Command::new("globus-url-copy");
+        cmd.args(["-p", p])
+            .arg(&url)
+            .arg(format!("file://{}", dest.display()));
+        jobs.push((dest, cmd));
+    }
+    run_all(&server, jobs, f);
+    // The MODE E clients were served from shared blocks (at least the
+    // four with -p 4; one-stream clients may ask for MODE S).
+    let shared = counter(metrics, "shared_bytes_sent");
+    assert!(
+        shared >= 4 * f.size,
+        "{shared} bytes sent from shared blocks\n{}",
+        server.log_tail()
+    );
+}
+
+#[test]
+fn eight_mode_e_readers_of_a_cold_file_read_it_from_disk_about_once() {
+    // 4 MB/s per connection, 16 MB/s per 4-stream client: ~4 s each.
+    let (server, metrics) = shared_server("4M");
+    let f = corpus().file(BIG);
+    make_cold(f);
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-share-")
+        .tempdir()
+        .expect("dest dir");
+    let url = server.url(&f.name);
+    let jobs = (0..8)
+        .map(|i| {
+            let dest = dir.path().join(format!("copy-{i}.bin"));
+            let cmd = sluice_get("4", &url, &dest);
+            (dest, cmd)
+        })
+        .collect();
+    let before = counter(metrics, "bytes_read_disk");
+    run_all(&server, jobs, f);
+    let read = counter(metrics, "bytes_read_disk") - before;
+    let sent = counter(metrics, "bytes_sent");
+    assert!(sent >= 8 * f.size, "{sent} bytes sent");
+    eprintln!(
+        "8 readers: {read} bytes read from disk, file {} bytes",
+        f.size
+    );
+    // Each reader for itself: 8x. Shared: once, plus what a late starter
+    // missed of the region and reads again.
+    assert!(
+        read < f.size * 3 / 2,
+        "{read} bytes read from disk for 8 readers of {} bytes\n{}",
+        f.size,
+        server.log_tail()
+    );
+}
