@@ -87,6 +87,29 @@ where
     O: Fn() -> Result<C> + Sync,
     S: Fn(&mut C, &str, &J, u32) -> Result<u64> + Sync,
 {
+    run_ahead(jobs, workers, false, done, open, |c, rel, job, attempt, _| {
+        step(c, rel, job, attempt)
+    })
+}
+
+/// [`run`] whose step also sees the file its worker moves next (with
+/// `lookahead`: each worker takes its next file from the queue before it
+/// starts the current one), so it can send that file's commands before
+/// the current one's final reply (FTP pipelining: no round trip between
+/// files). The next file stays with this worker.
+pub fn run_ahead<J, C, O, S>(
+    jobs: Vec<(String, J)>,
+    workers: usize,
+    lookahead: bool,
+    done: &AtomicU64,
+    open: O,
+    step: S,
+) -> Outcome
+where
+    J: Send,
+    O: Fn() -> Result<C> + Sync,
+    S: Fn(&mut C, &str, &J, u32, Option<(&str, &J)>) -> Result<u64> + Sync,
+{
     let queue = Mutex::new(jobs.into_iter().collect::<VecDeque<_>>());
     let files = Mutex::new(Vec::new());
     let bytes = AtomicU64::new(0);
@@ -98,20 +121,31 @@ where
         for _ in 0..workers {
             s.spawn(|| {
                 let mut conn: Option<C> = None;
+                let mut ahead: Option<(String, J)> = None;
                 loop {
                     if stop.load(Relaxed) {
+                        if let Some(j) = ahead.take() {
+                            queue.lock().unwrap().push_front(j);
+                        }
                         return;
                     }
-                    let Some((rel, job)) = queue.lock().unwrap().pop_front() else {
+                    let Some((rel, job)) = ahead
+                        .take()
+                        .or_else(|| queue.lock().unwrap().pop_front())
+                    else {
                         return;
                     };
+                    if lookahead {
+                        ahead = queue.lock().unwrap().pop_front();
+                    }
                     let mut attempt = 0;
                     loop {
                         let t = std::time::Instant::now();
+                        let next = ahead.as_ref().map(|(r, j)| (r.as_str(), j));
                         let r = match conn.as_mut() {
-                            Some(c) => step(c, &rel, &job, attempt),
+                            Some(c) => step(c, &rel, &job, attempt, next),
                             None => open().and_then(|mut c| {
-                                let r = step(&mut c, &rel, &job, attempt);
+                                let r = step(&mut c, &rel, &job, attempt, next);
                                 conn = Some(c);
                                 r
                             }),
