@@ -4,7 +4,7 @@
 //! (the job retries, resumes and ends with every file right), and
 //! scripted hostile servers whose listings name paths outside DEST.
 
-use crate::harness::corpus::write_pseudo_random;
+use crate::harness::corpus::{sha256_bytes, write_pseudo_random};
 use crate::harness::process::ProcessGuard;
 use crate::harness::servers::{sluice, sluice_rw, ServeOptions};
 use crate::harness::*;
@@ -460,6 +460,136 @@ fn a_failed_file_is_listed_and_the_tree_goes_on() {
         o.describe()
     );
     assert_eq!(fs::read(dest.join("good")).unwrap(), b"GOOD");
+}
+
+/// A scripted server that lists EPSV in FEAT (so `sluice get -r`
+/// pipelines: the next file's EPSV and RETR arrive before this one's
+/// 226) and serves `n` files `f00`..: `f` + index repeated, except every
+/// fifth, which is refused with 550. Commands are read line by line and
+/// answered in order, as RFC 959 servers do.
+fn fake_pipelining_server(n: usize) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for ctl in l.incoming() {
+            let Ok(ctl) = ctl else { return };
+            thread::spawn(move || pipelining_session(ctl, n));
+        }
+    });
+    port
+}
+
+fn pipelined_body(i: usize) -> Vec<u8> {
+    format!("f{i:02}").repeat(i * 97 + 1).into_bytes()
+}
+
+fn pipelining_session(ctl: TcpStream, n: usize) {
+    let mut w = ctl.try_clone().unwrap();
+    let mut r = BufReader::new(ctl);
+    let _ = w.write_all(b"220 fake\r\n");
+    let mut pasv: Option<TcpListener> = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let cmd = line.trim_end().to_string();
+        let (verb, arg) = cmd.split_once(' ').unwrap_or((&cmd, ""));
+        let reply: Vec<u8> = match verb.to_ascii_uppercase().as_str() {
+            "USER" => b"331 pw\r\n".to_vec(),
+            "PASS" => b"230 in\r\n".to_vec(),
+            "FEAT" => b"211-Features:\r\n EPSV\r\n MLST type*;size*;\r\n211 End\r\n".to_vec(),
+            "EPSV" => {
+                let dl = TcpListener::bind("127.0.0.1:0").unwrap();
+                let p = dl.local_addr().unwrap().port();
+                pasv = Some(dl);
+                format!("229 Entering Extended Passive Mode (|||{p}|)\r\n").into_bytes()
+            }
+            "MLSD" | "RETR" => {
+                let body = if verb == "MLSD" {
+                    (0..n)
+                        .map(|i| format!("type=file;size={}; f{i:02}\r\n", pipelined_body(i).len()))
+                        .collect::<String>()
+                        .into_bytes()
+                } else {
+                    let i: usize = arg.trim_start_matches("/f").parse().unwrap();
+                    if i % 5 == 3 {
+                        // The passive listener stays; the next EPSV replaces it.
+                        let _ = w.write_all(b"550 no such file\r\n");
+                        continue;
+                    }
+                    pipelined_body(i)
+                };
+                let _ = w.write_all(b"150 go\r\n");
+                let (mut d, _) = pasv.take().expect("EPSV first").accept().unwrap();
+                let _ = d.write_all(&body);
+                drop(d);
+                b"226 done\r\n".to_vec()
+            }
+            "QUIT" => {
+                let _ = w.write_all(b"221 bye\r\n");
+                return;
+            }
+            _ => b"200 ok\r\n".to_vec(),
+        };
+        let _ = w.write_all(&reply);
+    }
+}
+
+/// Pipelined downloads (`get -r` sends the next file's EPSV and RETR
+/// before the current 226) stay in step when files in the middle are
+/// refused: every other file arrives whole, the refused ones are listed,
+/// exit status 5. One worker and two, so refusals fall both on a
+/// pipelined RETR and on one sent alone.
+#[test]
+fn pipelined_tree_download_stays_in_step_across_refused_files() {
+    let n = 23;
+    let port = fake_pipelining_server(n);
+    for files in ["1", "2"] {
+        let work = tempfile::tempdir().unwrap();
+        let dest = work.path().join("d");
+        let o = sluice_cmd(&[
+            "get",
+            "-r",
+            "-q",
+            "--files",
+            files,
+            "--timeout",
+            "10",
+            &format!("ftp://127.0.0.1:{port}/"),
+            dest.to_str().unwrap(),
+        ]);
+        assert_exit(&o, 5);
+        let refused: Vec<usize> = (0..n).filter(|i| i % 5 == 3).collect();
+        assert!(
+            o.stderr.contains(&format!(
+                "{} of {n} files failed",
+                refused.len()
+            )),
+            "{}",
+            o.describe()
+        );
+        for i in 0..n {
+            let got = fs::read(dest.join(format!("f{i:02}")));
+            if refused.contains(&i) {
+                assert!(
+                    o.stderr.contains(&format!("failed: f{i:02}: RETR")),
+                    "{}",
+                    o.describe()
+                );
+                assert!(got.is_err(), "f{i:02} exists");
+            } else {
+                assert_eq!(
+                    sha256_bytes(&got.unwrap()),
+                    sha256_bytes(&pipelined_body(i)),
+                    "f{i:02}\n{}",
+                    o.describe()
+                );
+            }
+        }
+        assert!(!tree_sums(&dest).keys().any(|k| k.ends_with(".part")));
+    }
 }
 
 fn inode(p: &Path) -> u64 {

@@ -41,6 +41,9 @@ pub(super) struct Conn {
     /// The remote path whose `EPSV` + `RETR` are sent and not yet
     /// answered: the next replies on the control connection are theirs.
     pending: Option<String>,
+    /// A passive address the server opened for the next upload (its
+    /// `EPSV` went out with the last upload's end): no round trip for it.
+    pub(super) next_passive: Option<std::net::SocketAddr>,
     /// Read buffer of inline downloads, kept for the connection's files.
     buf: Vec<u8>,
 }
@@ -61,6 +64,7 @@ pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn>
         mfmt,
         epsv,
         pending: None,
+        next_passive: None,
         buf: Vec::new(),
     })
 }
@@ -403,7 +407,7 @@ fn fetch_inline(
     if !first.code.is_preliminary() {
         drop(file);
         let _ = std::fs::remove_file(&part);
-        return Err(refused(&format!("RETR {}", plan::shown(rel)), &first));
+        return Err(refused("RETR", &first));
     }
     Stats::add(&stats.streams, 1);
     if c.buf.len() < INLINE_BUF {
