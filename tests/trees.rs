@@ -728,6 +728,117 @@ fn fake_json_server(body: &'static str) -> u16 {
     port
 }
 
+/// A keep-alive HTTP server (several requests per connection) listing
+/// `plain`, `chunked`, `moved`, `gone` and `last` in its JSON listing:
+/// `plain` and `last` come with Content-Length, `chunked` chunked,
+/// `moved` is a 302 to `plain`, `gone` a 404. Counts the connections it
+/// accepted.
+fn fake_keepalive_http_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let conns = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = conns.clone();
+    thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            counted.fetch_add(1, Ordering::Relaxed);
+            thread::spawn(move || {
+                let mut r = BufReader::new(c.try_clone().unwrap());
+                loop {
+                    let mut first = String::new();
+                    if r.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    let mut close = false;
+                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        close |= line.to_ascii_lowercase().starts_with("connection: close");
+                        line.clear();
+                    }
+                    let target = first.split(' ').nth(1).unwrap_or("").to_string();
+                    let sent = match target.as_str() {
+                        "/?format=json" => {
+                            let body = r#"{"path":"/","truncated":false,"entries":[{"name":"plain","type":"file","size":5,"mtime":1000000000},{"name":"chunked","type":"file","size":7,"mtime":null},{"name":"moved","type":"file","size":5,"mtime":null},{"name":"gone","type":"file","size":1,"mtime":null},{"name":"last","type":"file","size":4,"mtime":null}]}"#;
+                            write!(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                        }
+                        "/plain" => write!(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain"),
+                        "/last" => write!(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nLast-Modified: Sun, 09 Sep 2001 01:46:40 GMT\r\n\r\nlast"),
+                        "/chunked" => write!(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7\r\nchunked\r\n0\r\n\r\n"),
+                        "/moved" => write!(c, "HTTP/1.1 302 Found\r\nLocation: /plain\r\nContent-Length: 0\r\n\r\n"),
+                        _ => write!(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
+                    };
+                    if sent.is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, conns)
+}
+
+/// `get -r` over HTTP keeps one connection per worker for plain `200`
+/// responses with a length, and hands anything else (chunked, a
+/// redirect, an error) to the single-file download: every file right,
+/// the 404 and the redirect listed (without retries), modification times
+/// from the listing or Last-Modified.
+#[test]
+fn http_tree_keeps_connections_and_falls_back_for_odd_responses() {
+    let (port, conns) = fake_keepalive_http_server();
+    let work = tempfile::tempdir().unwrap();
+    let dest = work.path().join("d");
+    let o = sluice_cmd(&[
+        "get",
+        "-r",
+        "-q",
+        "--files",
+        "1",
+        "--timeout",
+        "5",
+        &format!("http://127.0.0.1:{port}/"),
+        dest.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 5);
+    // A 404 is final over HTTP (FTP's 4xx is transient, HTTP's is not):
+    // listed at once, not retried for 15 s.
+    assert!(
+        o.stderr.contains("failed: gone: GET: 404"),
+        "{}",
+        o.describe()
+    );
+    assert!(!o.stderr.contains("retry"), "{}", o.describe());
+    // Redirects are not followed (the single-file download says so).
+    assert!(
+        o.stderr.contains("failed: moved: GET: 302"),
+        "{}",
+        o.describe()
+    );
+    assert!(o.stderr.contains("2 of 5 files failed"), "{}", o.describe());
+    assert_eq!(fs::read(dest.join("plain")).unwrap(), b"plain");
+    assert_eq!(fs::read(dest.join("chunked")).unwrap(), b"chunked");
+    assert!(!dest.join("moved").exists());
+    assert_eq!(fs::read(dest.join("last")).unwrap(), b"last");
+    let secs = |p: &str| {
+        fs::metadata(dest.join(p))
+            .unwrap()
+            .modified()
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    assert_eq!(secs("plain"), 1_000_000_000);
+    assert_eq!(secs("last"), 1_000_000_000);
+    assert!(!tree_sums(&dest).keys().any(|k| k.ends_with(".part")));
+    // The listing, the worker's kept connection, one per odd response
+    // given to the single-file download (which may use one more for a
+    // HEAD or the redirect), and a new kept one after each: far fewer
+    // than a connection per request would take.
+    let n = conns.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n <= 12, "{n} connections\n{}", o.describe());
+}
+
 /// The JSON listing of an HTTP server is held to the same rules as MLSD:
 /// `..`, a path or an absolute name refuses the job, nothing is written.
 #[test]

@@ -55,6 +55,12 @@ pub struct Outcome {
 pub fn retryable(e: &ClientError) -> bool {
     match e {
         ClientError::Network { .. } | ClientError::Protocol(_) => true,
+        // HTTP's 4xx is the client's fault (404 stays 404): only a
+        // timeout, a rate limit and the server's temporary 5xx pass.
+        ClientError::Refused { what, reply } if what == "GET" || what == "HEAD" => matches!(
+            reply.get(..3),
+            Some("408" | "429" | "500" | "502" | "503" | "504")
+        ),
         ClientError::Refused { reply, .. } => reply.starts_with('4'),
         _ => false,
     }
@@ -277,5 +283,13 @@ mod tests {
             reply: "421 busy".into()
         }));
         assert!(!retryable(&ClientError::Usage("x".into())));
+        let http = |reply: &str| ClientError::Refused {
+            what: "GET".into(),
+            reply: reply.into(),
+        };
+        assert!(!retryable(&http("404 Not Found")));
+        assert!(!retryable(&http("403 Forbidden")));
+        assert!(retryable(&http("503 Service Unavailable")));
+        assert!(retryable(&http("429 Too Many Requests")));
     }
 }
