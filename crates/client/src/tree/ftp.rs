@@ -241,7 +241,7 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len();
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let workers = jobs::Workers::from_flag(a.tree.files);
     let mut per_file = a.clone();
     per_file.opts.quiet = true;
     let sizes: Option<u64> = files.iter().map(|(_, f)| f.size).sum();

@@ -214,7 +214,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len() + notes.uptodate as usize;
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let workers = jobs::Workers::from_flag(a.tree.files);
     let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
     let job = JobProgress::start(Some(sizes), files.len(), a.opts.quiet);
     let out = jobs::run_ahead(

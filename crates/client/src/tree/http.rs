@@ -188,7 +188,7 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
         }
     }
     let total = files.len() + notes.uptodate as usize;
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let workers = jobs::Workers::from_flag(a.tree.files);
     let job = super::ftp::JobProgress::start(None, files.len(), a.opts.quiet);
     let out = jobs::run(
         files,
