@@ -563,10 +563,8 @@ fn pipelined_tree_download_stays_in_step_across_refused_files() {
         assert_exit(&o, 5);
         let refused: Vec<usize> = (0..n).filter(|i| i % 5 == 3).collect();
         assert!(
-            o.stderr.contains(&format!(
-                "{} of {n} files failed",
-                refused.len()
-            )),
+            o.stderr
+                .contains(&format!("{} of {n} files failed", refused.len())),
             "{}",
             o.describe()
         );
@@ -1088,4 +1086,64 @@ fn tree_down_from_vsftpd_without_mlsd() {
         "{}",
         out.describe()
     );
+}
+
+/// Many small files up to vsftpd and globus-gridftp-server and back: the
+/// pipelined uploads (STOR as the data connection is made, the next EPSV
+/// sent with the end of the data) and downloads (the next EPSV and RETR
+/// before the 226) against real servers, sha256 of every file.
+#[test]
+fn many_small_files_up_and_down_against_peer_servers() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    for d in 0..3 {
+        fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for i in 0..40 {
+            let size = (i * 977 + d * 13) % 70_000;
+            write_pseudo_random(
+                &src.join(format!("d{d}/f{i:02}")),
+                size as u64,
+                (d * 100 + i) as u64,
+            );
+        }
+    }
+    let want = tree_sums(&src);
+    assert_eq!(want.len(), 120);
+    let mut servers = Vec::new();
+    if require_tool("vsftpd") {
+        servers.push(("vsftpd", crate::harness::servers::vsftpd(true)));
+    }
+    if require_tool("globus-gridftp-server") {
+        servers.push(("globus", crate::harness::servers::gridftp(true)));
+    }
+    for (name, server) in servers {
+        let up = sluice_cmd(&[
+            "put",
+            "-r",
+            "-q",
+            "--files",
+            "2",
+            src.to_str().unwrap(),
+            &server.url("up/"),
+        ]);
+        up.assert_success();
+        assert_eq!(
+            tree_sums(&server.local("up")),
+            want,
+            "{name}\n{}",
+            up.describe()
+        );
+        let dest = work.path().join(format!("down-{name}"));
+        let down = sluice_cmd(&[
+            "get",
+            "-r",
+            "-q",
+            "--files",
+            "2",
+            &server.url("up/"),
+            dest.to_str().unwrap(),
+        ]);
+        down.assert_success();
+        assert_eq!(tree_sums(&dest), want, "{name}\n{}", down.describe());
+    }
 }

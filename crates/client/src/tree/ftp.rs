@@ -267,7 +267,15 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
                 let next = next
                     .filter(|(_, n)| lookahead && c.epsv && inline_ok(c, n, false))
                     .map(|(r, _)| remote_join(&u.path, r));
-                fetch_inline(c, &remote_join(&u.path, rel), &root, rel, f, next, &job.stats)
+                fetch_inline(
+                    c,
+                    &remote_join(&u.path, rel),
+                    &root,
+                    rel,
+                    f,
+                    next,
+                    &job.stats,
+                )
             } else {
                 fetch(c, u, &per_file, &root, rel, f, resume, &job.stats)
             };

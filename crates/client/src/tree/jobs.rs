@@ -163,9 +163,14 @@ where
     O: Fn() -> Result<C> + Sync,
     S: Fn(&mut C, &str, &J, u32) -> Result<u64> + Sync,
 {
-    run_ahead(jobs, workers, false, done, open, |c, rel, job, attempt, _| {
-        step(c, rel, job, attempt)
-    })
+    run_ahead(
+        jobs,
+        workers,
+        false,
+        done,
+        open,
+        |c, rel, job, attempt, _| step(c, rel, job, attempt),
+    )
 }
 
 /// [`run`] whose step also sees the file its worker moves next (with
@@ -196,7 +201,10 @@ where
     // limit) stops the ramp, not the job.
     let no_more = std::sync::atomic::AtomicBool::new(false);
     let active = std::sync::atomic::AtomicUsize::new(0);
-    let (initial, max) = (workers.initial.max(1), workers.max.max(workers.initial.max(1)));
+    let (initial, max) = (
+        workers.initial.max(1),
+        workers.max.max(workers.initial.max(1)),
+    );
     let work = |extra: bool| {
         let mut conn: Option<C> = None;
         if extra {
@@ -218,9 +226,7 @@ where
                 }
                 break;
             }
-            let Some((rel, job)) = ahead
-                .take()
-                .or_else(|| queue.lock().unwrap().pop_front())
+            let Some((rel, job)) = ahead.take().or_else(|| queue.lock().unwrap().pop_front())
             else {
                 break;
             };
