@@ -902,7 +902,7 @@ fn http_can_be_switched_off_and_served_alone() {
 // ---------------------------------------------------------------------
 // Headless Chromium: the listing in a real browser.
 
-fn browser_ready() -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn browser_ready() -> Option<(PathBuf, PathBuf)> {
     let chromium = find_tool("chromium").or_else(|| find_tool("chromium-browser"));
     let driver = find_tool("chromedriver");
     let selenium = Command::new("python3")

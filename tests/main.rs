@@ -81,6 +81,9 @@ mod bad_inputs;
 /// explicit FTPS (curl --ssl-reqd, lftp, Python ftplib FTP_TLS, `sluice get
 /// ftpes://`), `require_tls`, broken handshakes, bad certificates.
 mod tls;
+/// More peers over TLS: headless Chromium over HTTPS trusting a test CA
+/// (not an exception), rclone's FTP backend with explicit TLS.
+mod tls_peers;
 
 // Both front doors' listener: backlog, running out of descriptors.
 mod listener;

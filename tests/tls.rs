@@ -559,8 +559,8 @@ fn sluice_get_refuses_a_wrong_certificate() {
 /// `sluice get/ls/put` over `ftpes://` (AUTH TLS, PROT P) and `ftps://`
 /// (implicit) against a server that requires TLS; `-p 4` downloads in
 /// MODE E over four TLS data connections (the server connects, and is the
-/// TLS server on each); `put -p 4` stays in one protected MODE S stream
-/// (MODE E uploads under PROT P are not built yet).
+/// TLS server on each); `put -p 4` sends MODE E over four TLS data
+/// connections the client opens (the server secures each as it arrives).
 #[test]
 fn sluice_client_over_ftpes_and_ftps() {
     let pki = TestPki::new();
@@ -618,13 +618,30 @@ fn sluice_client_over_ftpes_and_ftps() {
         "{}",
         out.describe()
     );
+    // Uploads: MODE E over four TLS data connections (the client connects,
+    // the server is the TLS server on each), and MODE S for one stream.
+    for (p, size) in [
+        ("4", 64u64 << 20),
+        ("4", (1 << 20) + 7),
+        ("4", 0),
+        ("1", 4095),
+    ] {
+        let f = corpus().file(size);
+        let name = format!("put-ftpes-{p}-{size}");
+        let out = run(Command::new(crate::harness::sluice_bin())
+            .args(["put", "-p", p, "--ca", &ca])
+            .arg(corpus().dir().join(&f.name))
+            .arg(explicit(&name)));
+        out.assert_success();
+        let want = if p == "4" {
+            "MODE E, 4 streams"
+        } else {
+            "MODE S, 1 stream"
+        };
+        assert!(out.stderr.contains(want), "{want}\n{}", out.describe());
+        compare_file(&s.server.local(&name), f).unwrap();
+    }
     let f = corpus().file((1 << 20) + 7);
-    let out = run(Command::new(crate::harness::sluice_bin())
-        .args(["put", "-q", "-p", "4", "--ca", &ca])
-        .arg(corpus().dir().join(&f.name))
-        .arg(explicit("put-ftpes")));
-    out.assert_success();
-    compare_file(&s.server.local("put-ftpes"), f).unwrap();
     // Plain ftp:// to the same server: refused at USER (exit 4, login).
     let dir = tempfile::tempdir().unwrap();
     let out = sluice_get(&[], &ftp_url(&s, &f.name), &dir.path().join("x"));

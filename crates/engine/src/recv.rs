@@ -92,17 +92,32 @@ impl FileWriter {
         conn: &TcpStream,
         buf: &mut [u8],
     ) -> Result<ReadStatus, EngineError> {
+        self.read_exact_from(Source::Tcp(conn), buf).await
+    }
+
+    /// [`FileWriter::read_exact`] of decrypted bytes from a TLS connection.
+    pub async fn read_exact_tls(
+        &mut self,
+        conn: &mut crate::TlsConn,
+        buf: &mut [u8],
+    ) -> Result<ReadStatus, EngineError> {
+        self.read_exact_from(Source::Tls(conn.stream_mut()), buf)
+            .await
+    }
+
+    async fn read_exact_from(
+        &mut self,
+        mut conn: Source<'_>,
+        buf: &mut [u8],
+    ) -> Result<ReadStatus, EngineError> {
         let mut got = 0;
         while got < buf.len() {
             let idle = self.engine.config().idle_timeout;
-            let n = read_some(
-                conn,
-                &mut buf[got..],
-                self.engine.tally(&self.counters),
-                &self.cancel,
-                idle,
-            )
-            .await?;
+            let t = self.engine.tally(&self.counters);
+            let n = match &mut conn {
+                Source::Tcp(c) => read_some(c, &mut buf[got..], t, &self.cancel, idle).await?,
+                Source::Tls(c) => read_tls(c, &mut buf[got..], t, &self.cancel, idle).await?,
+            };
             if n == 0 {
                 if got == 0 {
                     return Ok(ReadStatus::Eof);
@@ -122,10 +137,21 @@ impl FileWriter {
         len: u64,
     ) -> Result<(), EngineError> {
         let got = self.copy(Source::Tcp(conn), offset, Some(len)).await?;
-        if got < len {
-            return Err(EngineError::Connection(io::ErrorKind::UnexpectedEof.into()));
-        }
-        Ok(())
+        exactly(got, len)
+    }
+
+    /// [`FileWriter::copy_exact`] of decrypted bytes from a TLS connection
+    /// (a MODE E block's payload under PROT P).
+    pub async fn copy_exact_tls(
+        &mut self,
+        conn: &mut crate::TlsConn,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), EngineError> {
+        let got = self
+            .copy(Source::Tls(conn.stream_mut()), offset, Some(len))
+            .await?;
+        exactly(got, len)
     }
 
     /// Copies from `conn` into the file from `offset` until the peer closes;
@@ -268,8 +294,14 @@ impl FileWriter {
     }
 }
 
-/// One `recv` into `buf`, waiting for readability as needed (at most `idle`
-/// without data); 0 = peer closed.
+/// A copy that ended before `want` bytes: the peer closed early.
+fn exactly(got: u64, want: u64) -> Result<(), EngineError> {
+    if got < want {
+        return Err(EngineError::Connection(io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(())
+}
+
 /// Where a [`FileWriter`] copies from.
 enum Source<'a> {
     Tcp(&'a TcpStream),
@@ -306,6 +338,8 @@ async fn read_tls(
     }
 }
 
+/// One `recv` into `buf`, waiting for readability as needed (at most `idle`
+/// without data); 0 = peer closed.
 async fn read_some(
     conn: &TcpStream,
     buf: &mut [u8],

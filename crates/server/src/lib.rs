@@ -30,6 +30,7 @@ pub mod reload;
 pub mod runtime;
 pub mod shutdown;
 pub mod signals;
+pub mod store;
 pub mod tls;
 pub mod transport;
 pub mod upload;

@@ -286,6 +286,7 @@ async fn serve_on(
         }
         let ctx = Arc::new(ftp::FtpContext {
             served_root: Default::default(),
+            served_store: Default::default(),
             current: Arc::clone(&current),
             config: cfg.clone(),
             engine,

@@ -14,6 +14,7 @@ use sluice_ftp::session::{
 };
 use sluice_platform::fs::{DirEntry, FileKind, FsError, Metadata, ServedRoot};
 
+use crate::store::Store;
 use crate::upload::{is_internal_name, partial_len, partial_path};
 
 /// Most entries one listing sends; a directory larger than this is cut
@@ -179,7 +180,7 @@ pub fn listing_bytes(
     let meta = root.stat(path.as_str()).map_err(op_error)?;
     let entries: Vec<DirEntry> = if meta.kind == FileKind::Dir {
         let mut all = root.list_dir(path.as_str()).map_err(op_error)?;
-        all.retain(|e| !is_internal_name(&e.name));
+        all.retain(Store::shows);
         if all.len() > MAX_LIST_ENTRIES {
             tracing::info!(
                 entries = all.len(),
@@ -311,7 +312,7 @@ impl crate::listing::Render for FtpLines {
             let cdir = entry_info(b".", &m);
             listing::mlsd_line(&cdir, MlsxRole::Cdir, self.writable, facts, out);
         }
-        for e in entries.iter().filter(|e| !is_internal_name(&e.name)) {
+        for e in entries.iter().filter(|e| Store::shows(e)) {
             if self.count >= MAX_LIST_ENTRIES {
                 tracing::info!("listing cut to {MAX_LIST_ENTRIES} entries");
                 return;

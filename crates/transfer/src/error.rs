@@ -1,4 +1,8 @@
-//! Transfer errors, each mapped to the FTP reply the session sends.
+//! Transfer errors, and whose fault each one is ([`Fault`]). The doors
+//! map the fault to their own answer: FTP to a reply code
+//! (server `ftp/transfer.rs`), HTTP to a status before the head or a
+//! close after a partial body (server `http/failure.rs`). Nothing here
+//! knows either protocol's codes.
 
 use std::fmt;
 use std::io;
@@ -9,47 +13,72 @@ use sluice_ftp::mode_e::ModeEError;
 /// Why a transfer ended without completing.
 #[derive(Debug)]
 pub enum TransferError {
-    /// ABOR or the session closed (426).
+    /// ABOR, the session closed, or the door stopped it ([`Fault::Cancelled`]).
     Cancelled,
-    /// A data connection failed or closed early (426).
+    /// A data connection failed or closed early ([`Fault::PeerGone`]).
     Connection(io::Error),
-    /// The peer broke MODE E framing (426).
+    /// The peer took (or sent) nothing for the stall timeout
+    /// ([`Fault::PeerGone`]).
+    Stalled,
+    /// The peer broke MODE E framing ([`Fault::PeerProtocol`]).
     Framing(ModeEError),
-    /// MODE E data ended before the announced number of EODs (426).
+    /// MODE E data ended before the announced number of EODs
+    /// ([`Fault::PeerGone`]: its connections closed early).
     Incomplete {
         /// EODs seen.
         eods: u64,
         /// EODs the EOF block announced (0 if none arrived).
         expected: u64,
     },
-    /// The peer exceeded a bound (too many streams, too sparse blocks) (426).
+    /// The peer exceeded a bound (too many streams, too sparse blocks)
+    /// ([`Fault::PeerProtocol`]).
     Limit(&'static str),
-    /// Reading or writing the file failed (451).
+    /// Reading or writing the file failed ([`Fault::Disk`]).
     Disk(io::Error),
-    /// The disk is full or over quota (552).
+    /// The disk is full or over quota ([`Fault::DiskFull`]).
     DiskFull(io::Error),
-    /// The file is shorter than the requested range (451).
+    /// The file is shorter than the requested range: it shrank under us
+    /// ([`Fault::Disk`]).
     ShortFile {
         /// Offset where the file ended.
         at: u64,
     },
-    /// The caller asked for something this layer cannot do (451).
+    /// A local resource failed (the disk threads are gone, a job
+    /// panicked) or the caller asked for something this layer cannot do
+    /// ([`Fault::Local`]).
     Setup(&'static str),
 }
 
+/// Whose fault a [`TransferError`] is: what a door needs to choose its
+/// answer, and what the logs need to tell a client problem from ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Stopped on purpose (ABOR, session or server closing).
+    Cancelled,
+    /// The peer went away, reset, or stopped taking or sending data.
+    PeerGone,
+    /// The peer sent something the protocol forbids or a bound refuses.
+    PeerProtocol,
+    /// The file could not be read or written (I/O error, shrank).
+    Disk,
+    /// The disk is full or over quota.
+    DiskFull,
+    /// Ours: a local resource or an internal error.
+    Local,
+}
+
 impl TransferError {
-    /// The FTP reply code for this error.
-    pub fn reply_code(&self) -> u16 {
+    /// Whose fault this is.
+    pub fn fault(&self) -> Fault {
         match self {
-            TransferError::Cancelled
-            | TransferError::Connection(_)
-            | TransferError::Framing(_)
-            | TransferError::Incomplete { .. }
-            | TransferError::Limit(_) => 426,
-            TransferError::DiskFull(_) => 552,
-            TransferError::Disk(_) | TransferError::ShortFile { .. } | TransferError::Setup(_) => {
-                451
-            }
+            TransferError::Cancelled => Fault::Cancelled,
+            TransferError::Connection(_)
+            | TransferError::Stalled
+            | TransferError::Incomplete { .. } => Fault::PeerGone,
+            TransferError::Framing(_) | TransferError::Limit(_) => Fault::PeerProtocol,
+            TransferError::Disk(_) | TransferError::ShortFile { .. } => Fault::Disk,
+            TransferError::DiskFull(_) => Fault::DiskFull,
+            TransferError::Setup(_) => Fault::Local,
         }
     }
 }
@@ -93,6 +122,7 @@ impl fmt::Display for TransferError {
             TransferError::Incomplete { eods, expected } => {
                 write!(f, "Data connections closed after {eods} of {expected} EODs")
             }
+            TransferError::Stalled => f.write_str("Peer took nothing within the stall timeout"),
             TransferError::Limit(what) => write!(f, "Limit exceeded: {what}"),
             TransferError::Disk(e) => write!(f, "Local file error: {e}"),
             TransferError::DiskFull(e) => write!(f, "Insufficient storage: {e}"),
@@ -119,29 +149,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn engine_errors_map_to_ftp_replies() {
-        let full = io::Error::from_raw_os_error(28);
+    fn engine_errors_are_typed_by_whose_fault_they_are() {
+        let fault = |e: EngineError| TransferError::from(e).fault();
         assert_eq!(
-            TransferError::from(EngineError::Disk(full)).reply_code(),
-            552
-        );
-        let eio = io::Error::from_raw_os_error(5);
-        assert_eq!(
-            TransferError::from(EngineError::Disk(eio)).reply_code(),
-            451
+            fault(EngineError::Disk(io::Error::from_raw_os_error(28))),
+            Fault::DiskFull
         );
         assert_eq!(
-            TransferError::from(EngineError::Cancelled).reply_code(),
-            426
+            fault(EngineError::Disk(io::Error::from_raw_os_error(122))),
+            Fault::DiskFull
         );
+        assert_eq!(
+            fault(EngineError::Disk(io::Error::from_raw_os_error(5))),
+            Fault::Disk
+        );
+        assert_eq!(fault(EngineError::ShortFile { at: 7 }), Fault::Disk);
+        assert_eq!(fault(EngineError::Cancelled), Fault::Cancelled);
         let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(fault(EngineError::Connection(reset)), Fault::PeerGone);
+        assert_eq!(fault(EngineError::Idle), Fault::PeerGone);
+        assert_eq!(fault(EngineError::PoolClosed), Fault::Local);
+        assert_eq!(fault(EngineError::DiskJobPanicked), Fault::Local);
         assert_eq!(
-            TransferError::from(EngineError::Connection(reset)).reply_code(),
-            426
+            TransferError::from(ModeEError::OffsetOverflow).fault(),
+            Fault::PeerProtocol
         );
+        assert_eq!(TransferError::Limit("x").fault(), Fault::PeerProtocol);
+        assert_eq!(TransferError::Stalled.fault(), Fault::PeerGone);
         assert_eq!(
-            TransferError::from(ModeEError::OffsetOverflow).reply_code(),
-            426
+            TransferError::Incomplete {
+                eods: 1,
+                expected: 2
+            }
+            .fault(),
+            Fault::PeerGone
         );
+        assert_eq!(TransferError::Setup("x").fault(), Fault::Local);
     }
 }

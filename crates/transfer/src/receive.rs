@@ -5,7 +5,10 @@ use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sluice_engine::{Cancel, Engine, FileWriter, ReadStatus, WrittenFn};
+use std::future::Future;
+use std::pin::Pin;
+
+use sluice_engine::{Cancel, Engine, FileWriter, ReadStatus, TlsConn, WrittenFn};
 use sluice_ftp::limits::MAX_OFFSET;
 use sluice_ftp::markers::RangeSet;
 use sluice_ftp::mode_e::{Descriptor, Event, ModeEError, StreamDecoder, HEADER_LEN};
@@ -42,6 +45,60 @@ pub(crate) fn range_hook(progress: &Arc<Progress>, overflow: &Arc<AtomicBool>) -
     })
 }
 
+/// PROT P: the server side of the TLS handshake, run on each data
+/// connection of a MODE E upload as it arrives (in the stream's own task,
+/// so the handshakes of parallel streams overlap).
+pub type Protect = Arc<
+    dyn Fn(TcpStream) -> Pin<Box<dyn Future<Output = std::io::Result<TlsConn>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// One MODE E data connection: clear, or TLS under PROT P.
+enum Wire {
+    Plain(TcpStream),
+    Tls(Box<TlsConn>),
+}
+
+impl Wire {
+    async fn read_exact(
+        &mut self,
+        w: &mut FileWriter,
+        buf: &mut [u8],
+    ) -> Result<ReadStatus, TransferError> {
+        Ok(match self {
+            Wire::Plain(c) => w.read_exact(c, buf).await?,
+            Wire::Tls(c) => w.read_exact_tls(c, buf).await?,
+        })
+    }
+
+    async fn copy_exact(
+        &mut self,
+        w: &mut FileWriter,
+        at: u64,
+        len: u64,
+    ) -> Result<(), TransferError> {
+        match self {
+            Wire::Plain(c) => w.copy_exact(c, at, len).await?,
+            Wire::Tls(c) => w.copy_exact_tls(c, at, len).await?,
+        }
+        Ok(())
+    }
+
+    /// The connection after its EOD, when the sender may send the next
+    /// transfer on it (clear only: a TLS session is not handed on, the
+    /// stream ends with close_notify).
+    async fn after_eod(self, close: bool) -> Option<TcpStream> {
+        match self {
+            Wire::Plain(c) => (!close).then_some(c),
+            Wire::Tls(mut c) => {
+                let _ = c.shutdown().await;
+                None
+            }
+        }
+    }
+}
+
 /// How one MODE E stream ended.
 enum StreamEnd {
     /// It carried part of the transfer and ended with EOD (or CLOSE).
@@ -76,7 +133,22 @@ pub async fn receive_mode_e_relative(
     engine: &Engine,
     file: Arc<File>,
     base: u64,
+    conns: mpsc::Receiver<TcpStream>,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<ReceiveSummary, TransferError> {
+    receive_mode_e_protected(engine, file, base, conns, None, progress, cancel).await
+}
+
+/// [`receive_mode_e_relative`] where, with `protect`, every connection
+/// first completes a TLS handshake (PROT P) and carries its blocks inside
+/// TLS. A failed handshake fails the transfer like a reset connection.
+pub async fn receive_mode_e_protected(
+    engine: &Engine,
+    file: Arc<File>,
+    base: u64,
     mut conns: mpsc::Receiver<TcpStream>,
+    protect: Option<Protect>,
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<ReceiveSummary, TransferError> {
@@ -114,7 +186,16 @@ pub async fn receive_mode_e_relative(
                     let w = FileWriter::new(engine, Arc::clone(&file), Arc::clone(progress.counters()), inner.clone())
                         .on_written(range_hook(&progress, &overflow));
                     let ov = Arc::clone(&overflow);
-                    tasks.spawn(async move { read_stream(conn, w, base, &ov).await });
+                    let protect = protect.clone();
+                    tasks.spawn(async move {
+                        let wire = match protect {
+                            None => Wire::Plain(conn),
+                            Some(handshake) => Wire::Tls(Box::new(
+                                handshake(conn).await.map_err(TransferError::Connection)?,
+                            )),
+                        };
+                        read_stream(wire, w, base, &ov).await
+                    });
                 }
                 None => channel_open = false,
             },
@@ -180,7 +261,7 @@ pub async fn receive_mode_e_relative(
 /// socket into its buffers where the decoder's `pending_payload` says,
 /// then reported back with `consume_payload`, so no byte is copied twice.
 async fn read_stream(
-    conn: TcpStream,
+    mut conn: Wire,
     mut w: FileWriter,
     base: u64,
     overflow: &AtomicBool,
@@ -195,7 +276,7 @@ async fn read_stream(
                 .checked_add(p.offset)
                 .filter(|o| o.checked_add(p.remaining).is_some_and(|e| e <= MAX_OFFSET))
                 .ok_or(ModeEError::OffsetOverflow)?;
-            w.copy_exact(&conn, at, p.remaining).await?;
+            conn.copy_exact(&mut w, at, p.remaining).await?;
             dec.consume_payload(p.remaining)
                 .ok_or(TransferError::Setup("MODE E payload out of step"))?;
             if overflow.load(Ordering::Relaxed) {
@@ -204,7 +285,7 @@ async fn read_stream(
             continue;
         }
         let mut hdr = [0u8; HEADER_LEN];
-        if w.read_exact(&conn, &mut hdr).await? == ReadStatus::Eof {
+        if conn.read_exact(&mut w, &mut hdr).await? == ReadStatus::Eof {
             if first {
                 return Ok(StreamEnd::Unused);
             }
@@ -235,7 +316,7 @@ async fn read_stream(
     Ok(StreamEnd::Eod {
         bytes: dec.payload_bytes(),
         eof_count,
-        kept: (!close).then_some(conn),
+        kept: conn.after_eod(close).await,
     })
 }
 
@@ -373,7 +454,8 @@ pub(crate) mod tests {
         let mut cut = frame(&data, &[(0, 1000)], BlockHeader::eod());
         cut.truncate(cut.len() - HEADER_LEN);
         let (r, _, _) = run_receive(vec![cut], true).await;
-        assert_eq!(r.unwrap_err().reply_code(), 426);
+        // The peer's fault (the FTP door answers 426).
+        assert_eq!(r.unwrap_err().fault(), crate::Fault::PeerGone);
         // An unknown descriptor bit.
         let mut bad = BlockHeader::data(0, 0).encode().to_vec();
         bad[0] = 0x01;

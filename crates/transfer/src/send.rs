@@ -509,7 +509,8 @@ pub(crate) mod tests {
             Cancel::new(),
         )
         .await;
-        assert_eq!(r.unwrap_err().reply_code(), 451);
+        // Ours (the FTP door answers 451).
+        assert_eq!(r.unwrap_err().fault(), crate::Fault::Local);
         let spec = SendSpec {
             file: f,
             ranges: vec![],
@@ -546,7 +547,8 @@ pub(crate) mod tests {
             );
             cancel.cancel();
             let r = h.await.unwrap();
-            assert_eq!(r.unwrap_err().reply_code(), 426);
+            // The FTP door answers 426.
+            assert_eq!(r.unwrap_err().fault(), crate::Fault::Cancelled);
             // A finished task leaves the runtime's list just after its output is
             // handed over; give it a moment, but a stuck task never leaves.
             for _ in 0..1000 {
@@ -578,7 +580,8 @@ pub(crate) mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         drop(gone);
         let err = h.await.unwrap().unwrap_err();
-        assert_eq!(err.reply_code(), 426, "{err}");
+        // The peer's fault (the FTP door answers 426).
+        assert_eq!(err.fault(), crate::Fault::PeerGone, "{err}");
         assert!(matches!(err, TransferError::Connection(_)), "{err:?}");
     }
 }

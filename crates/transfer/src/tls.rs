@@ -1,7 +1,8 @@
 //! FTPS data connections under `PROT P`: MODE S downloads and uploads
 //! through the engine's [`TlsConn`], and MODE E downloads over 1..n TLS
 //! connections (the same block queue as in clear, `send.rs`). MODE E
-//! uploads over TLS are not built yet (the session refuses them).
+//! uploads over TLS are `receive.rs`'s receiver with a handshake per
+//! connection (`receive_mode_e_protected`).
 
 use std::fs::File;
 use std::sync::atomic::AtomicBool;

@@ -31,6 +31,7 @@ use crate::cli::PutArgs;
 use crate::error::{ClientError, Result};
 use crate::progress::Progress;
 use crate::stats::{self, Stats};
+use crate::tls::DataSock;
 use crate::url::FtpUrl;
 
 /// Bytes sent per `io::copy` round in MODE S (progress granularity).
@@ -57,9 +58,7 @@ pub fn run(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     if a.verify {
         session::require_cksm(&mut ctl)?;
     }
-    // MODE E uploads are not TLS yet (Sluice's server refuses them under
-    // PROT P): one protected MODE S stream.
-    let extended = a.opts.parallel > 1 && !ctl.is_protected() && session::try_mode_e(&mut ctl)?;
+    let extended = a.opts.parallel > 1 && session::try_mode_e(&mut ctl)?;
 
     let mut offset = 0;
     let mut resumed = String::new();
@@ -293,7 +292,9 @@ pub(crate) fn send_extended(
     };
     let mut socks = Vec::with_capacity(n);
     for _ in 0..n {
-        socks.push(data::connect(to, ctl.timeout())?);
+        // PROT P: each a TLS client; the handshake runs on the first write,
+        // after the server has taken STOR and secures what it accepted.
+        socks.push(ctl.data_sock(data::connect(to, ctl.timeout())?)?);
     }
     let first = ctl.cmd(&cmd)?;
     if !first.code.is_preliminary() {
@@ -301,7 +302,7 @@ pub(crate) fn send_extended(
     }
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicBool::new(false));
-    let mut threads: Vec<JoinHandle<Result<TcpStream>>> = Vec::with_capacity(n);
+    let mut threads: Vec<JoinHandle<Result<DataSock>>> = Vec::with_capacity(n);
     for (i, mut sock) in socks.into_iter().enumerate() {
         let file = file
             .try_clone()
@@ -314,14 +315,22 @@ pub(crate) fn send_extended(
             std::thread::Builder::new()
                 .name(format!("sluice-send-{i}"))
                 .spawn(move || {
-                    let _ = sock.set_write_timeout(Some(timeout));
+                    let _ = sock.tcp().set_write_timeout(Some(timeout));
+                    let _ = sock.tcp().set_read_timeout(Some(timeout));
                     Stats::add(&stats.streams, 1);
+                    // Under TLS the stream ends here (CLOSE, close_notify):
+                    // a TLS data connection is not cached for the next file.
+                    let tls = sock.is_tls();
                     let r = send_blocks(&mut sock, &file, len, offset, bs, &next, &failed, &stats)
                         .and_then(|()| {
-                            sock.write_all(&BlockHeader::end(eof, false).encode())
+                            sock.write_all(&BlockHeader::end(eof, tls).encode())
+                                .and_then(|()| sock.flush())
                                 .map_err(|e| ClientError::net("send EOD", e))
                         });
-                    count_retransmits(&sock, &stats);
+                    count_retransmits(sock.tcp(), &stats);
+                    if tls && r.is_ok() {
+                        sock.finish();
+                    }
                     if r.is_err() {
                         failed.store(true, Relaxed);
                     }
@@ -358,7 +367,7 @@ pub(crate) fn send_extended(
 
 #[allow(clippy::too_many_arguments)]
 fn send_blocks(
-    sock: &mut TcpStream,
+    sock: &mut impl Write,
     file: &File,
     len: u64,
     base: u64,

@@ -206,19 +206,6 @@ impl Session {
             );
             return;
         }
-        if self.prot_private
-            && self.mode == TransferMode::ExtendedBlock
-            && matches!(
-                cmd,
-                Command::Stor(_) | Command::Appe(_) | Command::Esto { .. }
-            )
-        {
-            self.reply(
-                C::PARAMETER_NOT_IMPLEMENTED,
-                "MODE E uploads under PROT P are not supported yet; use MODE S.",
-            );
-            return;
-        }
         match cmd {
             Command::Acct(_) => self.reply(C::SUPERFLUOUS, "ACCT not needed."),
             Command::Opts(Opts::Retr(o)) => {

@@ -28,6 +28,7 @@ use tracing::Instrument;
 use crate::config::ServeConfig;
 use crate::listener::Door;
 use crate::loops::Loops;
+use crate::store::Store;
 
 /// What every FTP session shares.
 #[derive(Debug)]
@@ -41,8 +42,11 @@ pub struct FtpContext {
     pub engine: Engine,
     /// The served root, opened at the first login that uses it and shared
     /// by every such session: one descriptor per session (its socket)
-    /// instead of two.
+    /// instead of two. (Its own descriptor, not the HTTP doors': a login
+    /// that cannot open it is told 421, see tests/listener.rs.)
     pub served_root: std::sync::OnceLock<Arc<ServedRoot>>,
+    /// The [`Store`] around `served_root` (downloads go through it).
+    pub served_store: std::sync::OnceLock<Arc<Store>>,
     /// The server's stop (crate::shutdown), watched by every session.
     pub shutdown: crate::shutdown::Shutdown,
 }
@@ -59,6 +63,19 @@ impl FtpContext {
         }
         let r = Arc::new(ServedRoot::open(root)?);
         Ok(Arc::clone(self.served_root.get_or_init(|| r)))
+    }
+
+    /// The store a login's `root` is served through: one shared by every
+    /// session of the served root, or for a user's own root a store of
+    /// its own. No open-file cache for FTP (crate::store says why).
+    pub fn store_for(&self, root: &Arc<ServedRoot>) -> Arc<Store> {
+        let plain = || Arc::new(Store::new(Arc::clone(root), std::time::Duration::ZERO));
+        match self.served_root.get() {
+            Some(served) if Arc::ptr_eq(root, served) => {
+                Arc::clone(self.served_store.get_or_init(plain))
+            }
+            _ => plain(),
+        }
     }
 }
 

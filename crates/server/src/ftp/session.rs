@@ -640,6 +640,7 @@ impl Driver {
         let job = Job {
             engine: self.ctx.engine.clone(),
             root: Arc::clone(root),
+            store: self.ctx.store_for(root),
             // The session says when the listener is done (ClosePassive):
             // after a MODE S transfer, or when replaced.
             passive: self.passive.clone(),

@@ -30,6 +30,7 @@ async fn server(
     let addr = listener.local_addr().unwrap();
     let ctx = Arc::new(FtpContext {
         served_root: Default::default(),
+        served_store: Default::default(),
         current: Arc::new(crate::reload::Current::new(&config)),
         config,
         engine,
@@ -247,4 +248,27 @@ async fn mode_e_connections_kept_by_the_client_carry_the_next_upload() {
         assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), data);
     }
     assert!(c.cmd("QUIT").await.starts_with("221"));
+}
+
+/// Kept upload partials are hidden from RETR as from listings and HTTP
+/// GET (crate::store): before the store, RETR of the partial's own name
+/// sent its half-written bytes.
+#[tokio::test]
+async fn retr_of_a_kept_partial_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".up.bin.sluice-partial"), b"half").unwrap();
+    std::fs::write(dir.path().join(".profile"), b"mine").unwrap();
+    let addr = server(dir.path(), false, 8).await;
+    let mut c = Client::login(addr).await;
+    assert!(c.cmd("TYPE I").await.starts_with("200"));
+    let _d = c.epsv(addr).await;
+    let r = c.cmd("RETR .up.bin.sluice-partial").await;
+    assert!(r.starts_with("550"), "{r}");
+    // An ordinary dot file of the client's is served.
+    let mut d = c.epsv(addr).await;
+    assert!(c.cmd("RETR .profile").await.starts_with("150"));
+    let mut got = Vec::new();
+    d.read_to_end(&mut got).await.unwrap();
+    assert!(c.reply().await.starts_with("226"));
+    assert_eq!(got, b"mine");
 }

@@ -10,14 +10,12 @@ use sluice_engine::TlsConn;
 use sluice_engine::{Cancel, Engine};
 use sluice_ftp::command::TransferMode;
 use sluice_ftp::markers::{range_marker, PerfMarker};
-use sluice_ftp::mode_e::BlockHeader;
 use sluice_ftp::path::VirtualPath;
 use sluice_ftp::reply::Reply;
 use sluice_ftp::session::{DataChannel, DataSpec, ListFormat, ListMatch, OpError, StoreKind};
 use sluice_platform::fs::ServedRoot;
 use sluice_transfer::{
-    receive_mode_e_relative, receive_stream, receive_stream_tls, send_extended_tls, send_relative,
-    send_stream_tls, ByteRange, Mode, Progress, SendSpec, TransferError,
+    ByteRange, Fault, Framing, Mode, Progress, Protect, SendSpec, Transfer, TransferError,
 };
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -52,6 +50,8 @@ pub struct Job {
     pub engine: Engine,
     /// The login's root.
     pub root: Arc<ServedRoot>,
+    /// The same root as both doors see it (downloads: hidden names).
+    pub store: Arc<crate::store::Store>,
     /// The passive listener, if the session has one.
     pub passive: Option<Passive>,
     /// Control connection's local IP (active connects come from it).
@@ -368,9 +368,9 @@ async fn list(
         ),
     };
     let mut sent = 0u64;
-    // Listing bytes leave through the engine like file data: its counters,
-    // cancellation and stalled-reader timeout apply.
-    let counters = sluice_engine::Counters::new();
+    // Listing bytes are a transfer too: the engine's counters,
+    // cancellation and stalled-reader timeout apply, errors are typed.
+    let t = Transfer::new(Progress::new(), job.cancel.clone());
     let write_all = async {
         let mut conns = secured.into_iter();
         if let Some(mut conn) = conns.next() {
@@ -390,21 +390,19 @@ async fn list(
                 if piece.is_empty() {
                     continue;
                 }
-                if mode_e {
-                    let header = BlockHeader::data(sent, piece.len() as u64).encode();
-                    conn.send_bytes(&header, &counters, &job.cancel)
-                        .await
-                        .map_err(list_send_error)?;
-                }
-                conn.send_bytes(&piece, &counters, &job.cancel)
+                let framing = match mode_e {
+                    true => Framing::Block { offset: sent },
+                    false => Framing::Raw,
+                };
+                t.send_piece(&mut conn, &piece, framing)
                     .await
-                    .map_err(list_send_error)?;
+                    .map_err(|e| transfer_error(&e, &job.cancel))?;
                 sent += piece.len() as u64;
             }
-            finish_list_conn(conn, mode_e, Some(count), &counters, &job.cancel).await?;
+            finish_list_conn(&t, conn, mode_e, Some(count)).await?;
         }
         for conn in conns {
-            finish_list_conn(conn, mode_e, None, &counters, &job.cancel).await?;
+            finish_list_conn(&t, conn, mode_e, None).await?;
         }
         Ok::<(), OpError>(())
     };
@@ -418,26 +416,25 @@ async fn list(
 /// Ends one listing data connection: MODE E's EOD (with EOF on the first),
 /// then close.
 async fn finish_list_conn(
+    t: &Transfer,
     mut conn: Conn,
     mode_e: bool,
     eof: Option<u64>,
-    counters: &sluice_engine::Counters,
-    cancel: &Cancel,
 ) -> Result<(), OpError> {
     if mode_e {
-        conn.send_bytes(&BlockHeader::end(eof, true).encode(), counters, cancel)
+        return t
+            .end_blocks(&mut conn, eof)
             .await
-            .map_err(list_send_error)?;
+            .map_err(|e| transfer_error(&e, t.cancel()));
     }
     let _ = conn.shutdown().await;
     Ok(())
 }
 
-fn list_send_error(e: sluice_engine::EngineError) -> OpError {
-    match e {
-        sluice_engine::EngineError::Cancelled => OpError::Aborted,
-        _ => OpError::ConnectionLost,
-    }
+/// The transfer object of a download or upload: the job's progress and
+/// ABOR token. No stall bound of its own (the engine's `idle_timeout`).
+fn transfer(job: &Job, progress: &Arc<Progress>) -> Transfer {
+    Transfer::new(Arc::clone(progress), job.cancel.clone())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -451,10 +448,10 @@ async fn retr(
     events: &mpsc::UnboundedSender<Event>,
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
-    let (root, p) = (Arc::clone(&job.root), path.clone());
+    let (store, p) = (Arc::clone(&job.store), path.clone());
     let file = blocking(job, move || {
-        check_names_dir(&root, &p)?;
-        root.open_read(p.as_str()).map_err(op_error)
+        check_names_dir(store.root(), &p)?;
+        store.open_read(p.as_str()).map_err(op_error)
     })
     .await??;
     let size = file.metadata().map_err(|e| op_error(e.into()))?.len();
@@ -494,26 +491,11 @@ async fn retr(
         for c in conns.drain(..) {
             secured.push(handshake_data(job, c, data).await?);
         }
-        match data.mode {
-            TransferMode::Stream => {
-                let mut tls = secured.pop().ok_or(OpError::DataConnection)?;
-                send_stream_tls(spec, &mut tls, Arc::clone(progress), job.cancel.clone())
-                    .await
-                    .map_err(|e| transfer_error(&e, &job.cancel))?
-            }
-            TransferMode::ExtendedBlock => {
-                let fut = send_extended_tls(
-                    spec,
-                    base,
-                    secured,
-                    Arc::clone(progress),
-                    job.cancel.clone(),
-                );
-                with_markers(fut, data, progress, false, events)
-                    .await
-                    .map_err(|e| transfer_error(&e, &job.cancel))?
-            }
-        }
+        let t = transfer(job, progress);
+        let fut = t.send_tls(spec, base, secured);
+        with_markers(fut, data, progress, false, events)
+            .await
+            .map_err(|e| transfer_error(&e, &job.cancel))?
     } else {
         // ERET P k len in MODE E numbers its blocks from k (GFD.20, and what
         // globus-gridftp-server sends); REST n + RETR keeps file offsets.
@@ -522,14 +504,8 @@ async fn retr(
             .into_iter()
             .map(|c| job.engine.data_conn_sized(c, asked_buffer(data)))
             .collect();
-        let fut = send_relative(
-            &job.engine,
-            spec,
-            base,
-            conns,
-            Arc::clone(progress),
-            job.cancel.clone(),
-        );
+        let t = transfer(job, progress);
+        let fut = t.send(&job.engine, spec, base, conns);
         let r = with_markers(fut, data, progress, false, events).await;
         r.map_err(|e| transfer_error(&e, &job.cancel))?
     };
@@ -622,26 +598,14 @@ async fn stor(
             let conn = conns.pop().ok_or(OpError::DataConnection)?;
             if data.protected {
                 let mut tls = handshake_data(job, conn, data).await?;
-                return receive_stream_tls(
-                    &job.engine,
-                    file,
-                    upload.start,
-                    &mut tls,
-                    Arc::clone(progress),
-                    job.cancel.clone(),
-                )
-                .await
-                .map_err(|e| transfer_error(&e, &job.cancel));
+                return transfer(job, progress)
+                    .receive_stream_tls(&job.engine, file, upload.start, &mut tls)
+                    .await
+                    .map_err(|e| transfer_error(&e, &job.cancel));
             }
             job.engine.prepare_socket_sized(&conn, asked_buffer(data));
-            let fut = receive_stream(
-                &job.engine,
-                file,
-                upload.start,
-                conn,
-                Arc::clone(progress),
-                job.cancel.clone(),
-            );
+            let t = transfer(job, progress);
+            let fut = t.receive_stream(&job.engine, file, upload.start, conn);
             with_markers(fut, data, progress, true, events)
                 .await
                 .map_err(|e| transfer_error(&e, &job.cancel))
@@ -653,16 +617,15 @@ async fn stor(
                 StoreKind::Adjusted(_) | StoreKind::Append => upload.start,
                 StoreKind::Replace | StoreKind::Restart(_) | StoreKind::RestartRanges(_) => 0,
             };
+            let protect = if data.protected {
+                Some(protect_data(job)?)
+            } else {
+                None
+            };
             let (tx, rx) = mpsc::channel(8);
             let acceptor = accept_all(job, data, tx, cached).await?;
-            let fut = receive_mode_e_relative(
-                &job.engine,
-                file,
-                base,
-                rx,
-                Arc::clone(progress),
-                job.cancel.clone(),
-            );
+            let t = transfer(job, progress);
+            let fut = t.receive_mode_e(&job.engine, file, base, rx, protect);
             let r = with_markers(fut, data, progress, true, events).await;
             acceptor.abort();
             let summary = r.map_err(|e| transfer_error(&e, &job.cancel))?;
@@ -815,6 +778,24 @@ async fn handshake_data(job: &Job, conn: TcpStream, data: &DataSpec) -> Result<T
     Ok(job.engine.tls_conn(tls.into()))
 }
 
+/// PROT P for a MODE E upload: the handshake [`handshake_data`] does, run
+/// by the receiver on each connection as it arrives (the client opens as
+/// many as it likes, so they cannot all be secured up front).
+fn protect_data(job: &Job) -> Result<Protect, OpError> {
+    let config = job.tls.clone().ok_or(OpError::DataConnection)?;
+    let engine = job.engine.clone();
+    Ok(Arc::new(move |conn: TcpStream| {
+        let (config, engine) = (Arc::clone(&config), engine.clone());
+        Box::pin(async move {
+            let tls = crate::tls::handshake(config, conn).await.inspect_err(|e| {
+                tracing::info!(error = %e, "TLS handshake on a MODE E data connection failed");
+            })?;
+            tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
+            Ok(engine.tls_conn(tls.into()))
+        })
+    }))
+}
+
 /// Opens `n` data connections as the session arranged.
 async fn open_data(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpStream>, OpError> {
     tokio::select! {
@@ -911,20 +892,22 @@ async fn with_markers<T>(
     }
 }
 
+/// The FTP answer to a failed transfer, from whose fault it is: 426 when
+/// the transfer was aborted, the data connection was lost or the peer
+/// broke MODE E, 452 for a full disk, 451 for our side (disk, resources).
 fn transfer_error(e: &TransferError, cancel: &Cancel) -> OpError {
-    if cancel.is_cancelled() || matches!(e, TransferError::Cancelled) {
+    if cancel.is_cancelled() {
         return OpError::Aborted;
     }
-    match e.reply_code() {
-        426 => match e {
-            TransferError::Framing(_) | TransferError::Limit(_) => OpError::BadData,
-            _ => {
-                tracing::info!(error = %e, "transfer lost its data connection");
-                OpError::ConnectionLost
-            }
-        },
-        552 => OpError::NoSpace,
-        _ => {
+    match e.fault() {
+        Fault::Cancelled => OpError::Aborted,
+        Fault::PeerProtocol => OpError::BadData,
+        Fault::PeerGone => {
+            tracing::info!(error = %e, "transfer lost its data connection");
+            OpError::ConnectionLost
+        }
+        Fault::DiskFull => OpError::NoSpace,
+        Fault::Disk | Fault::Local => {
             tracing::warn!(error = %e, "transfer failed");
             OpError::Local
         }
@@ -947,5 +930,45 @@ mod tests {
         assert_eq!(g(0, 100, &[0..10, 20..30]), vec![(10, 10), (30, 70)]);
         assert_eq!(g(0, 100, &[0..50, 50..100]), vec![]);
         assert_eq!(g(50, 100, &[0..60, 90..200]), vec![(60, 30)]);
+    }
+
+    /// Each fault gets the reply the door always sent: 426 for the peer's
+    /// side and aborts, 451 for ours, 452 (`OpError::NoSpace`) for a full
+    /// disk (layer 2's own `reply_code()` said 552, but the door never
+    /// sent that); ABOR wins over whatever the streams said.
+    #[test]
+    fn transfer_faults_map_to_ftp_replies() {
+        use sluice_engine::EngineError;
+        use std::io;
+        let code = |e: TransferError| transfer_error(&e, &Cancel::new()).reply().code.0;
+        let engine = |e: EngineError| code(TransferError::from(e));
+        assert_eq!(
+            engine(EngineError::Disk(io::Error::from_raw_os_error(28))),
+            452
+        );
+        assert_eq!(
+            engine(EngineError::Disk(io::Error::from_raw_os_error(5))),
+            451
+        );
+        assert_eq!(engine(EngineError::ShortFile { at: 1 }), 451);
+        assert_eq!(engine(EngineError::PoolClosed), 451);
+        assert_eq!(engine(EngineError::Cancelled), 426);
+        assert_eq!(engine(EngineError::Idle), 426);
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(engine(EngineError::Connection(reset)), 426);
+        let framing = sluice_ftp::mode_e::ModeEError::OffsetOverflow;
+        assert_eq!(code(TransferError::from(framing)), 426);
+        assert_eq!(code(TransferError::Limit("streams")), 426);
+        assert_eq!(code(TransferError::Stalled), 426);
+        assert_eq!(code(TransferError::Setup("x")), 451);
+        let e = TransferError::Incomplete {
+            eods: 1,
+            expected: 2,
+        };
+        assert_eq!(transfer_error(&e, &Cancel::new()), OpError::ConnectionLost);
+        let aborted = Cancel::new();
+        aborted.cancel();
+        let full = TransferError::DiskFull(io::Error::from_raw_os_error(28));
+        assert_eq!(transfer_error(&full, &aborted), OpError::Aborted);
     }
 }

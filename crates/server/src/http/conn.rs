@@ -9,13 +9,18 @@
 //!   This bounds slow-loris clients without bounding honest slow bodies.
 //! - keep-alive: between requests the connection may sit idle for
 //!   `keepalive_timeout`; then it is closed silently (as nginx does).
-//! - send: see [`super::send`].
+//! - send: see [`super::send`] (the transfer's stall policy).
+//!
+//! A response is a `sluice_transfer::Transfer` (progress, counters,
+//! cancellation, stall policy shared with FTP); when it fails,
+//! [`super::failure`] decides from whose fault it was whether a status
+//! still goes out or the connection just closes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluice_engine::{Cancel, Counters};
+use sluice_engine::Cancel;
 use sluice_http::digest;
 use sluice_http::request::peek_request_line;
 use sluice_http::{
@@ -25,8 +30,11 @@ use sluice_http::{
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use sluice_transfer::{Framing, Transfer, TransferError};
+
+use super::failure::{self, Failure};
 use super::resolve::{resolve, Found, HttpListing};
-use super::send::{send_plan, SendError};
+use super::send::{response_transfer, send_plan};
 use super::HttpContext;
 use crate::listing::Lister;
 use crate::transport::Conn;
@@ -104,36 +112,31 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
         } = find(&ctx, &req).await;
         let mut plan = respond(&req, resource, time, &opts);
         add_digests(&ctx, &req, &mut plan, file.as_ref()).await;
-        let counters = Counters::new();
-        let mut sent = send_plan(
-            &mut conn,
-            &plan,
-            file.as_ref(),
-            &counters,
-            ctx.settings.send_timeout,
-        )
-        .await;
+        let transfer = response_transfer(ctx.settings.send_timeout);
+        let mut sent = send_plan(&mut conn, &plan, file.as_ref(), &transfer)
+            .await
+            .map(drop);
         if let (Ok(()), Some(dir), Status::Ok, false) =
             (&sent, dir, plan.status, req.method == Method::Head)
         {
-            sent = send_listing(&ctx, &mut conn, &req, dir, &counters).await;
+            sent = send_listing(&ctx, &mut conn, &req, dir, &transfer).await;
         }
+        let out = transfer.progress().counters().snapshot().bytes_sent;
         let body_bytes = match &sent {
-            Ok(()) if plan.body.is_empty() => counters
-                .snapshot()
-                .bytes_sent
-                .saturating_sub(plan.head.len() as u64),
-            Ok(()) => plan.body_len(),
-            Err(_) => counters
-                .snapshot()
-                .bytes_sent
-                .saturating_sub(plan.head.len() as u64),
+            Ok(()) if !plan.body.is_empty() => plan.body_len(),
+            _ => out.saturating_sub(plan.head.len() as u64),
         };
-        log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
         if let Err(e) = sent {
-            tracing::debug!(error = %e, "response not completed; closing");
+            let failed = Failed {
+                time,
+                plan: &plan,
+                body_bytes,
+                out,
+            };
+            after_failure(&ctx, &mut conn, peer, &req, failed, &e, &opts).await;
             return;
         }
+        log_access(peer, time, &req.request_line, &plan, body_bytes, Some(&req));
         // A stopping server answers what it was asked, then closes.
         if !plan.keep_alive || ctx.shutdown.is_draining() {
             linger_close(&mut conn).await;
@@ -178,27 +181,24 @@ async fn send_listing(
     conn: &mut Conn,
     req: &Request,
     dir: sluice_platform::fs::DirReader,
-    counters: &Counters,
-) -> Result<(), SendError> {
+    transfer: &Transfer,
+) -> Result<(), TransferError> {
     let render = Box::new(HttpListing::new(req));
-    let mut lister = Lister::new(Arc::clone(&ctx.root), dir, render);
-    let cancel = Cancel::new();
+    let mut lister = Lister::new(Arc::clone(ctx.store.root()), dir, render);
     loop {
-        let piece = match lister.next(&ctx.engine, &cancel).await {
+        let piece = match lister.next(&ctx.engine, transfer.cancel()).await {
             Ok(Some(p)) => p,
             Ok(None) => return Ok(()),
             // The head is out: all that is left is to cut the body short
             // (the connection closes).
-            Err(e) => return Err(SendError::Listing(e.to_string())),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing stopped");
+                return Err(TransferError::Disk(std::io::Error::other(e.to_string())));
+            }
         };
-        let plan = Plan {
-            status: Status::Ok,
-            head: piece.bytes,
-            body: Vec::new(),
-            keep_alive: true,
-            range_ignored: None,
-        };
-        send_plan(conn, &plan, None, counters, ctx.settings.send_timeout).await?;
+        transfer
+            .send_piece(conn, &piece.bytes, Framing::Raw)
+            .await?;
     }
 }
 
@@ -236,12 +236,13 @@ async fn read_head(ctx: &HttpContext, stream: &mut Conn, buf: &mut Vec<u8>, firs
     }
 }
 
-/// Finds the request's file in the open-file cache (one `fstat` here on
-/// the loop), else resolves the path on an engine disk thread (which may
-/// wait on the disk) and caches a file it opened.
+/// Finds the request's file in the store's open-file cache (one `fstat`
+/// here on the loop), else resolves the path through the store on an
+/// engine disk thread (which may wait on the disk) and caches a file it
+/// opened.
 async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
     let rel = req.path.relative();
-    if let Some(hit) = ctx.open_files.get(rel, std::time::Instant::now()) {
+    if let Some(hit) = ctx.store.cached(rel, std::time::Instant::now()) {
         return Found {
             resource: Resource::File {
                 len: hit.len,
@@ -255,14 +256,12 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
     let path = req.path.clone();
     match ctx
         .engine
-        .run_blocking(&Cancel::new(), move || resolve(&c.root, &path))
+        .run_blocking(&Cancel::new(), move || resolve(&c.store, &path))
         .await
     {
         Ok(found) => {
-            match &found.file {
-                Some(f) => ctx.open_files.put(rel, f, std::time::Instant::now()),
-                None => ctx.open_files.forget(rel),
-            }
+            ctx.store
+                .remember(rel, found.file.as_ref(), std::time::Instant::now());
             found
         }
         Err(e) => {
@@ -276,6 +275,51 @@ async fn find(ctx: &Arc<HttpContext>, req: &Request) -> Found {
     }
 }
 
+/// A response whose transfer failed.
+struct Failed<'a> {
+    /// When its request was answered.
+    time: SystemTime,
+    /// What was being sent.
+    plan: &'a Plan,
+    /// Body bytes that went out.
+    body_bytes: u64,
+    /// Bytes of the response (head included) that went out.
+    out: u64,
+}
+
+/// Ends a connection whose response failed with `e` ([`failure::after`]):
+/// a status (then close) when nothing of the response went out and the
+/// fault is ours, else a plain close; logs what was sent.
+async fn after_failure(
+    ctx: &HttpContext,
+    conn: &mut Conn,
+    peer: SocketAddr,
+    req: &Request,
+    failed: Failed<'_>,
+    e: &TransferError,
+    opts: &Options,
+) {
+    match failure::after(e.fault(), failed.out) {
+        Failure::Answer(status) => {
+            tracing::warn!(error = %e, status = status.code(), "response failed before its head");
+            let plan = respond_status(status, SystemTime::now(), opts);
+            finish_with(ctx, conn, peer, &plan, &req.request_line).await;
+        }
+        Failure::Close => {
+            let line = &req.request_line;
+            log_access(
+                peer,
+                failed.time,
+                line,
+                failed.plan,
+                failed.body_bytes,
+                Some(req),
+            );
+            tracing::debug!(error = %e, fault = ?e.fault(), "response not completed; closing");
+        }
+    }
+}
+
 /// Sends a closing answer (error, 408), logs it, and closes gracefully.
 async fn finish_with(
     ctx: &HttpContext,
@@ -284,9 +328,9 @@ async fn finish_with(
     plan: &Plan,
     line: &str,
 ) {
-    let counters = Counters::new();
+    let transfer = response_transfer(ctx.settings.send_timeout);
     let time = SystemTime::now();
-    let sent = send_plan(conn, plan, None, &counters, ctx.settings.send_timeout).await;
+    let sent = send_plan(conn, plan, None, &transfer).await;
     let bytes = if sent.is_ok() { plan.body_len() } else { 0 };
     log_access(peer, time, line, plan, bytes, None);
     if sent.is_ok() {
@@ -340,8 +384,8 @@ async fn linger_close(stream: &mut Conn) {
 mod tests {
     use super::super::{run, HttpSettings};
     use super::*;
+    use crate::store::Store;
     use sluice_engine::{DataPath, Engine, EngineConfig};
-    use sluice_platform::fs::ServedRoot;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -365,11 +409,8 @@ mod tests {
             data_path: path,
             ..EngineConfig::default()
         });
-        let ctx = Arc::new(HttpContext::new(
-            ServedRoot::open(dir.path()).unwrap(),
-            settings,
-            engine,
-        ));
+        let store = Store::open(dir.path(), settings.open_cache).unwrap();
+        let ctx = Arc::new(HttpContext::new(Arc::new(store), settings, engine));
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(run(ctx, l));
@@ -420,8 +461,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), b"hello").unwrap();
         let settings = test_settings();
+        let store = Store::open(dir.path(), settings.open_cache).unwrap();
         let ctx = Arc::new(HttpContext::new(
-            ServedRoot::open(dir.path()).unwrap(),
+            Arc::new(store),
             settings,
             Engine::new(EngineConfig::default()),
         ));
@@ -460,7 +502,7 @@ mod tests {
         let tls = crate::tls::ServerTls::load(&cert, &key).unwrap();
         let ctx = Arc::new(
             HttpContext::new(
-                ServedRoot::open(dir.path()).unwrap(),
+                Arc::new(Store::open(dir.path(), test_settings().open_cache).unwrap()),
                 test_settings(),
                 Engine::new(EngineConfig::default()),
             )
@@ -511,6 +553,64 @@ mod tests {
         assert!(out[first_end + 5..].starts_with(b"HTTP/1.1 200 "));
         assert!(out.ends_with(&data));
         drop(half);
+    }
+
+    /// A response that failed before any byte left gets a status when
+    /// the failure is ours (500 for the disk, 503 for a shortage), then
+    /// the connection closes; after a partial body, or when the client
+    /// went away, it just closes.
+    #[tokio::test]
+    async fn a_failed_response_answers_a_status_only_before_its_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = HttpContext::new(
+            Arc::new(crate::store::Store::open(dir.path(), Duration::ZERO).unwrap()),
+            test_settings(),
+            Engine::new(EngineConfig::default()),
+        );
+        let (req, _) = parse_request(b"GET /f HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let opts = Options::default();
+        let plan = respond(
+            &req,
+            Resource::File {
+                len: 10,
+                mtime: SystemTime::now(),
+            },
+            SystemTime::now(),
+            &opts,
+        );
+        let eio = || TransferError::Disk(std::io::Error::from_raw_os_error(5));
+        let gone = || TransferError::Connection(std::io::ErrorKind::ConnectionReset.into());
+        let cases: [(TransferError, u64, &str); 4] = [
+            (eio(), 0, "HTTP/1.1 500 "),
+            (TransferError::Setup("pool"), 0, "HTTP/1.1 503 "),
+            (eio(), 40, ""),
+            (gone(), 0, ""),
+        ];
+        for (e, out, want) in cases {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let (server, peer) = l.accept().await.unwrap();
+            let mut conn: Conn = ctx.engine.data_conn(server).into();
+            let failed = Failed {
+                time: SystemTime::now(),
+                plan: &plan,
+                body_bytes: 0,
+                out,
+            };
+            after_failure(&ctx, &mut conn, peer, &req, failed, &e, &opts).await;
+            drop(conn);
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            let text = String::from_utf8_lossy(&got);
+            if want.is_empty() {
+                assert!(got.is_empty(), "{e}, {out} bytes out: {text}");
+            } else {
+                assert!(text.starts_with(want), "{e}: {text}");
+                assert!(text.contains("Connection: close"), "{text}");
+            }
+        }
     }
 
     #[tokio::test]

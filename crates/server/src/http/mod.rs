@@ -1,15 +1,18 @@
 //! The HTTP/1.1 front door: a listener, one tokio task per connection
-//! ([`conn`]), path resolution beneath the root ([`resolve`]) and the
-//! sending of a [`sluice_http::Plan`] through the engine ([`send`]).
+//! ([`conn`]), path resolution beneath the root through the shared
+//! [`Store`](crate::store::Store) ([`resolve`]) and the sending of a
+//! [`sluice_http::Plan`] as a layer-2 `Transfer` ([`send`]; failures:
+//! [`failure`]).
 //!
 //! ```text
 //!  TcpListener ──accept──▶ max-connections gate ──▶ conn task (buffer + parse_request)
 //!                                 │ full: 503            │ Request
-//!                                                        ├─▶ resolve (engine disk thread):
+//!                                                        ├─▶ Store: open-file cache hit, or
+//!                                                        │     resolve (engine disk thread):
 //!                                                        │     openat2 RESOLVE_BENEATH, fstat, readdir
 //!                                                        ├─▶ respond(..) -> Plan
-//!                                                        └─▶ send: head + File segments via
-//!                                                              Engine::send_file (sendfile|copy)
+//!                                                        └─▶ send: head + parts as a Transfer over
+//!                                                              the connection's DataConn (sendfile|copy)
 //! ```
 //!
 //! The protocol decisions are all in `sluice_http`; this module owns
@@ -17,7 +20,7 @@
 
 pub mod conn;
 pub mod digests;
-pub mod open_files;
+pub mod failure;
 pub mod resolve;
 pub mod send;
 pub mod settings;
@@ -25,13 +28,12 @@ pub mod settings;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use anyhow::Context;
-use sluice_engine::{Cancel, Engine};
+use sluice_engine::Engine;
 use sluice_http::{respond_status, Status};
-use sluice_platform::fs::ServedRoot;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -42,13 +44,15 @@ pub use settings::HttpSettings;
 use crate::config::ServeConfig;
 use crate::listener::Door;
 use crate::loops::Loops;
+use crate::store::Store;
 
 /// What every HTTP connection shares.
 #[derive(Debug)]
 pub struct HttpContext {
-    /// The served root, opened once (`O_PATH`); every request path is
-    /// resolved beneath it by the kernel.
-    pub root: Arc<ServedRoot>,
+    /// The served root, shared with the FTP door and the other HTTP door:
+    /// resolution beneath it, hidden names, the open-file cache
+    /// (`--http-open-cache`).
+    pub store: Arc<Store>,
     /// Deadlines and bounds.
     pub settings: HttpSettings,
     /// The data-delivery engine shared with the FTP front door.
@@ -57,8 +61,6 @@ pub struct HttpContext {
     next_conn: AtomicU64,
     /// The connection limit, shared by every event loop's accept loop.
     gate: Arc<Semaphore>,
-    /// Open files by path (`--http-open-cache`).
-    pub open_files: open_files::OpenFiles,
     /// File digests asked for with Want-Repr-Digest / Want-Digest.
     pub digests: digests::Digests,
     /// The HTTPS door's TLS configuration; `None` for plain HTTP.
@@ -70,12 +72,11 @@ pub struct HttpContext {
 }
 
 impl HttpContext {
-    /// A context serving `root`.
-    pub fn new(root: ServedRoot, settings: HttpSettings, engine: Engine) -> HttpContext {
+    /// A context serving `store`.
+    pub fn new(store: Arc<Store>, settings: HttpSettings, engine: Engine) -> HttpContext {
         HttpContext {
-            root: Arc::new(root),
+            store,
             gate: Arc::new(Semaphore::new(settings.max_connections)),
-            open_files: open_files::OpenFiles::new(settings.open_cache, open_files::MAX_OPEN_FILES),
             settings,
             engine,
             next_conn: AtomicU64::new(1),
@@ -103,7 +104,9 @@ pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener
 /// connections round-robin to `loops` (`--runtime per-core`; see
 /// `crate::loops`). When the *default* address is taken (say,
 /// by another `sluice serve` started without `--http`), it warns and
-/// runs without HTTP; an address given explicitly must bind.
+/// runs without HTTP; an address given explicitly must bind. Both doors
+/// serve one [`Store`] (one root descriptor, one open-file cache and its
+/// sweep timer), opened once the first of them has bound.
 pub async fn start(
     cfg: &ServeConfig,
     engine: &Engine,
@@ -111,8 +114,18 @@ pub async fn start(
     shutdown: &crate::shutdown::Shutdown,
     current: &crate::reload::Current,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let http = start_plain(cfg, engine, loops, shutdown, current).await?;
-    let https = start_https(cfg, engine, loops, shutdown, current).await?;
+    let mut store = None;
+    let http = start_plain(cfg, engine, loops, shutdown, current, &mut store).await?;
+    let https = start_https(cfg, engine, loops, shutdown, current, &mut store).await?;
+    if let Some(s) = &store {
+        if let Some(every) = s.files().sweep_every() {
+            tokio::spawn(crate::store::sweep_open_files(
+                Arc::downgrade(s),
+                engine.clone(),
+                every,
+            ));
+        }
+    }
     Ok(match (http, https) {
         (Some(a), Some(b)) => Some(tokio::spawn(async move {
             // Either door ending (a panic) ends the front door as one.
@@ -133,6 +146,7 @@ async fn start_https(
     loops: &Loops,
     shutdown: &crate::shutdown::Shutdown,
     current: &crate::reload::Current,
+    store: &mut Option<Arc<Store>>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let (Some(settings), Some(server)) = (cfg.https.clone(), cfg.tls.server.as_ref()) else {
         return Ok(None);
@@ -141,8 +155,7 @@ async fn start_https(
         .await
         .with_context(|| format!("cannot listen on {}", settings.addr))?;
     let addr = listener.local_addr()?;
-    let root = ServedRoot::open(&cfg.root)
-        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    let store = open_store(cfg, &settings, store)?;
     tracing::info!(%addr, max_connections = settings.max_connections, "https serving");
     crate::tls::log_data_path();
     {
@@ -151,16 +164,13 @@ async fn start_https(
         out.flush()?;
     }
     let mut ctx =
-        HttpContext::new(root, settings, engine.clone()).with_tls(Arc::clone(&server.https));
+        HttpContext::new(store, settings, engine.clone()).with_tls(Arc::clone(&server.https));
     ctx.shutdown = shutdown.clone();
     // SIGHUP may bring new certificates (crate::reload).
     if let Some(a) = &ctx.tls {
         current.set_https_acceptor(Arc::clone(a));
     }
     let ctx = Arc::new(ctx);
-    if let Some(every) = ctx.open_files.sweep_every() {
-        tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
-    }
     Ok(Some(tokio::spawn(run_spread(ctx, listener, loops.clone()))))
 }
 
@@ -171,6 +181,7 @@ async fn start_plain(
     loops: &Loops,
     shutdown: &crate::shutdown::Shutdown,
     current: &crate::reload::Current,
+    store: &mut Option<Arc<Store>>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let Some(settings) = cfg.http.clone() else {
         return Ok(None);
@@ -186,8 +197,7 @@ async fn start_plain(
         }
     };
     let addr = listener.local_addr()?;
-    let root = ServedRoot::open(&cfg.root)
-        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    let store = open_store(cfg, &settings, store)?;
     tracing::info!(
         %addr,
         header_timeout = ?settings.header_timeout,
@@ -201,40 +211,27 @@ async fn start_plain(
         writeln!(out, "http listening on {addr}")?;
         out.flush()?;
     }
-    let mut ctx = HttpContext::new(root, settings, engine.clone());
+    let mut ctx = HttpContext::new(store, settings, engine.clone());
     ctx.shutdown = shutdown.clone();
     // SIGHUP may change `http_max_connections` (crate::reload).
     current.set_http_gate(Arc::clone(&ctx.gate), ctx.settings.max_connections);
     let ctx = Arc::new(ctx);
-    if let Some(every) = ctx.open_files.sweep_every() {
-        tokio::spawn(sweep_open_files(Arc::downgrade(&ctx), every));
-    }
     Ok(Some(tokio::spawn(run_spread(ctx, listener, loops.clone()))))
 }
 
-/// Every `every`, drops stale entries of the open-file cache (see
-/// `open_files.rs`: a deleted file must not stay open just because no
-/// one asked for its path again). The sweep runs on a disk thread: it
-/// `fstat`s the cached files and may close a deleted one's last
-/// descriptor, which frees its blocks. Ends with the context.
-async fn sweep_open_files(ctx: Weak<HttpContext>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(c) = ctx.upgrade() else { return };
-        if c.open_files.is_empty() {
-            // Nothing cached (an FTP-only load, an idle server): no disk job.
-            continue;
-        }
-        let engine = c.engine.clone();
-        let job = move || c.open_files.sweep(std::time::Instant::now());
-        match engine.run_blocking(&Cancel::new(), job).await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(closed = n, "open-file cache swept"),
-            Err(e) => tracing::warn!(error = %e, "cannot sweep the open-file cache"),
-        }
+/// The HTTP doors' store: opened by the first door that binds (its
+/// `open_cache` sizes the cache), shared by the second.
+fn open_store(
+    cfg: &ServeConfig,
+    settings: &HttpSettings,
+    store: &mut Option<Arc<Store>>,
+) -> anyhow::Result<Arc<Store>> {
+    if let Some(s) = store {
+        return Ok(Arc::clone(s));
     }
+    let s = Store::open(&cfg.root, settings.open_cache)
+        .with_context(|| format!("cannot serve {}", cfg.root.display()))?;
+    Ok(Arc::clone(store.insert(Arc::new(s))))
 }
 
 /// Resolves when the HTTP accept loop ends (a stop, or a panic); pending

@@ -1,8 +1,9 @@
-//! From a request path to a [`Resource`]: open beneath the served root
-//! (the kernel refuses escapes: `openat2(RESOLVE_BENEATH)` in
-//! `ServedRoot`), `fstat` the open file, or read the directory. Runs on
-//! an engine disk thread: `openat2`, `fstat` and `getdents` may all wait
-//! on the disk.
+//! From a request path to a [`Resource`]: open through the shared
+//! [`Store`] (beneath the served root, the kernel refuses escapes; hidden
+//! upload partials are not found), `fstat` the open file, or read the
+//! directory, and map the store's refusals to HTTP's answers. Runs on an
+//! engine disk thread: `openat2`, `fstat` and `getdents` may all wait on
+//! the disk.
 
 use std::fs::File;
 use std::sync::Arc;
@@ -13,9 +14,9 @@ use sluice_http::{
     chunk, listing_framing, DirEntry, EntryKind, ListingFraming, Resource, VirtualPath, LAST_CHUNK,
 };
 use sluice_platform::fs::DirReader;
-use sluice_platform::fs::{FileKind, FsError, ServedRoot};
+use sluice_platform::fs::{FileKind, FsError};
 
-use crate::upload::is_internal_name;
+use crate::store::{Opened, Store};
 
 /// What was found, and the open file when it is one (its length and
 /// mtime in the resource come from this descriptor's `fstat`, so the
@@ -31,45 +32,27 @@ pub struct Found {
     pub dir: Option<DirReader>,
 }
 
-/// Resolves `path` beneath `root`.
-pub fn resolve(root: &ServedRoot, path: &VirtualPath) -> Found {
+/// Resolves `path` through `store`.
+pub fn resolve(store: &Store, path: &VirtualPath) -> Found {
     let rel = path.relative();
-    let only = |resource| Found {
-        resource,
-        file: None,
-        dir: None,
-    };
-    // Upload temp files and kept partials are not files yet: as in FTP
-    // listings, they do not exist for clients.
-    if rel.split('/').any(|seg| is_internal_name(seg.as_bytes())) {
-        return only(Resource::NotFound);
-    }
-    match root.open_read(rel) {
-        Ok(file) => match file.metadata() {
-            Ok(m) => Found {
-                resource: Resource::File {
-                    len: m.len(),
-                    mtime: m.modified().unwrap_or(UNIX_EPOCH),
-                },
-                file: Some(Arc::new(file)),
-                dir: None,
-            },
-            Err(e) => {
-                tracing::warn!(path = rel, error = %e, "fstat failed");
-                only(Resource::Error)
-            }
+    match store.lookup(rel) {
+        Ok(Opened::File { file, len, mtime }) => Found {
+            resource: Resource::File { len, mtime },
+            file: Some(file),
+            dir: None,
         },
         // Read and sent a batch at a time by the connection
         // (crate::listing), never whole.
-        Err(FsError::IsADirectory) => match root.open_dir(rel) {
-            Ok(dir) => Found {
-                resource: Resource::StreamedDirectory,
-                file: None,
-                dir: Some(dir),
-            },
-            Err(e) => only(refusal(rel, e)),
+        Ok(Opened::Dir(dir)) => Found {
+            resource: Resource::StreamedDirectory,
+            file: None,
+            dir: Some(dir),
         },
-        Err(e) => only(refusal(rel, e)),
+        Err(e) => Found {
+            resource: refusal(rel, e),
+            file: None,
+            dir: None,
+        },
     }
 }
 
@@ -123,13 +106,13 @@ impl crate::listing::Render for HttpListing {
 }
 
 /// A platform entry as the listing shows it. Upload temp files and kept
-/// partials are left out. Names that are not UTF-8 are left out (no
+/// partials are left out (the store's hidden names). Names that are not UTF-8 are left out (no
 /// request could name them; `sluice_http::listing` leaves out names with
 /// control bytes for the same reason); so are symlinks that escape the
 /// root (`FileKind::Symlink`): they could not be followed and their own
 /// metadata is no business of the client's.
 fn entry(e: sluice_platform::fs::DirEntry) -> Option<DirEntry> {
-    if is_internal_name(&e.name) {
+    if !Store::shows(&e) {
         return None;
     }
     let name = String::from_utf8(e.name).ok()?;
@@ -191,20 +174,20 @@ mod tests {
     use super::*;
     use sluice_http::normalize;
 
-    fn root() -> (tempfile::TempDir, ServedRoot) {
+    fn root() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/a.txt"), b"hello").unwrap();
-        let r = ServedRoot::open(dir.path()).unwrap();
+        let r = Store::open(dir.path(), std::time::Duration::ZERO).unwrap();
         (dir, r)
     }
 
     /// The entries a listing of `path` shows (read whole).
-    fn listed(r: &ServedRoot, path: &str) -> Vec<DirEntry> {
+    fn listed(r: &Store, path: &str) -> Vec<DirEntry> {
         let f = resolve(r, &normalize(path).unwrap());
         assert_eq!(f.resource, Resource::StreamedDirectory);
         let mut dir = f.dir.expect("an open directory");
-        let mut all = dir.next_batch(r, usize::MAX).unwrap();
+        let mut all = dir.next_batch(r.root(), usize::MAX).unwrap();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.into_iter().filter_map(entry).collect()
     }

@@ -19,7 +19,7 @@
 //!   opened by `openat2(RESOLVE_BENEATH)` beneath the root.
 //! - Nothing is held long unasked: [`OpenFiles::sweep`], run on a disk
 //!   thread every `valid` (at most every [`MAX_SWEEP_PERIOD`]) by the
-//!   front door's timer (`super::start`), drops expired entries and those
+//!   server's timer (`crate::store::sweep_open_files`), drops expired entries and those
 //!   whose file lost its last link. Without it a file downloaded once,
 //!   then deleted or rotated away, stayed open (its blocks never freed)
 //!   until its path was asked for again or the cache filled up. A timer
