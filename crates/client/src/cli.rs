@@ -109,7 +109,8 @@ pub struct TreeOpts {
     #[arg(short = 'r', long)]
     pub recursive: bool,
     /// Files in flight at once with -r, each worker on one reused control
-    /// connection (default 4).
+    /// connection (default: automatic, 4 doubling up to 32 while that
+    /// raises the rate).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64),
           value_name = "N", requires = "recursive")]
     pub files: Option<u64>,

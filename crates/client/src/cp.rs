@@ -96,7 +96,7 @@ fn run_list(list: &std::path::Path, a: &CpArgs) -> Result<()> {
     }
     let t0 = Instant::now();
     let total = jobs.len();
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let workers = jobs::Workers::from_flag(a.tree.files);
     let done = std::sync::atomic::AtomicU64::new(0);
     let mut each = a.clone();
     each.opts.quiet = true;

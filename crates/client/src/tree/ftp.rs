@@ -35,20 +35,37 @@ pub(super) struct Conn {
     pub(super) ctl: Control,
     pub(super) extended: bool,
     pub(super) mfmt: bool,
+    /// The server lists EPSV in FEAT: the next file's `EPSV` and `RETR`
+    /// may go out before the current file's final reply (pipelining).
+    pub(super) epsv: bool,
+    /// The remote path whose `EPSV` + `RETR` are sent and not yet
+    /// answered: the next replies on the control connection are theirs.
+    pending: Option<String>,
+    /// A passive address the server opened for the next upload (its
+    /// `EPSV` went out with the last upload's end): no round trip for it.
+    pub(super) next_passive: Option<std::net::SocketAddr>,
+    /// Read buffer of inline downloads, kept for the connection's files.
+    buf: Vec<u8>,
 }
 
 pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
     let mut ctl = session::open(u, timeout)?;
     ctl.expect_ok("TYPE I", "TYPE I")?;
-    let mfmt = session::features(&mut ctl)?.is_some_and(|f| {
-        f.iter()
-            .any(|l| l.split_whitespace().next() == Some("MFMT"))
-    });
+    let feat = session::features(&mut ctl)?.unwrap_or_default();
+    let has = |name: &str| {
+        feat.iter()
+            .any(|l| l.split_whitespace().next() == Some(name))
+    };
+    let (mfmt, epsv) = (has("MFMT"), has("EPSV"));
     let extended = parallel > 1 && session::try_mode_e(&mut ctl)?;
     Ok(Conn {
         ctl,
         extended,
         mfmt,
+        epsv,
+        pending: None,
+        next_passive: None,
+        buf: Vec::new(),
     })
 }
 
@@ -224,33 +241,50 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len();
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let workers = jobs::Workers::from_flag(a.tree.files);
     let mut per_file = a.clone();
     per_file.opts.quiet = true;
     let sizes: Option<u64> = files.iter().map(|(_, f)| f.size).sum();
     let job = JobProgress::start(sizes, total, a.opts.quiet);
-    let out = jobs::run(
+    // Pipelining sends the next file's commands early: only when nothing
+    // else (CKSM, REST) goes between one file's commands and the next's.
+    let lookahead = !a.tree.checksum && !a.resume && a.opts.parallel <= 1;
+    let out = jobs::run_ahead(
         files,
         workers,
+        lookahead,
         &job.done,
         || open(u, a.opts.parallel, timeout),
-        |c, rel, f, attempt| {
+        |c, rel, f, attempt, next| {
             if a.tree.checksum
                 && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)?
             {
                 same.fetch_add(1, Relaxed);
                 return Ok(0);
             }
-            fetch(
-                c,
-                u,
-                &per_file,
-                &root,
-                rel,
-                f,
-                attempt > 0 || a.resume,
-                &job.stats,
-            )
+            let resume = attempt > 0 || a.resume;
+            let r = if inline_ok(c, f, resume) {
+                let next = next
+                    .filter(|(_, n)| lookahead && c.epsv && inline_ok(c, n, false))
+                    .map(|(r, _)| remote_join(&u.path, r));
+                fetch_inline(
+                    c,
+                    &remote_join(&u.path, rel),
+                    &root,
+                    rel,
+                    f,
+                    next,
+                    &job.stats,
+                )
+            } else {
+                fetch(c, u, &per_file, &root, rel, f, resume, &job.stats)
+            };
+            if r.is_err() && c.pending.is_some() {
+                // The next file's commands are out: read their replies
+                // (and data) so the connection stays in step, or give it up.
+                discard_pending(c)?;
+            }
+            r
         },
     );
     job.progress.finish();
@@ -318,6 +352,166 @@ fn fetch(
     set_mtime(&path, f.mtime);
     let len = std::fs::metadata(&path).map_or(0, |m| m.len());
     Ok(len.saturating_sub(already))
+}
+
+/// Files up to this size are downloaded inline (below); larger ones
+/// get the drain and writer threads of a single download, whose
+/// overlap of network and disk pays off only over many round trips.
+const INLINE_MAX: u64 = 4 << 20;
+
+/// Read size of inline downloads.
+const INLINE_BUF: usize = 256 << 10;
+
+/// Whether file `f` goes the inline way on this connection: MODE S, a
+/// known small size, not resuming.
+fn inline_ok(c: &Conn, f: &Fetch, resume: bool) -> bool {
+    !c.extended && !resume && f.size.is_some_and(|s| s <= INLINE_MAX)
+}
+
+/// Downloads one small file on the worker's own thread: `EPSV`, connect,
+/// `RETR`, read to the end into `.part`, rename. No drain or writer
+/// thread: a thread start and two hand-offs per file cost more than the
+/// file on a busy machine. With `next`, that file's `EPSV` and `RETR` go
+/// out as soon as this file's data has ended, before its `226`, so the
+/// server starts on it without waiting a round trip for us.
+fn fetch_inline(
+    c: &mut Conn,
+    remote: &str,
+    root: &Path,
+    rel: &str,
+    f: &Fetch,
+    next: Option<String>,
+    stats: &Arc<Stats>,
+) -> Result<u64> {
+    use std::io::{Read, Write};
+    let path = root.join(rel);
+    let part = with_ext(&path, ".part");
+    // Before this file's pipelined reply is taken: a local failure leaves
+    // it pending, to be read and dropped by the caller.
+    let mut file = File::create(&part)
+        .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
+    let to = match c.pending.take() {
+        Some(p) if p == remote => passive_reply(c)?,
+        Some(p) => {
+            return Err(ClientError::Bug(format!(
+                "pipelined RETR {} is not the file due ({remote})",
+                plan::shown(&p)
+            )))
+        }
+        None if c.epsv => {
+            request(c, remote)?;
+            passive_reply(c)?
+        }
+        None => {
+            let to = data::passive(&mut c.ctl)?;
+            c.ctl.send(&format!("RETR {remote}"))?;
+            to
+        }
+    };
+    let tcp = data::connect(to, c.ctl.timeout())?;
+    let _ = tcp.set_read_timeout(Some(c.ctl.timeout()));
+    let mut sock = c.ctl.data_sock(tcp)?;
+    let first = c.ctl.read_reply()?;
+    if !first.code.is_preliminary() {
+        drop(file);
+        let _ = std::fs::remove_file(&part);
+        return Err(refused("RETR", &first));
+    }
+    Stats::add(&stats.streams, 1);
+    if c.buf.len() < INLINE_BUF {
+        c.buf.resize(INLINE_BUF, 0);
+    }
+    let mut got = 0u64;
+    loop {
+        let n = match sock.read(&mut c.buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ClientError::net("read data", e)),
+        };
+        file.write_all(&c.buf[..n])
+            .map_err(|e| ClientError::local(format!("write {}", part.display()), e))?;
+        got += n as u64;
+        Stats::add(&stats.bytes, n as u64);
+        Stats::add(&stats.bytes_written, n as u64);
+    }
+    drop(sock);
+    if let Some(n) = next {
+        request(c, &n)?;
+        c.pending = Some(n);
+    }
+    let last = loop {
+        let r = c.ctl.read_reply()?;
+        if !r.code.is_preliminary() {
+            break r;
+        }
+    };
+    if !last.code.is_completion() {
+        return Err(refused("transfer", &last));
+    }
+    if let Some(t) = f.mtime.and_then(to_system_time) {
+        let _ = file.set_modified(t);
+    }
+    drop(file);
+    std::fs::rename(&part, &path)
+        .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
+    let _ = std::fs::remove_file(with_ext(&path, ".part.resume"));
+    Ok(got)
+}
+
+/// Sends `EPSV` and `RETR remote` without waiting between them (the
+/// server answers `RETR` once it has the passive listener up).
+fn request(c: &mut Conn, remote: &str) -> Result<()> {
+    c.ctl.send("EPSV")?;
+    c.ctl.send(&format!("RETR {remote}"))
+}
+
+/// Reads the `229` of a pipelined `EPSV`: the address to connect to. A
+/// refusal is followed by the `RETR`'s own (failing) reply, read too so
+/// the connection stays in step.
+fn passive_reply(c: &mut Conn) -> Result<std::net::SocketAddr> {
+    let r = c.ctl.read_reply()?;
+    if r.code.0 != 229 {
+        let _ = c.ctl.read_reply()?;
+        return Err(refused("EPSV", &r));
+    }
+    let port = sluice_ftp::addr::parse_229(r.text())
+        .map_err(|e| ClientError::Protocol(format!("EPSV reply: {e}")))?;
+    Ok(std::net::SocketAddr::new(c.ctl.peer.ip(), port))
+}
+
+/// Reads and drops the transfer whose commands are pending (its file
+/// failed locally, or the file before it failed). Any trouble is a
+/// network error: the connection is given up, not reused out of step.
+fn discard_pending(c: &mut Conn) -> Result<()> {
+    c.pending = None;
+    let lost = |e: ClientError| {
+        ClientError::net(
+            "pipelined transfer",
+            std::io::Error::other(format!("dropped out of step: {e}")),
+        )
+    };
+    let to = match passive_reply(c) {
+        Ok(to) => to,
+        Err(ClientError::Refused { .. }) => return Ok(()),
+        Err(e) => return Err(lost(e)),
+    };
+    let tcp = data::connect(to, c.ctl.timeout()).map_err(lost)?;
+    let _ = tcp.set_read_timeout(Some(c.ctl.timeout()));
+    let first = c.ctl.read_reply().map_err(lost)?;
+    if first.code.is_preliminary() {
+        let mut sock = c.ctl.data_sock(tcp).map_err(lost)?;
+        std::io::copy(&mut sock, &mut std::io::sink())
+            .map_err(|e| lost(ClientError::net("read data", e)))?;
+        drop(sock);
+        loop {
+            let r = c.ctl.read_reply().map_err(lost)?;
+            if !r.code.is_preliminary() {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The job-wide counters every transfer of a tree adds to, and the one

@@ -214,21 +214,25 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len() + notes.uptodate as usize;
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let workers = jobs::Workers::from_flag(a.tree.files);
     let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
     let job = JobProgress::start(Some(sizes), files.len(), a.opts.quiet);
-    let out = jobs::run(
+    let out = jobs::run_ahead(
         files,
         workers,
+        true,
         &job.done,
         || open(u, a.opts.parallel, timeout),
-        |c, rel, s, attempt| {
+        |c, rel, s, attempt, next| {
             let remote = remote_join(&u.path, rel);
             if a.tree.checksum && same_checksum(c, &remote, &s.local, Some(s.size))? {
                 same.fetch_add(1, Relaxed);
                 return Ok(0);
             }
-            send(c, u, a, rel, s, attempt > 0 || a.resume, &job.stats)
+            // The next upload's EPSV rides along only when nothing else
+            // (CKSM) goes before its STOR.
+            let more = next.is_some() && !a.tree.checksum;
+            send(c, u, a, rel, s, attempt > 0 || a.resume, more, &job.stats)
         },
     );
     job.progress.finish();
@@ -238,6 +242,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
 
 /// Uploads one file of the tree on a worker's connection; a retry resumes
 /// after the server's bytes when its checksum shows they are ours.
+#[allow(clippy::too_many_arguments)]
 fn send(
     c: &mut Conn,
     u: &FtpUrl,
@@ -245,6 +250,7 @@ fn send(
     rel: &str,
     s: &Send,
     resume: bool,
+    more: bool,
     stats: &Arc<Stats>,
 ) -> Result<u64> {
     let file = File::open(&s.local)
@@ -254,6 +260,11 @@ fn send(
         .map_err(|e| ClientError::local(format!("stat {}", s.local.display()), e))?
         .len();
     let remote = remote_join(&u.path, rel);
+    if !c.extended && !resume {
+        return send_pipelined(c, &file, len, &remote, s.mtime, more, stats);
+    }
+    // A passive address opened ahead is replaced by this path's own.
+    c.next_passive = None;
     let offset = if resume {
         put::resume_offset(&mut c.ctl, &remote, &file, len, &s.local)?.0
     } else {
@@ -280,4 +291,90 @@ fn send(
         }
     }
     Ok(len - offset.min(len))
+}
+
+/// A MODE S upload from the start with its round trips folded: `STOR`
+/// goes out as the data connection is made (to a passive address opened
+/// with the previous upload when there is one), and once the data has
+/// ended, `MFMT` for this file and `EPSV` for the next (`more`) go out
+/// before the `226` is read. A server that sees the client talk right
+/// after the data ends knows the upload is complete and not a dead
+/// client's (Sluice waits a moment for that otherwise).
+fn send_pipelined(
+    c: &mut Conn,
+    file: &File,
+    len: u64,
+    remote: &str,
+    mtime: Option<i64>,
+    more: bool,
+    stats: &Stats,
+) -> Result<u64> {
+    use std::io::{Read, Write};
+    let to = match c.next_passive.take() {
+        Some(a) => a,
+        None => crate::ftp::data::passive(&mut c.ctl)?,
+    };
+    c.ctl.send(&format!("STOR {remote}"))?;
+    let tcp = crate::ftp::data::connect(to, c.ctl.timeout())?;
+    let mut sock = c.ctl.data_sock(tcp)?;
+    let first = c.ctl.read_reply()?;
+    if !first.code.is_preliminary() {
+        return Err(crate::ftp::control::refused("STOR", &first));
+    }
+    Stats::add(&stats.streams, 1);
+    let _ = sock.tcp().set_write_timeout(Some(c.ctl.timeout()));
+    let _ = sock.tcp().set_read_timeout(Some(c.ctl.timeout()));
+    // std::io::copy from a File to a TcpStream uses sendfile on Linux.
+    let sent = std::io::copy(&mut file.take(len), &mut sock)
+        .map_err(|e| ClientError::net("send data", e))?;
+    if sent != len {
+        return Err(ClientError::local(
+            "read",
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "file shrank while sending",
+            ),
+        ));
+    }
+    Stats::add(&stats.bytes, sent);
+    let _ = sock.flush();
+    sock.finish();
+    drop(sock);
+    let mfmt = mtime.filter(|_| c.mfmt);
+    if let Some(t) = mfmt {
+        // Keeps the modification time on the server (a later --sync
+        // compares it); a refusal only costs that.
+        c.ctl
+            .send(&format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)))?;
+    }
+    let ahead = more && c.epsv;
+    if ahead {
+        c.ctl.send("EPSV")?;
+    }
+    let last = loop {
+        let r = c.ctl.read_reply()?;
+        if !r.code.is_preliminary() {
+            break r;
+        }
+    };
+    if mfmt.is_some() {
+        let r = c.ctl.read_reply()?;
+        if !r.code.is_completion() {
+            tracing::info!("MFMT refused: {}", crate::ftp::control::one_line(&r));
+        }
+    }
+    if ahead {
+        // A refused EPSV costs only the early start: the next upload
+        // asks again.
+        let r = c.ctl.read_reply()?;
+        if r.code.0 == 229 {
+            let port = sluice_ftp::addr::parse_229(r.text())
+                .map_err(|e| ClientError::Protocol(format!("EPSV reply: {e}")))?;
+            c.next_passive = Some(std::net::SocketAddr::new(c.ctl.peer.ip(), port));
+        }
+    }
+    if !last.code.is_completion() {
+        return Err(crate::ftp::control::refused("transfer", &last));
+    }
+    Ok(len)
 }

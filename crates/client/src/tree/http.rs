@@ -188,15 +188,22 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
         }
     }
     let total = files.len() + notes.uptodate as usize;
-    let workers = a.tree.files.map_or(jobs::DEFAULT_FILES, |n| n as usize);
+    let workers = jobs::Workers::from_flag(a.tree.files);
     let job = super::ftp::JobProgress::start(None, files.len(), a.opts.quiet);
     let out = jobs::run(
         files,
         workers,
         &job.done,
-        || Ok(()),
-        |_, rel, f, attempt| {
-            let n = fetch(a, &base, &root, rel, f, attempt > 0 || a.resume)?;
+        || Ok(Keep::default()),
+        |k, rel, f, attempt| {
+            let resume = attempt > 0 || a.resume;
+            if !resume && !a.verify {
+                if let Some(n) = fetch_kept(k, &base, &root, rel, f, timeout)? {
+                    Stats::add(&job.stats.bytes, n);
+                    return Ok(n);
+                }
+            }
+            let n = fetch(a, &base, &root, rel, f, resume)?;
             // The single-file download keeps its own counters: the
             // display moves file by file.
             Stats::add(&job.stats.bytes, n);
@@ -205,6 +212,198 @@ pub fn get_tree(a: &GetArgs) -> Result<()> {
     );
     job.progress.finish();
     super::ftp::finish("received", out, total, &notes, t0, a.opts.stats.is_some())
+}
+
+/// A worker's keep-alive connection for the files of a tree.
+#[derive(Default)]
+struct Keep {
+    sock: Option<crate::tls::DataSock>,
+    buf: Vec<u8>,
+}
+
+/// Read size of kept-connection downloads.
+const KEPT_BUF: usize = 256 << 10;
+
+/// Downloads one file on the worker's keep-alive connection (one request,
+/// one response, no new connection, drain or writer thread per file: a
+/// tree of small files is bound by those, not by bytes). `None` when the
+/// response is not a plain `200` with a length (a redirect, an error,
+/// chunked): the connection is dropped and the single-file download,
+/// which knows every case, does this file.
+fn fetch_kept(
+    k: &mut Keep,
+    base: &str,
+    root: &Path,
+    rel: &str,
+    f: &Fetch,
+    timeout: Duration,
+) -> Result<Option<u64>> {
+    use std::io::Write;
+    let u = HttpUrl::parse(&file_url(base, rel)).map_err(|e| ClientError::Usage(e.to_string()))?;
+    let fresh = k.sock.is_none();
+    let r = exchange_kept(k, &u, timeout);
+    let (head, early) = match r {
+        Ok(x) => x,
+        // A kept connection the server closed since the last file: one
+        // more try on a new one.
+        Err(ClientError::Network { .. }) if !fresh => {
+            k.sock = None;
+            exchange_kept(k, &u, timeout)?
+        }
+        Err(e) => {
+            k.sock = None;
+            return Err(e);
+        }
+    };
+    let len = match head.content_length {
+        Some(n) if head.status == 200 && !head.chunked && early.len() as u64 <= n => n,
+        _ => {
+            k.sock = None;
+            return Ok(None);
+        }
+    };
+    let path = root.join(rel);
+    let part = {
+        let mut s = path.clone().into_os_string();
+        s.push(".part");
+        PathBuf::from(s)
+    };
+    let mut file = std::fs::File::create(&part)
+        .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
+    let Some(sock) = k.sock.as_mut() else {
+        return Err(ClientError::Bug("kept connection gone".into()));
+    };
+    file.write_all(&early)
+        .map_err(|e| ClientError::local(format!("write {}", part.display()), e))?;
+    let mut left = len - early.len() as u64;
+    if k.buf.len() < KEPT_BUF {
+        k.buf.resize(KEPT_BUF, 0);
+    }
+    while left > 0 {
+        let want = (left as usize).min(k.buf.len());
+        let n = match sock.read(&mut k.buf[..want]) {
+            Ok(0) => {
+                k.sock = None;
+                return Err(ClientError::net(
+                    "read body",
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "connection closed before the whole body",
+                    ),
+                ));
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                k.sock = None;
+                return Err(ClientError::net("read body", e));
+            }
+        };
+        file.write_all(&k.buf[..n])
+            .map_err(|e| ClientError::local(format!("write {}", part.display()), e))?;
+        left -= n as u64;
+    }
+    if !head.keep_alive {
+        k.sock = None;
+    }
+    let mtime = f.mtime.or_else(|| {
+        head.field("last-modified")
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs() as i64)
+    });
+    if let Some(t) = mtime
+        .and_then(|s| u64::try_from(s).ok())
+        .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s))
+    {
+        let _ = file.set_modified(t);
+    }
+    drop(file);
+    std::fs::rename(&part, &path)
+        .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
+    Ok(Some(len))
+}
+
+/// Sends a keep-alive GET for `u` on the worker's connection (made first
+/// if there is none) and reads the response head: the head and the body
+/// bytes read with it.
+fn exchange_kept(
+    k: &mut Keep,
+    u: &HttpUrl,
+    timeout: Duration,
+) -> Result<(sluice_http::ResponseHead, Vec<u8>)> {
+    use std::io::Write;
+    let host = u.host_field();
+    let req = sluice_http::ClientRequest {
+        method: Method::Get,
+        host: &host,
+        target: &u.target,
+        range: None,
+        if_range: None,
+        keep_alive: true,
+        user_agent: exchange::USER_AGENT,
+    }
+    .encode()
+    .map_err(|e| ClientError::Usage(format!("cannot build the request: {e}")))?;
+    if k.sock.is_none() {
+        let tcp = exchange::connect(u, timeout)?;
+        tcp.set_read_timeout(Some(timeout))
+            .and_then(|()| tcp.set_write_timeout(Some(timeout)))
+            .map_err(|e| ClientError::net("set socket timeout", e))?;
+        k.sock = Some(if u.tls {
+            let mut s = crate::tls::DataSock::tls(tcp, &u.host, Some(b"http/1.1"))?;
+            s.handshake(&host)?;
+            s
+        } else {
+            crate::tls::DataSock::Plain(tcp)
+        });
+    }
+    let Some(sock) = k.sock.as_mut() else {
+        return Err(ClientError::Bug("no connection".into()));
+    };
+    sock.write_all(&req)
+        .and_then(|()| sock.flush())
+        .map_err(|e| ClientError::net("send request", e))?;
+    let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
+    loop {
+        let have = buf.len();
+        buf.resize(have + (16 << 10), 0);
+        let n = match sock.read(&mut buf[have..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                buf.truncate(have);
+                continue;
+            }
+            Err(e) => return Err(ClientError::net("read response head", e)),
+        };
+        buf.truncate(have + n);
+        if n == 0 {
+            return Err(ClientError::net(
+                "read response head",
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed before a complete response head",
+                ),
+            ));
+        }
+        if let Some((head, used)) = sluice_http::parse_response_head(&buf)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?
+        {
+            if (100..200).contains(&head.status) {
+                // Not asked for (no Expect): treat as an odd response.
+                k.sock = None;
+                return Err(ClientError::Protocol(format!(
+                    "interim response {} to a GET",
+                    head.status
+                )));
+            }
+            let early = buf.split_off(used);
+            return Ok((head, early));
+        }
+        if buf.len() > 64 << 10 {
+            return Err(ClientError::Protocol("response head too large".into()));
+        }
+    }
 }
 
 fn fetch(a: &GetArgs, base: &str, root: &Path, rel: &str, f: &Fetch, resume: bool) -> Result<u64> {

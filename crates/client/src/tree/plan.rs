@@ -205,7 +205,10 @@ pub fn parse_mlsd(text: &[u8]) -> Result<Vec<Entry>, String> {
         .map_err(|_| "MLSD listing is not UTF-8 (RFC 3659 names are UTF-8)".to_string())?;
     let mut out = Vec::new();
     for line in text.split('\n') {
-        let line = line.strip_suffix('\r').unwrap_or(line);
+        // globus-gridftp-server in TYPE A (the lister's session) turns its
+        // own CRLF into CR CR LF: every CR at the end goes (a name that
+        // ends in CR is refused as a control character anyway).
+        let line = line.trim_end_matches('\r');
         if line.is_empty() {
             continue;
         }
@@ -347,6 +350,16 @@ prw-r--r--    1 ftp      ftp             0 Nov 25 06:28 fifo\r\n\
             size: Some(1),
             mtime: None,
         }
+    }
+
+    #[test]
+    fn mlsd_lines_ending_in_cr_cr_lf_are_read() {
+        // globus-gridftp-server's MLSD in TYPE A.
+        let e = parse_mlsd(b"type=dir;modify=20260101000000; d0\r\r\ntype=file;size=3; f\r\r\n")
+            .unwrap();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!((e[0].name.as_str(), e[0].kind), ("d0", Kind::Dir));
+        assert_eq!((e[1].name.as_str(), e[1].size), ("f", Some(3)));
     }
 
     #[test]

@@ -104,6 +104,9 @@ struct Driver {
     cached: Option<(DataChannel, Vec<TcpStream>)>,
     running: Option<Cancel>,
     events_tx: mpsc::UnboundedSender<Event>,
+    /// When control bytes were last read while a transfer ran (an
+    /// upload's end looks at it: `transfer::control_closes_within`).
+    input_tx: tokio::sync::watch::Sender<Option<Instant>>,
     out: Vec<u8>,
 }
 
@@ -244,6 +247,7 @@ async fn run(
         cached: None,
         running: None,
         events_tx,
+        input_tx: tokio::sync::watch::channel(None).0,
         out: Vec::new(),
     };
     tracing::debug!("connected");
@@ -323,7 +327,12 @@ async fn run(
                         break;
                     }
                 }
-                Ok(n) => inbuf.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    inbuf.extend_from_slice(&buf[..n]);
+                    if d.running.is_some() {
+                        d.input_tx.send_replace(Some(Instant::now()));
+                    }
+                }
             },
             Some(ev) = events_rx.recv() => match ev {
                 Event::Started(size) => d.session.handle_transfer_started(size),
@@ -653,6 +662,7 @@ impl Driver {
                 .as_ref()
                 .map(|s| Arc::clone(&s.ftp_data)),
             shutdown: self.ctx.shutdown.clone(),
+            control_input: self.input_tx.subscribe(),
         };
         self.running = Some(cancel);
         // Counted live until its partial (if any) is put away, which may

@@ -78,6 +78,9 @@ pub struct Job {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The server's stop: a transfer ended by it says so in the log.
     pub shutdown: crate::shutdown::Shutdown,
+    /// When the session last read bytes from the control connection
+    /// (it reads them, so [`Job::control`] cannot peek them any more).
+    pub control_input: tokio::sync::watch::Receiver<Option<Instant>>,
 }
 
 /// A second handle on the control connection (a dup of its fd, never read,
@@ -97,12 +100,41 @@ const CONTROL_CLOSE_GRACE: Duration = Duration::from_millis(20);
 /// connection's FIN a moment before or after: only the control connection
 /// tells a finished upload from a dead client (a live one waits there
 /// for 226), and the session task may not have read it yet.
+///
+/// A client that talks on the control connection around the data's end
+/// (within `grace` before now, or until the grace is over) is alive: a
+/// pipelining client (`sluice put -r` sends the file's MFMT and the next
+/// EPSV right after its data) then costs no wait at all. Its bytes are
+/// either still unread (the peek sees them) or already read by the
+/// session task (`Job::control_input`).
 async fn control_closes_within(job: &Job, grace: Duration) -> bool {
     let Some(c) = &job.control else { return false };
+    let ended = Instant::now();
+    let mut input = job.control_input.clone();
+    let talked = |t: &Option<Instant>| t.is_some_and(|t| t + grace >= ended);
+    let spoke = async {
+        loop {
+            if talked(&input.borrow_and_update()) {
+                return;
+            }
+            if input.changed().await.is_err() {
+                // The session is gone: only the peek can tell.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
     let mut b = [0u8; 1];
-    match tokio::time::timeout(grace, c.peek(&mut b)).await {
-        Ok(Ok(0)) | Ok(Err(_)) => true,
-        Ok(Ok(_)) | Err(_) => false,
+    let peek = async {
+        match c.peek(&mut b).await {
+            Ok(0) | Err(_) => true,
+            Ok(_) => false,
+        }
+    };
+    tokio::select! {
+        biased;
+        dead = peek => dead,
+        () = spoke => false,
+        () = tokio::time::sleep(grace) => false,
     }
 }
 
