@@ -59,6 +59,29 @@ pub struct Stats {
     /// `--drs on`: the system's limit held a buffer below the path's need
     /// (which sysctl would help, and the cost).
     pub drs_note: Mutex<Option<String>>,
+    /// Downloads: segments that arrived out of order (TCP_INFO
+    /// `rcv_ooopack`), the sender's losses and retransmits as the receiver
+    /// sees them.
+    pub rcv_ooo_packets: AtomicU64,
+    /// Downloads: the latest receiver RTT estimate, microseconds (live,
+    /// for the stream-count controller).
+    pub rtt_now_micros: AtomicU64,
+    /// Downloads: time the drain thread(s) were ready to read but waited
+    /// for a CPU (`/proc/thread-self/schedstat`), microseconds.
+    pub drain_run_delay_micros: AtomicU64,
+    /// Downloads: most bytes found waiting unread in a receive queue
+    /// (SIOCINQ) when the drain got to it.
+    pub unread_peak: AtomicU64,
+    /// Downloads: times the drain found half a receive buffer or more
+    /// waiting unread (the window was closing because nobody read).
+    pub unread_full_wakes: AtomicU64,
+    /// Streams chosen automatically (no `-p`): the count at the end, and
+    /// 0 when the count was fixed.
+    pub streams_auto: AtomicU64,
+    /// Most data connections open at once.
+    pub streams_peak: AtomicU64,
+    /// Stream-count changes the automatic choice made.
+    pub streams_changes: AtomicU64,
     /// Uploads: the kernel's accounting of our sending sockets.
     pub send_tally: Mutex<Option<SendTally>>,
 }
@@ -117,7 +140,7 @@ impl Stats {
         self.drs_note.lock().ok().and_then(|n| n.clone())
     }
 
-    fn counters(&self) -> [(&'static str, &AtomicU64); 19] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 27] {
         [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
@@ -138,6 +161,14 @@ impl Stats {
             ("rcv_rtt_micros", &self.rcv_rtt_micros),
             ("drs_peak_buffer", &self.drs_peak_buffer),
             ("drs_changes", &self.drs_changes),
+            ("rcv_ooo_packets", &self.rcv_ooo_packets),
+            ("drain_run_delay_micros", &self.drain_run_delay_micros),
+            ("unread_peak", &self.unread_peak),
+            ("unread_full_wakes", &self.unread_full_wakes),
+            ("streams_auto", &self.streams_auto),
+            ("streams_peak", &self.streams_peak),
+            ("streams_changes", &self.streams_changes),
+            ("rtt_now_micros", &self.rtt_now_micros),
         ]
     }
 

@@ -300,6 +300,7 @@ pub(crate) fn transfer(
             idle_timeout: timeout,
             raise_priority: a.drain_priority,
             drs: a.opts.drs,
+            span: None,
         },
         source,
         w.input(),

@@ -497,6 +497,7 @@ fn receive(
                 idle_timeout: timeout,
                 raise_priority: a.drain_priority,
                 drs: a.opts.drs,
+                span: None,
             },
             Source::Connected(x.sock),
             w.input(),

@@ -17,6 +17,7 @@
 
 pub mod exchange;
 pub mod get;
+pub mod ranges;
 
 /// True when `url` is one for this module (`http://` or `https://`, any
 /// case).
