@@ -121,6 +121,11 @@ impl Span {
         self.next.load(Relaxed)
     }
 
+    /// The drain has read up to `at` (or the caller handed that much on).
+    pub fn reached(&self, at: u64) {
+        self.next.fetch_max(at, Relaxed);
+    }
+
     /// Moves the end down to `at` (never up, never below what arrived);
     /// returns the end now in force. The drain may have read a little past
     /// `at` by the time it sees it: those bytes are right (they are the
@@ -409,7 +414,7 @@ impl<'a> DrainLoop<'a> {
                     next: base,
                     end: Some(end),
                 },
-                base >= end,
+                base >= end || self.cfg.span.as_ref().is_some_and(|s| base >= s.end()),
             ),
             Framing::Extended { base } => (Framer::E(Box::default(), base), false),
         };

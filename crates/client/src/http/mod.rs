@@ -15,6 +15,7 @@
 //! The protocol pieces (URL, request, response head, Content-Range) are
 //! `sluice_http`'s client side.
 
+pub mod auto;
 pub mod exchange;
 pub mod get;
 pub mod ranges;
