@@ -160,7 +160,11 @@ pub(super) fn receive(
                 let Some((victim, mid)) = plan.pick_split(&progress) else {
                     // Nothing left worth splitting: the tail runs out on
                     // the connections there are.
+                    // The count reported is the one that ran.
                     endgame = running > 0;
+                    if endgame {
+                        stats.streams_auto.store(running as u64, Relaxed);
+                    }
                     break;
                 };
                 let Some(v) = live.get(&victim) else { break };
