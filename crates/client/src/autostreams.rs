@@ -75,6 +75,8 @@ pub struct Sample {
 /// What one epoch measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Epoch {
+    /// When it ended (time since the transfer started).
+    pub at: Duration,
     /// Streams during the epoch.
     pub streams: u32,
     /// Bytes per second.
@@ -152,6 +154,20 @@ impl Controller {
         }
     }
 
+    /// The caller kept `n` streams instead of the count asked for (too
+    /// little of the file left to pay for a change): measure on from
+    /// there, holding.
+    pub fn pin(&mut self, n: u32, at: Duration) {
+        self.n = n.clamp(1, self.max);
+        self.last = None;
+        self.changed_at = at;
+        self.start = None;
+        self.phase = Phase::Hold {
+            left: HOLD_EPOCHS,
+            up: false,
+        };
+    }
+
     /// How long new streams get before an epoch is measured: a few round
     /// trips of slow start.
     fn settle(rtt: Duration) -> Duration {
@@ -194,6 +210,7 @@ impl Controller {
         let segments = (bytes as f64 / SEGMENT).max(1.0);
         let loss = (lost as f64 / segments).min(1.0);
         let e = Epoch {
+            at: s.at,
             streams: self.n,
             rate,
             loss,
@@ -201,6 +218,7 @@ impl Controller {
         };
         self.history.push(e);
         self.decide(e, s.at);
+
         self.n
     }
 
@@ -443,7 +461,11 @@ mod tests {
         assert_eq!(*trace.last().unwrap(), 4);
         c.capped_at(2, p.at);
         let trace = p.run(&mut c, 20);
-        assert!(trace.iter().all(|&n| n <= 2));
+        assert!(trace.iter().all(|&n| n <= 2));        // Kept at one by the caller: it holds there before probing again.
+        c.pin(1, p.at);
+        assert_eq!(c.streams(), 1);
+        let trace = p.run(&mut c, 1);
+        assert!(trace.iter().all(|&n| n == 1));
     }
 
     /// Two transfers on one bottleneck of `cap` bytes/s whose streams are

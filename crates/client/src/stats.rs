@@ -82,6 +82,9 @@ pub struct Stats {
     pub streams_peak: AtomicU64,
     /// Stream-count changes the automatic choice made.
     pub streams_changes: AtomicU64,
+    /// Automatic streams: every epoch the controller measured (`--stats`
+    /// prints them as `streams_epochs`: seconds, streams, MB/s).
+    pub streams_epochs: Mutex<Vec<crate::autostreams::Epoch>>,
     /// Uploads: the kernel's accounting of our sending sockets.
     pub send_tally: Mutex<Option<SendTally>>,
 }
@@ -200,6 +203,21 @@ impl Stats {
         if let Some(n) = self.drs_note() {
             o.insert("drs_note".into(), n.into());
         }
+        let epochs: Vec<serde_json::Value> = self
+            .epochs()
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "at": e.at.as_secs_f64(),
+                    "streams": e.streams,
+                    "mb_per_s": e.rate / 1e6,
+                    "loss": e.loss,
+                })
+            })
+            .collect();
+        if !epochs.is_empty() {
+            o.insert("streams_epochs".into(), epochs.into());
+        }
         let mut s = serde_json::Value::Object(o).to_string();
         s.push('\n');
         s
@@ -228,8 +246,38 @@ impl Stats {
         for (name, c) in self.counters() {
             let _ = writeln!(s, "stats: {name} {}", g(c));
         }
+        let epochs = self.epochs();
+        if !epochs.is_empty() {
+            let list: Vec<String> = epochs
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{:.2}s:{}:{:.1}",
+                        e.at.as_secs_f64(),
+                        e.streams,
+                        e.rate / 1e6
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "stats: streams_epochs {}", list.join(" "));
+        }
         let _ = writeln!(s, "sluice: {}", self.verdict());
         s
+    }
+
+    /// The automatic stream choice's epochs, if any.
+    fn epochs(&self) -> Vec<crate::autostreams::Epoch> {
+        self.streams_epochs
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records the controller's epochs at the end of a transfer.
+    pub fn set_epochs(&self, epochs: &[crate::autostreams::Epoch]) {
+        if let Ok(mut e) = self.streams_epochs.lock() {
+            *e = epochs.to_vec();
+        }
     }
 }
 

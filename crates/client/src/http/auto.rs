@@ -202,6 +202,7 @@ pub(super) fn receive(
         let open_now = live.len() as u64;
         stats.streams_peak.fetch_max(open_now, Relaxed);
     };
+    stats.set_epochs(ctl.history());
     match r {
         Ok(()) => Ok(()),
         Err(e) => cancel_all(live, e),
