@@ -104,10 +104,12 @@ pub fn run(a: &GetArgs) -> Result<()> {
 
     let t0 = Instant::now();
     let want = a.verify.then_some(WANT_DIGEST);
-    let fetch = if streams > 1 || auto {
-        parallel(&u, streams.max(1), already, saved_etag.as_deref(), want, timeout)?
+    let fetch = if streams > 1 {
+        parallel(&u, streams, already, saved_etag.as_deref(), want, timeout)?
     } else {
-        single(&u, already, saved_etag.as_deref(), want, timeout)?
+        // Automatic streams ask for `bytes=already-` even from 0: a 206
+        // says ranges work and gives the size, with no HEAD round trip.
+        single(&u, already, auto, saved_etag.as_deref(), want, timeout)?
     };
     already = fetch.already;
     if a.verify && fetch.digest.is_none() {
@@ -239,11 +241,13 @@ fn repr_digest(h: &sluice_http::ResponseHead) -> Option<Vec<u8>> {
 fn single(
     u: &HttpUrl,
     already: u64,
+    ranged: bool,
     etag: Option<&str>,
     want: Option<&'static str>,
     timeout: Duration,
 ) -> Result<Fetch> {
-    let range = (already > 0).then_some((already, None));
+    let ranged = ranged || already > 0;
+    let range = ranged.then_some((already, None));
     let x = exchange::request_with(u, Method::Get, range, etag, want, timeout)?;
     check_coding(&x.head)?;
     let h = &x.head;
@@ -263,7 +267,8 @@ fn single(
                 already,
                 etag: h.etag().map(str::to_owned),
                 digest,
-                splittable: false,
+                // The whole rest of a file of known size, in ranges.
+                splittable: complete == Some(already + len),
                 pieces: vec![Piece {
                     len: Some(len),
                     x,
@@ -295,8 +300,8 @@ fn single(
             })
         }
         // Resuming a file we already have in full.
-        (416, Some(ContentRange::Unsatisfied { complete }))
-            if already > 0 && complete == already =>
+        // (Or an empty file asked for from 0.)
+        (416, Some(ContentRange::Unsatisfied { complete })) if ranged && complete == already =>
         {
             Ok(Fetch {
                 size: Some(complete),
@@ -329,7 +334,7 @@ fn parallel(
     let digest = repr_digest(&h);
     let size = match h.content_length {
         Some(s) if h.accepts_ranges() => s,
-        _ => return single(u, already, saved_etag, want, timeout),
+        _ => return single(u, already, false, saved_etag, want, timeout),
     };
     if already > size || (already > 0 && saved_etag.is_some() && saved_etag != etag.as_deref()) {
         // The file changed since the part was written: start over.
@@ -348,17 +353,7 @@ fn parallel(
     }
     let count = (left / MIN_PIECE).clamp(1, u64::from(n));
     if count == 1 {
-        let mut f = single(u, already, etag.as_deref().or(saved_etag), want, timeout)?;
-        // Splitting later asks for ranges of what HEAD described: only
-        // when the GET got that same file.
-        f.splittable = f.size == Some(size)
-            && f.etag == etag
-            && f.pieces.len() == 1
-            && f.pieces[0].len == Some(size - f.already);
-        if f.digest.is_none() {
-            f.digest = digest;
-        }
-        return Ok(f);
+        return single(u, already, false, etag.as_deref().or(saved_etag), want, timeout);
     }
     let mut pieces = Vec::new();
     for i in 0..count {
