@@ -38,6 +38,10 @@ const B: f64 = 10.0;
 /// next one (below it, measurement noise could be all it saw).
 const CLIMB_GAIN: f64 = 0.05;
 
+/// While doubling, a count's rate is taken as settled once an epoch
+/// brings less than this over the one before.
+const SETTLED: f64 = 0.10;
+
 /// A one-stream step up is kept when it raises the utility by this much.
 const STEP_GAIN: f64 = 0.02;
 
@@ -89,8 +93,13 @@ pub struct Epoch {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
-    /// Doubling; `prev` is the last epoch before this count.
-    Climb { prev: Option<Epoch> },
+    /// Doubling; `prev` is the last epoch before this count, `here` the
+    /// last one at this count (the count is judged once its rate stops
+    /// growing: a new connection's slow start is not the count's doing).
+    Climb {
+        prev: Option<Epoch>,
+        here: Option<Epoch>,
+    },
     /// One step away from `from`, to see whether it pays.
     Step { from: Epoch, up: bool },
     /// At a settled count; probe after `left` more epochs, upward first
@@ -121,7 +130,10 @@ impl Controller {
         Controller {
             n: 1,
             max: max.clamp(1, MAX_STREAMS),
-            phase: Phase::Climb { prev: None },
+            phase: Phase::Climb {
+                prev: None,
+                here: None,
+            },
             start: None,
             changed_at: Duration::ZERO,
             last: None,
@@ -234,10 +246,23 @@ impl Controller {
             return;
         }
         match self.phase {
-            Phase::Climb { prev } => {
+            Phase::Climb { prev, here } => {
+                if here.is_none_or(|h| e.rate > h.rate * (1.0 + SETTLED)) {
+                    // Still speeding up at this count: measure it again.
+                    self.phase = Phase::Climb {
+                        prev,
+                        here: Some(e),
+                    };
+                    self.changed_at = at;
+                    self.start = None;
+                    return;
+                }
                 let better = prev.is_none_or(|p| e.utility > p.utility * (1.0 + CLIMB_GAIN));
                 if better && n < self.max {
-                    self.phase = Phase::Climb { prev: Some(e) };
+                    self.phase = Phase::Climb {
+                        prev: Some(e),
+                        here: None,
+                    };
                     self.set(n.saturating_mul(2), at);
                 } else if better {
                     self.settle_at(e, at);

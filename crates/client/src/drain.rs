@@ -184,8 +184,9 @@ impl Drain {
             .name("sluice-drain".into())
             .spawn(move || {
                 if cfg.raise_priority {
-                    if let Err(e) = crate::priority::raise_current_thread() {
-                        eprintln!("sluice: --drain-priority: {e}");
+                    match crate::priority::raise_current_thread() {
+                        Ok(()) => stats.drain_priority.store(1, Relaxed),
+                        Err(e) => crate::priority::note_refused(&e),
                     }
                 }
                 let mut d = DrainLoop::new(cfg, source, out, recycled, &stats, &c);

@@ -40,6 +40,12 @@ pub struct Stats {
     pub restart_markers: AtomicU64,
     /// Uploads: segments our data sockets retransmitted (TCP_INFO).
     pub tcp_retransmits: AtomicU64,
+    /// Uploads: retransmission timeouts on our data sockets (TCP_INFO
+    /// `total_rto`, Linux 6.7+).
+    pub tcp_rtos: AtomicU64,
+    /// Downloads: 1 when the drain thread runs at a raised priority
+    /// (`--drain-priority`), 0 when not (off, or not permitted).
+    pub drain_priority: AtomicU64,
     /// Data connections refused because they did not come from the server.
     pub foreign_connections: AtomicU64,
     /// Bytes the server reported in its last 112 marker.
@@ -143,7 +149,7 @@ impl Stats {
         self.drs_note.lock().ok().and_then(|n| n.clone())
     }
 
-    fn counters(&self) -> [(&'static str, &AtomicU64); 27] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 29] {
         [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
@@ -159,6 +165,8 @@ impl Stats {
             ("server_reported_bytes", &self.server_reported_bytes),
             ("foreign_connections", &self.foreign_connections),
             ("tcp_retransmits", &self.tcp_retransmits),
+            ("tcp_rtos", &self.tcp_rtos),
+            ("drain_priority", &self.drain_priority),
             ("watched_micros", &self.watched_micros),
             ("window_full_micros", &self.window_full_micros),
             ("rcv_rtt_micros", &self.rcv_rtt_micros),

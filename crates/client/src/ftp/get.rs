@@ -110,7 +110,7 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // file (ranges land at their offsets), lets MODE E choose the count.
     let auto = a.opts.auto_streams()
         && !a.tree.recursive
-        && matches!(dest, Dest::File { .. })
+        && !matches!(dest, Dest::Stdout)
         && size.is_some_and(|s| s >= 2 * super::auto::MIN_LEFT);
     let extended = (a.opts.parallel > 1 || auto) && session::try_mode_e(&mut ctl)?;
 
@@ -143,19 +143,15 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // 0-byte file still goes through the protocol (and proves readable).
     if !(already > 0 && remaining == Some(0)) {
         let r = match (&sink, size, &dest) {
-            (Sink::File(f), Some(size), Dest::File { resume, .. })
+            // A file, or a device that takes writes at offsets (/dev/null).
+            (Sink::File(f), Some(size), _)
                 if auto && extended && size - already >= 2 * super::auto::MIN_LEFT =>
             {
-                super::auto::transfer(
-                    &mut ctl,
-                    u,
-                    a,
-                    size,
-                    already,
-                    f,
-                    Some(resume.clone()),
-                    &stats,
-                )
+                let resume = match &dest {
+                    Dest::File { resume, .. } => Some(resume.clone()),
+                    _ => None,
+                };
+                super::auto::transfer(&mut ctl, u, a, size, already, f, resume, &stats)
             }
             _ => transfer(&mut ctl, u, a, extended, size, already, sink, &dest, &stats),
         };

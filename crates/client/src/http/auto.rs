@@ -191,7 +191,7 @@ pub(super) fn receive(
                 open(&job, id, r, opened_tx.clone())?;
             }
         } else if running > want as usize {
-            if let Some(id) = plan.pick_stop(&progress) {
+            if let Some(id) = plan.pick_stop() {
                 if let Some(l) = live.get_mut(&id) {
                     l.owed = Some(l.span.end());
                     l.span.cut(l.span.next());

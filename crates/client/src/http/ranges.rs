@@ -94,18 +94,18 @@ impl RangePlan {
         Some((id, mid))
     }
 
-    /// The live range with the most left, to stop (never the last one
-    /// running).
-    pub fn pick_stop(&self, p: &impl Progress) -> Option<u64> {
+    /// The newest live range, to stop (never the last one running): its
+    /// connection has the least window built up, and what it leaves is
+    /// queued for the next connection.
+    pub fn pick_stop(&self) -> Option<u64> {
         if self.running() <= 1 {
             return None;
         }
         self.live
             .iter()
             .filter(|(_, stopping)| !**stopping)
-            .map(|(&id, _)| (id, p.at(id)))
-            .max_by_key(|&(_, (next, end))| end.saturating_sub(next))
-            .map(|(id, _)| id)
+            .map(|(&id, _)| id)
+            .max()
     }
 
     /// Range `id` is being stopped (its end was moved to where it was).
@@ -187,12 +187,12 @@ mod tests {
         let b = plan.add();
         c.set(a, 0, 40 * MIB);
         c.set(b, 40 * MIB, 100 * MIB);
-        let stop = plan.pick_stop(&c).unwrap();
+        let stop = plan.pick_stop().unwrap();
         assert_eq!(stop, b);
         plan.stopping(b);
         assert_eq!(plan.running(), 1);
         // The last one running is never stopped.
-        assert_eq!(plan.pick_stop(&c), None);
+        assert_eq!(plan.pick_stop(), None);
         // It read a little past where it was cut.
         plan.finished(b, 41 * MIB, 100 * MIB);
         assert_eq!(plan.take_queued(), Some(41 * MIB..100 * MIB));
@@ -251,7 +251,7 @@ mod tests {
                     }
                 }
                 1 if steps < 2000 => {
-                    if let Some(s) = plan.pick_stop(&c) {
+                    if let Some(s) = plan.pick_stop() {
                         let (next, end) = c.at(s);
                         plan.stopping(s);
                         // Seen by the connection a MiB late.
