@@ -288,10 +288,11 @@ impl Watch {
         self.next = now + WATCH_EVERY;
         self.rcvbuf = tcp::recv_buffer(sock.as_fd()).map_or(0, |b| b as u64);
         if let Ok(i) = tcp::tcp_info(sock.as_fd()) {
-            Stats::add(
-                &stats.rcv_ooo_packets,
-                u64::from(i.rcv_ooopack.saturating_sub(self.ooo)),
-            );
+            let new = u64::from(i.rcv_ooopack.saturating_sub(self.ooo));
+            Stats::add(&stats.rcv_ooo_packets, new);
+            if new > 0 {
+                Stats::add(&stats.rcv_loss_events, 1);
+            }
             self.ooo = self.ooo.max(i.rcv_ooopack);
             if i.rcv_rtt_us > 0 {
                 stats.rtt_now_micros.store(u64::from(i.rcv_rtt_us), Relaxed);

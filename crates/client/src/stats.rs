@@ -69,6 +69,9 @@ pub struct Stats {
     /// `rcv_ooopack`), the sender's losses and retransmits as the receiver
     /// sees them.
     pub rcv_ooo_packets: AtomicU64,
+    /// Downloads: looks at a connection (every 100 ms) that found new
+    /// out-of-order segments: loss episodes, the controller's loss signal.
+    pub rcv_loss_events: AtomicU64,
     /// Downloads: the latest receiver RTT estimate, microseconds (live,
     /// for the stream-count controller).
     pub rtt_now_micros: AtomicU64,
@@ -149,7 +152,7 @@ impl Stats {
         self.drs_note.lock().ok().and_then(|n| n.clone())
     }
 
-    fn counters(&self) -> [(&'static str, &AtomicU64); 29] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 30] {
         [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
@@ -173,6 +176,7 @@ impl Stats {
             ("drs_peak_buffer", &self.drs_peak_buffer),
             ("drs_changes", &self.drs_changes),
             ("rcv_ooo_packets", &self.rcv_ooo_packets),
+            ("rcv_loss_events", &self.rcv_loss_events),
             ("drain_run_delay_micros", &self.drain_run_delay_micros),
             ("unread_peak", &self.unread_peak),
             ("unread_full_wakes", &self.unread_full_wakes),

@@ -288,7 +288,7 @@ fn follow(
                 let want = c.on_sample(Sample {
                     at: t0.elapsed(),
                     bytes,
-                    lost: stats.rcv_ooo_packets.load(Relaxed),
+                    lost: stats.rcv_loss_events.load(Relaxed),
                     rtt: Duration::from_micros(stats.rtt_now_micros.load(Relaxed)),
                 });
                 if want != now_n {

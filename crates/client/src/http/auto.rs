@@ -136,7 +136,7 @@ pub(super) fn receive(
             let wanted = ctl.on_sample(Sample {
                 at: t0.elapsed(),
                 bytes: stats.bytes.load(Relaxed),
-                lost: stats.rcv_ooo_packets.load(Relaxed),
+                lost: stats.rcv_loss_events.load(Relaxed),
                 rtt: Duration::from_micros(stats.rtt_now_micros.load(Relaxed)),
             });
             if wanted != want {
