@@ -18,6 +18,6 @@ j=[json.loads(l) for l in txt.splitlines() if l.startswith('{')]
 if not j: print('FAIL', txt[:300]); sys.exit()
 j=j[0]
 mb=j['bytes']/j['seconds']/1e6
-print('busy=$BUSY flags=[$FLAGS] MB/s=%.1f s=%.2f streams_auto=%d peak=%d run_delay_ms=%.0f unread_peak_kB=%.0f unread_full=%d ooo=%d prio=%d limit=%s' % (mb, j['seconds'], j['streams_auto'], j['streams_peak'], j['drain_run_delay_micros']/1e3, j['unread_peak']/1e3, j['unread_full_wakes'], j['rcv_ooo_packets'], j['drain_priority'], j['limit']['text']), end=' ')
+print('busy=$BUSY flags=[$FLAGS] ep=%s MB/s=%.1f s=%.2f streams_auto=%d peak=%d run_delay_ms=%.0f unread_peak_kB=%.0f unread_full=%d ooo=%d prio=%d limit=%s' % (' '.join('%.1f:%d:%.0f'%(e['at'],e['streams'],e['mb_per_s']) for e in j.get('streams_epochs',[])), mb, j['seconds'], j['streams_auto'], j['streams_peak'], j['drain_run_delay_micros']/1e3, j['unread_peak']/1e3, j['unread_full_wakes'], j['rcv_ooo_packets'], j['drain_priority'], j['limit']['text']), end=' ')
 "
 echo "sender: $ns"
