@@ -138,7 +138,7 @@ fn python_urllib_downloads_every_size() {
 #[test]
 fn sluice_get_one_and_four_streams() {
     let s = sluice_http(&[]);
-    for p in ["1", "4"] {
+    for p in ["1", "4", "auto"] {
         download_all(&s, &format!("sluice get -p {p}"), |url, dest| {
             run(sluice_cmd().args(["get", "-q", "-p", p, url]).arg(dest))
         });
@@ -180,7 +180,7 @@ fn sluice_get_resumes_with_if_range() {
     }
     // A part that already holds the whole file: nothing to fetch (416 to
     // a one-stream resume, a HEAD for -p 4), and it is completed.
-    for p in ["1", "4"] {
+    for p in ["1", "4", "auto"] {
         let dest = dir.path().join(format!("whole{p}"));
         let part = PathBuf::from(format!("{}.part", dest.display()));
         std::fs::copy(&f.path, &part).expect("copy whole part");
@@ -253,7 +253,7 @@ fn sluice_get_against_nginx() {
         thread::sleep(Duration::from_millis(50));
     }
     let out_dir = tempfile::tempdir().expect("out");
-    for p in ["1", "4"] {
+    for p in ["1", "4", "auto"] {
         for &size in &HTTP_SIZES {
             let f = corpus().file(size);
             let dest = out_dir.path().join(format!("{p}-{}", f.name));

@@ -51,6 +51,10 @@ mod http_digests;
 /// request and an unavailable checksum.
 mod client;
 
+/// Stream counts of `sluice get`: chosen automatically without `-p`
+/// (HTTP ranges added and cut while the file comes in), forced by `-p N`.
+mod client_streams;
+
 /// `sluice get -r` / `put -r`: trees up and down against `sluice serve`
 /// (and down from vsftpd, which has no MLSD: LIST fallback)
 /// (sha256 of every file), a server killed mid-tree, hostile listings.

@@ -14,7 +14,7 @@
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, TcpListener};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -92,6 +92,51 @@ pub enum Source {
     },
 }
 
+/// A bounded stream's range that another thread can cut short while it is
+/// read (automatic streams split a range to give a new connection its
+/// second half): the drain stops at `end` as it is when it gets there, and
+/// publishes how far it got.
+#[derive(Debug)]
+pub struct Span {
+    end: AtomicU64,
+    next: AtomicU64,
+}
+
+impl Span {
+    /// A span from `start` to `end` (one past the last byte).
+    pub fn new(start: u64, end: u64) -> Span {
+        Span {
+            end: AtomicU64::new(end),
+            next: AtomicU64::new(start),
+        }
+    }
+
+    /// One past the last byte the drain will read.
+    pub fn end(&self) -> u64 {
+        self.end.load(Relaxed)
+    }
+
+    /// The next byte the drain reads (every byte before it has arrived).
+    pub fn next(&self) -> u64 {
+        self.next.load(Relaxed)
+    }
+
+    /// The drain has read up to `at` (or the caller handed that much on).
+    pub fn reached(&self, at: u64) {
+        self.next.fetch_max(at, Relaxed);
+    }
+
+    /// Moves the end down to `at` (never up, never below what arrived);
+    /// returns the end now in force. The drain may have read a little past
+    /// `at` by the time it sees it: those bytes are right (they are the
+    /// response to its own request), and [`Span::next`] says where it
+    /// stopped.
+    pub fn cut(&self, at: u64) -> u64 {
+        let at = at.max(self.next());
+        self.end.fetch_min(at, Relaxed).min(at)
+    }
+}
+
 /// Settings of one drain.
 pub struct DrainConfig {
     /// Framing of the data.
@@ -102,6 +147,9 @@ pub struct DrainConfig {
     pub raise_priority: bool,
     /// Right-size each connection's receive buffer (`--drs on`).
     pub drs: bool,
+    /// `Framing::Bounded` only: an end that may move down while the drain
+    /// runs, and where it got to.
+    pub span: Option<Arc<Span>>,
 }
 
 /// What the drain saw.
@@ -136,8 +184,9 @@ impl Drain {
             .name("sluice-drain".into())
             .spawn(move || {
                 if cfg.raise_priority {
-                    if let Err(e) = crate::priority::raise_current_thread() {
-                        eprintln!("sluice: --drain-priority: {e}");
+                    match crate::priority::raise_current_thread() {
+                        Ok(()) => stats.drain_priority.store(1, Relaxed),
+                        Err(e) => crate::priority::note_refused(&e),
                     }
                 }
                 let mut d = DrainLoop::new(cfg, source, out, recycled, &stats, &c);
@@ -197,10 +246,14 @@ struct Watch {
     tally: RecvTally,
     drs: Option<DrsSocket>,
     closed: bool,
+    /// `tcpi_rcv_ooopack` at the last look (counted into stats as it grows).
+    ooo: u32,
+    /// Receive buffer at the last look (for the queue-full test).
+    rcvbuf: u64,
 }
 
 impl Watch {
-    fn new(sock: &crate::tls::DataSock, drs: bool) -> Watch {
+    fn new(sock: &crate::tls::DataSock, drs: bool, stats: &Stats) -> Watch {
         let now = Instant::now();
         let mut drs = drs.then(|| DrsSocket::new(Dir::Recv)).flatten();
         if let Some(d) = drs.as_mut() {
@@ -212,15 +265,17 @@ impl Watch {
             tally: RecvTally::default(),
             drs,
             closed: false,
+            ooo: 0,
+            rcvbuf: 0,
         };
-        w.look(sock, now);
+        w.look(sock, now, stats);
         w
     }
 
     /// Reads the socket if a look is due.
-    fn tick(&mut self, sock: &crate::tls::DataSock, now: Instant) {
+    fn tick(&mut self, sock: &crate::tls::DataSock, now: Instant, stats: &Stats) {
         if now >= self.next {
-            self.look(sock, now);
+            self.look(sock, now, stats);
         }
         if let Some(d) = self.drs.as_mut() {
             if d.due(now) {
@@ -229,9 +284,19 @@ impl Watch {
         }
     }
 
-    fn look(&mut self, sock: &crate::tls::DataSock, now: Instant) {
+    fn look(&mut self, sock: &crate::tls::DataSock, now: Instant, stats: &Stats) {
         self.next = now + WATCH_EVERY;
+        self.rcvbuf = tcp::recv_buffer(sock.as_fd()).map_or(0, |b| b as u64);
         if let Ok(i) = tcp::tcp_info(sock.as_fd()) {
+            let new = u64::from(i.rcv_ooopack.saturating_sub(self.ooo));
+            Stats::add(&stats.rcv_ooo_packets, new);
+            if new > 0 {
+                Stats::add(&stats.rcv_loss_events, 1);
+            }
+            self.ooo = self.ooo.max(i.rcv_ooopack);
+            if i.rcv_rtt_us > 0 {
+                stats.rtt_now_micros.store(u64::from(i.rcv_rtt_us), Relaxed);
+            }
             self.tally.sample(
                 now.duration_since(self.born),
                 i.bytes_received,
@@ -246,7 +311,7 @@ impl Watch {
         if std::mem::replace(&mut self.closed, true) {
             return;
         }
-        self.look(sock, Instant::now());
+        self.look(sock, Instant::now(), stats);
         stats.add_recv_tally(&self.tally);
         self.tally = RecvTally::default();
         if let Some(d) = self.drs.take() {
@@ -351,11 +416,11 @@ impl<'a> DrainLoop<'a> {
                     next: base,
                     end: Some(end),
                 },
-                base >= end,
+                base >= end || self.cfg.span.as_ref().is_some_and(|s| base >= s.end()),
             ),
             Framing::Extended { base } => (Framer::E(Box::default(), base), false),
         };
-        let watch = Watch::new(&sock, self.cfg.drs);
+        let watch = Watch::new(&sock, self.cfg.drs, self.stats);
         self.streams.push(Stream {
             sock,
             framer,
@@ -366,6 +431,8 @@ impl<'a> DrainLoop<'a> {
         self.accepted += 1;
         self.report.streams += 1;
         Stats::add(&self.stats.streams, 1);
+        let open = self.streams.iter().filter(|s| !s.ended).count() as u64;
+        self.stats.streams_peak.fetch_max(open, Relaxed);
     }
 
     fn done(&self) -> bool {
@@ -378,7 +445,17 @@ impl<'a> DrainLoop<'a> {
     }
 
     fn run(&mut self) -> Result<DrainReport> {
+        // Time this thread was ready to read but had no CPU: the receive
+        // stall a busy machine causes (receiver-bottleneck paper).
+        let delay = sluice_platform::thread::current_thread_run_delay;
+        let waited0 = delay().ok();
         let r = self.run_loop();
+        if let (Some(a), Ok(b)) = (waited0, delay()) {
+            Stats::add(
+                &self.stats.drain_run_delay_micros,
+                b.saturating_sub(a).as_micros() as u64,
+            );
+        }
         for st in &mut self.streams {
             st.watch.close(&st.sock, self.stats);
         }
@@ -408,6 +485,7 @@ impl<'a> DrainLoop<'a> {
                 progressed |= self.accept_all()?;
             }
             for i in ready {
+                self.note_queue(i);
                 let before = self.report.bytes;
                 match self.service(i)? {
                     Turn::Idle => {}
@@ -423,7 +501,7 @@ impl<'a> DrainLoop<'a> {
             }
             let now = Instant::now();
             for st in self.streams.iter_mut().filter(|s| !s.ended) {
-                st.watch.tick(&st.sock, now);
+                st.watch.tick(&st.sock, now, self.stats);
             }
             if progressed {
                 last_progress = Instant::now();
@@ -438,6 +516,20 @@ impl<'a> DrainLoop<'a> {
             self.flush(i)?;
         }
         Ok(self.report.clone())
+    }
+
+    /// What waited in stream `i`'s receive queue when the drain got to
+    /// it: the most ever, and wakes that found half the buffer or more
+    /// unread (the window was closing for lack of reading).
+    fn note_queue(&self, i: usize) {
+        let st = &self.streams[i];
+        if let Ok(q) = tcp::inq(st.sock.as_fd()) {
+            let q = u64::from(q);
+            self.stats.unread_peak.fetch_max(q, Relaxed);
+            if st.watch.rcvbuf > 0 && q * 2 >= st.watch.rcvbuf {
+                Stats::add(&self.stats.unread_full_wakes, 1);
+            }
+        }
     }
 
     /// MODE E: fails when the EOF block asks for more EODs than can still
@@ -547,6 +639,11 @@ impl<'a> DrainLoop<'a> {
                     next,
                     end: Some(end),
                 } => {
+                    let end = match &self.cfg.span {
+                        Some(s) => (*end).min(s.end()),
+                        None => *end,
+                    };
+                    let end = &end;
                     if next >= end {
                         return Ok(Turn::Ended);
                     }
@@ -609,7 +706,12 @@ impl<'a> DrainLoop<'a> {
         c.filled += n;
         let full = c.filled == c.buf.len();
         match &mut st.framer {
-            Framer::S { next, .. } => *next += n as u64,
+            Framer::S { next, .. } => {
+                *next += n as u64;
+                if let Some(s) = &self.cfg.span {
+                    s.next.store(*next, Relaxed);
+                }
+            }
             Framer::E(dec, base) => {
                 if dec
                     .consume_payload(n as u64)
@@ -824,6 +926,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(30),
                 raise_priority: false,
                 drs: false,
+                span: None,
             },
             Source::Connected(sock.into()),
             w.input(),

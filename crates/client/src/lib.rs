@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod autostreams;
 pub mod checksum;
 pub mod cli;
 pub mod cp;

@@ -11,3 +11,10 @@ pub fn raise_current_thread() -> Result<(), String> {
         format!("cannot set nice {NICE} on the drain thread (needs root or CAP_SYS_NICE): {e}")
     })
 }
+
+/// Says once per process that the priority could not be raised (a
+/// download may start many drain threads).
+pub fn note_refused(why: &str) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| eprintln!("sluice: --drain-priority: {why}"));
+}

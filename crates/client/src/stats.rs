@@ -40,6 +40,12 @@ pub struct Stats {
     pub restart_markers: AtomicU64,
     /// Uploads: segments our data sockets retransmitted (TCP_INFO).
     pub tcp_retransmits: AtomicU64,
+    /// Uploads: retransmission timeouts on our data sockets (TCP_INFO
+    /// `total_rto`, Linux 6.7+).
+    pub tcp_rtos: AtomicU64,
+    /// Downloads: 1 when the drain thread runs at a raised priority
+    /// (`--drain-priority`), 0 when not (off, or not permitted).
+    pub drain_priority: AtomicU64,
     /// Data connections refused because they did not come from the server.
     pub foreign_connections: AtomicU64,
     /// Bytes the server reported in its last 112 marker.
@@ -59,6 +65,35 @@ pub struct Stats {
     /// `--drs on`: the system's limit held a buffer below the path's need
     /// (which sysctl would help, and the cost).
     pub drs_note: Mutex<Option<String>>,
+    /// Downloads: segments that arrived out of order (TCP_INFO
+    /// `rcv_ooopack`), the sender's losses and retransmits as the receiver
+    /// sees them.
+    pub rcv_ooo_packets: AtomicU64,
+    /// Downloads: looks at a connection (every 100 ms) that found new
+    /// out-of-order segments: loss episodes, the controller's loss signal.
+    pub rcv_loss_events: AtomicU64,
+    /// Downloads: the latest receiver RTT estimate, microseconds (live,
+    /// for the stream-count controller).
+    pub rtt_now_micros: AtomicU64,
+    /// Downloads: time the drain thread(s) were ready to read but waited
+    /// for a CPU (`/proc/thread-self/schedstat`), microseconds.
+    pub drain_run_delay_micros: AtomicU64,
+    /// Downloads: most bytes found waiting unread in a receive queue
+    /// (SIOCINQ) when the drain got to it.
+    pub unread_peak: AtomicU64,
+    /// Downloads: times the drain found half a receive buffer or more
+    /// waiting unread (the window was closing because nobody read).
+    pub unread_full_wakes: AtomicU64,
+    /// Streams chosen automatically (no `-p`): the count at the end, and
+    /// 0 when the count was fixed.
+    pub streams_auto: AtomicU64,
+    /// Most data connections open at once.
+    pub streams_peak: AtomicU64,
+    /// Stream-count changes the automatic choice made.
+    pub streams_changes: AtomicU64,
+    /// Automatic streams: every epoch the controller measured (`--stats`
+    /// prints them as `streams_epochs`: seconds, streams, MB/s).
+    pub streams_epochs: Mutex<Vec<crate::autostreams::Epoch>>,
     /// Uploads: the kernel's accounting of our sending sockets.
     pub send_tally: Mutex<Option<SendTally>>,
 }
@@ -117,7 +152,7 @@ impl Stats {
         self.drs_note.lock().ok().and_then(|n| n.clone())
     }
 
-    fn counters(&self) -> [(&'static str, &AtomicU64); 19] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 30] {
         [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
@@ -133,11 +168,22 @@ impl Stats {
             ("server_reported_bytes", &self.server_reported_bytes),
             ("foreign_connections", &self.foreign_connections),
             ("tcp_retransmits", &self.tcp_retransmits),
+            ("tcp_rtos", &self.tcp_rtos),
+            ("drain_priority", &self.drain_priority),
             ("watched_micros", &self.watched_micros),
             ("window_full_micros", &self.window_full_micros),
             ("rcv_rtt_micros", &self.rcv_rtt_micros),
             ("drs_peak_buffer", &self.drs_peak_buffer),
             ("drs_changes", &self.drs_changes),
+            ("rcv_ooo_packets", &self.rcv_ooo_packets),
+            ("rcv_loss_events", &self.rcv_loss_events),
+            ("drain_run_delay_micros", &self.drain_run_delay_micros),
+            ("unread_peak", &self.unread_peak),
+            ("unread_full_wakes", &self.unread_full_wakes),
+            ("streams_auto", &self.streams_auto),
+            ("streams_peak", &self.streams_peak),
+            ("streams_changes", &self.streams_changes),
+            ("rtt_now_micros", &self.rtt_now_micros),
         ]
     }
 
@@ -169,6 +215,21 @@ impl Stats {
         if let Some(n) = self.drs_note() {
             o.insert("drs_note".into(), n.into());
         }
+        let epochs: Vec<serde_json::Value> = self
+            .epochs()
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "at": e.at.as_secs_f64(),
+                    "streams": e.streams,
+                    "mb_per_s": e.rate / 1e6,
+                    "loss": e.loss,
+                })
+            })
+            .collect();
+        if !epochs.is_empty() {
+            o.insert("streams_epochs".into(), epochs.into());
+        }
         let mut s = serde_json::Value::Object(o).to_string();
         s.push('\n');
         s
@@ -197,8 +258,38 @@ impl Stats {
         for (name, c) in self.counters() {
             let _ = writeln!(s, "stats: {name} {}", g(c));
         }
+        let epochs = self.epochs();
+        if !epochs.is_empty() {
+            let list: Vec<String> = epochs
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{:.2}s:{}:{:.1}",
+                        e.at.as_secs_f64(),
+                        e.streams,
+                        e.rate / 1e6
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "stats: streams_epochs {}", list.join(" "));
+        }
         let _ = writeln!(s, "sluice: {}", self.verdict());
         s
+    }
+
+    /// The automatic stream choice's epochs, if any.
+    fn epochs(&self) -> Vec<crate::autostreams::Epoch> {
+        self.streams_epochs
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records the controller's epochs at the end of a transfer.
+    pub fn set_epochs(&self, epochs: &[crate::autostreams::Epoch]) {
+        if let Ok(mut e) = self.streams_epochs.lock() {
+            *e = epochs.to_vec();
+        }
     }
 }
 

@@ -10,6 +10,8 @@ use crate::sys::cvt;
 
 /// `SIOCOUTQ` (= `TIOCOUTQ`): bytes in the send queue not yet acknowledged.
 const SIOCOUTQ: libc::c_ulong = 0x5411;
+/// `SIOCINQ` (= `FIONREAD`): bytes in the receive queue not yet read.
+const SIOCINQ: libc::c_ulong = 0x541B;
 /// `SIOCOUTQNSD`: bytes in the send queue not yet sent.
 const SIOCOUTQNSD: libc::c_ulong = 0x894B;
 /// `SO_MAX_PACING_RATE` from asm-generic/socket.h (same on x86_64 and arm64).
@@ -78,6 +80,12 @@ pub struct TcpInfo {
     /// The last delivery-rate sample was application-limited (the sender
     /// did not keep the pipe full), so it is a lower bound on the path rate.
     pub delivery_rate_app_limited: bool,
+    /// Segments that arrived out of order (`tcpi_rcv_ooopack`): at a
+    /// receiver, the trace of the sender's losses and retransmits.
+    pub rcv_ooopack: u32,
+    /// Retransmission timeouts over the connection's life
+    /// (`tcpi_total_rto`, Linux 6.7+; 0 before).
+    pub total_rto: u32,
 }
 
 /// Byte offset of the `tcpi_delivery_rate_app_limited:1` bitfield in the
@@ -140,6 +148,8 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         snd_wscale: raw.tcpi_snd_rcv_wscale & 0x0f,
         rcv_wscale: raw.tcpi_snd_rcv_wscale >> 4,
         delivery_rate_app_limited: app_limited,
+        rcv_ooopack: raw.tcpi_rcv_ooopack,
+        total_rto: u32::from(raw.tcpi_total_rto),
     })
 }
 
@@ -149,6 +159,11 @@ fn ioctl_int(fd: BorrowedFd<'_>, request: libc::c_ulong) -> io::Result<u32> {
     // to a live local.
     cvt(unsafe { libc::ioctl(fd.as_raw_fd(), request as _, &mut value as *mut libc::c_int) })?;
     Ok(value.max(0) as u32)
+}
+
+/// Bytes received and not yet read by the application (`SIOCINQ`).
+pub fn inq(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    ioctl_int(fd, SIOCINQ)
 }
 
 /// Bytes in the socket's send queue that the peer has not acknowledged (`SIOCOUTQ`).
@@ -382,6 +397,25 @@ mod tests {
         assert!(info.snd_mss > 0);
         let rinfo = tcp_info(s.as_fd()).unwrap();
         assert!(rinfo.bytes_received >= 100_000);
+    }
+
+    #[test]
+    fn inq_counts_unread_bytes() {
+        let (mut c, mut s) = pair();
+        assert_eq!(inq(s.as_fd()).unwrap(), 0);
+        c.write_all(&[1u8; 1000]).unwrap();
+        let mut seen = 0;
+        for _ in 0..1000 {
+            seen = inq(s.as_fd()).unwrap();
+            if seen == 1000 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(seen, 1000);
+        let mut got = [0u8; 400];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(inq(s.as_fd()).unwrap(), 600);
     }
 
     #[test]

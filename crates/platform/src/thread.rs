@@ -39,6 +39,21 @@ pub fn current_thread_nice() -> io::Result<i32> {
     Ok(v)
 }
 
+/// Time the calling thread has spent runnable but waiting for a CPU (the
+/// second field of `/proc/thread-self/schedstat`, Linux with
+/// `CONFIG_SCHED_INFO`): how long the scheduler kept it from running.
+pub fn current_thread_run_delay() -> io::Result<std::time::Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat")?;
+    parse_run_delay(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected schedstat format"))
+}
+
+/// The run-queue wait of a `schedstat` line (`run_ns wait_ns slices`).
+pub fn parse_run_delay(text: &str) -> Option<std::time::Duration> {
+    let ns = text.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_nanos(ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +71,18 @@ mod tests {
         .unwrap();
         assert_eq!(child, 1);
         assert_eq!(current_thread_nice().unwrap(), main_before);
+    }
+
+    #[test]
+    fn run_delay_is_read_from_schedstat() {
+        assert_eq!(
+            parse_run_delay("153749117 339887264 76\n"),
+            Some(std::time::Duration::from_nanos(339_887_264))
+        );
+        assert_eq!(parse_run_delay("12"), None);
+        // Where the kernel has it, it is there for this thread.
+        if std::path::Path::new("/proc/thread-self/schedstat").exists() {
+            current_thread_run_delay().unwrap();
+        }
     }
 }

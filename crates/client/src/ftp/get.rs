@@ -106,7 +106,13 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         session::require_cksm(&mut ctl)?;
     }
     let size = session::size(&mut ctl, &u.path)?;
-    let extended = a.opts.parallel > 1 && session::try_mode_e(&mut ctl)?;
+    // No -p: one file big enough to be worth more than one stream, into a
+    // file (ranges land at their offsets), lets MODE E choose the count.
+    let auto = a.opts.auto_streams()
+        && !a.tree.recursive
+        && !matches!(dest, Dest::Stdout)
+        && size.is_some_and(|s| s >= 2 * super::auto::MIN_LEFT);
+    let extended = (a.opts.parallel > 1 || auto) && session::try_mode_e(&mut ctl)?;
 
     // Resume point and destination file.
     let (sink, already) = match &dest {
@@ -136,7 +142,19 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // Only a resumed download that already has every byte skips RETR; a
     // 0-byte file still goes through the protocol (and proves readable).
     if !(already > 0 && remaining == Some(0)) {
-        let r = transfer(&mut ctl, u, a, extended, size, already, sink, &dest, &stats);
+        let r = match (&sink, size, &dest) {
+            // A file, or a device that takes writes at offsets (/dev/null).
+            (Sink::File(f), Some(size), _)
+                if auto && extended && size - already >= 2 * super::auto::MIN_LEFT =>
+            {
+                let resume = match &dest {
+                    Dest::File { resume, .. } => Some(resume.clone()),
+                    _ => None,
+                };
+                super::auto::transfer(&mut ctl, u, a, size, already, f, resume, &stats)
+            }
+            _ => transfer(&mut ctl, u, a, extended, size, already, sink, &dest, &stats),
+        };
         match (r, &dest) {
             (Ok(r), _) => report = r,
             (Err(e), Dest::File { part, resume, .. }) => {
@@ -180,11 +198,25 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     ctl.quit();
 
     let mode = if extended { "MODE E" } else { "MODE S" };
-    let mut detail = format!(
-        "{mode}, {} stream{}",
-        report.streams,
-        if report.streams == 1 { "" } else { "s" }
-    );
+    let auto_count = stats.streams_auto.load(std::sync::atomic::Ordering::Relaxed);
+    let mut detail = if auto_count > 0 {
+        format!(
+            "{mode}, auto {auto_count} stream{} (peak {}, {} changes)",
+            if auto_count == 1 { "" } else { "s" },
+            stats
+                .streams_peak
+                .load(std::sync::atomic::Ordering::Relaxed),
+            stats
+                .streams_changes
+                .load(std::sync::atomic::Ordering::Relaxed)
+        )
+    } else {
+        format!(
+            "{mode}, {} stream{}",
+            report.streams,
+            if report.streams == 1 { "" } else { "s" }
+        )
+    };
     if already > 0 {
         detail.push_str(&format!(", resumed at {already}"));
     }
@@ -222,7 +254,8 @@ pub(crate) fn transfer(
     dest: &Dest,
     stats: &Arc<Stats>,
 ) -> Result<DrainReport> {
-    let n = a.opts.parallel;
+    // `-p auto` where the count is not chosen: one stream.
+    let n = a.opts.parallel.max(1);
     let timeout = ctl.timeout();
     // Data connection first, then the command that uses it.
     let (source, framing) = if extended {
@@ -300,6 +333,7 @@ pub(crate) fn transfer(
             idle_timeout: timeout,
             raise_priority: a.drain_priority,
             drs: a.opts.drs,
+            span: None,
         },
         source,
         w.input(),

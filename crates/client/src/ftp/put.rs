@@ -411,6 +411,7 @@ fn count_retransmits(sock: &TcpStream, stats: &Stats) {
     use sluice_platform::tcp::{tcp_info, TcpInfo};
     if let Ok(info) = tcp_info(sock.as_fd()) {
         Stats::add(&stats.tcp_retransmits, u64::from(info.total_retrans));
+        Stats::add(&stats.tcp_rtos, u64::from(info.total_rto));
         let busy = std::time::Duration::from_micros(info.busy_time_us);
         stats.add_send_tally(&sluice_engine::verdict::SendTally::between(
             &TcpInfo::default(),

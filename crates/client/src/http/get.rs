@@ -34,13 +34,13 @@ const WANT_DIGEST: &str = "Want-Repr-Digest: sha-256=10";
 const MIN_PIECE: u64 = 1 << 20;
 
 /// One response whose body is being received.
-struct Piece {
-    x: Exchange,
+pub(super) struct Piece {
+    pub(super) x: Exchange,
     /// File offset of the body's first byte.
-    start: u64,
+    pub(super) start: u64,
     /// Body length, when the head says (Content-Range or Content-Length);
     /// `None`: until the server closes.
-    len: Option<u64>,
+    pub(super) len: Option<u64>,
 }
 
 /// What the requests came to.
@@ -54,6 +54,10 @@ struct Fetch {
     /// The file's SHA-256 from a `Repr-Digest` field, if the server sent
     /// one (asked for with `--verify`, or unasked).
     digest: Option<Vec<u8>>,
+    /// The server takes ranges of this very file (HEAD said so and the
+    /// GET came back with the same size and ETag): automatic streams may
+    /// split the one piece.
+    splittable: bool,
 }
 
 /// Runs one download.
@@ -95,13 +99,17 @@ pub fn run(a: &GetArgs) -> Result<()> {
         _ => matches!(device, Some(Sink::File(_))),
     };
     let streams = if positional { a.opts.parallel } else { 1 };
+    // One file on its own (a tree's files already run side by side).
+    let auto = a.opts.auto_streams() && positional && !a.tree.recursive;
 
     let t0 = Instant::now();
     let want = a.verify.then_some(WANT_DIGEST);
     let fetch = if streams > 1 {
         parallel(&u, streams, already, saved_etag.as_deref(), want, timeout)?
     } else {
-        single(&u, already, saved_etag.as_deref(), want, timeout)?
+        // Automatic streams ask for `bytes=already-` even from 0: a 206
+        // says ranges work and gives the size, with no HEAD round trip.
+        single(&u, already, auto, saved_etag.as_deref(), want, timeout)?
     };
     already = fetch.already;
     if a.verify && fetch.digest.is_none() {
@@ -135,7 +143,7 @@ pub fn run(a: &GetArgs) -> Result<()> {
         .and_then(|v| httpdate::parse_http_date(v).ok());
     let stats = Arc::new(Stats::default());
     let n_streams = fetch.pieces.len();
-    let r = receive(a, fetch, sink, prefix_file, &stats, timeout);
+    let r = receive(a, &u, auto, fetch, sink, prefix_file, &stats, timeout);
     if let Err(e) = r {
         if let Dest::File { part, resume, .. } = &dest {
             if already == 0 && stats.bytes_written.load(Relaxed) == 0 {
@@ -175,10 +183,20 @@ pub fn run(a: &GetArgs) -> Result<()> {
                 .and_then(|f| f.set_modified(t));
         }
     }
-    let mut detail = format!(
-        "HTTP, {n_streams} stream{}",
-        if n_streams == 1 { "" } else { "s" }
-    );
+    let auto_count = stats.streams_auto.load(Relaxed);
+    let mut detail = if auto_count > 0 {
+        format!(
+            "HTTP, auto {auto_count} stream{} (peak {}, {} changes)",
+            if auto_count == 1 { "" } else { "s" },
+            stats.streams_peak.load(Relaxed),
+            stats.streams_changes.load(Relaxed)
+        )
+    } else {
+        format!(
+            "HTTP, {n_streams} stream{}",
+            if n_streams == 1 { "" } else { "s" }
+        )
+    };
     if already > 0 {
         detail.push_str(&format!(", resumed at {already}"));
     }
@@ -223,11 +241,13 @@ fn repr_digest(h: &sluice_http::ResponseHead) -> Option<Vec<u8>> {
 fn single(
     u: &HttpUrl,
     already: u64,
+    ranged: bool,
     etag: Option<&str>,
     want: Option<&'static str>,
     timeout: Duration,
 ) -> Result<Fetch> {
-    let range = (already > 0).then_some((already, None));
+    let ranged = ranged || already > 0;
+    let range = ranged.then_some((already, None));
     let x = exchange::request_with(u, Method::Get, range, etag, want, timeout)?;
     check_coding(&x.head)?;
     let h = &x.head;
@@ -247,6 +267,8 @@ fn single(
                 already,
                 etag: h.etag().map(str::to_owned),
                 digest,
+                // The whole rest of a file of known size, in ranges.
+                splittable: complete == Some(already + len),
                 pieces: vec![Piece {
                     len: Some(len),
                     x,
@@ -269,6 +291,7 @@ fn single(
                 already: 0,
                 etag: h.etag().map(str::to_owned),
                 digest,
+                splittable: false,
                 pieces: vec![Piece {
                     len: h.content_length,
                     x,
@@ -277,14 +300,15 @@ fn single(
             })
         }
         // Resuming a file we already have in full.
-        (416, Some(ContentRange::Unsatisfied { complete }))
-            if already > 0 && complete == already =>
+        // (Or an empty file asked for from 0.)
+        (416, Some(ContentRange::Unsatisfied { complete })) if ranged && complete == already =>
         {
             Ok(Fetch {
                 size: Some(complete),
                 already,
                 etag: etag.map(str::to_owned),
                 digest,
+                splittable: false,
                 pieces: Vec::new(),
             })
         }
@@ -310,7 +334,7 @@ fn parallel(
     let digest = repr_digest(&h);
     let size = match h.content_length {
         Some(s) if h.accepts_ranges() => s,
-        _ => return single(u, already, saved_etag, want, timeout),
+        _ => return single(u, already, false, saved_etag, want, timeout),
     };
     if already > size || (already > 0 && saved_etag.is_some() && saved_etag != etag.as_deref()) {
         // The file changed since the part was written: start over.
@@ -324,48 +348,18 @@ fn parallel(
             already,
             etag,
             digest,
+            splittable: false,
         });
     }
     let count = (left / MIN_PIECE).clamp(1, u64::from(n));
     if count == 1 {
-        return single(u, already, etag.as_deref().or(saved_etag), want, timeout);
+        return single(u, already, false, etag.as_deref().or(saved_etag), want, timeout);
     }
     let mut pieces = Vec::new();
     for i in 0..count {
         let a = already + left * i / count;
         let b = already + left * (i + 1) / count;
-        // Each piece names the version it wants: a file replaced between
-        // the HEAD and this GET comes back 200, not a wrong slice.
-        let x = exchange::request(
-            u,
-            Method::Get,
-            Some((a, Some(b - 1))),
-            etag.as_deref(),
-            timeout,
-        )?;
-        check_coding(&x.head)?;
-        let ok = matches!(x.head.content_range,
-            Some(ContentRange::Bytes { first, last, complete })
-                if first == a && last == b - 1 && complete.is_none_or(|c| c == size));
-        match x.head.status {
-            206 if ok && x.head.etag() == etag.as_deref() => {
-                let len = range_body_len(&x.head, a, b - 1)?;
-                pieces.push(Piece {
-                    len: Some(len),
-                    x,
-                    start: a,
-                })
-            }
-            206 | 200 => {
-                return Err(ClientError::Protocol(format!(
-                    "range {a}-{} came back as {} {:?} (the file changed during the download?)",
-                    b - 1,
-                    x.head.status,
-                    x.head.field("content-range")
-                )))
-            }
-            _ => return Err(refused("GET", &x.head)),
-        }
+        pieces.push(ranged(u, a..b, size, etag.as_deref(), timeout)?);
     }
     Ok(Fetch {
         pieces,
@@ -373,7 +367,43 @@ fn parallel(
         already,
         etag,
         digest,
+        splittable: false,
     })
+}
+
+/// GET of bytes `r` of a file of `size` bytes with ETag `etag`. The
+/// request names the version it wants: a file replaced since the HEAD
+/// comes back 200, not a wrong slice, and that is an error.
+pub(super) fn ranged(
+    u: &HttpUrl,
+    r: std::ops::Range<u64>,
+    size: u64,
+    etag: Option<&str>,
+    timeout: Duration,
+) -> Result<Piece> {
+    let (a, b) = (r.start, r.end);
+    let x = exchange::request(u, Method::Get, Some((a, Some(b - 1))), etag, timeout)?;
+    check_coding(&x.head)?;
+    let ok = matches!(x.head.content_range,
+        Some(ContentRange::Bytes { first, last, complete })
+            if first == a && last == b - 1 && complete.is_none_or(|c| c == size));
+    match x.head.status {
+        206 if ok && x.head.etag() == etag => {
+            let len = range_body_len(&x.head, a, b - 1)?;
+            Ok(Piece {
+                len: Some(len),
+                x,
+                start: a,
+            })
+        }
+        206 | 200 => Err(ClientError::Protocol(format!(
+            "range {a}-{} came back as {} {:?} (the file changed during the download?)",
+            b - 1,
+            x.head.status,
+            x.head.field("content-range")
+        ))),
+        _ => Err(refused("GET", &x.head)),
+    }
 }
 
 /// The body length of a 206 for bytes `first..=last`: a Content-Length
@@ -410,8 +440,11 @@ fn check_coding(h: &sluice_http::ResponseHead) -> Result<()> {
 }
 
 /// Drains every piece into the writer; checks nothing is missing.
+#[allow(clippy::too_many_arguments)]
 fn receive(
     a: &GetArgs,
+    u: &HttpUrl,
+    auto: bool,
     fetch: Fetch,
     sink: Sink,
     prefix_file: Option<PathBuf>,
@@ -441,9 +474,37 @@ fn receive(
         fetch.already,
         a.opts.quiet,
     );
+    let splittable = auto
+        && fetch.splittable
+        && fetch.pieces.len() == 1
+        && fetch.pieces[0].len.is_some()
+        && fetch.pieces[0].x.head.framing(Method::Get) != BodyFraming::Chunked;
+    Stats::add(&stats.streams_peak, fetch.pieces.len() as u64);
     let mut drains = Vec::new();
     let mut chunked = Vec::new();
     let mut failed = None;
+    if let (true, Some(size)) = (splittable, fetch.size) {
+        let etag = fetch.etag.clone();
+        if let Some(first) = fetch.pieces.into_iter().next() {
+            let r = super::auto::receive(
+                super::auto::Job {
+                    a,
+                    u,
+                    size,
+                    etag: etag.as_deref(),
+                    timeout,
+                },
+                first,
+                &w,
+                recycle_rx.take(),
+                stats,
+            );
+            if let Err(e) = r {
+                failed = Some(e);
+            }
+        }
+        return finish(progress, w, failed);
+    }
     for p in fetch.pieces {
         let Piece { x, start, len } = p;
         if x.head.framing(Method::Get) == BodyFraming::Chunked {
@@ -461,49 +522,10 @@ fn receive(
             }
             continue;
         }
-        let mut early_bytes = x.early;
-        if let Some(l) = len {
-            // Bytes past the announced body are not part of this response.
-            early_bytes.truncate(usize::try_from(l).unwrap_or(usize::MAX));
-        }
-        let early = early_bytes.len() as u64;
-        if early > 0 {
-            Stats::add(&stats.bytes, early);
-            if !w.input().send(
-                Block {
-                    offset: start,
-                    data: early_bytes,
-                },
-                stats,
-            ) {
-                break; // the writer stopped; its error says why
-            }
-        }
-        let recycled = match recycle_rx.take().filter(|_| single) {
-            Some(rx) => rx,
-            None => mpsc::sync_channel(0).1,
-        };
-        match Drain::start(
-            DrainConfig {
-                framing: match len {
-                    Some(l) => Framing::Bounded {
-                        base: start + early,
-                        end: start.saturating_add(l),
-                    },
-                    None => Framing::Stream {
-                        base: start + early,
-                    },
-                },
-                idle_timeout: timeout,
-                raise_priority: a.drain_priority,
-                drs: a.opts.drs,
-            },
-            Source::Connected(x.sock),
-            w.input(),
-            recycled,
-            stats.clone(),
-        ) {
-            Ok(d) => drains.push(d),
+        let recycled = recycle_rx.take().filter(|_| single);
+        match start_drain(a, Piece { x, start, len }, &w, recycled, stats, timeout, None) {
+            Ok(Some(d)) => drains.push(d),
+            Ok(None) => break, // the writer stopped; its error says why
             Err(e) => {
                 failed = Some(e);
                 break;
@@ -523,6 +545,12 @@ fn receive(
             failed.get_or_insert(e);
         }
     }
+    finish(progress, w, failed)
+}
+
+/// Ends the receiving: the writer's error first, then a drain's, then any
+/// range that never arrived.
+fn finish(progress: Progress, w: Writer, failed: Option<ClientError>) -> Result<()> {
     progress.finish();
     let wrote = w.finish()?;
     if let Some(e) = failed {
@@ -536,6 +564,64 @@ fn receive(
         )));
     }
     Ok(())
+}
+
+/// Hands a piece's early body bytes to the writer and starts a drain
+/// thread on its connection (its end cut short through `span`, if any).
+/// `Ok(None)`: the writer has stopped.
+pub(super) fn start_drain(
+    a: &GetArgs,
+    p: Piece,
+    w: &Writer,
+    recycled: Option<mpsc::Receiver<Vec<u8>>>,
+    stats: &Arc<Stats>,
+    timeout: Duration,
+    span: Option<Arc<crate::drain::Span>>,
+) -> Result<Option<Drain>> {
+    let Piece { x, start, len } = p;
+    let mut early_bytes = x.early;
+    if let Some(l) = len {
+        // Bytes past the announced body are not part of this response.
+        early_bytes.truncate(usize::try_from(l).unwrap_or(usize::MAX));
+    }
+    let early = early_bytes.len() as u64;
+    if early > 0 {
+        Stats::add(&stats.bytes, early);
+        if !w.input().send(
+            Block {
+                offset: start,
+                data: early_bytes,
+            },
+            stats,
+        ) {
+            return Ok(None);
+        }
+    }
+    if let Some(s) = &span {
+        s.reached(start + early);
+    }
+    Drain::start(
+        DrainConfig {
+            framing: match len {
+                Some(l) => Framing::Bounded {
+                    base: start + early,
+                    end: start.saturating_add(l),
+                },
+                None => Framing::Stream {
+                    base: start + early,
+                },
+            },
+            idle_timeout: timeout,
+            raise_priority: a.drain_priority,
+            drs: a.opts.drs,
+            span,
+        },
+        Source::Connected(x.sock),
+        w.input(),
+        recycled.unwrap_or_else(|| mpsc::sync_channel(0).1),
+        stats.clone(),
+    )
+    .map(Some)
 }
 
 /// Reads a `Transfer-Encoding: chunked` body (the drain thread reads

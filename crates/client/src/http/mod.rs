@@ -15,8 +15,10 @@
 //! The protocol pieces (URL, request, response head, Content-Range) are
 //! `sluice_http`'s client side.
 
+pub mod auto;
 pub mod exchange;
 pub mod get;
+pub mod ranges;
 
 /// True when `url` is one for this module (`http://` or `https://`, any
 /// case).
