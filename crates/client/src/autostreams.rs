@@ -534,7 +534,7 @@ mod tests {
         assert!(at_max * 10 >= trace[100..].len() * 7, "{trace:?}");
         c.capped_at(2, p.at);
         let trace = p.run(&mut c, 20);
-        assert!(trace.iter().all(|&n| n <= 2));        // Kept at one by the caller: it holds there before probing again.
+        assert!(trace.iter().all(|&n| n <= 2)); // Kept at one by the caller: it holds there before probing again.
         c.pin(1, p.at);
         assert_eq!(c.streams(), 1);
         let trace = p.run(&mut c, 1);
@@ -596,9 +596,7 @@ mod tests {
         }
         // Over the last 60 s: similar counts and a fair share of the rate.
         let tail = counts.len() - 600;
-        let mean = |i: usize| {
-            counts[tail..].iter().map(|n| n[i] as f64).sum::<f64>() / 600.0
-        };
+        let mean = |i: usize| counts[tail..].iter().map(|n| n[i] as f64).sum::<f64>() / 600.0;
         let (a, b) = (mean(0), mean(1));
         assert!(
             (a - b).abs() <= 0.25 * a.max(b) + 1.0,

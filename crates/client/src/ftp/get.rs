@@ -198,7 +198,9 @@ pub fn run(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     ctl.quit();
 
     let mode = if extended { "MODE E" } else { "MODE S" };
-    let auto_count = stats.streams_auto.load(std::sync::atomic::Ordering::Relaxed);
+    let auto_count = stats
+        .streams_auto
+        .load(std::sync::atomic::Ordering::Relaxed);
     let mut detail = if auto_count > 0 {
         format!(
             "{mode}, auto {auto_count} stream{} (peak {}, {} changes)",

@@ -81,7 +81,15 @@ pub(super) fn receive(
     let mut live: HashMap<u64, Live> = HashMap::new();
     let id = plan.add();
     let span = Arc::new(Span::new(first.start, end));
-    let d = start_drain(job.a, first, w, recycled, stats, job.timeout, Some(span.clone()))?;
+    let d = start_drain(
+        job.a,
+        first,
+        w,
+        recycled,
+        stats,
+        job.timeout,
+        Some(span.clone()),
+    )?;
     live.insert(
         id,
         Live {

@@ -301,8 +301,7 @@ fn single(
         }
         // Resuming a file we already have in full.
         // (Or an empty file asked for from 0.)
-        (416, Some(ContentRange::Unsatisfied { complete })) if ranged && complete == already =>
-        {
+        (416, Some(ContentRange::Unsatisfied { complete })) if ranged && complete == already => {
             Ok(Fetch {
                 size: Some(complete),
                 already,
@@ -353,7 +352,14 @@ fn parallel(
     }
     let count = (left / MIN_PIECE).clamp(1, u64::from(n));
     if count == 1 {
-        return single(u, already, false, etag.as_deref().or(saved_etag), want, timeout);
+        return single(
+            u,
+            already,
+            false,
+            etag.as_deref().or(saved_etag),
+            want,
+            timeout,
+        );
     }
     let mut pieces = Vec::new();
     for i in 0..count {
@@ -523,7 +529,15 @@ fn receive(
             continue;
         }
         let recycled = recycle_rx.take().filter(|_| single);
-        match start_drain(a, Piece { x, start, len }, &w, recycled, stats, timeout, None) {
+        match start_drain(
+            a,
+            Piece { x, start, len },
+            &w,
+            recycled,
+            stats,
+            timeout,
+            None,
+        ) {
             Ok(Some(d)) => drains.push(d),
             Ok(None) => break, // the writer stopped; its error says why
             Err(e) => {
