@@ -1,8 +1,12 @@
 //! Circus sharing from outside: many MODE E clients of one file at once
-//! (`--sharing circus`, the default) each get the whole file intact, and
+//! (`--sharing circus`) each get the whole file intact, and
 //! the server reads the file from disk about once for all of them (the
 //! engine's `bytes_read_disk`, from `/metrics`; each reader read it for
 //! itself before).
+//!
+//! `--sharing auto` (the default) shares a download only while another
+//! MODE E download of the same file is in flight: a lone reader reads for
+//! itself.
 //!
 //! Each data socket is paced (`--max-pacing-rate`) so the downloads last
 //! seconds and overlap although the clients start one after another; the
@@ -158,6 +162,76 @@ fn eight_mode_e_readers_of_a_cold_file_read_it_from_disk_about_once() {
         read < f.size * 3 / 2,
         "{read} bytes read from disk for 8 readers of {} bytes\n{}",
         f.size,
+        server.log_tail()
+    );
+}
+
+#[test]
+fn auto_shares_a_download_only_while_another_reads_the_file() {
+    // The default sharing mode; 2 MB/s per connection: a -p 4 client of
+    // the 64 MiB file takes ~8 s.
+    let server = sluice(ServeOptions {
+        extra_args: vec![
+            "--max-pacing-rate".into(),
+            "2M".into(),
+            "--metrics".into(),
+            "127.0.0.1:0".into(),
+            "--no-http".into(),
+        ],
+        ..Default::default()
+    });
+    let metrics = wait_for_metrics(&server);
+    let f = corpus().file(BIG);
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-share-")
+        .tempdir()
+        .expect("dest dir");
+    let url = server.url(&f.name);
+    // Alone: read for itself.
+    let lone = dir.path().join("lone.bin");
+    let out = run(&mut sluice_get("4", &url, &lone));
+    out.assert_success();
+    compare_file(&lone, f).unwrap();
+    assert_eq!(
+        counter(metrics, "shared_bytes_sent"),
+        0,
+        "{}",
+        server.log_tail()
+    );
+    // A second reader while the first is sending: shared.
+    let first = dir.path().join("first.bin");
+    let second = dir.path().join("second.bin");
+    let sent_before = counter(metrics, "bytes_sent");
+    let mut child = sluice_get("4", &url, &first)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("first client");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while counter(metrics, "bytes_sent") == sent_before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first download never started"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the first client ended early"
+        );
+        std::thread::yield_now();
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first download ended before the second started"
+    );
+    let out = run(&mut sluice_get("4", &url, &second));
+    out.assert_success();
+    assert!(child.wait().unwrap().success(), "first client failed");
+    compare_file(&first, f).unwrap();
+    compare_file(&second, f).unwrap();
+    let shared = counter(metrics, "shared_bytes_sent");
+    assert!(
+        shared > 0,
+        "the second reader was not shared\n{}",
         server.log_tail()
     );
 }

@@ -76,6 +76,12 @@ pub enum SharingMode {
     /// MODE E downloads (blocks in any order) of one file share one
     /// selector (`sched::circus`) and the blocks it holds in memory.
     Circus,
+    /// Circus for a MODE E download that starts while another MODE E
+    /// download of the same file is in flight; a lone reader reads for
+    /// itself. Sharing costs a lone reader ~15 % of its rate and ~20 %
+    /// more CPU per GiB on loopback (bench/dlcost.py, case 4s) and saves
+    /// nothing for it.
+    Auto,
 }
 
 impl FromStr for SharingMode {
@@ -84,8 +90,9 @@ impl FromStr for SharingMode {
         match s.trim().to_ascii_lowercase().as_str() {
             "off" => Ok(SharingMode::Off),
             "circus" => Ok(SharingMode::Circus),
+            "auto" => Ok(SharingMode::Auto),
             _ => Err(format!(
-                "unknown sharing mode {s:?} (expected \"circus\" or \"off\")"
+                "unknown sharing mode {s:?} (expected \"auto\", \"circus\" or \"off\")"
             )),
         }
     }
@@ -96,6 +103,7 @@ impl fmt::Display for SharingMode {
         f.write_str(match self {
             SharingMode::Off => "off",
             SharingMode::Circus => "circus",
+            SharingMode::Auto => "auto",
         })
     }
 }
@@ -233,7 +241,7 @@ pub struct EngineConfig {
     /// page cache that the budget may use (`prefetch/memory.rs`); `None`
     /// leaves that cache out of the measurement.
     pub prefetch_budget_of_free: Option<f64>,
-    /// Shared reads for readers of one file (`--sharing circus|off`).
+    /// Shared reads for readers of one file (`--sharing auto|circus|off`).
     pub sharing: SharingMode,
     /// Circus: bytes per shared block (read once, sent to every reader).
     pub circus_block: u64,
@@ -329,7 +337,7 @@ impl Default for EngineConfig {
             prefetch_drop_sent: true,
             // Opt-in (memory.rs says why: at full page cache it starves).
             prefetch_budget_of_free: None,
-            sharing: SharingMode::Circus,
+            sharing: SharingMode::Auto,
             // Starting points (the Circus paper's shape: blocks of the
             // transfer's size, a region of a few tens of blocks, a queue of
             // a few blocks per stream, independents from 3/4 of the file);

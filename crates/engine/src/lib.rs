@@ -60,7 +60,7 @@ pub use drs_socket::DrsSocket;
 pub use error::EngineError;
 pub use plan::{ParsePrefetchModeError, PrefetchMode, TpfCounters};
 pub use recv::{FileWriter, ReadStatus, WrittenFn, MAX_SEGMENTS};
-pub use sharing::{SharedPiece, SharedRead};
+pub use sharing::{Readers, ReadingAlone, SharedPiece, SharedRead};
 pub use sluice_platform::features::{Features, Support};
 pub use socket::SocketSettings;
 pub use tls::{TlsConn, TLS_BUFFER_LIMIT, TLS_CHUNK};

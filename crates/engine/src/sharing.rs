@@ -49,7 +49,11 @@ struct FileKey {
 #[derive(Debug)]
 pub(crate) struct Sharing {
     cfg: CircusConfig,
+    mode: SharingMode,
     files: Mutex<HashMap<FileKey, Arc<SharedFile>>>,
+    /// `auto`: MODE E downloads in flight that read alone, per file (a
+    /// download that starts while one runs is shared).
+    alone: Mutex<HashMap<FileKey, usize>>,
     next_id: AtomicU64,
     buffers: Arc<BufferPool>,
     hold: CircusHold,
@@ -98,6 +102,8 @@ impl Sharing {
         Some(Sharing {
             buffers: BufferPool::new(block as usize, cfg.region_blocks),
             cfg,
+            mode: config.sharing,
+            alone: Mutex::new(HashMap::new()),
             hold: config.circus_hold,
             files: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -167,10 +173,86 @@ impl SharedPiece {
     }
 }
 
+/// How a MODE E download reads its file ([`Engine::join_readers`]).
+#[derive(Debug)]
+pub enum Readers {
+    /// From the file's shared selector.
+    Shared(SharedRead),
+    /// For itself; while this lives the file counts as being read, so a
+    /// download that starts meanwhile is shared (`--sharing auto`).
+    Alone(ReadingAlone),
+    /// For itself (sharing off, or the file cannot be told apart).
+    Unshared,
+}
+
+/// A lone reader's mark on its file (see [`Readers::Alone`]).
+#[derive(Debug)]
+pub struct ReadingAlone {
+    engine: Engine,
+    key: FileKey,
+}
+
+impl Drop for ReadingAlone {
+    fn drop(&mut self) {
+        if let Some(sharing) = &self.engine.inner.sharing {
+            let mut alone = sharing.alone.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = alone.get_mut(&self.key) {
+                *n -= 1;
+                if *n == 0 {
+                    alone.remove(&self.key);
+                }
+            }
+        }
+    }
+}
+
+fn file_key(file: &File) -> io::Result<FileKey> {
+    let m = file.metadata()?;
+    Ok(FileKey {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+    })
+}
+
 impl Engine {
     /// Whether downloads that take blocks in any order share reads.
     pub fn sharing(&self) -> bool {
         self.inner.sharing.is_some()
+    }
+
+    /// How a MODE E download of `ranges` of `file` over `streams`
+    /// connections reads: shared (`circus`, or `auto` when another MODE E
+    /// download of the file is in flight), alone, or unshared (`off`).
+    pub fn join_readers(
+        &self,
+        file: &Arc<File>,
+        ranges: &[(u64, u64)],
+        streams: usize,
+    ) -> io::Result<Readers> {
+        let Some(sharing) = &self.inner.sharing else {
+            return Ok(Readers::Unshared);
+        };
+        if sharing.mode == SharingMode::Auto {
+            let key = file_key(file)?;
+            // Lock order: `alone`, then `files` (share_download takes
+            // `files` alone; a reader leaving takes `files` alone).
+            let mut alone = sharing.alone.lock().unwrap_or_else(|p| p.into_inner());
+            let busy =
+                alone.get(&key).is_some_and(|n| *n > 0) || sharing.files().contains_key(&key);
+            if !busy {
+                *alone.entry(key).or_insert(0) += 1;
+                return Ok(Readers::Alone(ReadingAlone {
+                    engine: self.clone(),
+                    key,
+                }));
+            }
+        }
+        Ok(match self.share_download(file, ranges, streams)? {
+            Some(read) => Readers::Shared(read),
+            None => Readers::Unshared,
+        })
     }
 
     /// Registers a download of `ranges` (`(offset, len)`) of `file` over
@@ -185,13 +267,7 @@ impl Engine {
         let Some(sharing) = &self.inner.sharing else {
             return Ok(None);
         };
-        let m = file.metadata()?;
-        let key = FileKey {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-        };
+        let key = file_key(file)?;
         let id = ReaderId(sharing.next_id.fetch_add(1, Relaxed));
         let notify = Arc::new(Notify::new());
         let mut files = sharing.files();

@@ -24,7 +24,7 @@
 //! allow_foreign_data_host = false
 //! prefetch = "auto"             # --prefetch auto|tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
-//! sharing = "circus"            # --sharing circus|off (MODE E readers of a file share its blocks)
+//! sharing = "auto"              # --sharing auto|circus|off (MODE E readers of a file share its blocks)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
@@ -151,9 +151,11 @@ pub struct ServeArgs {
     pub cancel: Option<String>,
     /// Shared reads: `circus` (MODE E downloads of one file share the
     /// blocks read for them, each block read once and sent to every
-    /// reader, in any order) or `off` (each download reads for itself)
-    /// [default: circus].
-    #[arg(long, value_name = "circus|off")]
+    /// reader, in any order), `auto` (circus for a MODE E download that
+    /// starts while another of the same file is in flight; a lone reader
+    /// reads for itself, where sharing would only cost it) or `off`
+    /// [default: auto].
+    #[arg(long, value_name = "auto|circus|off")]
     pub sharing: Option<String>,
     /// Serve the engine's counters in Prometheus text format on
     /// `GET /metrics` at this address (off by default). The bound address

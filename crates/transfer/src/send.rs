@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sluice_engine::verdict::SendTally;
-use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn, SharedRead};
+use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn, Readers};
 use sluice_ftp::mode_e::BlockHeader;
 use sluice_platform::tcp;
 use tokio::net::TcpStream;
@@ -75,23 +75,31 @@ pub async fn send_relative<C: IntoDataConn>(
                 return Err(TransferError::Setup("MODE E needs 1..=64 data connections"));
             }
             // Circus: readers of one file share its blocks, in any order.
-            if let Some(read) = share(engine, &spec, conns.len()) {
-                return send_extended_shared(read, block_size, base, conns, progress, cancel).await;
-            }
+            // A lone reader (`--sharing auto`) keeps its mark on the file
+            // while it sends, so the next reader of the file is shared.
+            let _alone = match share(engine, &spec, conns.len()) {
+                Readers::Shared(read) => {
+                    return send_extended_shared(read, block_size, base, conns, progress, cancel)
+                        .await;
+                }
+                Readers::Alone(mark) => Some(mark),
+                Readers::Unshared => None,
+            };
             send_extended(spec, block_size, base, conns, progress, cancel).await
         }
     }
 }
 
-/// The download's place in its file's shared selector, when sharing is on
-/// (a file that cannot be told apart, `fstat` failing, is sent unshared).
-fn share(engine: &Engine, spec: &SendSpec, streams: usize) -> Option<SharedRead> {
+/// How the download reads its file: from its shared selector, alone, or
+/// unshared (a file that cannot be told apart, `fstat` failing, is sent
+/// unshared).
+fn share(engine: &Engine, spec: &SendSpec, streams: usize) -> Readers {
     let ranges: Vec<(u64, u64)> = spec.ranges.iter().map(|r| (r.offset, r.len)).collect();
-    match engine.share_download(&spec.file, &ranges, streams) {
-        Ok(read) => read,
+    match engine.join_readers(&spec.file, &ranges, streams) {
+        Ok(r) => r,
         Err(e) => {
             tracing::debug!("not shared: {e}");
-            None
+            Readers::Unshared
         }
     }
 }
