@@ -372,9 +372,10 @@ fn concurrent_clients_of_the_same_big_file() {
     run_all_and_compare(&server, jobs, f);
 }
 
-/// Runs every client at once and compares each file it wrote with `f`.
+/// Runs every client at once and compares each file it wrote with `f`
+/// (also the sharing tests' runner).
 #[track_caller]
-fn run_all_and_compare(
+pub(crate) fn run_all_and_compare(
     server: &FtpServer,
     jobs: Vec<(std::path::PathBuf, Command)>,
     f: &crate::harness::corpus::TestFile,
@@ -404,10 +405,11 @@ fn run_all_and_compare(
         .collect();
     assert!(
         failures.is_empty(),
-        "{} of {} concurrent downloads failed:\n{}",
+        "{} of {} concurrent downloads failed:\n{}\n{}",
         failures.len(),
         results.len(),
-        failures.join("\n\n")
+        failures.join("\n\n"),
+        server.log_tail()
     );
 }
 

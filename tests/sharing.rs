@@ -13,6 +13,7 @@
 //! assertions are on bytes and counters, never on time.
 
 use crate::data_path::{counter, wait_for_metrics};
+use crate::downloads::run_all_and_compare;
 use crate::harness::servers::{sluice, ServeOptions};
 use crate::harness::*;
 use std::path::PathBuf;
@@ -54,42 +55,6 @@ fn sluice_get(streams: &str, url: &str, dest: &std::path::Path) -> Command {
     c
 }
 
-/// Runs every client at once; each must succeed and write `f` exactly.
-#[track_caller]
-fn run_all(server: &FtpServer, jobs: Vec<(PathBuf, Command)>, f: &TestFile) {
-    let results: Vec<(PathBuf, Output)> = std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .map(|(dest, mut cmd)| s.spawn(move || (dest, run(&mut cmd))))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("client thread"))
-            .collect()
-    });
-    server.assert_running();
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|(dest, out)| {
-            if !out.success() {
-                Some(format!("client failed\n{}", out.describe()))
-            } else {
-                compare_file(dest, f)
-                    .err()
-                    .map(|e| format!("{e}\n{}", out.describe()))
-            }
-        })
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} concurrent downloads failed:\n{}\n{}",
-        failures.len(),
-        results.len(),
-        failures.join("\n\n"),
-        server.log_tail()
-    );
-}
-
 #[test]
 fn mode_e_clients_of_every_kind_share_one_file_and_get_it_intact() {
     if !require_tool("globus-url-copy") || !require_tool("curl") {
@@ -118,7 +83,7 @@ fn mode_e_clients_of_every_kind_share_one_file_and_get_it_intact() {
             .arg(format!("file://{}", dest.display()));
         jobs.push((dest, cmd));
     }
-    run_all(&server, jobs, f);
+    run_all_and_compare(&server, jobs, f);
     // The MODE E clients were served from shared blocks (at least the
     // four with -p 4; one-stream clients may ask for MODE S).
     let shared = counter(metrics, "shared_bytes_sent");
@@ -148,7 +113,7 @@ fn eight_mode_e_readers_of_a_cold_file_read_it_from_disk_about_once() {
         })
         .collect();
     let before = counter(metrics, "bytes_read_disk");
-    run_all(&server, jobs, f);
+    run_all_and_compare(&server, jobs, f);
     let read = counter(metrics, "bytes_read_disk") - before;
     let sent = counter(metrics, "bytes_sent");
     assert!(sent >= 8 * f.size, "{sent} bytes sent");
