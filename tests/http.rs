@@ -924,22 +924,29 @@ pub(crate) fn browser_ready() -> Option<(PathBuf, PathBuf)> {
     None
 }
 
-#[test]
-fn chromium_lists_and_downloads() {
-    let Some((chromium, driver)) = browser_ready() else {
-        return;
-    };
-    let s = sluice_http(&[]);
+/// Headless Chromium (tests/browser/listing.py) opens the listing at
+/// `url`, checks every corpus file's link, downloads `f` and saves
+/// `screenshot` in target/test-artifacts; `home` is the browser's HOME
+/// (its NSS store), if given. Asserts the download's sha256.
+pub(crate) fn browser_lists_and_fetches(
+    (chromium, driver): (PathBuf, PathBuf),
+    url: &str,
+    home: Option<&Path>,
+    screenshot: &str,
+    f: &TestFile,
+) {
     let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifact dir");
     let downloads = tempfile::tempdir().expect("downloads");
     let profile = tempfile::tempdir().expect("profile");
-    let f = corpus().file((1 << 20) + 7);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/listing.py");
+    let mut cmd = Command::new("python3");
+    if let Some(h) = home {
+        cmd.env("HOME", h);
+    }
     let out = crate::harness::run_with_timeout(
-        Command::new("python3")
-            .arg(script)
-            .args(["--url", &s.url("")])
+        cmd.arg(script)
+            .args(["--url", url])
             .args(["--chromium"])
             .arg(&chromium)
             .args(["--driver"])
@@ -949,19 +956,28 @@ fn chromium_lists_and_downloads() {
             .args(["--downloads"])
             .arg(downloads.path())
             .args(["--screenshot"])
-            .arg(artifacts.join("listing.png"))
+            .arg(artifacts.join(screenshot))
             .args(["--expect"])
             .args(corpus().files().iter().map(|f| f.name.clone()))
             .args(["--fetch", &f.name]),
         Duration::from_secs(180),
     );
     out.assert_success();
-    let got = downloads.path().join(&f.name);
     assert_eq!(
-        sha256_file(&got),
+        sha256_file(&downloads.path().join(&f.name)),
         f.sha256,
         "browser download differs\n{}",
         out.describe()
     );
-    assert!(artifacts.join("listing.png").is_file());
+    assert!(artifacts.join(screenshot).is_file());
+}
+
+#[test]
+fn chromium_lists_and_downloads() {
+    let Some(browser) = browser_ready() else {
+        return;
+    };
+    let s = sluice_http(&[]);
+    let f = corpus().file((1 << 20) + 7);
+    browser_lists_and_fetches(browser, &s.url(""), None, "listing.png", f);
 }

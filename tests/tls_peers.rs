@@ -6,10 +6,9 @@
 
 use crate::harness::certs::TestPki;
 use crate::harness::servers::{self, FtpServer, ServeOptions};
-use crate::harness::{compare_file, corpus, require_tool, run, run_with_timeout, sha256_file};
+use crate::harness::{compare_file, corpus, require_tool, run};
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 /// `sluice serve --https` with the test PKI, plus `extra` flags.
 fn tls_server(pki: &TestPki, writable: bool, extra: &[&str]) -> FtpServer {
@@ -49,7 +48,7 @@ fn nss_home_trusting(ca: &Path) -> tempfile::TempDir {
 
 #[test]
 fn chromium_lists_and_downloads_over_https_with_a_test_ca() {
-    let Some((chromium, driver)) = crate::http::browser_ready() else {
+    let Some(browser) = crate::http::browser_ready() else {
         return;
     };
     if !require_tool("certutil") {
@@ -61,38 +60,13 @@ fn chromium_lists_and_downloads_over_https_with_a_test_ca() {
     // `localhost`: the name a user types; the certificate names it.
     let url = format!("https://localhost:{https}/");
     let home = nss_home_trusting(&pki.ca);
-    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-artifacts");
-    std::fs::create_dir_all(&artifacts).expect("artifact dir");
-    let downloads = tempfile::tempdir().expect("downloads");
-    let profile = tempfile::tempdir().expect("profile");
     let f = corpus().file(64 << 20);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser/listing.py");
-    let out = run_with_timeout(
-        Command::new("python3")
-            .env("HOME", home.path())
-            .arg(script)
-            .args(["--url", &url])
-            .args(["--chromium"])
-            .arg(&chromium)
-            .args(["--driver"])
-            .arg(&driver)
-            .args(["--profile"])
-            .arg(profile.path())
-            .args(["--downloads"])
-            .arg(downloads.path())
-            .args(["--screenshot"])
-            .arg(artifacts.join("listing-https.png"))
-            .args(["--expect"])
-            .args(corpus().files().iter().map(|f| f.name.clone()))
-            .args(["--fetch", &f.name]),
-        Duration::from_secs(180),
-    );
-    out.assert_success();
-    assert_eq!(
-        sha256_file(&downloads.path().join(&f.name)),
-        f.sha256,
-        "browser download over HTTPS differs\n{}",
-        out.describe()
+    crate::http::browser_lists_and_fetches(
+        browser,
+        &url,
+        Some(home.path()),
+        "listing-https.png",
+        f,
     );
     s.assert_running();
 }

@@ -234,8 +234,8 @@ impl Engine {
         let Some(sharing) = &self.inner.sharing else {
             return Ok(Readers::Unshared);
         };
+        let key = file_key(file)?;
         if sharing.mode == SharingMode::Auto {
-            let key = file_key(file)?;
             // Lock order: `alone`, then `files` (share_download takes
             // `files` alone; a reader leaving takes `files` alone).
             let mut alone = sharing.alone.lock().unwrap_or_else(|p| p.into_inner());
@@ -249,10 +249,9 @@ impl Engine {
                 }));
             }
         }
-        Ok(match self.share_download(file, ranges, streams)? {
-            Some(read) => Readers::Shared(read),
-            None => Readers::Unshared,
-        })
+        Ok(Readers::Shared(
+            self.register_shared(sharing, key, file, ranges, streams),
+        ))
     }
 
     /// Registers a download of `ranges` (`(offset, len)`) of `file` over
@@ -268,6 +267,20 @@ impl Engine {
             return Ok(None);
         };
         let key = file_key(file)?;
+        Ok(Some(
+            self.register_shared(sharing, key, file, ranges, streams),
+        ))
+    }
+
+    /// Registers a download with the selector of the file `key` names.
+    fn register_shared(
+        &self,
+        sharing: &Sharing,
+        key: FileKey,
+        file: &Arc<File>,
+        ranges: &[(u64, u64)],
+        streams: usize,
+    ) -> SharedRead {
         let id = ReaderId(sharing.next_id.fetch_add(1, Relaxed));
         let notify = Arc::new(Notify::new());
         let mut files = sharing.files();
@@ -297,12 +310,12 @@ impl Engine {
             self.batch(&shared, &mut st);
         }
         drop(files);
-        Ok(Some(SharedRead {
+        SharedRead {
             engine: self.clone(),
             shared,
             id,
             notify,
-        }))
+        }
     }
 
     /// Runs the selector once and carries out what it decided.

@@ -329,17 +329,22 @@ mod tests {
     }
 
     /// Over the limit: the refusal bytes, then close.
+    /// A door admitting `limit` connections, refusing with `421 full`.
+    fn test_door(limit: usize) -> Door {
+        Door {
+            name: "test",
+            gate: Arc::new(Semaphore::new(limit)),
+            limit,
+            full: || b"421 full\r\n".to_vec(),
+            exhausted: || b"421 later\r\n".to_vec(),
+        }
+    }
+
     #[tokio::test]
     async fn over_the_limit_gets_the_refusal() {
         let l = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
         let addr = l.local_addr().unwrap();
-        let door = Door {
-            name: "test",
-            gate: Arc::new(Semaphore::new(1)),
-            limit: 1,
-            full: || b"421 full\r\n".to_vec(),
-            exhausted: || b"421 later\r\n".to_vec(),
-        };
+        let door = test_door(1);
         tokio::spawn(run(
             l,
             door,
@@ -370,13 +375,7 @@ mod tests {
     async fn draining_closes_the_door_but_not_its_connections() {
         let l = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
         let addr = l.local_addr().unwrap();
-        let door = Door {
-            name: "test",
-            gate: Arc::new(Semaphore::new(4)),
-            limit: 4,
-            full: || b"421 full\r\n".to_vec(),
-            exhausted: || b"421 later\r\n".to_vec(),
-        };
+        let door = test_door(4);
         let (control, stop) = Shutdown::new();
         control.serve();
         let accepting = tokio::spawn(run(l, door, Loops::here(), stop, |mut s, _, admitted| {
@@ -410,13 +409,7 @@ mod tests {
     async fn nothing_is_accepted_before_serving() {
         let l = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
         let addr = l.local_addr().unwrap();
-        let door = Door {
-            name: "test",
-            gate: Arc::new(Semaphore::new(4)),
-            limit: 4,
-            full: || b"421 full\r\n".to_vec(),
-            exhausted: || b"421 later\r\n".to_vec(),
-        };
+        let door = test_door(4);
         let (control, stop) = Shutdown::new();
         tokio::spawn(run(l, door, Loops::here(), stop, |mut s, _, admitted| {
             tokio::spawn(async move {

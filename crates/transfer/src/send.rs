@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use crate::limits::{MAX_STREAMS, STREAM_PIECE};
 use crate::send_shared::send_extended_shared;
 use crate::spec::BlockQueue;
-use crate::{Mode, Progress, SendSpec, TransferError};
+use crate::{Conn, Mode, Progress, SendSpec, TransferError};
 
 /// Sends the spec's ranges over `conns` and closes them; returns the payload
 /// bytes sent. MODE S needs exactly one connection. On cancellation or error
@@ -85,6 +85,7 @@ pub async fn send_relative<C: IntoDataConn>(
                 Readers::Alone(mark) => Some(mark),
                 Readers::Unshared => None,
             };
+            let conns = conns.into_iter().map(Conn::from).collect();
             send_extended(spec, block_size, base, conns, progress, cancel).await
         }
     }
@@ -131,11 +132,13 @@ async fn send_stream(
     Ok(total)
 }
 
-async fn send_extended(
+/// MODE E over clear or TLS connections (`tls.rs` after its checks):
+/// blocks handed out in file order to whichever stream is ready.
+pub(crate) async fn send_extended(
     spec: SendSpec,
     block_size: u64,
     base: u64,
-    conns: Vec<DataConn>,
+    conns: Vec<Conn>,
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
@@ -196,14 +199,14 @@ pub(crate) async fn join_streams(
 }
 
 async fn stream_task(
-    mut conn: DataConn,
+    mut conn: Conn,
     file: &Arc<std::fs::File>,
     queue: &Mutex<BlockQueue>,
     eof: Option<u64>,
     progress: &Progress,
     cancel: &Cancel,
 ) -> Result<u64, TransferError> {
-    let watch = Watch::start(conn.stream());
+    let watch = Watch::start(conn.tcp());
     let mut sent = 0;
     loop {
         let block = match queue.lock() {
@@ -221,7 +224,7 @@ async fn stream_task(
     let end = BlockHeader::end(eof, true).encode();
     conn.send_bytes(&end, progress.counters(), cancel).await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
-    watch.finish(conn.stream(), progress);
+    watch.finish(conn.tcp(), progress);
     Ok(sent)
 }
 

@@ -1,21 +1,19 @@
 //! FTPS data connections under `PROT P`: MODE S downloads and uploads
 //! through the engine's [`TlsConn`], and MODE E downloads over 1..n TLS
-//! connections (the same block queue as in clear, `send.rs`). MODE E
+//! connections (checked here, then sent by `send.rs`'s MODE E sender, the
+//! one clear connections use). MODE E
 //! uploads over TLS are `receive.rs`'s receiver with a handshake per
 //! connection (`receive_mode_e_protected`).
 
 use std::fs::File;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sluice_engine::{Cancel, Engine, FileWriter, TlsConn};
-use sluice_ftp::mode_e::BlockHeader;
-use tokio::task::JoinSet;
 
 use crate::limits::{MAX_STREAMS, STREAM_PIECE};
 use crate::receive::range_hook;
-use crate::spec::BlockQueue;
-use crate::{Mode, Progress, SendSpec, TransferError};
+use crate::{Conn, Mode, Progress, SendSpec, TransferError};
 
 /// Sends the spec's ranges (MODE S) over `conn`, then TLS close_notify and
 /// FIN (the end of data); returns the payload bytes sent.
@@ -93,49 +91,6 @@ pub async fn send_extended_tls(
             "MODE E header base beyond a range's offset",
         ));
     }
-    let queue = Arc::new(Mutex::new(BlockQueue::new(&spec.ranges, block_size, base)));
-    let n_streams = conns.len() as u64;
-    let inner = Cancel::new();
-    let mut tasks = JoinSet::new();
-    for (i, conn) in conns.into_iter().enumerate() {
-        let eof = (i == 0).then_some(n_streams);
-        let (file, queue, progress, inner) = (
-            Arc::clone(&spec.file),
-            Arc::clone(&queue),
-            Arc::clone(&progress),
-            inner.clone(),
-        );
-        tasks.spawn(
-            async move { tls_stream_task(conn, &file, &queue, eof, &progress, &inner).await },
-        );
-    }
-    crate::send::join_streams(tasks, &inner, &cancel).await
-}
-
-async fn tls_stream_task(
-    mut conn: TlsConn,
-    file: &Arc<File>,
-    queue: &Mutex<BlockQueue>,
-    eof: Option<u64>,
-    progress: &Progress,
-    cancel: &Cancel,
-) -> Result<u64, TransferError> {
-    let mut sent = 0;
-    loop {
-        let block = match queue.lock() {
-            Ok(mut q) => q.next_block(),
-            Err(_) => return Err(TransferError::Setup("block queue poisoned")),
-        };
-        let Some((b, wire_offset)) = block else { break };
-        let header = BlockHeader::data(wire_offset, b.len).encode();
-        let n = conn
-            .send_range(file, b.offset, b.len, &header, progress.counters(), cancel)
-            .await?;
-        progress.add_bytes(n);
-        sent += n;
-    }
-    let end = BlockHeader::end(eof, true).encode();
-    conn.send_bytes(&end, progress.counters(), cancel).await?;
-    conn.shutdown().await.map_err(TransferError::Connection)?;
-    Ok(sent)
+    let conns = conns.into_iter().map(Conn::from).collect();
+    crate::send::send_extended(spec, block_size, base, conns, progress, cancel).await
 }
