@@ -556,6 +556,54 @@ fn sluice_get_refuses_a_wrong_certificate() {
     server.assert_running();
 }
 
+/// An expired server certificate: `sluice get` says so (not "unknown CA")
+/// and exits 3, curl and wget refuse it too, and the server goes on
+/// serving (a client that accepts the risk with `--insecure` gets the
+/// file).
+#[test]
+fn an_expired_certificate_is_refused_with_a_clear_error() {
+    let pki = TestPki::new();
+    let mut args = crate::harness::certs::tls_args(&pki.expired_cert, &pki.expired_key);
+    args.extend(["--https".into(), "127.0.0.1:0".into()]);
+    let server = servers::sluice(ServeOptions {
+        extra_args: args,
+        ..Default::default()
+    });
+    let port = server.announced_port("https");
+    let f = corpus().file(4095);
+    let url = format!("https://127.0.0.1:{port}/{}", f.name);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let ca = pki.ca.to_str().unwrap();
+    let out = sluice_get(&["--ca", ca], &url, &dest);
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(3),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stderr.contains("certificate") && out.stderr.contains("expired"),
+        "{}",
+        out.describe()
+    );
+    assert!(!out.stderr.contains("--ca FILE"), "{}", out.describe());
+    assert!(!dest.exists());
+    // curl's "SSL certificate problem" exit code is 60.
+    let out = run(Command::new("curl").args(["-sS", "--cacert", ca, "-o"]).arg(&dest).arg(&url));
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(60),
+        "{}",
+        out.describe()
+    );
+    assert!(out.stderr.contains("expired"), "{}", out.describe());
+    let out = sluice_get(&["--insecure"], &url, &dest);
+    out.assert_success();
+    compare_file(&dest, f).unwrap();
+    server.assert_running();
+}
+
 /// `sluice get/ls/put` over `ftpes://` (AUTH TLS, PROT P) and `ftps://`
 /// (implicit) against a server that requires TLS; `-p 4` downloads in
 /// MODE E over four TLS data connections (the server connects, and is the

@@ -14,6 +14,11 @@ pub struct TestPki {
     pub wrong_cert: PathBuf,
     /// Its key.
     pub wrong_key: PathBuf,
+    /// A chain for `localhost` and 127.0.0.1 by the same CA whose leaf
+    /// expired (valid through 2021 only).
+    pub expired_cert: PathBuf,
+    /// Its key.
+    pub expired_key: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -32,10 +37,14 @@ impl TestPki {
             .push(DnType::CommonName, "Sluice test CA");
         let ca_key = KeyPair::generate().unwrap();
         let ca = ca_params.self_signed(&ca_key).unwrap();
-        let leaf = |names: &[&str], stem: &str| -> (PathBuf, PathBuf) {
+        let leaf = |names: &[&str], stem: &str, expired: bool| -> (PathBuf, PathBuf) {
             let mut p =
                 CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
                     .unwrap();
+            if expired {
+                p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+                p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+            }
             p.distinguished_name.push(DnType::CommonName, names[0]);
             let key = KeyPair::generate().unwrap();
             let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
@@ -47,8 +56,9 @@ impl TestPki {
             std::fs::write(&k, key.serialize_pem()).unwrap();
             (c, k)
         };
-        let (cert, key) = leaf(&["localhost", "127.0.0.1"], "server");
-        let (wrong_cert, wrong_key) = leaf(&["wrong.example"], "wrong");
+        let (cert, key) = leaf(&["localhost", "127.0.0.1"], "server", false);
+        let (wrong_cert, wrong_key) = leaf(&["wrong.example"], "wrong", false);
+        let (expired_cert, expired_key) = leaf(&["localhost", "127.0.0.1"], "expired", true);
         let ca_path = dir.path().join("ca.pem");
         std::fs::write(&ca_path, ca.pem()).unwrap();
         TestPki {
@@ -57,6 +67,8 @@ impl TestPki {
             key,
             wrong_cert,
             wrong_key,
+            expired_cert,
+            expired_key,
             _dir: dir,
         }
     }

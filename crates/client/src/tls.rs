@@ -229,21 +229,54 @@ impl DataSock {
     }
 }
 
-/// A handshake error with what to do about a certificate problem.
+/// A handshake error with what to do about a certificate problem. The
+/// advice depends on the problem: a private CA is fixed by `--ca`, an
+/// expired certificate or one for another name only by the server's
+/// operator (or `--insecure`, knowingly).
 pub fn handshake_error(host: &str, e: io::Error) -> ClientError {
     let cert = e
         .get_ref()
         .and_then(|i| i.downcast_ref::<rustls::Error>())
-        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
-    let what = if cert {
-        format!(
-            "TLS handshake with {host}: the server's certificate was refused \
-             (--ca FILE trusts a private CA; --insecure skips the check)"
-        )
-    } else {
-        format!("TLS handshake with {host}")
+        .and_then(|r| match r {
+            rustls::Error::InvalidCertificate(c) => Some(c),
+            _ => None,
+        });
+    let what = match cert {
+        Some(c) => format!(
+            "TLS handshake with {host}: the server's certificate was refused: {} ({})",
+            certificate_problem(c),
+            certificate_advice(c)
+        ),
+        None => format!("TLS handshake with {host}"),
     };
     ClientError::net(what, e)
+}
+
+/// What is wrong with a refused certificate, in the user's words.
+fn certificate_problem(c: &rustls::CertificateError) -> &'static str {
+    use rustls::CertificateError as C;
+    match c {
+        C::Expired | C::ExpiredContext { .. } => "it has expired",
+        C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet",
+        C::NotValidForName | C::NotValidForNameContext { .. } => "it does not name this host",
+        C::UnknownIssuer => "it is not signed by a CA this client trusts",
+        C::Revoked => "it has been revoked",
+        C::BadSignature => "its signature does not check out",
+        _ => "it failed verification",
+    }
+}
+
+/// What the user can do about it.
+fn certificate_advice(c: &rustls::CertificateError) -> &'static str {
+    use rustls::CertificateError as C;
+    match c {
+        C::UnknownIssuer => "--ca FILE trusts a private CA; --insecure skips the check",
+        C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. } => {
+            "the server's operator must renew it, or check this machine's clock; \
+             --insecure skips the check"
+        }
+        _ => "--ca FILE trusts a private CA; --insecure skips the check",
+    }
 }
 
 impl From<TcpStream> for DataSock {
