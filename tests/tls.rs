@@ -235,6 +235,89 @@ fn bad_certificate_files_refuse_the_start() {
     assert!(out.stderr.contains("tls_cert"), "{}", out.describe());
 }
 
+/// Whether this kernel puts the `tls` upper layer protocol on a socket.
+fn kernel_has_tls() -> bool {
+    use std::os::fd::AsFd;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    sluice_platform::ktls::set_ulp_tls(s.as_fd()).is_ok()
+}
+
+/// `--ktls on`: on a kernel with kernel TLS, HTTPS bodies go through it
+/// and curl (every size, a range, two requests on one connection) and
+/// `sluice get` check out by sha256; on a kernel without it (this
+/// project's machines), the start is refused with a message saying so.
+/// `--ktls auto` (the default) is what every other HTTPS test runs.
+#[test]
+fn ktls_on_uses_kernel_tls_or_refuses_the_start() {
+    if !kernel_has_tls() {
+        let pki = TestPki::new();
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(Command::new(crate::harness::sluice_bin())
+            .arg("serve")
+            .arg(dir.path())
+            .args([
+                "--ftp",
+                "127.0.0.1:0",
+                "--https",
+                "127.0.0.1:0",
+                "--ktls",
+                "on",
+            ])
+            .args(pki.serve_args()));
+        assert_eq!(
+            out.status.and_then(|s| s.code()),
+            Some(2),
+            "{}",
+            out.describe()
+        );
+        assert!(
+            out.stderr.contains("--ktls on") && out.stderr.contains("no kernel TLS"),
+            "{}",
+            out.describe()
+        );
+        return;
+    }
+    let s = TlsServer::start(&["--ktls", "on"]);
+    fetch_all(&s, "curl https over kTLS", |f, dest| {
+        run(Command::new("curl")
+            .args(["-sS", "--fail", "--cacert"])
+            .arg(s.ca())
+            .arg("-o")
+            .arg(dest)
+            .arg(s.https_url(&f.name)))
+    });
+    let big = corpus().file(64 << 20);
+    let whole = std::fs::read(corpus().dir().join(&big.name)).unwrap();
+    let out = run(Command::new("curl")
+        .args(["-sS", "--fail", "-r", "1000-1999", "--cacert"])
+        .arg(s.ca())
+        .arg(s.https_url(&big.name)));
+    out.assert_success();
+    assert_eq!(out.stdout_bytes, &whole[1000..2000]);
+    // Two requests on one connection: the second is read through the
+    // kernel's TLS after the first body.
+    let small = corpus().file(4095);
+    let out = run(Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(s.ca())
+        .arg(s.https_url(&small.name))
+        .arg(s.https_url(&small.name)));
+    out.assert_success();
+    assert_eq!(out.stdout_bytes.len(), 2 * 4095);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("big");
+    sluice_get(
+        &["--ca", s.ca().to_str().unwrap()],
+        &s.https_url(&big.name),
+        &dest,
+    )
+    .assert_success();
+    compare_file(&dest, big).unwrap();
+    s.server.assert_running();
+}
+
 /// `lftp -c` with FTPS forced (control and data) and the test CA.
 fn lftp_tls(s: &TlsServer, script: &str) -> Output {
     let full = format!(
@@ -590,7 +673,10 @@ fn an_expired_certificate_is_refused_with_a_clear_error() {
     assert!(!out.stderr.contains("--ca FILE"), "{}", out.describe());
     assert!(!dest.exists());
     // curl's "SSL certificate problem" exit code is 60.
-    let out = run(Command::new("curl").args(["-sS", "--cacert", ca, "-o"]).arg(&dest).arg(&url));
+    let out = run(Command::new("curl")
+        .args(["-sS", "--cacert", ca, "-o"])
+        .arg(&dest)
+        .arg(&url));
     assert_eq!(
         out.status.and_then(|s| s.code()),
         Some(60),

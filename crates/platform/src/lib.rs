@@ -8,6 +8,7 @@ pub mod fadvise;
 pub mod features;
 pub mod fileio;
 pub mod fs;
+pub mod ktls;
 pub mod memory;
 pub mod pipe;
 pub mod sendfile;

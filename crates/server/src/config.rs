@@ -279,6 +279,7 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     require_tls: Option<bool>,
+    ktls: Option<String>,
     shutdown_timeout: Option<u64>,
     log_level: Option<String>,
     log_file: Option<PathBuf>,
@@ -542,6 +543,7 @@ impl ServeConfig {
                 tls_cert: file.tls_cert.clone(),
                 tls_key: file.tls_key.clone(),
                 require_tls: file.require_tls,
+                ktls: file.ktls.clone(),
             },
         )?;
         if tls.server.is_none() {

@@ -19,6 +19,7 @@ pub mod config;
 pub mod data;
 pub mod ftp;
 pub mod http;
+pub mod ktls;
 pub mod listener;
 pub mod listing;
 pub mod logbuf;

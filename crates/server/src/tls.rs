@@ -7,6 +7,7 @@
 //! https = "0.0.0.0:8443"                   # --https: the HTTPS door (ALPN http/1.1)
 //! ftps = "0.0.0.0:990"                     # --ftps: implicit FTPS (TLS from the first byte)
 //! require_tls = true                       # --require-tls: no login over clear text
+//! ktls = "auto"                            # --ktls auto|on|off: kernel TLS for HTTPS (crate::ktls)
 //! # and per user: [[user]] require_tls = false (overrides the global one)
 //! ```
 //!
@@ -63,6 +64,11 @@ pub struct TlsArgs {
     /// `require_tls`) before AUTH TLS.
     #[arg(long)]
     pub require_tls: bool,
+    /// Kernel TLS for HTTPS bodies (sendfile under TLS): `auto` uses it
+    /// when the kernel has it (probed at start), `on` requires it, `off`
+    /// seals records in user space. [default: auto]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub ktls: Option<crate::ktls::KtlsMode>,
 }
 
 /// The same keys, as read from the config file.
@@ -78,6 +84,8 @@ pub struct TlsFileKeys {
     pub tls_key: Option<PathBuf>,
     /// `require_tls`
     pub require_tls: Option<bool>,
+    /// `ktls`
+    pub ktls: Option<String>,
 }
 
 /// What the server runs with for TLS.
@@ -93,6 +101,8 @@ pub struct TlsSettings {
     pub require_tls: bool,
     /// The loaded configurations; `Some` exactly when `files` is.
     pub server: Option<ServerTls>,
+    /// What the kernel's TLS takes, when HTTPS hands its keys to it.
+    pub ktls: Option<crate::ktls::KernelTls>,
 }
 
 /// The rustls configurations of both doors, from one certificate and key.
@@ -116,11 +126,30 @@ impl ServerTls {
     /// Loads a PEM certificate chain and key and builds both
     /// configurations; errors name the file and what is wrong with it.
     pub fn load(cert: &Path, key: &Path) -> Result<ServerTls> {
+        ServerTls::load_for(cert, key, None)
+    }
+
+    /// The same, with HTTPS handing its keys to the kernel's TLS when
+    /// `ktls` says what it takes.
+    pub fn load_for(
+        cert: &Path,
+        key: &Path,
+        ktls: Option<&crate::ktls::KernelTls>,
+    ) -> Result<ServerTls> {
         let chain = load_chain(cert)?;
         let key = load_key(key)?;
-        let https = server_config(chain.clone(), key.clone_key(), &[b"http/1.1"])
+        let provider = crate::ktls::provider(ktls);
+        let mut https = server_config(provider, chain.clone(), key.clone_key(), &[b"http/1.1"])
             .with_context(|| format!("tls_cert {} with tls_key", cert.display()))?;
-        let ftp = server_config(chain, key, &[])
+        if ktls.is_some() {
+            https.enable_secret_extraction = true;
+            // No TLS 1.3 tickets after the handshake: a ticket still queued
+            // in rustls when the keys go to the kernel would leave the
+            // kernel's record numbers ahead of what the client received.
+            // Clients resume less often; nothing can go out of step.
+            https.send_tls13_tickets = 0;
+        }
+        let ftp = server_config(crate::ktls::provider(None), chain, key, &[])
             .with_context(|| format!("tls_cert {} with tls_key", cert.display()))?;
         let mut ftp_data = ftp.clone();
         ftp_data.send_tls13_tickets = 0;
@@ -167,12 +196,12 @@ fn pem_error(path: &Path, key: &str, e: rustls::pki_types::pem::Error) -> anyhow
 }
 
 fn server_config(
+    provider: rustls::crypto::CryptoProvider,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     alpn: &[&[u8]],
 ) -> Result<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut c = ServerConfig::builder_with_provider(provider)
+    let mut c = ServerConfig::builder_with_provider(Arc::new(provider))
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(chain, key)
@@ -183,23 +212,11 @@ fn server_config(
     Ok(c)
 }
 
-/// Whether this kernel offers kernel TLS (the `tls` upper-layer protocol,
-/// which would let a TLS connection keep `sendfile`). Sluice does not use
-/// it yet; the start-up log says which case applies, so a measurement on
-/// another machine knows what it measured.
-pub fn kernel_tls_available() -> bool {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
-        .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
-}
-
-/// Logs, once at start, how TLS bodies leave: always user space today.
-pub fn log_data_path() {
-    if kernel_tls_available() {
-        tracing::info!("TLS bodies are encrypted in user space; this kernel has kTLS (tls ULP), which sluice does not use yet");
-    } else {
-        tracing::info!(
-            "TLS bodies are encrypted in user space (no kTLS: the kernel has no tls ULP loaded)"
-        );
+/// Logs, once at start, how HTTPS bodies leave.
+pub fn log_data_path(ktls: Option<&crate::ktls::KernelTls>) {
+    match ktls {
+        Some(k) => tracing::info!(ciphers = ?k.suites, "HTTPS bodies are sealed by the kernel (kTLS): sendfile under TLS"),
+        None => tracing::info!("HTTPS bodies are encrypted in user space (no kTLS: --ktls off, or the kernel has no tls module)"),
     }
 }
 
@@ -237,8 +254,19 @@ pub fn merge(args: &TlsArgs, file: &TlsFileKeys) -> Result<TlsSettings> {
             }
         }
     }
+    let mode = match (args.ktls, &file.ktls) {
+        (Some(m), _) => m,
+        (None, Some(s)) => s
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("config: {e}"))?,
+        (None, None) => crate::ktls::KtlsMode::default(),
+    };
+    let ktls = match (&https, &files) {
+        (Some(_), Some(_)) => crate::ktls::decide(mode)?,
+        _ => None,
+    };
     let server = match &files {
-        Some((c, k)) => Some(ServerTls::load(c, k)?),
+        Some((c, k)) => Some(ServerTls::load_for(c, k, ktls.as_ref())?),
         None => None,
     };
     Ok(TlsSettings {
@@ -247,6 +275,7 @@ pub fn merge(args: &TlsArgs, file: &TlsFileKeys) -> Result<TlsSettings> {
         files,
         require_tls,
         server,
+        ktls,
     })
 }
 
@@ -254,6 +283,9 @@ pub fn merge(args: &TlsArgs, file: &TlsFileKeys) -> Result<TlsSettings> {
 #[derive(Debug)]
 pub struct Acceptor {
     config: RwLock<Arc<ServerConfig>>,
+    /// Handshakes hand their keys to the kernel (HTTPS with kTLS); cleared
+    /// for good if a hand-over fails.
+    ktls: std::sync::atomic::AtomicBool,
 }
 
 impl Acceptor {
@@ -261,7 +293,41 @@ impl Acceptor {
     pub fn new(config: Arc<ServerConfig>) -> Acceptor {
         Acceptor {
             config: RwLock::new(config),
+            ktls: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// An acceptor whose connections go to the kernel's TLS after the
+    /// handshake (`config` from [`ServerTls::load_for`] with kTLS).
+    pub fn with_ktls(config: Arc<ServerConfig>) -> Acceptor {
+        let a = Acceptor::new(config);
+        a.ktls.store(true, std::sync::atomic::Ordering::Relaxed);
+        a
+    }
+
+    /// A handshake on `stream` made into the door's connection: under
+    /// kernel TLS when it is on, else the engine's user-space TLS.
+    pub async fn accept_conn(
+        &self,
+        engine: &sluice_engine::Engine,
+        stream: TcpStream,
+    ) -> std::io::Result<crate::transport::Conn> {
+        use std::sync::atomic::Ordering;
+        if self.ktls.load(Ordering::Relaxed) {
+            return match crate::ktls::accept(engine, self.config(), stream).await {
+                Ok(k) => Ok(k.into()),
+                Err(e) => {
+                    if e.to_string().starts_with("kernel TLS hand-over")
+                        && self.ktls.swap(false, Ordering::Relaxed)
+                    {
+                        tracing::warn!(error = %e, "kTLS hand-over failed: HTTPS falls back to user-space TLS for new connections");
+                    }
+                    Err(e)
+                }
+            };
+        }
+        let tls = self.accept(stream).await?;
+        Ok(engine.tls_conn(tls.into()).into())
     }
 
     /// Uses `config` for handshakes from now on (certificate reload).

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io;
 use std::sync::Arc;
 
-use sluice_engine::{Cancel, Counters, DataConn, EngineError, TlsConn};
+use sluice_engine::{Cancel, Counters, DataConn, EngineError, KtlsConn, TlsConn};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
@@ -23,6 +23,8 @@ pub enum Conn {
     Plain(DataConn),
     /// TLS: read, encrypt, write (engine `tls.rs`).
     Tls(Box<TlsConn>),
+    /// TLS sealed by the kernel (engine `ktls.rs`): the clear data paths.
+    Ktls(Box<KtlsConn>),
 }
 
 impl Conn {
@@ -45,6 +47,10 @@ impl Conn {
                 c.send_range(file, offset, len, prefix, counters, cancel)
                     .await
             }
+            Conn::Ktls(c) => {
+                c.send_range(file, offset, len, prefix, counters, cancel)
+                    .await
+            }
         }
     }
 
@@ -58,6 +64,7 @@ impl Conn {
         match self {
             Conn::Plain(c) => c.send_bytes(bytes, counters, cancel).await,
             Conn::Tls(c) => c.send_bytes(bytes, counters, cancel).await,
+            Conn::Ktls(c) => c.send_bytes(bytes, counters, cancel).await,
         }
     }
 
@@ -66,6 +73,7 @@ impl Conn {
         match self {
             Conn::Plain(c) => c.stream_mut().read_buf(buf).await,
             Conn::Tls(c) => c.stream_mut().read_buf(buf).await,
+            Conn::Ktls(c) => c.read_buf(buf).await,
         }
     }
 
@@ -74,6 +82,7 @@ impl Conn {
         match self {
             Conn::Plain(c) => c.stream_mut().read(buf).await,
             Conn::Tls(c) => c.stream_mut().read(buf).await,
+            Conn::Ktls(c) => c.read(buf).await,
         }
     }
 
@@ -82,6 +91,7 @@ impl Conn {
         match self {
             Conn::Plain(c) => c.shutdown().await,
             Conn::Tls(c) => c.shutdown().await,
+            Conn::Ktls(c) => c.shutdown().await,
         }
     }
 
@@ -90,18 +100,25 @@ impl Conn {
         match self {
             Conn::Plain(c) => c.stream(),
             Conn::Tls(c) => c.tcp(),
+            Conn::Ktls(c) => c.tcp(),
         }
     }
 
     /// Whether the bytes are encrypted.
     pub fn is_tls(&self) -> bool {
-        matches!(self, Conn::Tls(_))
+        matches!(self, Conn::Tls(_) | Conn::Ktls(_))
     }
 }
 
 impl From<DataConn> for Conn {
     fn from(c: DataConn) -> Conn {
         Conn::Plain(c)
+    }
+}
+
+impl From<KtlsConn> for Conn {
+    fn from(c: KtlsConn) -> Conn {
+        Conn::Ktls(Box::new(c))
     }
 }
 

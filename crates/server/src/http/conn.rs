@@ -66,8 +66,8 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
     // (socket settings once, data path and quantum across requests).
     let mut conn: Conn = match &ctx.tls {
         None => ctx.engine.data_conn(stream).into(),
-        Some(acceptor) => match acceptor.accept(stream).await {
-            Ok(tls) => ctx.engine.tls_conn(tls.into()).into(),
+        Some(acceptor) => match acceptor.accept_conn(&ctx.engine, stream).await {
+            Ok(conn) => conn,
             Err(e) => {
                 // Garbage, a client that stopped halfway, a certificate the
                 // client refused: only this connection ends.
@@ -506,7 +506,7 @@ mod tests {
                 test_settings(),
                 Engine::new(EngineConfig::default()),
             )
-            .with_tls(tls.https),
+            .with_tls(tls.https, false),
         );
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();

@@ -86,9 +86,14 @@ impl HttpContext {
         }
     }
 
-    /// The same, serving HTTPS with `tls`.
-    pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> HttpContext {
-        self.tls = Some(Arc::new(crate::tls::Acceptor::new(tls)));
+    /// The same, serving HTTPS with `tls` (its keys handed to the kernel
+    /// after each handshake when `ktls`).
+    pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>, ktls: bool) -> HttpContext {
+        self.tls = Some(Arc::new(if ktls {
+            crate::tls::Acceptor::with_ktls(tls)
+        } else {
+            crate::tls::Acceptor::new(tls)
+        }));
         self
     }
 }
@@ -157,14 +162,14 @@ async fn start_https(
     let addr = listener.local_addr()?;
     let store = open_store(cfg, &settings, store)?;
     tracing::info!(%addr, max_connections = settings.max_connections, "https serving");
-    crate::tls::log_data_path();
+    crate::tls::log_data_path(cfg.tls.ktls.as_ref());
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "https listening on {addr}")?;
         out.flush()?;
     }
-    let mut ctx =
-        HttpContext::new(store, settings, engine.clone()).with_tls(Arc::clone(&server.https));
+    let mut ctx = HttpContext::new(store, settings, engine.clone())
+        .with_tls(Arc::clone(&server.https), cfg.tls.ktls.is_some());
     ctx.shutdown = shutdown.clone();
     // SIGHUP may bring new certificates (crate::reload).
     if let Some(a) = &ctx.tls {
