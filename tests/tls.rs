@@ -266,17 +266,7 @@ fn ktls_on_uses_kernel_tls_or_refuses_the_start() {
                 "on",
             ])
             .args(pki.serve_args()));
-        assert_eq!(
-            out.status.and_then(|s| s.code()),
-            Some(2),
-            "{}",
-            out.describe()
-        );
-        assert!(
-            out.stderr.contains("--ktls on") && out.stderr.contains("no kernel TLS"),
-            "{}",
-            out.describe()
-        );
+        assert_refused(&out, 2, &["--ktls on", "no kernel TLS"]);
         return;
     }
     let s = TlsServer::start(&["--ktls", "on"]);
@@ -595,10 +585,10 @@ fn sluice_get_over_https() {
 /// The client refuses a server whose certificate does not name it, or
 /// that its trust store does not know, with a clear error and exit 3;
 /// `--insecure` (only when asked) gets through.
-#[test]
-fn sluice_get_refuses_a_wrong_certificate() {
-    let pki = TestPki::new();
-    let mut args = crate::harness::certs::tls_args(&pki.wrong_cert, &pki.wrong_key);
+/// `sluice serve` with HTTPS on `cert`/`key`, and the URL of a 4095-byte
+/// corpus file on it.
+fn https_server_with(cert: &Path, key: &Path) -> (FtpServer, String, &'static TestFile) {
+    let mut args = crate::harness::certs::tls_args(cert, key);
     args.extend(["--https".into(), "127.0.0.1:0".into()]);
     let server = servers::sluice(ServeOptions {
         extra_args: args,
@@ -607,32 +597,36 @@ fn sluice_get_refuses_a_wrong_certificate() {
     let port = server.announced_port("https");
     let f = corpus().file(4095);
     let url = format!("https://127.0.0.1:{port}/{}", f.name);
+    (server, url, f)
+}
+
+/// Asserts a client run ended with exit status `code` and says `what`.
+fn assert_refused(out: &Output, code: i32, what: &[&str]) {
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(code),
+        "{}",
+        out.describe()
+    );
+    for w in what {
+        assert!(out.stderr.contains(w), "{w:?} missing: {}", out.describe());
+    }
+}
+
+#[test]
+fn sluice_get_refuses_a_wrong_certificate() {
+    let pki = TestPki::new();
+    let (server, url, f) = https_server_with(&pki.wrong_cert, &pki.wrong_key);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
     let ca = pki.ca.to_str().unwrap();
     // Signed by the trusted CA, but for wrong.example.
     let out = sluice_get(&["--ca", ca], &url, &dest);
-    assert_eq!(
-        out.status.and_then(|s| s.code()),
-        Some(3),
-        "{}",
-        out.describe()
-    );
-    assert!(
-        out.stderr.contains("certificate") && out.stderr.contains("not valid for name"),
-        "{}",
-        out.describe()
-    );
+    assert_refused(&out, 3, &["certificate", "not valid for name"]);
     assert!(!dest.exists());
     // No --ca: the system roots do not know the test CA.
     let out = sluice_get(&[], &url, &dest);
-    assert_eq!(
-        out.status.and_then(|s| s.code()),
-        Some(3),
-        "{}",
-        out.describe()
-    );
-    assert!(out.stderr.contains("--ca FILE"), "{}", out.describe());
+    assert_refused(&out, 3, &["--ca FILE"]);
     let out = sluice_get(&["--insecure"], &url, &dest);
     out.assert_success();
     compare_file(&dest, f).unwrap();
@@ -646,30 +640,12 @@ fn sluice_get_refuses_a_wrong_certificate() {
 #[test]
 fn an_expired_certificate_is_refused_with_a_clear_error() {
     let pki = TestPki::new();
-    let mut args = crate::harness::certs::tls_args(&pki.expired_cert, &pki.expired_key);
-    args.extend(["--https".into(), "127.0.0.1:0".into()]);
-    let server = servers::sluice(ServeOptions {
-        extra_args: args,
-        ..Default::default()
-    });
-    let port = server.announced_port("https");
-    let f = corpus().file(4095);
-    let url = format!("https://127.0.0.1:{port}/{}", f.name);
+    let (server, url, f) = https_server_with(&pki.expired_cert, &pki.expired_key);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
     let ca = pki.ca.to_str().unwrap();
     let out = sluice_get(&["--ca", ca], &url, &dest);
-    assert_eq!(
-        out.status.and_then(|s| s.code()),
-        Some(3),
-        "{}",
-        out.describe()
-    );
-    assert!(
-        out.stderr.contains("certificate") && out.stderr.contains("expired"),
-        "{}",
-        out.describe()
-    );
+    assert_refused(&out, 3, &["certificate", "expired"]);
     assert!(!out.stderr.contains("--ca FILE"), "{}", out.describe());
     assert!(!dest.exists());
     // curl's "SSL certificate problem" exit code is 60.
@@ -677,13 +653,7 @@ fn an_expired_certificate_is_refused_with_a_clear_error() {
         .args(["-sS", "--cacert", ca, "-o"])
         .arg(&dest)
         .arg(&url));
-    assert_eq!(
-        out.status.and_then(|s| s.code()),
-        Some(60),
-        "{}",
-        out.describe()
-    );
-    assert!(out.stderr.contains("expired"), "{}", out.describe());
+    assert_refused(&out, 60, &["expired"]);
     let out = sluice_get(&["--insecure"], &url, &dest);
     out.assert_success();
     compare_file(&dest, f).unwrap();
