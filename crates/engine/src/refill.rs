@@ -174,7 +174,12 @@ impl Refill<'_> {
     fn bounded(&self, want: u64) -> u64 {
         let n = self.senders.0.load(Relaxed).max(1);
         let share = budget() / n;
-        want.min(self.cap).min(share).max(MIN_MARK.min(self.cap))
+        // DRS's ceiling from the path's BDP (0: none), else the rate's mark.
+        let drs = match self.flow.mark_cap.load(Relaxed) {
+            0 => u64::MAX,
+            c => c,
+        };
+        want.min(self.cap).min(share).min(drs).max(MIN_MARK.min(self.cap))
     }
 
     fn apply(&mut self, conn: &TcpStream, mark: u64) {
