@@ -240,7 +240,7 @@ def compete(bindir, work, loss, proto, n, gap, secs, settle=10):
     return dict(proto=proto, n=n, loss=loss or "0", gap=gap, settle=settle, timeline=timeline,
                 jain_after_10s=statistics.median(after) if after else None,
                 jain_after_10s_min=min(after) if after else None,
-                streams=[st[-1][1] if st else None for st in sts],
+                streams=[streams_end(st) for st in sts], streams_series=sts,
                 peaks=[max((k for _, k in st), default=None) for st in sts])
 
 
@@ -295,7 +295,13 @@ def main():
     ap.add_argument("--losses", default="0,0.1%")
     ap.add_argument("--compete", default="2,4", help="transfer counts of the competing runs ('' for none)")
     ap.add_argument("--gap", type=int, default=10)
+    ap.add_argument("--rerender", action="store_true",
+                    help="write results.md and the plots again from OUT/results.json (no runs)")
     a = ap.parse_args()
+    if a.rerender:
+        d = json.load(open(os.path.join(a.out, "results.json")))
+        render(a.out, d["runs"], d["compete"], d["command"], d["when"], d["load"])
+        return
     if a.smoke:
         a.repeat, a.secs, a.fixed, a.protos, a.compete, a.gap = 1, 5, "1,4", "http", "2", 2
     work = "/var/tmp/auto-streams"
@@ -327,13 +333,30 @@ def main():
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     json.dump(dict(path=PATH, command=" ".join(sys.argv), when=when, load=load, runs=runs, compete=comps),
               open(os.path.join(out, "results.json"), "w"), indent=1)
-    lines = [f"# auto-streams: {PATH['name']}, {a.secs} s per download, server cubic", "",
-             f"Command: `{' '.join(sys.argv)}`  ", f"When: {when}, load average at the end {load.split()[:3]}. "
+    render(out, runs, comps, " ".join(sys.argv), when, load)
+    bad = [r for r in runs if r["bytes"] == 0]
+    if bad:
+        raise SystemExit(f"{len(bad)} downloads moved nothing")
+
+
+def streams_end(series):
+    """Streams open at the last sample that had any (the client is
+    stopped by a signal; its connections close before the last samples)."""
+    live = [n for _, n in series if n > 0]
+    return live[-1] if live else None
+
+
+def render(out, runs, comps, command, when, load):
+    secs = round(max((r["series"][-1][0] for r in runs if r["series"]), default=0))
+    losses = sorted({r["loss"] for r in runs}, key=lambda l: l != "0")
+    protos = list(dict.fromkeys(r["proto"] for r in runs))
+    lines = [f"# auto-streams: {PATH['name']}, about {secs} s per download, server cubic", "",
+             f"Command: `{command}`  ", f"When: {when}, load average at the end {load.split()[:3]}. "
              "Cells are median (min–max, n=runs). \"vs best\": the row's median over the best fixed count's. "
              "\"t90\": first 1 s bin at 90 % of the best fixed count's mean rate.", ""]
     for loss in losses:
-        for proto in a.protos.split(","):
-            rs = [r for r in runs if r["loss"] == (loss or "0") and r["proto"] == proto]
+        for proto in protos:
+            rs = [r for r in runs if r["loss"] == loss and r["proto"] == proto]
             by = {}
             for r in rs:
                 by.setdefault(r["p"], []).append(r)
@@ -341,13 +364,13 @@ def main():
             fixed = {p: m for p, m in med.items() if p != "auto"}
             best_p = max(fixed, key=fixed.get) if fixed else None
             best = fixed[best_p] * 1e6 if fixed else None
-            lines += [f"## {proto.upper()}, loss {loss or '0'} (best fixed: -p {best_p})", "",
+            lines += [f"## {proto.upper()}, loss {loss} (best fixed: -p {best_p})", "",
                       "| -p | MB/s | vs best | t90 s | streams at the end (auto) | peak streams |", "|---|---|---|---|---|---|"]
             for p, v in by.items():
                 lines.append("| " + " | ".join([
                     p, fmt([r["mbps"] for r in v]), f"{med[p] / fixed[best_p]:.2f}" if best else "n/a",
                     fmt([t90(r["series"], best) for r in v]) if best else "n/a",
-                    " ".join(str(r["streams_auto"]) for r in v) if p == "auto" else "",
+                    " ".join(str(streams_end(r["streams_series"])) for r in v) if p == "auto" else "",
                     " ".join(str(r["streams_peak"]) for r in v)]) + " |")
             lines.append("")
     if comps:
@@ -356,14 +379,11 @@ def main():
                   "|---|---|---|---|---|---|"]
         for c in comps:
             j = "n/a" if c["jain_after_10s"] is None else f"{c['jain_after_10s']:.3f} ({c['jain_after_10s_min']:.3f})"
-            lines.append(f"| {c['n']} | {c['loss']} | {c['gap']} | {j} ({c['settle']} s) | {c['streams']} | {c['peaks']} |")
+            lines.append(f"| {c['n']} | {c['loss']} | {c['gap']} | {j} ({c.get('settle', 10)} s) | {c['streams']} | {c['peaks']} |")
         lines.append("")
     open(os.path.join(out, "results.md"), "w").write("\n".join(lines) + "\n")
     plot(out, runs, comps)
     print("\n".join(lines))
-    bad = [r for r in runs if r["bytes"] == 0]
-    if bad:
-        raise SystemExit(f"{len(bad)} downloads moved nothing")
 
 
 if __name__ == "__main__":

@@ -277,6 +277,20 @@ mod tests {
         assert_eq!(tcp::notsent_lowat(tx.as_fd()).unwrap(), 8 << 20);
     }
 
+    #[test]
+    fn drs_caps_the_mark_at_its_bdp_share() {
+        let e = Engine::new(EngineConfig::default());
+        let flow = Flow::new();
+        let Some(r) = e.refill(&flow) else {
+            return;
+        };
+        assert!(r.bounded(u64::MAX) > 300_000);
+        // DRS published half a 0.6 MB BDP: no mark above it.
+        flow.mark_cap.store(300_000, Relaxed);
+        assert_eq!(r.bounded(u64::MAX), 300_000);
+        assert_eq!(r.bounded(200_000), 200_000);
+    }
+
     #[tokio::test]
     async fn a_wake_up_sizes_the_mark_from_the_measured_rate() {
         let e = Engine::new(EngineConfig::default());
