@@ -88,13 +88,13 @@ RECV = re.compile(r"\bbytes_received:(\d+)")
 class Sampler(threading.Thread):
     """Bytes received per client process over time (ss every 200 ms). A
     connection that closed drops out of ss, so each process's total is
-    kept as the sum of its connections' last counts (by local port)."""
+    kept as the sum of its connections' last counts (by address pair)."""
 
     def __init__(self):
         super().__init__(daemon=True)
         self.stop = False
         self.series = {}  # pid -> [(t, bytes)]
-        self.conns = {}  # (pid, local) -> bytes
+        self.conns = {}  # (pid, local, peer) -> bytes
         self.streams = {}  # pid -> [(t, data connections open)]
         self.t0 = time.monotonic()
 
@@ -108,7 +108,9 @@ class Sampler(threading.Thread):
                 if not ln.startswith((" ", "\t")):
                     m = PID.search(ln)
                     parts = ln.split()
-                    cur = (int(m.group(1)), parts[2]) if m and len(parts) > 3 else None
+                    # Keyed by both ends: MODE E connections the server opened
+                    # to the client all share the client's listening address.
+                    cur = (int(m.group(1)), parts[2], parts[3]) if m and len(parts) > 3 else None
                     # The FTP control connection is not a stream.
                     if cur and not parts[3].endswith(f":{FTP}"):
                         open_now[cur[0]] = open_now.get(cur[0], 0) + 1
@@ -116,7 +118,7 @@ class Sampler(threading.Thread):
                 if cur and m:
                     self.conns[cur] = max(self.conns.get(cur, 0), int(m.group(1)))
             tot = {}
-            for (pid, _), b in self.conns.items():
+            for (pid, _, _), b in self.conns.items():
                 tot[pid] = tot.get(pid, 0) + b
             for pid, b in tot.items():
                 self.series.setdefault(pid, []).append((now, b))
