@@ -22,11 +22,16 @@
 //! of racing upward. A loss rate past [`LOSS_LIMIT`] cuts the count at
 //! once, without waiting for a comparison.
 //!
-//! Streams are only added while the path shows room: the epoch's round
-//! trip within [`ROOM`] of the least seen in the transfer. A stream that
-//! fills the bottleneck builds a queue there and its round trip grows (a
-//! drop-tail queue of 2 BDP tripled it); one held back by loss or by a
-//! window leaves the queue empty. Probing a second stream on a path one
+//! Streams are only added while the path shows room. It has none when
+//! its bottleneck queue has overflowed (a loss was seen) and still stands
+//! (the epoch's round trip above [`ROOM`] times the least seen in the
+//! transfer): a stream that fills the bottleneck builds a queue there
+//! and its round trip grows (a drop-tail queue of 2 BDP tripled it),
+//! while one held back by random loss or by a window leaves the queue
+//! empty. The round trip alone is not enough: the receiver's estimate
+//! (`tcpi_rcv_rtt`) of a connection the sender paces grows with the
+//! pacing (11 -> 15 ms on loopback at 8 MB/s), and more streams are what
+//! a per-connection pace needs. Probing a second stream on a path one
 //! stream fills cost 25-50 % of a 200 MB download at 400 Mbit/s 50 ms
 //! (a split or an FTP restart and a new slow start, for nothing), which
 //! is why `-p 1` was the default.
@@ -144,6 +149,8 @@ pub struct Controller {
     tries: u32,
     /// Least round trip seen in the transfer (the path without a queue).
     rtt_min: Option<Duration>,
+    /// A loss was seen in the transfer (a queue somewhere overflowed).
+    lost_any: bool,
     /// Round trips summed over the epoch being measured, and their count.
     rtt_sum: Duration,
     rtt_n: u32,
@@ -164,17 +171,20 @@ impl Controller {
             here: None,
             tries: 0,
             rtt_min: None,
+            lost_any: false,
             rtt_sum: Duration::ZERO,
             rtt_n: 0,
         }
     }
 
-    /// Whether the path had room for more streams during `e`: its round
-    /// trip showed no standing queue (unknown round trips: room, as
-    /// before the gate existed).
+    /// Whether the path had room for more streams during `e`: no queue
+    /// that has overflowed and still stands (unknown round trips: room,
+    /// as before the gate existed).
     fn room(&self, e: &Epoch) -> bool {
         match self.rtt_min {
-            Some(min) if !e.rtt.is_zero() => e.rtt.as_secs_f64() < min.as_secs_f64() * ROOM,
+            Some(min) if !e.rtt.is_zero() && self.lost_any => {
+                e.rtt.as_secs_f64() < min.as_secs_f64() * ROOM
+            }
             _ => true,
         }
     }
@@ -250,6 +260,7 @@ impl Controller {
         if !s.rtt.is_zero() {
             self.rtt_min = Some(self.rtt_min.map_or(s.rtt, |m| m.min(s.rtt)));
         }
+        self.lost_any |= s.lost > 0;
         if s.at < self.changed_at + Self::settle(s.rtt) {
             return self.n;
         }
@@ -512,23 +523,46 @@ mod tests {
     #[test]
     fn a_path_whose_queue_fills_is_never_probed_with_more_streams() {
         // One stream fills a 40 MB/s bottleneck; once it does, the
-        // drop-tail queue triples the round trip (50 -> 150 ms). Another
-        // stream could bring nothing, so none is tried.
+        // drop-tail queue triples the round trip (50 -> 150 ms), and slow
+        // start's overshoot lost a packet. Another stream could bring
+        // nothing, so none is tried.
         let mut c = Controller::new(64);
         let (mut at, mut bytes) = (Duration::ZERO, 0u64);
         while at < Duration::from_secs(60) {
             at += TICK;
             bytes += (40.0 * MB * TICK.as_secs_f64()) as u64;
-            let rtt = if at < Duration::from_millis(500) { 50 } else { 150 };
+            let full = at >= Duration::from_millis(500);
             let n = c.on_sample(Sample {
                 at,
                 bytes,
-                lost: 0,
-                rtt: Duration::from_millis(rtt),
+                lost: u64::from(full),
+                rtt: Duration::from_millis(if full { 150 } else { 50 }),
             });
             assert_eq!(n, 1, "at {at:?}: {:?}", c.history());
         }
         assert!(c.history().len() > 10);
+    }
+
+    #[test]
+    fn a_paced_stream_whose_round_trip_grows_without_loss_still_climbs() {
+        // The sender paces each connection to 8 MB/s: the receiver's
+        // round-trip estimate grows with the pacing, but nothing was
+        // lost, so no queue overflowed: a second stream is tried and kept.
+        let mut c = Controller::new(64);
+        let (mut at, mut bytes) = (Duration::ZERO, 0f64);
+        let mut peak = 1;
+        while at < Duration::from_secs(30) {
+            at += TICK;
+            bytes += 8.0 * MB * f64::from(c.streams()) * TICK.as_secs_f64();
+            let rtt = if at < Duration::from_millis(300) { 1 } else { 15 };
+            peak = peak.max(c.on_sample(Sample {
+                at,
+                bytes: bytes as u64,
+                lost: 0,
+                rtt: Duration::from_millis(rtt),
+            }));
+        }
+        assert!(peak >= 4, "{:?}", c.history());
     }
 
     #[test]
