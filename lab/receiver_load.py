@@ -130,6 +130,8 @@ def one(bindir, work, name, argv, busy, size):
         lk.terminate()
         lk.wait()
         teardown()
+    if os.path.exists("/dev/shm/rl-aria2c.out"):
+        os.remove("/dev/shm/rl-aria2c.out")
     if r.returncode != 0:
         raise SystemExit(f"{name} failed ({r.returncode}): {r.stderr[:400]}")
     d = {k: after.get(k, 0) - before.get(k, 0) for k in NSTAT}
