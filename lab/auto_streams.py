@@ -134,8 +134,10 @@ def start_get(bindir, proto, p, secs):
 
 
 def child_pid(popen):
-    """The sluice process under ip netns exec / timeout."""
-    for _ in range(50):
+    """The sluice process under ip netns exec / timeout (up to 10 s: at
+    load 100 the exec chain took more than a second and a run counted
+    nothing)."""
+    for _ in range(500):
         out = sh("pgrep", "-P", str(popen.pid), check=False).stdout.split()
         for c in out:
             inner = sh("pgrep", "-P", c, check=False).stdout.split()
