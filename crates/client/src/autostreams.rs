@@ -554,7 +554,11 @@ mod tests {
         while at < Duration::from_secs(30) {
             at += TICK;
             bytes += 8.0 * MB * f64::from(c.streams()) * TICK.as_secs_f64();
-            let rtt = if at < Duration::from_millis(300) { 1 } else { 15 };
+            let rtt = if at < Duration::from_millis(300) {
+                1
+            } else {
+                15
+            };
             peak = peak.max(c.on_sample(Sample {
                 at,
                 bytes: bytes as u64,

@@ -109,7 +109,9 @@ const MARK_MIN_TIME: f64 = 0.02;
 /// kept send memory at the whole buffer: 8 MiB on a 100 Mbit/s 50 ms
 /// path whose BDP is 0.6 MB (lab/results/drs-wan).
 pub fn notsent_mark(bdp: u64, rate: u64) -> u64 {
-    (bdp / 2).max((rate as f64 * MARK_MIN_TIME) as u64).max(MARK_MIN)
+    (bdp / 2)
+        .max((rate as f64 * MARK_MIN_TIME) as u64)
+        .max(MARK_MIN)
 }
 
 impl DrsSocket {

@@ -179,7 +179,10 @@ impl Refill<'_> {
             0 => u64::MAX,
             c => c,
         };
-        want.min(self.cap).min(share).min(drs).max(MIN_MARK.min(self.cap))
+        want.min(self.cap)
+            .min(share)
+            .min(drs)
+            .max(MIN_MARK.min(self.cap))
     }
 
     fn apply(&mut self, conn: &TcpStream, mark: u64) {
