@@ -34,5 +34,14 @@ for e in $("$T/sluice-lab" list | awk '{print $1}'); do
         failed=$((failed + 1))
     fi
 done
+# Experiments driven by Python scripts (own namespaces; sluice and linkem from $T).
+for e in auto-streams receiver-load; do
+    echo "== lab smoke: $e"
+    if python3 "lab/$(echo "$e" | tr - _).py" --bin "$T" --out "lab/results/$e" --smoke >/dev/null; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+    fi
+done
 echo "lab-smoke: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -224,6 +224,7 @@ impl Stats {
                     "streams": e.streams,
                     "mb_per_s": e.rate / 1e6,
                     "loss": e.loss,
+                    "rtt_ms": e.rtt.as_secs_f64() * 1e3,
                 })
             })
             .collect();

@@ -102,10 +102,13 @@ impl Engine {
     /// [`Engine::size_before_syn`] for the socket or its listener).
     pub fn data_conn_sized(&self, stream: TcpStream, asked: Option<usize>) -> DataConn {
         self.prepare_socket_sized(&stream, asked);
-        let drs = self.drs_for(&stream, asked.is_some());
+        let link = Link::new(self, &stream);
+        let drs = self
+            .drs_for(&stream, asked.is_some())
+            .map(|d| d.with_mark_cap(link.flow.mark_cap.clone()));
         DataConn {
             engine: self.clone(),
-            link: Link::new(self, &stream),
+            link,
             stream,
             drs,
         }

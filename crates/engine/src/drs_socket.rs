@@ -12,8 +12,8 @@
 //! client's summary).
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sluice_platform::sockbuf::{self, BufferLimits, Dir};
@@ -89,6 +89,29 @@ pub struct DrsSocket {
     short: Option<(u64, u64)>,
     /// Least buffer besides autotuning's (a size the engine fixed).
     floor: u64,
+    /// Sender only: where the not-sent mark's ceiling is published for
+    /// the connection's refill (`refill.rs`); 0 until a BDP is known.
+    mark_cap: Option<Arc<AtomicU64>>,
+}
+
+/// Least not-sent mark DRS asks for: below it a wake-up moves too little.
+const MARK_MIN: u64 = 256 << 10;
+/// The mark holds at least this much time of the connection's rate, so a
+/// short-RTT fast path (loopback) keeps few wake-ups per GiB.
+const MARK_MIN_TIME: f64 = 0.02;
+
+/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this BDP
+/// and delivery rate. The kernel's send memory is the data in flight
+/// (about a BDP, by necessity) plus the data not sent yet, which only
+/// needs to last until the sender's next wake-up: the kernel wakes it at
+/// half the mark, so a mark of half a BDP leaves a quarter of a round
+/// trip to refill. A rate-sized mark of seconds (refill.rs, 8 MiB cap)
+/// kept send memory at the whole buffer: 8 MiB on a 100 Mbit/s 50 ms
+/// path whose BDP is 0.6 MB (lab/results/drs-wan).
+pub fn notsent_mark(bdp: u64, rate: u64) -> u64 {
+    (bdp / 2)
+        .max((rate as f64 * MARK_MIN_TIME) as u64)
+        .max(MARK_MIN)
 }
 
 impl DrsSocket {
@@ -115,6 +138,7 @@ impl DrsSocket {
             samples: 0,
             short: None,
             floor: 0,
+            mark_cap: None,
         })
     }
 
@@ -123,6 +147,14 @@ impl DrsSocket {
     /// for paths that need more, and takes it back down to this).
     pub fn with_floor(mut self, bytes: u64) -> DrsSocket {
         self.floor = bytes;
+        self
+    }
+
+    /// Publishes the not-sent mark's ceiling ([`notsent_mark`] of the BDP
+    /// estimate) to `cap` after each send-side sample; the connection's
+    /// refill keeps its mark under it.
+    pub fn with_mark_cap(mut self, cap: Arc<AtomicU64>) -> DrsSocket {
+        self.mark_cap = Some(cap);
         self
     }
 
@@ -188,7 +220,9 @@ impl DrsSocket {
                     floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
                         .max(self.floor),
                 };
-                self.drs.on_send_sample(t, &s)
+                let d = self.drs.on_send_sample(t, &s);
+                self.cap_mark(fd, info.delivery_rate);
+                d
             }
             Dir::Recv => {
                 let buffer = tcp::recv_buffer(fd).unwrap_or(0) as u64;
@@ -215,6 +249,26 @@ impl DrsSocket {
             }
             .unwrap_or(0) as u64;
             self.apply(fd, want, cur);
+        }
+    }
+
+    /// Publishes the mark's ceiling, and lowers a mark already on the
+    /// socket that is above it (the refill resizes only at wake-ups, and a
+    /// fixed `--notsent-lowat` never does).
+    fn cap_mark(&mut self, fd: BorrowedFd<'_>, rate: u64) {
+        let (Some(cell), bdp) = (&self.mark_cap, self.drs.bdp()) else {
+            return;
+        };
+        if bdp == 0 {
+            return;
+        }
+        let cap = notsent_mark(bdp, rate);
+        cell.store(cap, Relaxed);
+        if let Ok(cur) = tcp::notsent_lowat(fd) {
+            // 0 is the kernel's "no mark": unlimited.
+            if cur == 0 || u64::from(cur) > cap {
+                let _ = tcp::set_notsent_lowat(fd, cap.min(u64::from(u32::MAX)) as u32);
+            }
         }
     }
 
@@ -358,6 +412,18 @@ mod tests {
         }
         drop(c);
         assert_eq!(r.join().unwrap(), 16 << 20);
+    }
+
+    #[test]
+    fn the_not_sent_mark_is_half_a_bdp_with_floors() {
+        // 100 Mbit/s, 50 ms: BDP 625 kB, so 312 kB, not the 8 MiB cap.
+        assert_eq!(notsent_mark(625_000, 12_500_000), 312_500);
+        // 1 Gbit/s, 100 ms.
+        assert_eq!(notsent_mark(12_500_000, 125_000_000), 6_250_000);
+        // Loopback: tiny BDP, fast rate: 20 ms of the rate.
+        assert_eq!(notsent_mark(100_000, 2_000_000_000), 40_000_000);
+        // Slow and short: the least mark.
+        assert_eq!(notsent_mark(10_000, 1_000_000), MARK_MIN);
     }
 
     #[test]

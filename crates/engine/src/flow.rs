@@ -11,7 +11,7 @@
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_platform::tcp::{self, TcpInfo};
@@ -45,6 +45,9 @@ pub(crate) struct Flow {
     carry: Mutex<Option<Carry>>,
     /// `getsockopt(TCP_INFO)` calls made (for tests and counters).
     reads: AtomicU64,
+    /// Ceiling of the not-sent mark set by the send side's DRS from its
+    /// BDP estimate (`drs_socket::notsent_mark`); 0: none.
+    pub(crate) mark_cap: Arc<AtomicU64>,
 }
 
 impl Flow {

@@ -174,7 +174,15 @@ impl Refill<'_> {
     fn bounded(&self, want: u64) -> u64 {
         let n = self.senders.0.load(Relaxed).max(1);
         let share = budget() / n;
-        want.min(self.cap).min(share).max(MIN_MARK.min(self.cap))
+        // DRS's ceiling from the path's BDP (0: none), else the rate's mark.
+        let drs = match self.flow.mark_cap.load(Relaxed) {
+            0 => u64::MAX,
+            c => c,
+        };
+        want.min(self.cap)
+            .min(share)
+            .min(drs)
+            .max(MIN_MARK.min(self.cap))
     }
 
     fn apply(&mut self, conn: &TcpStream, mark: u64) {
@@ -270,6 +278,20 @@ mod tests {
         assert!(fixed.refill(&flow).is_none());
         fixed.prepare_socket(&tx);
         assert_eq!(tcp::notsent_lowat(tx.as_fd()).unwrap(), 8 << 20);
+    }
+
+    #[test]
+    fn drs_caps_the_mark_at_its_bdp_share() {
+        let e = Engine::new(EngineConfig::default());
+        let flow = Flow::new();
+        let Some(r) = e.refill(&flow) else {
+            return;
+        };
+        assert!(r.bounded(u64::MAX) > 300_000);
+        // DRS published half a 0.6 MB BDP: no mark above it.
+        flow.mark_cap.store(300_000, Relaxed);
+        assert_eq!(r.bounded(u64::MAX), 300_000);
+        assert_eq!(r.bounded(200_000), 200_000);
     }
 
     #[tokio::test]
