@@ -977,6 +977,7 @@ fn run_once(
             },
             rcvbuf: None,
             id: id as u32,
+            streams: srv.streams,
         };
         match specs.iter_mut().find(|(n, _)| *n == ns) {
             Some((_, s)) => s.downloads.push(d),
