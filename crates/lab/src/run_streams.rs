@@ -367,6 +367,25 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                         "total MB/s (whole run)",
                         sent as f64 / 1e6 / r.wall_s.max(1e-9),
                     );
+                    // Offered load: every client's application rate (the
+                    // circus-* experiments' x axis), and the share delivered.
+                    let offered: f64 = clients
+                        .iter()
+                        .map(|x| match classes[x.class].rate.as_str() {
+                            "0" => Ok(f64::NAN),
+                            r => rate(r).map(|b| b as f64),
+                        })
+                        .sum::<Result<f64>>()?;
+                    if offered.is_finite() {
+                        put(t, g, s, "offered Mbit/s", offered / 1e6);
+                        put(
+                            t,
+                            g,
+                            s,
+                            "% of offered (steady)",
+                            window_rate(&all, p.cdt, p.steady, p.dur) * 8e8 / offered,
+                        );
+                    }
                     for (ci, c) in classes.iter().enumerate() {
                         let n = clients.iter().filter(|x| x.class == ci && !x.reset).count();
                         let bins = r.timeline.get(&c.name).cloned().unwrap_or_default();
