@@ -270,7 +270,13 @@ pub(crate) fn mode_e_get(
     if let Some(e) = errors.first() {
         bail!("MODE E stream: {e}");
     }
-    let (c, l) = ftp_reply(&mut rd)?;
+    // Restart and performance markers (111, 112) may come first.
+    let (c, l) = loop {
+        let (c, l) = ftp_reply(&mut rd)?;
+        if !(100..200).contains(&c) {
+            break (c, l);
+        }
+    };
     if c != 226 && c != 250 {
         bail!("after transfer: {l}");
     }
