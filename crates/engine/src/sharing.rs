@@ -802,6 +802,28 @@ mod tests {
     }
 
     #[test]
+    fn auto_shares_an_in_order_reader_only_while_another_reads_the_file() {
+        let e = Engine::new(EngineConfig {
+            sharing: SharingMode::Auto,
+            circus_block: 64 << 10,
+            ..EngineConfig::default()
+        });
+        let file = temp_file(&pattern(1 << 20));
+        let all = [(0u64, 1u64 << 20)];
+        let first = e.join_readers_in_order(&file, &all).unwrap();
+        assert!(matches!(first, Readers::Alone(_)), "{first:?}");
+        // A MODE E or in-order reader meanwhile: shared.
+        let second = e.join_readers_in_order(&file, &all).unwrap();
+        assert!(matches!(second, Readers::Shared(_)), "{second:?}");
+        let third = e.join_readers(&file, &all, 4).unwrap();
+        assert!(matches!(third, Readers::Shared(_)), "{third:?}");
+        drop((first, second, third));
+        // Everybody gone: alone again.
+        let again = e.join_readers_in_order(&file, &all).unwrap();
+        assert!(matches!(again, Readers::Alone(_)), "{again:?}");
+    }
+
+    #[test]
     fn off_means_no_sharing() {
         let e = Engine::new(EngineConfig {
             sharing: SharingMode::Off,
