@@ -4,8 +4,12 @@
 //! engine's `bytes_read_disk`, from `/metrics`; each reader read it for
 //! itself before).
 //!
+//! In-order clients (HTTP bodies: curl, wget, aria2c; MODE S: curl
+//! over ftp://) share blocks too (mechanism 2): each takes the file's
+//! blocks in order from the same selector as the MODE E clients.
+//!
 //! `--sharing auto` (the default) shares a download only while another
-//! MODE E download of the same file is in flight: a lone reader reads for
+//! download of the same file is in flight: a lone reader reads for
 //! itself.
 //!
 //! Each data socket is paced (`--max-pacing-rate`) so the downloads last
@@ -19,18 +23,25 @@ use crate::harness::*;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// `sluice serve --sharing circus --metrics ...` with paced data sockets.
+/// `sluice serve --sharing circus --metrics ...` with paced data sockets
+/// (FTP only).
 fn shared_server(pacing: &str) -> (FtpServer, std::net::SocketAddr) {
+    shared_server_with(pacing, &["--no-http"])
+}
+
+/// The same with `extra` arguments (the HTTP door is on unless `--no-http`).
+fn shared_server_with(pacing: &str, extra: &[&str]) -> (FtpServer, std::net::SocketAddr) {
+    let mut extra_args: Vec<String> = vec![
+        "--sharing".into(),
+        "circus".into(),
+        "--max-pacing-rate".into(),
+        pacing.into(),
+        "--metrics".into(),
+        "127.0.0.1:0".into(),
+    ];
+    extra_args.extend(extra.iter().map(|s| s.to_string()));
     let s = sluice(ServeOptions {
-        extra_args: vec![
-            "--sharing".into(),
-            "circus".into(),
-            "--max-pacing-rate".into(),
-            pacing.into(),
-            "--metrics".into(),
-            "127.0.0.1:0".into(),
-            "--no-http".into(),
-        ],
+        extra_args,
         ..Default::default()
     });
     let m = wait_for_metrics(&s);
@@ -197,6 +208,86 @@ fn auto_shares_a_download_only_while_another_reads_the_file() {
     assert!(
         shared > 0,
         "the second reader was not shared\n{}",
+        server.log_tail()
+    );
+}
+
+#[test]
+fn twenty_clients_of_every_kind_share_one_file_in_and_out_of_order() {
+    for tool in ["globus-url-copy", "curl", "wget", "aria2c"] {
+        if !require_tool(tool) {
+            return;
+        }
+    }
+    // 4 MB/s per connection: an HTTP client of the 64 MiB file takes
+    // ~16 s, a 4-stream MODE E client ~4 s; all overlap.
+    let (server, metrics) = shared_server_with("4M", &[]);
+    let f = corpus().file(BIG);
+    make_cold(f);
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-share-")
+        .tempdir()
+        .expect("dest dir");
+    let (url, http) = (server.url(&f.name), server.http_url(&f.name));
+    let mut jobs: Vec<(PathBuf, Command)> = Vec::new();
+    let dest = |kind: &str, i: usize| dir.path().join(format!("{kind}-{i}.bin"));
+    for i in 0..4 {
+        let d = dest("sluice-p4", i);
+        jobs.push((d.clone(), sluice_get("4", &url, &d)));
+        let d = dest("guc-p4", i);
+        let mut c = Command::new("globus-url-copy");
+        c.args(["-p", "4"])
+            .arg(&url)
+            .arg(format!("file://{}", d.display()));
+        jobs.push((d, c));
+        let d = dest("curl-http", i);
+        let mut c = Command::new("curl");
+        c.args(["-sS", "-f", "-o"]).arg(&d).arg(&http);
+        jobs.push((d, c));
+    }
+    for i in 0..3 {
+        let d = dest("wget", i);
+        let mut c = Command::new("wget");
+        c.args(["-q", "-O"]).arg(&d).arg(&http);
+        jobs.push((d, c));
+        let d = dest("aria2c", i);
+        let mut c = Command::new("aria2c");
+        c.args(["-x", "1", "--allow-overwrite=true", "--auto-file-renaming=false"])
+            .args(["--file-allocation=none", "-q", "-d"])
+            .arg(dir.path())
+            .arg("-o")
+            .arg(d.file_name().expect("name"))
+            .arg(&http);
+        jobs.push((d, c));
+    }
+    // MODE S (curl over ftp:// never asks for MODE E).
+    for i in 0..2 {
+        let d = dest("curl-ftp", i);
+        let mut c = Command::new("curl");
+        c.args(["-sS", "-o"]).arg(&d).arg(&url);
+        jobs.push((d, c));
+    }
+    assert_eq!(jobs.len(), 20);
+    let before = counter(metrics, "bytes_read_disk");
+    run_all_and_compare(&server, jobs, f);
+    let read = counter(metrics, "bytes_read_disk") - before;
+    let shared = counter(metrics, "shared_bytes_sent");
+    eprintln!(
+        "20 clients: {read} bytes read from disk ({:.2}x the file), {shared} sent from shared blocks",
+        read as f64 / f.size as f64
+    );
+    // Each for itself: 20x. The in-order clients start within a second
+    // of each other at one rate, so they stay within the region.
+    assert!(
+        read < 4 * f.size,
+        "{read} bytes read from disk for 20 readers of {} bytes\n{}",
+        f.size,
+        server.log_tail()
+    );
+    // Shared blocks reached the in-order clients too (MODE E alone: 8x).
+    assert!(
+        shared >= 16 * f.size,
+        "{shared} bytes sent from shared blocks\n{}",
         server.log_tail()
     );
 }

@@ -73,11 +73,12 @@ impl std::error::Error for ParseDataPathError {}
 pub enum SharingMode {
     /// Every download reads for itself.
     Off,
-    /// MODE E downloads (blocks in any order) of one file share one
-    /// selector (`sched::circus`) and the blocks it holds in memory.
+    /// Downloads of one file share one selector (`sched::circus`) and the
+    /// blocks it holds in memory: MODE E takes them in any order, HTTP
+    /// bodies and MODE S in file order (in-order readers).
     Circus,
-    /// Circus for a MODE E download that starts while another MODE E
-    /// download of the same file is in flight; a lone reader reads for
+    /// Circus for a download that starts while another download of the
+    /// same file is in flight; a lone reader reads for
     /// itself. Sharing costs a lone reader ~15 % of its rate and ~20 %
     /// more CPU per GiB on loopback (bench/dlcost.py, case 4s) and saves
     /// nothing for it.

@@ -232,6 +232,11 @@ impl DataConn {
         self.stream.shutdown().await
     }
 
+    /// The engine this connection sends for (its shared readers).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// The socket, for reading (HTTP requests, MODE E uploads).
     pub fn stream(&self) -> &TcpStream {
         &self.stream

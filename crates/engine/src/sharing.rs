@@ -231,6 +231,36 @@ impl Engine {
         ranges: &[(u64, u64)],
         streams: usize,
     ) -> io::Result<Readers> {
+        self.join(file, ranges, Some(streams))
+    }
+
+    /// The same for a download that must get `ranges` (increasing, not
+    /// overlapping) in file order over one connection (HTTP body, MODE
+    /// S): its pieces come in file order. A download shorter than one
+    /// block is never shared (nothing to share; it keeps small answers
+    /// cheap).
+    pub fn join_readers_in_order(
+        &self,
+        file: &Arc<File>,
+        ranges: &[(u64, u64)],
+    ) -> io::Result<Readers> {
+        let ordered = ranges
+            .windows(2)
+            .all(|w| w[0].0.saturating_add(w[0].1) <= w[1].0);
+        let total: u64 = ranges.iter().map(|r| r.1).sum();
+        match &self.inner.sharing {
+            Some(s) if ordered && total >= s.cfg.block_size => self.join(file, ranges, None),
+            _ => Ok(Readers::Unshared),
+        }
+    }
+
+    /// `streams`: `None` for an in-order reader.
+    fn join(
+        &self,
+        file: &Arc<File>,
+        ranges: &[(u64, u64)],
+        streams: Option<usize>,
+    ) -> io::Result<Readers> {
         let Some(sharing) = &self.inner.sharing else {
             return Ok(Readers::Unshared);
         };
@@ -267,9 +297,13 @@ impl Engine {
             return Ok(None);
         };
         let key = file_key(file)?;
-        Ok(Some(
-            self.register_shared(sharing, key, file, ranges, streams),
-        ))
+        Ok(Some(self.register_shared(
+            sharing,
+            key,
+            file,
+            ranges,
+            Some(streams),
+        )))
     }
 
     /// Registers a download with the selector of the file `key` names.
@@ -279,7 +313,7 @@ impl Engine {
         key: FileKey,
         file: &Arc<File>,
         ranges: &[(u64, u64)],
-        streams: usize,
+        streams: Option<usize>,
     ) -> SharedRead {
         let id = ReaderId(sharing.next_id.fetch_add(1, Relaxed));
         let notify = Arc::new(Notify::new());
@@ -298,13 +332,16 @@ impl Engine {
         }));
         {
             let mut st = shared.lock();
-            st.circus.register(id, ranges, streams, 0);
+            match streams {
+                Some(n) => st.circus.register(id, ranges, n, 0),
+                None => st.circus.register_in_order(id, ranges, 0),
+            }
             st.readers.insert(
                 id,
                 Queue {
                     pieces: VecDeque::new(),
                     notify: Arc::clone(&notify),
-                    cap: sharing.cfg.queue_len * streams.max(1),
+                    cap: sharing.cfg.queue_len * streams.unwrap_or(1).max(1),
                 },
             );
             self.batch(&shared, &mut st);
@@ -721,6 +758,69 @@ mod tests {
             assert!(reader.await.unwrap() == want, "{hold:?}");
             assert_eq!(c.snapshot().shared_bytes_sent, 300_000);
         }
+    }
+
+    #[tokio::test]
+    async fn in_order_downloads_get_their_bytes_in_file_order_and_share_reads() {
+        let e = engine(1 << 20);
+        let size = (3 << 20) + 999;
+        let data = pattern(size);
+        let file = temp_file(&data);
+        // Shorter than a block: not worth sharing.
+        assert!(matches!(
+            e.join_readers_in_order(&file, &[(0, 1000)]).unwrap(),
+            Readers::Unshared
+        ));
+        let mut all = tokio::task::JoinSet::new();
+        for from in [0usize, 100_000, 0] {
+            let (e, file) = (e.clone(), Arc::clone(&file));
+            all.spawn(async move {
+                let Readers::Shared(read) = e
+                    .join_readers_in_order(&file, &[(from as u64, (size - from) as u64)])
+                    .unwrap()
+                else {
+                    panic!("not shared under circus")
+                };
+                let (c, cancel) = (Counters::new(), Cancel::new());
+                let mut got = Vec::new();
+                while let Some(p) = read.next(&c, &cancel).await.unwrap() {
+                    assert_eq!(p.offset as usize, from + got.len(), "out of order");
+                    got.extend_from_slice(p.bytes().unwrap());
+                    tokio::task::yield_now().await;
+                    read.sent(p);
+                }
+                (from, got)
+            });
+        }
+        while let Some(r) = all.join_next().await {
+            let (from, got) = r.unwrap();
+            assert!(got == data[from..], "a copy from {from} differs");
+        }
+        let s = e.counters();
+        assert!(s.shared_bytes_read < 2 * size as u64, "{s:?}");
+        assert_eq!(e.inner.sharing.as_ref().unwrap().open_files(), 0);
+    }
+
+    #[test]
+    fn auto_shares_an_in_order_reader_only_while_another_reads_the_file() {
+        let e = Engine::new(EngineConfig {
+            sharing: SharingMode::Auto,
+            circus_block: 64 << 10,
+            ..EngineConfig::default()
+        });
+        let file = temp_file(&pattern(1 << 20));
+        let all = [(0u64, 1u64 << 20)];
+        let first = e.join_readers_in_order(&file, &all).unwrap();
+        assert!(matches!(first, Readers::Alone(_)), "{first:?}");
+        // A MODE E or in-order reader meanwhile: shared.
+        let second = e.join_readers_in_order(&file, &all).unwrap();
+        assert!(matches!(second, Readers::Shared(_)), "{second:?}");
+        let third = e.join_readers(&file, &all, 4).unwrap();
+        assert!(matches!(third, Readers::Shared(_)), "{third:?}");
+        drop((first, second, third));
+        // Everybody gone: alone again.
+        let again = e.join_readers_in_order(&file, &all).unwrap();
+        assert!(matches!(again, Readers::Alone(_)), "{again:?}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod experiment;
 pub mod linkem;
 pub mod load;
+pub mod load_mode_e;
 pub mod pagetrace;
 pub mod prereq;
 pub mod probe;

@@ -19,9 +19,9 @@ use socket2::SockRef;
 /// Longest FTP reply or HTTP header line accepted from a server.
 const MAX_LINE: usize = 8192;
 /// Size of one read from a data connection.
-const READ_CHUNK: usize = 256 * 1024;
+pub(crate) const READ_CHUNK: usize = 256 * 1024;
 /// How often a blocked read wakes up to check abort and deadline.
-const POLL_TICK: Duration = Duration::from_millis(100);
+pub(crate) const POLL_TICK: Duration = Duration::from_millis(100);
 
 /// One download.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,6 +41,10 @@ pub struct DownloadSpec {
     /// Caller's id, copied into the result (results of several generators are merged).
     #[serde(default)]
     pub id: u32,
+    /// `ftp://` only: 0 for MODE S, else MODE E over this many streams
+    /// (`load_mode_e.rs`).
+    #[serde(default)]
+    pub streams: u32,
 }
 
 /// The whole workload.
@@ -120,12 +124,12 @@ pub fn mono_now_s() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-struct Ctx {
+pub(crate) struct Ctx {
     t0: Instant,
-    deadline: Option<Instant>,
-    counter: Arc<AtomicU64>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) counter: Arc<AtomicU64>,
     /// This download's received bytes (kernel count), when series are recorded.
-    received: Option<Arc<AtomicU64>>,
+    pub(crate) received: Option<Arc<AtomicU64>>,
 }
 
 /// How stale a download's kernel received count may get.
@@ -240,7 +244,9 @@ fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
     let abort_at = d
         .abort_after_s
         .map(|s| started + Duration::from_secs_f64(s));
-    let out = if d.url.starts_with("ftp://") {
+    let out = if d.url.starts_with("ftp://") && d.streams > 0 {
+        crate::load_mode_e::mode_e_get(d, ctx, abort_at, &mut r)
+    } else if d.url.starts_with("ftp://") {
         ftp_get(d, ctx, abort_at, &mut r)
     } else if d.url.starts_with("http://") {
         http_get(d, ctx, abort_at, &mut r)
@@ -255,7 +261,7 @@ fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
 }
 
 /// Splits `scheme://host:port/path` into (address, path).
-fn split_url(url: &str, default_port: u16) -> Result<(SocketAddr, String)> {
+pub(crate) fn split_url(url: &str, default_port: u16) -> Result<(SocketAddr, String)> {
     let rest = url
         .split_once("://")
         .map(|x| x.1)
@@ -276,7 +282,7 @@ fn split_url(url: &str, default_port: u16) -> Result<(SocketAddr, String)> {
     Ok((addr, path.to_string()))
 }
 
-fn connect(addr: SocketAddr, rcvbuf: Option<usize>) -> Result<TcpStream> {
+pub(crate) fn connect(addr: SocketAddr, rcvbuf: Option<usize>) -> Result<TcpStream> {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -324,7 +330,7 @@ fn read_line(r: &mut impl BufRead) -> Result<String> {
 }
 
 /// Reads one (possibly multi-line) FTP reply: returns (code, last line).
-fn ftp_reply(r: &mut impl BufRead) -> Result<(u16, String)> {
+pub(crate) fn ftp_reply(r: &mut impl BufRead) -> Result<(u16, String)> {
     let first = read_line(r)?;
     let code: u16 = first
         .get(..3)
@@ -340,7 +346,7 @@ fn ftp_reply(r: &mut impl BufRead) -> Result<(u16, String)> {
     Ok((code, last))
 }
 
-fn ftp_cmd(
+pub(crate) fn ftp_cmd(
     w: &mut TcpStream,
     r: &mut impl BufRead,
     cmd: &str,
@@ -371,6 +377,28 @@ fn pasv_port(line: &str) -> Result<u16> {
     Ok(n[4] * 256 + n[5])
 }
 
+/// Greeting, anonymous login, TYPE I; returns the file's SIZE if told.
+pub(crate) fn ftp_login(
+    ctl: &mut TcpStream,
+    rd: &mut BufReader<TcpStream>,
+    path: &str,
+) -> Result<Option<u64>> {
+    ctl.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    let (c, l) = ftp_reply(rd)?;
+    if c != 220 {
+        bail!("greeting: {l}");
+    }
+    let (c, _) = ftp_cmd(ctl, rd, "USER anonymous", &[230, 331])?;
+    if c == 331 {
+        ftp_cmd(ctl, rd, "PASS lab@sluice", &[230])?;
+    }
+    ftp_cmd(ctl, rd, "TYPE I", &[200])?;
+    Ok(match ftp_cmd(ctl, rd, &format!("SIZE {path}"), &[213]) {
+        Ok((_, l)) => l.get(4..).and_then(|s| s.trim().parse().ok()),
+        Err(_) => None,
+    })
+}
+
 fn ftp_get(
     d: &DownloadSpec,
     ctx: &Ctx,
@@ -380,20 +408,8 @@ fn ftp_get(
     let (addr, path) = split_url(&d.url, 21)?;
     let path = percent_decode(&path);
     let mut ctl = connect(addr, None)?;
-    ctl.set_read_timeout(Some(REPLY_TIMEOUT))?;
     let mut rd = BufReader::new(ctl.try_clone()?);
-    let (c, l) = ftp_reply(&mut rd)?;
-    if c != 220 {
-        bail!("greeting: {l}");
-    }
-    let (c, _) = ftp_cmd(&mut ctl, &mut rd, "USER anonymous", &[230, 331])?;
-    if c == 331 {
-        ftp_cmd(&mut ctl, &mut rd, "PASS lab@sluice", &[230])?;
-    }
-    ftp_cmd(&mut ctl, &mut rd, "TYPE I", &[200])?;
-    if let Ok((_, l)) = ftp_cmd(&mut ctl, &mut rd, &format!("SIZE {path}"), &[213]) {
-        r.expected = l.get(4..).and_then(|s| s.trim().parse().ok());
-    }
+    r.expected = ftp_login(&mut ctl, &mut rd, &path)?;
     let (_, l) = ftp_cmd(&mut ctl, &mut rd, "PASV", &[227])?;
     let data_addr = SocketAddr::new(addr.ip(), pasv_port(&l)?);
     let mut data = connect(data_addr, d.rcvbuf)?;
@@ -464,7 +480,7 @@ fn http_get(
 }
 
 /// Closes with RST instead of FIN.
-fn rst(s: &TcpStream) {
+pub(crate) fn rst(s: &TcpStream) {
     let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
     let _ = s.shutdown(std::net::Shutdown::Both);
 }
@@ -552,7 +568,7 @@ fn pump(
     }
 }
 
-fn percent_decode(p: &str) -> String {
+pub(crate) fn percent_decode(p: &str) -> String {
     let b = p.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -630,6 +646,7 @@ mod tests {
                 abort_after_s: None,
                 rcvbuf: None,
                 id: 9,
+                streams: 0,
             }],
             sample_ms: 50,
             deadline_s: Some(30.0),

@@ -146,6 +146,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     abort_after_s: aborting.then_some(duration / 2.0),
                     rcvbuf: None,
                     id: i,
+                    streams: 0,
                 });
             }
             let outs: Vec<Result<crate::load::LoadReport>> = std::thread::scope(|sc| {

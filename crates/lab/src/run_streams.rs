@@ -190,11 +190,23 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             .iter()
             .map(|c| pick(smoke, &c.clients, c.smoke_clients.as_ref()).clone())
             .collect();
-        let steps = lists.iter().map(Vec::len).max().unwrap_or(1);
+        let popular: Vec<u32> = pick(
+            smoke,
+            &sp.popular_files.clone().unwrap_or_else(|| vec![1]),
+            sp.smoke_popular_files.as_ref(),
+        )
+        .clone();
+        let steps = lists
+            .iter()
+            .map(Vec::len)
+            .max()
+            .unwrap_or(1)
+            .max(popular.len());
         let topo = Topology::build(path, &ctx.sysctls(), &ctx.work)?;
         for step in 0..steps {
             let counts = counts_at(&lists, step);
             let mut next_file: BTreeMap<u64, usize> = BTreeMap::new();
+            let n_popular = counts_at(std::slice::from_ref(&popular), step)[0].max(1) as usize;
             let mut files: Vec<PathBuf> = Vec::new();
             let mut clients: Vec<Client> = Vec::new();
             for (ci, c) in classes.iter().enumerate() {
@@ -204,6 +216,11 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                         let k = next_file.entry(sz).or_insert(0);
                         *k += 1;
                         ensure_file_nth(&exp.data.dir, sz, *k - 1)?
+                    } else if n_popular > 1 {
+                        // Requests spread evenly over the popular files.
+                        let k = next_file.entry(sz).or_insert(0);
+                        *k += 1;
+                        ensure_file_nth(&exp.data.dir, sz, (*k - 1) % n_popular)?
                     } else {
                         ensure_file(&exp.data.dir, sz)?
                     };
@@ -244,7 +261,17 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     )
                 })
                 .collect();
-            let group = format!("{}: {}, {:.0} s", path.name, desc.join(" + "), p.dur);
+            let files_note = if sp.files == "shared" && n_popular > 1 {
+                format!(", {n_popular} files")
+            } else {
+                String::new()
+            };
+            let group = format!(
+                "{}: {}{files_note}, {:.0} s",
+                path.name,
+                desc.join(" + "),
+                p.dur
+            );
             for (si, server) in exp.servers.iter().enumerate() {
                 if !servers::check(std::slice::from_ref(server)).is_empty() {
                     table.note(&group, &server.name, "not run: program missing");
@@ -367,6 +394,25 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                         "total MB/s (whole run)",
                         sent as f64 / 1e6 / r.wall_s.max(1e-9),
                     );
+                    // Offered load: every client's application rate (the
+                    // circus-* experiments' x axis), and the share delivered.
+                    let offered: f64 = clients
+                        .iter()
+                        .map(|x| match classes[x.class].rate.as_str() {
+                            "0" => Ok(f64::NAN),
+                            r => rate(r).map(|b| b as f64),
+                        })
+                        .sum::<Result<f64>>()?;
+                    if offered.is_finite() {
+                        put(t, g, s, "offered Mbit/s", offered / 1e6);
+                        put(
+                            t,
+                            g,
+                            s,
+                            "% of offered (steady)",
+                            window_rate(&all, p.cdt, p.steady, p.dur) * 8e8 / offered,
+                        );
+                    }
                     for (ci, c) in classes.iter().enumerate() {
                         let n = clients.iter().filter(|x| x.class == ci && !x.reset).count();
                         let bins = r.timeline.get(&c.name).cloned().unwrap_or_default();
@@ -977,6 +1023,7 @@ fn run_once(
             },
             rcvbuf: None,
             id: id as u32,
+            streams: srv.streams,
         };
         match specs.iter_mut().find(|(n, _)| *n == ns) {
             Some((_, s)) => s.downloads.push(d),

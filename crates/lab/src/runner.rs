@@ -322,6 +322,7 @@ pub fn simple_load(url: &str, n: u32, class: &str) -> LoadSpec {
                 abort_after_s: None,
                 rcvbuf: None,
                 id: 0,
+                streams: 0,
             })
             .collect(),
         sample_ms: 200,

@@ -39,15 +39,31 @@ pub struct ServerSpec {
     /// (e.g. `["--drs", "on"]` for a row that sizes buffers at both ends).
     #[serde(default)]
     pub client_args: Vec<String>,
+    /// How the `streams` generator downloads from this row: "ftp" (MODE S),
+    /// "http", or "mode-e:N" (MODE E over N streams). Default: "http" for
+    /// nginx, "ftp" for the others. A sluice row with "http" serves HTTP
+    /// on the row's port (and FTP on the port after it).
+    pub client: Option<String>,
 }
 
 impl ServerSpec {
     /// URL scheme this server is driven with.
     pub fn scheme(&self) -> &'static str {
-        if self.kind == "nginx" {
+        if self.kind == "nginx" || self.client.as_deref() == Some("http") {
             "http"
         } else {
             "ftp"
+        }
+    }
+
+    /// MODE E streams the generator asks for (0: MODE S or HTTP).
+    pub fn mode_e_streams(&self) -> Result<u32> {
+        match self.client.as_deref() {
+            None | Some("ftp") | Some("http") => Ok(0),
+            Some(c) => match c.strip_prefix("mode-e:").map(str::parse::<u32>) {
+                Some(Ok(n)) if (1..=64).contains(&n) => Ok(n),
+                _ => bail!("client = {c:?}: expected ftp, http or mode-e:N (1-64)"),
+            },
         }
     }
 
@@ -82,6 +98,8 @@ pub struct Running {
     pub addr: String,
     /// Scheme ("ftp" or "http").
     pub scheme: &'static str,
+    /// MODE E streams per download (0: MODE S or HTTP).
+    pub streams: u32,
     log: PathBuf,
     /// Path prefix of files in URLs: gridftp serves real paths (restricted by -rp).
     prefix: String,
@@ -147,16 +165,23 @@ pub fn start(
     let argv: Vec<String> = match spec.kind.as_str() {
         "sluice" => {
             let bin = sluice_bin().context("sluice binary not found (set SLUICE_BIN or build sluice-server into the same target dir)")?;
+            // An HTTP row listens for HTTP on the row's port.
+            let (ftp, http) = if spec.scheme() == "http" {
+                (port + 1, vec!["--http".into(), format!("{addr}:{port}")])
+            } else {
+                (port, vec![])
+            };
             let mut v = vec![
                 bin.display().to_string(),
                 "serve".into(),
                 root_s.clone(),
                 "--ftp".into(),
-                format!("{addr}:{port}"),
+                format!("{addr}:{ftp}"),
                 // The lab runs as root, on 0.0.0.0 in some topologies
                 // (inside its own network namespace).
                 "--allow-root".into(),
             ];
+            v.extend(http);
             v.extend(spec.args.iter().cloned());
             v
         }
@@ -295,6 +320,7 @@ pub fn start(
         port,
         addr: addr.to_string(),
         scheme: spec.scheme(),
+        streams: spec.mode_e_streams()?,
         log,
         prefix,
         started,

@@ -34,6 +34,12 @@ pub struct StreamsSpec {
     /// "per-client" (every client reads its own file) or "shared" (one file per size).
     #[serde(default = "shared")]
     pub files: String,
+    /// With `files = "shared"`: how many popular files of each size the
+    /// clients' requests are spread over, evenly (round robin), per step
+    /// (a list is a sweep like the class counts; default 1).
+    pub popular_files: Option<Vec<u32>>,
+    /// Popular files per step with --smoke.
+    pub smoke_popular_files: Option<Vec<u32>>,
     /// Sampling interval of disk bytes, CPU and engine counters (the server side).
     #[serde(default = "second")]
     pub sample: String,

@@ -24,7 +24,7 @@
 //! allow_foreign_data_host = false
 //! prefetch = "auto"             # --prefetch auto|tcp|fixed|kernel (default: the engine's)
 //! cancel = true                 # --cancel on|off (eager cancellation of prefetch reads)
-//! sharing = "auto"              # --sharing auto|circus|off (MODE E readers of a file share its blocks)
+//! sharing = "auto"              # --sharing auto|circus|off (readers of a file share its blocks)
 //! metrics = "127.0.0.1:9464"    # --metrics: Prometheus text on GET /metrics (off by default)
 //! runtime = "per-core"          # --runtime per-core|shared (event loops; crate::runtime)
 //! workers = 1                   # --workers N (loops or workers; default: half the cores)
@@ -149,12 +149,12 @@ pub struct ServeArgs {
     /// at once (`on`) or let started ones run (`off`) [default: on].
     #[arg(long, value_name = "on|off")]
     pub cancel: Option<String>,
-    /// Shared reads: `circus` (MODE E downloads of one file share the
-    /// blocks read for them, each block read once and sent to every
-    /// reader, in any order), `auto` (circus for a MODE E download that
-    /// starts while another of the same file is in flight; a lone reader
-    /// reads for itself, where sharing would only cost it) or `off`
-    /// [default: auto].
+    /// Shared reads: `circus` (downloads of one file share the blocks
+    /// read for them, each block read once and sent to every reader: MODE
+    /// E in any order, HTTP bodies and MODE S in file order), `auto`
+    /// (circus for a download that starts while another of the same file
+    /// is in flight; a lone reader reads for itself, where sharing would
+    /// only cost it) or `off` [default: auto].
     #[arg(long, value_name = "auto|circus|off")]
     pub sharing: Option<String>,
     /// Serve the engine's counters in Prometheus text format on

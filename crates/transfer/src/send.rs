@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sluice_engine::verdict::SendTally;
-use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn, Readers};
+use sluice_engine::{Cancel, DataConn, Engine, IntoDataConn, Readers, SharedRead};
 use sluice_ftp::mode_e::BlockHeader;
 use sluice_platform::tcp;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::limits::{MAX_STREAMS, STREAM_PIECE};
-use crate::send_shared::send_extended_shared;
+use crate::send_shared::{send_extended_shared, send_in_order};
 use crate::spec::BlockQueue;
 use crate::{Conn, Mode, Progress, SendSpec, TransferError};
 
@@ -67,6 +67,20 @@ pub async fn send_relative<C: IntoDataConn>(
                 return Err(TransferError::Setup(
                     "MODE S needs exactly one data connection",
                 ));
+            };
+            // In-order sharing: the file's selector hands this download
+            // its blocks in file order while another reader is about.
+            let ranges: Vec<(u64, u64)> =
+                spec.ranges.iter().map(|r| (r.offset, r.len)).collect();
+            let readers = engine
+                .join_readers_in_order(&spec.file, &ranges)
+                .unwrap_or(Readers::Unshared);
+            let _alone = match readers {
+                Readers::Shared(read) => {
+                    return send_stream_shared(&read, conn, &ranges, &progress, &cancel).await;
+                }
+                Readers::Alone(mark) => Some(mark),
+                Readers::Unshared => None,
             };
             send_stream(&spec, conn, &progress, &cancel).await
         }
@@ -127,6 +141,31 @@ async fn send_stream(
         }
     }
     // End of data in MODE S is the close; FIN follows the queued data.
+    conn.shutdown().await.map_err(TransferError::Connection)?;
+    watch.finish(conn.stream(), progress);
+    Ok(total)
+}
+
+/// MODE S from the file's shared selector (in order).
+async fn send_stream_shared(
+    read: &SharedRead,
+    mut conn: DataConn,
+    ranges: &[(u64, u64)],
+    progress: &Progress,
+    cancel: &Cancel,
+) -> Result<u64, TransferError> {
+    let watch = Watch::start(conn.stream());
+    let len = ranges.iter().map(|r| r.1).sum();
+    let total = send_in_order(
+        &mut conn,
+        read,
+        &[],
+        len,
+        progress.counters(),
+        cancel,
+        |n| progress.add_bytes(n),
+    )
+    .await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
     watch.finish(conn.stream(), progress);
     Ok(total)

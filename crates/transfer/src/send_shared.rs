@@ -1,13 +1,18 @@
-//! MODE E downloads under Circus sharing (`--sharing circus`): the file's
-//! shared selector in the engine decides which block each stream sends
-//! next, in any order; every block goes out with its MODE E offset and the
-//! client reassembles (GFD.20 allows any order). The end of data is as in
-//! `send.rs`: an empty EOD|CLOSE header per stream, stream 0's with EOF
-//! and the EOD count.
+//! Downloads under Circus sharing (`--sharing auto|circus`).
+//!
+//! MODE E: the file's shared selector in the engine decides which block
+//! each stream sends next, in any order; every block goes out with its
+//! MODE E offset and the client reassembles (GFD.20 allows any order). The
+//! end of data is as in `send.rs`: an empty EOD|CLOSE header per stream,
+//! stream 0's with EOF and the EOD count.
+//!
+//! In order (MODE S, HTTP bodies): one connection takes the selector's
+//! pieces as they come, which for an in-order reader is file order
+//! ([`send_in_order`]).
 
 use std::sync::Arc;
 
-use sluice_engine::{Cancel, DataConn, SharedRead};
+use sluice_engine::{Cancel, Counters, DataConn, EngineError, SharedRead};
 use sluice_ftp::mode_e::BlockHeader;
 use tokio::task::JoinSet;
 
@@ -72,5 +77,37 @@ async fn shared_stream(
     conn.send_bytes(&end, progress.counters(), cancel).await?;
     conn.shutdown().await.map_err(TransferError::Connection)?;
     watch.finish(conn.stream(), progress);
+    Ok(sent)
+}
+
+/// Sends the next `len` bytes `read` hands out (an in-order reader: the
+/// next `len` bytes of its ranges, in file order) over `conn`, the first
+/// behind `prefix`; returns the file bytes sent. `on_piece` hears of each
+/// piece sent (progress).
+pub(crate) async fn send_in_order(
+    conn: &mut DataConn,
+    read: &SharedRead,
+    prefix: &[u8],
+    len: u64,
+    counters: &Counters,
+    cancel: &Cancel,
+    mut on_piece: impl FnMut(u64),
+) -> Result<u64, EngineError> {
+    let mut prefix = prefix;
+    let mut sent = 0;
+    while sent < len {
+        let Some(piece) = read.next(counters, cancel).await? else {
+            // Handed out in full before `len`: the ranges registered
+            // were shorter than those sent (a caller's bug).
+            return Err(EngineError::Cancelled);
+        };
+        let n = conn
+            .send_piece(prefix, &piece, piece.offset, piece.len, counters, cancel)
+            .await?;
+        prefix = &[];
+        sent += n;
+        on_piece(n);
+        read.sent(piece);
+    }
     Ok(sent)
 }

@@ -25,11 +25,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_engine::{Cancel, Engine, IntoDataConn, TlsConn};
+use sluice_engine::{Cancel, Engine, IntoDataConn, Readers, TlsConn};
 use sluice_ftp::mode_e::BlockHeader;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::send_shared::send_in_order;
 use crate::{stall, Conn, Mode, Progress, ReceiveSummary, SendSpec, TransferError};
 
 /// One piece of a body sent with [`Transfer::send_body`].
@@ -128,8 +129,31 @@ impl Transfer {
         head: &[u8],
         parts: impl IntoIterator<Item = Part<'a>>,
     ) -> Result<u64, TransferError> {
+        let parts: Vec<Part<'a>> = parts.into_iter().collect();
+        // In-order sharing (clear connections): while another reader of the
+        // file is about, its selector hands this body its file parts' blocks.
+        let readers = match (&*conn, file) {
+            (Conn::Plain(dc), Some(f)) => {
+                let ranges: Vec<(u64, u64)> = parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::File { offset, len } => Some((*offset, *len)),
+                        Part::Bytes(_) => None,
+                    })
+                    .collect();
+                let engine = dc.engine().clone();
+                engine
+                    .join_readers_in_order(f, &ranges)
+                    .unwrap_or(Readers::Unshared)
+            }
+            _ => Readers::Unshared,
+        };
         let work = async {
             let (counters, cancel) = (self.progress.counters(), &self.cancel);
+            let shared = match &readers {
+                Readers::Shared(read) => Some(read),
+                _ => None,
+            };
             // Borrowed while it is only the head: the common answer (head
             // and one file range) copies nothing.
             let mut pending: Cow<'_, [u8]> = Cow::Borrowed(head);
@@ -142,10 +166,21 @@ impl Transfer {
                     }
                     Part::File { offset, len } => {
                         let f = file.ok_or(TransferError::Setup("file part without a file"))?;
-                        let n = conn
-                            .send_range(f, offset, len, &pending, counters, cancel)
-                            .await?;
-                        self.progress.add_bytes(n);
+                        let n = match (shared, &mut *conn) {
+                            (Some(read), Conn::Plain(dc)) => {
+                                send_in_order(dc, read, &pending, len, counters, cancel, |n| {
+                                    self.progress.add_bytes(n)
+                                })
+                                .await?
+                            }
+                            _ => {
+                                let n = conn
+                                    .send_range(f, offset, len, &pending, counters, cancel)
+                                    .await?;
+                                self.progress.add_bytes(n);
+                                n
+                            }
+                        };
                         body += n;
                         pending = Cow::Owned(Vec::new());
                     }

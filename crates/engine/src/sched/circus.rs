@@ -25,6 +25,17 @@
 //!    sending is dropped (it fell out of the region; a reader that still
 //!    needs it gets it again when the head comes round).
 //!
+//! In-order readers ([`Circus::register_in_order`]: HTTP bodies, MODE S,
+//! mechanism 2 of issue 12) must get their bytes in file order, so they
+//! take only their next block, read it themselves when it is not in
+//! memory (and up to their queue's room ahead while memory is not full),
+//! never moving the head. What they share is what stays: when memory is
+//! full the block dropped is the one whose next use is furthest away, its
+//! next use being how many blocks the nearest in-order reader needing it
+//! has still to take before it (Belady; every reader announced its
+//! ranges). A trailing reader within the region of a leader so finds the
+//! leader's blocks waiting; one further behind reads what fell out.
+//!
 //! A reader that goes away ([`Circus::gone`]) is forgotten at once: its
 //! queued pieces no longer hold their blocks, and blocks only it needed go
 //! at the next batch. No clock, no I/O: `now` is passed in (it only feeds
@@ -121,6 +132,8 @@ pub struct CircusCounters {
     pub evicted_needed: u64,
     /// Reads made for independent readers, outside the region.
     pub independent_reads: u64,
+    /// Reads made for in-order readers (their next blocks).
+    pub in_order_reads: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +166,8 @@ struct Reader {
     /// Bytes per second, smoothed from `sent` reports.
     rate: f64,
     last_sent: Option<Duration>,
+    /// Takes its blocks in file order (HTTP, MODE S).
+    in_order: bool,
 }
 
 impl Reader {
@@ -223,6 +238,24 @@ impl Circus {
     /// the file), sending over `streams` connections, at `rate` bytes/s if
     /// known (0 if not).
     pub fn register(&mut self, id: ReaderId, ranges: &[(u64, u64)], streams: usize, rate: u64) {
+        self.add_reader(id, ranges, streams, rate, false);
+    }
+
+    /// Registers reader `id` that must get `ranges` in file order over one
+    /// connection (ranges in increasing offset order, not overlapping),
+    /// at `rate` bytes/s if known.
+    pub fn register_in_order(&mut self, id: ReaderId, ranges: &[(u64, u64)], rate: u64) {
+        self.add_reader(id, ranges, 1, rate, true);
+    }
+
+    fn add_reader(
+        &mut self,
+        id: ReaderId,
+        ranges: &[(u64, u64)],
+        streams: usize,
+        rate: u64,
+        in_order: bool,
+    ) {
         let bs = self.cfg.block_size;
         let mut need: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
         let mut total = 0;
@@ -248,6 +281,7 @@ impl Circus {
                 handed: 0,
                 rate: rate as f64,
                 last_sent: None,
+                in_order,
             },
         );
     }
@@ -381,7 +415,22 @@ impl Circus {
         let resident: Vec<u64> = self.by_age.values().copied().collect();
         for id in self.by_rate() {
             let r = self.readers.get_mut(&id).expect("listed");
-            for &block in &resident {
+            // In order: its next blocks while they are in memory.
+            let next: Vec<u64> = if r.in_order {
+                r.need
+                    .keys()
+                    .copied()
+                    .take_while(|b| {
+                        self.blocks
+                            .get(b)
+                            .is_some_and(|b| matches!(b.state, State::Resident { .. }))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let order = if r.in_order { &next } else { &resident };
+            for &block in order {
                 if !r.room() {
                     break;
                 }
@@ -408,7 +457,10 @@ impl Circus {
     /// The block reader `r` should have read next, if it is hungry: its
     /// first needed block not in memory, from the head of the region on
     /// (cyclically), or from its own lowest if it is independent.
-    fn wants(&self, r: &Reader, loading_needed: bool) -> Option<(u64, bool)> {
+    fn wants(&self, r: &Reader, loading_needed: bool) -> Option<(u64, Source)> {
+        if r.in_order {
+            return self.wants_in_order(r);
+        }
         if !r.room() || loading_needed {
             return None;
         }
@@ -419,8 +471,16 @@ impl Circus {
             .chain(r.need.range(..from))
             .map(|(b, _)| *b)
             .find(|b| !self.blocks.contains_key(b))
-            .map(|b| (b, indep))
+            .map(|b| {
+                let src = if indep {
+                    Source::Independent
+                } else {
+                    Source::Head
+                };
+                (b, src)
+            })
     }
+
 
     fn read(&mut self, out: &mut Vec<Action>) {
         let n = self.n_blocks().max(1);
@@ -432,17 +492,18 @@ impl Circus {
                 .filter(|(_, b)| b.state == State::Loading)
                 .map(|(i, _)| *i)
                 .collect();
-            let mut votes: BTreeMap<u64, (usize, bool)> = BTreeMap::new();
+            let mut votes: BTreeMap<u64, (usize, Source)> = BTreeMap::new();
             for r in self.readers.values() {
                 let waiting = loading.iter().any(|b| r.need.contains_key(b));
-                if let Some((b, indep)) = self.wants(r, waiting) {
-                    let v = votes.entry(b).or_insert((0, true));
+                if let Some((b, src)) = self.wants(r, waiting) {
+                    let v = votes.entry(b).or_insert((0, src));
                     v.0 += 1;
-                    v.1 &= indep;
+                    // The head moves if any voter rides it.
+                    v.1 = v.1.min(src);
                 }
             }
             let dist = |b: u64| (b + n - self.head % n) % n;
-            let Some((&block, &(_, indep))) = votes
+            let Some((&block, &(_, src))) = votes
                 .iter()
                 .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(dist(*b.0).cmp(&dist(*a.0))))
             else {
@@ -463,23 +524,39 @@ impl Circus {
             self.loading += 1;
             self.counters.reads += 1;
             self.counters.bytes_read += len;
-            if indep {
-                self.counters.independent_reads += 1;
-            } else {
-                self.head = (block + 1) % n;
+            match src {
+                Source::Head => self.head = (block + 1) % n,
+                Source::Independent => self.counters.independent_reads += 1,
+                Source::InOrder => self.counters.in_order_reads += 1,
             }
             out.push(Action::Read { block, offset, len });
         }
     }
 
-    /// Memory is full: drops the oldest block nobody is sending.
+    /// Memory is full: drops, of the blocks nobody is sending, first one
+    /// no in-order reader reaches within the region (the oldest: the
+    /// Circus order), then the in-order block used furthest ahead.
     fn evict_oldest(&mut self, out: &mut Vec<Action>) -> bool {
-        let Some(block) = self
-            .by_age
-            .values()
-            .copied()
-            .find(|b| self.blocks[b].refs == 0)
-        else {
+        let region = self.cfg.region_blocks;
+        let mut furthest: Option<(usize, u64)> = None;
+        let mut victim = None;
+        for &b in self.by_age.values() {
+            if self.blocks[&b].refs != 0 {
+                continue;
+            }
+            match self.next_use(b) {
+                Some(d) if d < region => {
+                    if furthest.is_none_or(|(f, _)| d > f) {
+                        furthest = Some((d, b));
+                    }
+                }
+                _ => {
+                    victim = Some(b);
+                    break;
+                }
+            }
+        }
+        let Some(block) = victim.or(furthest.map(|(_, b)| b)) else {
             return false;
         };
         if self.needed(block) {
@@ -489,6 +566,10 @@ impl Circus {
         true
     }
 }
+
+#[path = "circus_in_order.rs"]
+mod in_order;
+use in_order::Source;
 
 #[cfg(test)]
 #[path = "circus_tests.rs"]

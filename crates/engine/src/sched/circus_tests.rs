@@ -55,6 +55,42 @@ impl Sim {
         self.batch();
     }
 
+    /// An in-order reader: one stream, pieces must come in file order.
+    fn add_in_order(&mut self, id: u64, ranges: &[(u64, u64)], per_ms: u64) {
+        self.c.register_in_order(ReaderId(id), ranges, per_ms * 1000);
+        self.readers.insert(
+            ReaderId(id),
+            SimReader {
+                streams: vec![None; 1],
+                per_ms,
+                demand: ranges.to_vec(),
+                ..SimReader::default()
+            },
+        );
+        self.batch();
+    }
+
+    /// Reader `id` got its pieces in file order (the order it sent them).
+    fn check_in_order(&self, id: u64) {
+        let got = &self.readers[&ReaderId(id)].got;
+        for w in got.windows(2) {
+            assert_eq!(w[0].offset + w[0].len, w[1].offset, "reader {id}: {w:?}");
+        }
+    }
+
+    /// Ticks until every reader is done, checking memory stays in the region.
+    fn run_bounded(&mut self, limit_ms: u64) {
+        let region = self.c.config().region_blocks;
+        for _ in 0..limit_ms {
+            assert!(self.in_memory.len() + self.reads.len() <= region);
+            if self.readers.keys().all(|id| self.finished(id.0)) {
+                return;
+            }
+            self.tick();
+        }
+        panic!("not done after {limit_ms} ms: {:?}", self.c.counters());
+    }
+
     fn remove(&mut self, id: u64) {
         self.readers.remove(&ReaderId(id));
         self.c.gone(ReaderId(id));
@@ -374,4 +410,83 @@ fn sent_twice_or_for_an_unknown_reader_changes_nothing() {
     c.sent(ReaderId(9), piece, 2 * MS);
     assert!(!c.handed_all(ReaderId(1)));
     assert!(c.handed_all(ReaderId(9)));
+}
+
+#[test]
+fn two_in_order_readers_ten_blocks_apart_read_the_file_about_once() {
+    let size = 200_000; // 200 blocks
+    let mut s = Sim::new(cfg(16), size);
+    s.add_in_order(0, &[(0, size)], 100);
+    while s.readers[&ReaderId(0)].got.len() < 10 {
+        s.tick();
+    }
+    s.add_in_order(1, &[(0, size)], 100);
+    s.run_bounded(1_000_000);
+    s.check_exactly_once();
+    s.check_in_order(0);
+    s.check_in_order(1);
+    let c = s.c.counters();
+    // Alone each would read the file: 2x without sharing.
+    assert!(c.bytes_read <= size + size / 10, "{c:?}");
+    assert_eq!(c.bytes_queued, 2 * size);
+    assert_eq!(c.evicted_needed, 0, "{c:?}");
+}
+
+#[test]
+fn an_in_order_reader_too_far_behind_reads_for_itself() {
+    // 60 blocks apart with room for 16: the trailer finds the 16 blocks
+    // nearest to it kept (the furthest go first) and reads the rest.
+    let size = 200_000;
+    let mut s = Sim::new(cfg(16), size);
+    s.add_in_order(0, &[(0, size)], 100);
+    while s.readers[&ReaderId(0)].got.len() < 60 {
+        s.tick();
+    }
+    s.add_in_order(1, &[(0, size)], 100);
+    s.run_bounded(1_000_000);
+    s.check_exactly_once();
+    s.check_in_order(1);
+    let c = s.c.counters();
+    assert!(c.bytes_read >= size * 3 / 2, "{c:?}");
+    assert!(c.bytes_read <= 2 * size, "{c:?}");
+    assert!(c.in_order_reads > 0, "{c:?}");
+}
+
+#[test]
+fn a_slow_in_order_reader_keeps_what_it_will_reach_and_memory_stays_bounded() {
+    // A fast reader passes a slow one; the slow one's next blocks stay
+    // while it will reach them within the region, never more than that.
+    let size = 150_000;
+    let mut s = Sim::new(cfg(8), size);
+    s.add_in_order(0, &[(0, size)], 400);
+    s.add_in_order(1, &[(0, size)], 20);
+    s.add_in_order(2, &[(10_500, 70_000)], 50);
+    s.run_bounded(10_000_000);
+    s.check_exactly_once();
+    for id in 0..3 {
+        s.check_in_order(id);
+    }
+    let c = s.c.counters();
+    assert!(c.bytes_read < 3 * size, "{c:?}");
+    s.batch();
+    assert!(s.in_memory.is_empty(), "{:?}", s.in_memory);
+}
+
+#[test]
+fn in_order_and_any_order_readers_of_one_file_share_its_blocks() {
+    let size = 200_000;
+    let mut s = Sim::new(cfg(16), size);
+    s.add(0, &[(0, size)], 2, 100);
+    s.add(1, &[(0, size)], 4, 100);
+    for _ in 0..20 {
+        s.tick();
+    }
+    s.add_in_order(2, &[(0, size)], 150);
+    s.add_in_order(3, &[(0, size)], 150);
+    s.run_bounded(1_000_000);
+    s.check_exactly_once();
+    s.check_in_order(2);
+    s.check_in_order(3);
+    let c = s.c.counters();
+    assert!(c.bytes_read <= 2 * size, "{c:?}");
 }
