@@ -41,9 +41,10 @@ pub const TLS_BUFFER_LIMIT: usize = 2 * TLS_CHUNK;
 /// that lives as long as it. Made by [`Engine::tls_conn`].
 #[derive(Debug)]
 pub struct TlsConn {
+    // First: leaves Cue's scheduler before the socket closes (conn.rs).
+    turn: Turn,
     engine: Engine,
     stream: TlsStream<TcpStream>,
-    turn: Turn,
 }
 
 impl Engine {
@@ -56,10 +57,14 @@ impl Engine {
             TlsStream::Server(s) => s.get_mut().1.set_buffer_limit(Some(TLS_BUFFER_LIMIT)),
             TlsStream::Client(c) => c.get_mut().1.set_buffer_limit(Some(TLS_BUFFER_LIMIT)),
         }
+        let turn = Turn::with_cue(
+            self.config().send_quantum,
+            self.cue_join(stream.get_ref().0, None),
+        );
         TlsConn {
+            turn,
             engine: self.clone(),
             stream,
-            turn: Turn::new(self.config().send_quantum),
         }
     }
 }

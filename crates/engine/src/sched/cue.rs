@@ -58,7 +58,10 @@ impl Default for CueConfig {
         CueConfig {
             quantum: 4 << 20,
             server_cap: None,
-            idle_after: Duration::from_secs(1),
+            // Longer than a paced sender's sleep between wake-ups (half a
+            // rate-sized mark, ~2 s with the default refill time), or a
+            // slow transfer would lose and regain its share every wake-up.
+            idle_after: Duration::from_secs(5),
             burst: Duration::from_millis(100),
             classes: Vec::new(),
         }

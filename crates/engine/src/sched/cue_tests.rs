@@ -113,6 +113,7 @@ impl Sim {
 fn cfg() -> CueConfig {
     CueConfig {
         quantum: 1 << 20,
+        idle_after: Duration::from_secs(1),
         ..CueConfig::default()
     }
 }
