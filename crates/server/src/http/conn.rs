@@ -65,7 +65,10 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
     // The engine's connection object for the connection's whole life
     // (socket settings once, data path and quantum across requests).
     let mut conn: Conn = match &ctx.tls {
-        None => ctx.engine.data_conn(stream).into(),
+        None => ctx
+            .engine
+            .data_conn_in(stream, None, ctx.cue.clone())
+            .into(),
         Some(acceptor) => match acceptor.accept(stream).await {
             Ok(tls) => ctx.engine.tls_conn(tls.into()).into(),
             Err(e) => {
