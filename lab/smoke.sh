@@ -34,5 +34,15 @@ for e in $("$T/sluice-lab" list | awk '{print $1}'); do
         failed=$((failed + 1))
     fi
 done
+# Python-driven experiments with their own namespaces (lab/cue.py: issue 14's cue-scaling and
+# cue-caps); each exits non-zero when a client failed.
+for e in scaling caps; do
+    echo "== lab smoke: cue-$e"
+    if python3 lab/cue.py "$e" --smoke --bin "$T" >/dev/null; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+    fi
+done
 echo "lab-smoke: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
