@@ -783,7 +783,7 @@ async fn handshake_data(job: &Job, conn: TcpStream, data: &DataSpec) -> Result<T
         _ = job.cancel.cancelled() => return Err(OpError::Aborted),
     };
     tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
-    Ok(job.engine.tls_conn(tls.into()))
+    Ok(job.engine.tls_conn_in(tls.into(), job.cue.clone()))
 }
 
 /// PROT P for a MODE E upload: the handshake [`handshake_data`] does, run

@@ -70,7 +70,7 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             .data_conn_in(stream, None, ctx.cue.clone())
             .into(),
         Some(acceptor) => match acceptor.accept(stream).await {
-            Ok(tls) => ctx.engine.tls_conn(tls.into()).into(),
+            Ok(tls) => ctx.engine.tls_conn_in(tls.into(), ctx.cue.clone()).into(),
             Err(e) => {
                 // Garbage, a client that stopped halfway, a certificate the
                 // client refused: only this connection ends.
