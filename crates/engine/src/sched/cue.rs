@@ -132,6 +132,8 @@ struct Transfer {
     filled: Duration,
     rate: Option<u64>,
     paced: Option<Option<u64>>,
+    /// Queued in `pace`.
+    in_pace: bool,
     weight: f64,
 }
 
@@ -152,6 +154,10 @@ pub struct Cue {
     ring: VecDeque<CueId>,
     pace: VecDeque<CueId>,
     now: Duration,
+    /// When `advance` last looked for transfers gone idle.
+    scanned: Duration,
+    /// The largest weight of an active transfer (for quanta).
+    max_weight: f64,
 }
 
 /// Relative slack when comparing fill levels (floating point).
@@ -179,6 +185,8 @@ impl Cue {
             ring: VecDeque::new(),
             pace: VecDeque::new(),
             now: Duration::ZERO,
+            scanned: Duration::ZERO,
+            max_weight: 1.0,
         }
     }
 
@@ -217,7 +225,8 @@ impl Cue {
                 tokens: 0.0,
                 filled: now,
                 rate: None,
-                paced: old.and_then(|t| t.paced),
+                paced: old.as_ref().and_then(|t| t.paced),
+                in_pace: old.is_some_and(|t| t.in_pace),
                 weight: 1.0,
             },
         );
@@ -278,12 +287,18 @@ impl Cue {
     }
 
     /// Time passes: transfers idle for `idle_after` give up their share.
+    /// Looked for at most every `idle_after / 50` (a scan of every
+    /// transfer; a report per turn must not pay it each time).
     pub fn advance(&mut self, now: Duration) {
         if now <= self.now {
             return;
         }
-        let before = self.now;
         self.now = now;
+        if now < self.scanned + self.cfg.idle_after / 50 {
+            return;
+        }
+        let before = self.scanned;
+        self.scanned = now;
         let idle = self.cfg.idle_after;
         // Only a transfer that crossed into idleness since the last call
         // changes the allocation.
@@ -363,12 +378,7 @@ impl Cue {
         let Some(t) = self.transfers.get(&id) else {
             return self.cfg.quantum;
         };
-        let max = self
-            .transfers
-            .values()
-            .filter(|t| self.active(t))
-            .map(|t| t.weight)
-            .fold(0.0_f64, f64::max);
+        let max = self.max_weight;
         if max <= 0.0 || t.weight >= max {
             return self.cfg.quantum;
         }
@@ -384,6 +394,7 @@ impl Cue {
     pub fn poll_pace(&mut self) -> Option<Pace> {
         while let Some(id) = self.pace.pop_front() {
             if let Some(t) = self.transfers.get_mut(&id) {
+                t.in_pace = false;
                 if t.paced != Some(t.rate) {
                     t.paced = Some(t.rate);
                     return Some(Pace { id, rate: t.rate });
@@ -434,8 +445,12 @@ impl Cue {
             per_class[t.class] += 1;
         }
         let weights: Vec<f64> = self.classes.iter().map(|c| c.weight).collect();
+        self.max_weight = 0.0;
         for t in self.transfers.values_mut() {
             t.weight = weights[t.class] / f64::from(per_class[t.class].max(1));
+            if is_active(t) {
+                self.max_weight = self.max_weight.max(t.weight);
+            }
         }
         let mut open: Vec<CueId> = self
             .transfers
@@ -524,7 +539,8 @@ impl Cue {
                 }
                 t.rate = r;
             }
-            if t.paced != Some(t.rate) && !self.pace.contains(id) {
+            if t.paced != Some(t.rate) && !t.in_pace {
+                t.in_pace = true;
                 self.pace.push_back(*id);
             }
         }
