@@ -171,6 +171,16 @@ class Server:
         time.sleep(0.2)
 
 
+def start_retrying(kind, args, root, work, config=None):
+    """globus-gridftp-server sometimes fails its start-up name lookup
+    ("Temporary failure in name resolution") on a loaded host: once more."""
+    try:
+        return Server(kind, args, root, work, config)
+    except SystemExit:
+        time.sleep(2)
+        return Server(kind, args, root, work, config)
+
+
 def q(s):
     return s if re.fullmatch(r"[\w\-./:=,@]+", s) else "'" + s.replace("'", "'\\''") + "'"
 
@@ -310,6 +320,10 @@ ROWS_SCALING = [
     # Over linkem only: the server cap set just below the link's rate, so
     # Cue's pacing (not TCP's competition in the queue) divides the link.
     ("sluice cue, server cap 95 Mbit/s", "sluice", ["--server-rate-cap", "95mbit"], {"linkem"}),
+    # Over veth the receivers' CPU decides who gets data (2 cores shared by
+    # the server, N curl processes and the neighbour); a server cap below
+    # what they can take makes Cue's pacing decide instead.
+    ("sluice cue, server cap 800 Mbit/s", "sluice", ["--server-rate-cap", "800mbit"], {"veth"}),
     ("sluice cue k=256K", "sluice", ["--cue", "on", "--send-quantum", "256K"]),
     ("sluice no quanta", "sluice", ["--send-quantum", "1024G"]),
     ("nginx", "nginx", []),
@@ -331,7 +345,9 @@ def make_root(work, count):
 def scaling(a, work):
     counts = [2] if a.smoke else [1, 2, 4, 8, 16, 64]
     rows = [r for r in ROWS_SCALING if r[0] in ('sluice cue k=4M (default)', 'nginx')] if a.smoke else ROWS_SCALING
-    paths = ["veth", "linkem"]
+    if a.rows:
+        rows = [r for r in rows if any(w in r[0] for w in a.rows.split(","))]
+    paths = a.paths.split(",")
     secs = {"veth": 3 if a.smoke else 8, "linkem": 3 if a.smoke else 10}
     root = make_root(work, max(counts))
     dt = 0.5 if a.smoke else 1.0
@@ -344,7 +360,18 @@ def scaling(a, work):
                     for name, kind, args, *only in rows:
                         if only and pk not in only[0]:
                             continue
-                        srv = Server(kind, args, root, work)
+                        try:
+                            srv = start_retrying(kind, args, root, work)
+                        except SystemExit as e:
+                            # A peer that cannot start here is a failed row,
+                            # not the end of the experiment.
+                            print(f"{name}: {e}", file=sys.stderr)
+                            for n in counts:
+                                r = dict(n=n, path=pk, row=name, rep=rep + 1, failed_clients=n,
+                                         note=f"server did not start: {str(e)[:200]}", load=os.getloadavg()[0])
+                                print(json.dumps(r), flush=True)
+                                results.append(r)
+                            continue
                         try:
                             for n in counts:
                                 r = scaling_row(srv, n, secs[pk], dt)
@@ -579,6 +606,8 @@ def main():
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--out")
+    p.add_argument("--paths", default="veth,linkem", help="scaling: veth,linkem")
+    p.add_argument("--rows", help="scaling: only rows whose name contains one of these (comma-separated)")
     a = p.parse_args()
     BIN = os.path.abspath(a.bin)
     name = f"cue-{a.experiment}"
