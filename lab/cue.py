@@ -217,12 +217,13 @@ class Sampler(threading.Thread):
             nxt += self.dt
             time.sleep(max(0.0, nxt - time.monotonic()))
 
-    def data_keys(self, min_bytes=1 << 20):
-        """Connections that carried data (not FTP control connections)."""
+    def data_keys(self, min_bytes=1):
+        """Connections that carried data: not FTP control connections (peer
+        port FTP), so a starved transfer counts too (as zeros)."""
         last = {}
         for snap in self.snaps:
             last.update(snap)
-        return [k for k, b in last.items() if b >= min_bytes]
+        return [k for k, b in last.items() if b >= min_bytes and not k[1].endswith(f":{FTP}")]
 
     def first_seen(self, k):
         return next((t for t, s in zip(self.ticks, self.snaps) if k in s), None)
@@ -301,8 +302,9 @@ def scaling_row(server, n, seconds, dt):
     # first sample to the first one's last sample.
     firsts = [smp.first_seen(k) for k in keys]
     lasts = [smp.last_seen(k) for k in keys]
-    iv = smp.intervals(keys, max(firsts), min(lasts)) if keys and len(keys) == n else []
-    js = [jain([b / d for b in x.values()]) for d, x in iv]
+    iv = smp.intervals(keys, max(firsts), min(lasts)) if keys else []
+    # A transfer never seen (no connection yet) counts as zero.
+    js = [jain([b / d for b in x.values()] + [0.0] * max(0, n - len(keys))) for d, x in iv]
     secs = sum(d for d, _ in iv)
     agg = sum(sum(x.values()) for _, x in iv)
     last = {}
@@ -601,7 +603,8 @@ def report_caps(results):
 def main():
     global BIN
     p = argparse.ArgumentParser()
-    p.add_argument("experiment", choices=["scaling", "caps"])
+    p.add_argument("experiment", choices=["scaling", "caps", "report-scaling", "report-caps"])
+    p.add_argument("logs", nargs="*", help="report-*: log.jsonl files of runs to table together")
     p.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release"))
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--repeat", type=int, default=1)
@@ -610,6 +613,14 @@ def main():
     p.add_argument("--rows", help="scaling: only rows whose name contains one of these (comma-separated)")
     a = p.parse_args()
     BIN = os.path.abspath(a.bin)
+    if a.experiment.startswith("report-"):
+        # Tables (and plots) from the JSON lines of several runs.
+        rs = [json.loads(l) for f in a.logs for l in open(f) if l.startswith("{")]
+        os.makedirs(a.out, exist_ok=True)
+        t = report_scaling(rs, a.out) if a.experiment == "report-scaling" else report_caps(rs)
+        open(os.path.join(a.out, "table.md"), "w").write(t + "\n")
+        print(t)
+        return
     name = f"cue-{a.experiment}"
     out = a.out or os.path.join("lab", "results", name, "smoke" if a.smoke else time.strftime("%Y-%m-%d-%H%M"))
     os.makedirs(out, exist_ok=True)
