@@ -54,6 +54,7 @@ def ns(n, *a, **kw):
 def teardown():
     for n in (SRV, CLI):
         sh("ip", "netns", "del", n, check=False)
+        shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
 
 
 class Path:
@@ -63,6 +64,12 @@ class Path:
         self.kind, self.lk = kind, None
         teardown()
         for n in (SRV, CLI):
+            # globus-gridftp-server looks its interface address up by name
+            # and will not start without an answer ("Temporary failure in
+            # name resolution"); `ip netns exec` mounts this file as /etc/hosts.
+            os.makedirs(f"/etc/netns/{n}", exist_ok=True)
+            with open(f"/etc/netns/{n}/hosts", "w") as f:
+                f.write(f"127.0.0.1 localhost\n{SA} {SRV}\n{CA} {CLI}\n")
             sh("ip", "netns", "add", n)
             ns(n, "ip", "link", "set", "lo", "up")
             ns(n, "sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
