@@ -34,14 +34,20 @@ for e in $("$T/sluice-lab" list | awk '{print $1}'); do
         failed=$((failed + 1))
     fi
 done
-# Experiments driven by Python scripts (own namespaces; sluice and linkem from $T).
-for e in auto-streams receiver-load; do
-    echo "== lab smoke: $e"
-    if python3 "lab/$(echo "$e" | tr - _).py" --bin "$T" --out "lab/results/$e" --smoke >/dev/null; then
+# Experiments driven by Python scripts (own namespaces; sluice and linkem from $T);
+# each exits non-zero when a row failed.
+py_smoke() { # NAME SCRIPT [ARGS...]
+    name=$1; shift
+    echo "== lab smoke: $name"
+    if python3 "$@" --bin "$T" --smoke >/dev/null; then
         passed=$((passed + 1))
     else
         failed=$((failed + 1))
     fi
-done
+}
+py_smoke auto-streams lab/auto_streams.py --out lab/results/auto-streams
+py_smoke receiver-load lab/receiver_load.py --out lab/results/receiver-load
+py_smoke cue-scaling lab/cue.py scaling
+py_smoke cue-caps lab/cue.py caps
 echo "lab-smoke: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -81,6 +81,10 @@ mod data_path;
 /// the file read about once for eight readers.
 mod sharing;
 
+/// Cue: a capped download holds its cap roughly and arrives intact
+/// (curl and `sluice get`, sha256); two classes 3:1 under a server cap.
+mod cue;
+
 /// Hostile and malformed input on raw TCP (overlong lines, bounce, bad
 /// PORT/EPRT/REST, traversal, symlinks, bad MODE E uploads, ABOR, vanishing
 /// and stalled clients, many idle sessions): each test checks the replies

@@ -178,6 +178,11 @@ pub struct EngineConfig {
     pub drs: bool,
     /// `SO_MAX_PACING_RATE` per data socket in bytes/s; `None` = no cap.
     pub max_pacing_rate: Option<u64>,
+    /// Cue (`sched/cue.rs`): class weights, the server-wide cap and
+    /// pacing of every data connection from one scheduler; `None`: off
+    /// (each connection sends as fast as its socket takes data, yielding
+    /// after `send_quantum`). Its quantum is `send_quantum`.
+    pub cue: Option<crate::sched::cue::CueConfig>,
     /// Congestion control for data sockets ("cubic", "bbr"); `None` = system default.
     pub congestion: Option<String>,
     /// Number of blocking disk threads.
@@ -306,6 +311,7 @@ impl Default for EngineConfig {
             // noise. Grows beyond wmem_max only with CAP_NET_ADMIN.
             drs: true,
             max_pacing_rate: None,
+            cue: None,
             congestion: None,
             disk_threads: 2,
             disk_queue_depth: 64,

@@ -47,6 +47,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::flow::Flow;
+use crate::sched::cue::CueSpec;
 use crate::send::{peer_is_local, Turn};
 use crate::send_blocking::SenderThread;
 use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError};
@@ -55,9 +56,11 @@ use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError};
 /// sending state that lives as long as it. Made by [`Engine::data_conn`].
 #[derive(Debug)]
 pub struct DataConn {
+    // First: dropped before the socket, so the connection leaves Cue's
+    // scheduler (which may set the socket's pacing) before it is closed.
+    link: Link,
     engine: Engine,
     stream: TcpStream,
-    link: Link,
     /// Dynamic right-sizing of the send buffer (`--drs on`), sampled
     /// while a send runs (see [`DataConn::send_range`]).
     drs: Option<DrsSocket>,
@@ -80,10 +83,10 @@ pub(crate) struct Link {
 
 impl Link {
     /// A new connection's state: its peer judged once.
-    pub(crate) fn new(engine: &Engine, stream: &TcpStream) -> Link {
+    pub(crate) fn new(engine: &Engine, stream: &TcpStream, spec: Option<CueSpec>) -> Link {
         Link {
             local: engine.config().data_path == DataPath::Auto && peer_is_local(stream),
-            turn: Turn::new(engine.config().send_quantum),
+            turn: Turn::with_cue(engine.config().send_quantum, engine.cue_join(stream, spec)),
             flow: Flow::new(),
             thread: None,
         }
@@ -101,8 +104,20 @@ impl Engine {
     /// (GridFTP `SBUF`; the same size should have been given to
     /// [`Engine::size_before_syn`] for the socket or its listener).
     pub fn data_conn_sized(&self, stream: TcpStream, asked: Option<usize>) -> DataConn {
+        self.data_conn_in(stream, asked, None)
+    }
+
+    /// [`Engine::data_conn_sized`] for a connection of a known class and
+    /// user (Cue, `--cue`): `None` is the default class with the engine's
+    /// per-transfer cap.
+    pub fn data_conn_in(
+        &self,
+        stream: TcpStream,
+        asked: Option<usize>,
+        spec: Option<CueSpec>,
+    ) -> DataConn {
         self.prepare_socket_sized(&stream, asked);
-        let link = Link::new(self, &stream);
+        let link = Link::new(self, &stream, spec);
         let drs = self
             .drs_for(&stream, asked.is_some())
             .map(|d| d.with_mark_cap(link.flow.mark_cap.clone()));
@@ -284,7 +299,6 @@ async fn drs_during<F: std::future::Future>(
     conn: &TcpStream,
     mut send: std::pin::Pin<&mut F>,
 ) -> F::Output {
-    use std::future::Future;
     std::future::poll_fn(|cx| {
         let now = Instant::now();
         if drs.due(now) {

@@ -25,6 +25,7 @@ mod cancel;
 mod config;
 mod conn;
 mod counters;
+mod cue_hub;
 mod disk;
 pub mod drs;
 mod drs_socket;
@@ -97,6 +98,8 @@ struct Inner {
     limits: verdict::LimitTotals,
     /// Circus: readers of one file share its blocks; `None` when off.
     sharing: Option<sharing::Sharing>,
+    /// Cue: fairness and pacing across connections; `None` when off.
+    cue: Option<std::sync::Arc<cue_hub::CueHub>>,
 }
 
 impl Engine {
@@ -125,6 +128,11 @@ impl Engine {
         let buffers = BufferPool::new(config.read_buffer_size, config.buffer_pool_max);
         let prefetch = Hub::new(&config);
         let sharing = sharing::Sharing::new(&config);
+        // Cue's quantum is the engine's one send quantum (defined once).
+        if let Some(c) = config.cue.as_mut() {
+            c.quantum = config.send_quantum as u64;
+        }
+        let cue = config.cue.clone().map(cue_hub::CueHub::new);
         Ok(Engine {
             inner: Arc::new(Inner {
                 config,
@@ -136,8 +144,36 @@ impl Engine {
                 senders: refill::Senders::default(),
                 limits: verdict::LimitTotals::default(),
                 sharing,
+                cue,
             }),
         })
+    }
+
+    /// A data socket joins Cue's scheduler (when on) with `spec`, or the
+    /// default class with the engine's per-transfer cap.
+    pub(crate) fn cue_join(
+        &self,
+        stream: &tokio::net::TcpStream,
+        spec: Option<sched::cue::CueSpec>,
+    ) -> Option<cue_hub::CueTicket> {
+        use std::os::fd::AsFd;
+        let hub = self.inner.cue.as_ref()?;
+        let mut spec = spec.unwrap_or_default();
+        if spec.cap.is_none() {
+            spec.cap = self.inner.config.max_pacing_rate;
+        }
+        // A descriptor the scheduler owns (module docs of cue_hub).
+        let fd = stream.as_fd().try_clone_to_owned().ok();
+        Some(hub.join(fd, spec))
+    }
+
+    /// Cue's counters per class as Prometheus text (empty when off).
+    pub fn cue_prometheus(&self) -> String {
+        self.inner
+            .cue
+            .as_ref()
+            .map(|h| h.prometheus())
+            .unwrap_or_default()
     }
 
     /// The configuration in force (after feature fallbacks).

@@ -60,7 +60,7 @@ impl Engine {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
-        let mut link = Link::new(self, conn);
+        let mut link = Link::new(self, conn, None);
         self.send_range_on(conn, &mut link, file, offset, len, prefix, counters, cancel)
             .await
     }
@@ -386,6 +386,10 @@ pub(crate) fn read_full_at(f: &File, buf: &mut [u8], pos: u64) -> io::Result<usi
 pub(crate) struct Turn {
     used: u64,
     quantum: u64,
+    /// Cue (`--cue on`): the connection's place in the engine's scheduler,
+    /// told the turn's bytes when a turn ends, and deciding the next
+    /// quantum (scaled by the connection's weight).
+    cue: Option<crate::cue_hub::CueTicket>,
 }
 
 impl Turn {
@@ -393,18 +397,38 @@ impl Turn {
         Turn {
             used: 0,
             quantum: quantum.max(1) as u64,
+            cue: None,
+        }
+    }
+
+    /// A turn under Cue's scheduler.
+    pub(crate) fn with_cue(quantum: usize, cue: Option<crate::cue_hub::CueTicket>) -> Self {
+        Turn {
+            cue,
+            ..Turn::new(quantum)
         }
     }
 
     /// A wait for writability also ends the turn.
     pub(crate) fn waited(&mut self) {
         self.used = 0;
+        self.end_turn();
+    }
+
+    fn end_turn(&mut self) {
+        if let Some(c) = self.cue.as_mut() {
+            self.quantum = c.turn_ended().max(1);
+        }
     }
 
     pub(crate) async fn pushed(&mut self, n: u64, t: Tally<'_>) {
         self.used += n;
+        if let Some(c) = self.cue.as_mut() {
+            c.pushed(n);
+        }
         if self.used >= self.quantum {
             self.used = 0;
+            self.end_turn();
             yield_turn(t).await;
         }
     }

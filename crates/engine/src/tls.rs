@@ -41,25 +41,40 @@ pub const TLS_BUFFER_LIMIT: usize = 2 * TLS_CHUNK;
 /// that lives as long as it. Made by [`Engine::tls_conn`].
 #[derive(Debug)]
 pub struct TlsConn {
+    // First: leaves Cue's scheduler before the socket closes (conn.rs).
+    turn: Turn,
     engine: Engine,
     stream: TlsStream<TcpStream>,
-    turn: Turn,
 }
 
 impl Engine {
     /// Takes a connection whose TLS handshake is done: applies the engine's
     /// socket settings to its TCP socket and lets rustls queue a whole
     /// chunk of records.
-    pub fn tls_conn(&self, mut stream: TlsStream<TcpStream>) -> TlsConn {
+    pub fn tls_conn(&self, stream: TlsStream<TcpStream>) -> TlsConn {
+        self.tls_conn_in(stream, None)
+    }
+
+    /// [`Engine::tls_conn`] for a connection of a known Cue class and user
+    /// (see [`Engine::data_conn_in`]).
+    pub fn tls_conn_in(
+        &self,
+        mut stream: TlsStream<TcpStream>,
+        spec: Option<crate::sched::cue::CueSpec>,
+    ) -> TlsConn {
         self.prepare_socket(stream.get_ref().0);
         match &mut stream {
             TlsStream::Server(s) => s.get_mut().1.set_buffer_limit(Some(TLS_BUFFER_LIMIT)),
             TlsStream::Client(c) => c.get_mut().1.set_buffer_limit(Some(TLS_BUFFER_LIMIT)),
         }
+        let turn = Turn::with_cue(
+            self.config().send_quantum,
+            self.cue_join(stream.get_ref().0, spec),
+        );
         TlsConn {
+            turn,
             engine: self.clone(),
             stream,
-            turn: Turn::new(self.config().send_quantum),
         }
     }
 }

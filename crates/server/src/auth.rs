@@ -158,6 +158,8 @@ mod tests {
             root: None,
             writable: true,
             require_tls: None,
+            rate_cap: None,
+            class: None,
         });
         let users = Users::new(&config);
         let anon = users.check("anonymous", "x@y").unwrap();

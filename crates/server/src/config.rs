@@ -36,6 +36,7 @@
 //! log_file = "/var/log/sluice/sluice.log"  # --log-file (default: stderr; SIGUSR1 reopens)
 //! run_as = "sluice"              # --run-as NAME (alias --user): bind as root, then run as NAME
 //! allow_root = false             # --allow-root: serve as root on public addresses
+//! cue = "auto"                   # --cue on|off|auto; server_rate_cap, http_class, ftp_class, [classes]: see config/cue.rs
 //!
 //! [[user]]
 //! name = "alice"
@@ -43,6 +44,8 @@
 //! root = "/srv/alice"                     # optional, default: the served root
 //! writable = true
 //! require_tls = true                      # optional, default: the global require_tls
+//! rate_cap = "10M"                        # optional: bytes/s (or "80mbit") for all the user's transfers
+//! class = "bulk"                          # optional: the user's Cue class (default: ftp_class)
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -212,12 +215,17 @@ pub struct ServeArgs {
     /// TLS flags (crate::tls).
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
+    /// Fairness, rate caps and classes (config/cue.rs).
+    #[command(flatten)]
+    pub cue: CueArgs,
 }
 
 pub use sluice_engine::DataPath;
 
 mod tuning;
 pub use tuning::TuningArgs;
+pub mod cue;
+pub use cue::{CueArgs, CueSettings};
 
 /// A login other than anonymous, from `[[user]]` in the config file.
 #[derive(Clone, Debug, Deserialize)]
@@ -236,6 +244,13 @@ pub struct UserConfig {
     /// global `require_tls`.
     #[serde(default)]
     pub require_tls: Option<bool>,
+    /// Cap on all this user's data connections together, bytes/s (`10M`)
+    /// or bits/s (`80mbit`) (config/cue.rs).
+    #[serde(default)]
+    pub rate_cap: Option<String>,
+    /// The user's Cue class; default: `ftp_class`.
+    #[serde(default)]
+    pub class: Option<String>,
 }
 
 /// The config file, as written.
@@ -285,6 +300,13 @@ struct FileConfig {
     log_file: Option<PathBuf>,
     run_as: Option<String>,
     allow_root: Option<bool>,
+    // Cue keys (config/cue.rs).
+    cue: Option<String>,
+    server_rate_cap: Option<String>,
+    #[serde(default)]
+    classes: std::collections::BTreeMap<String, f64>,
+    http_class: Option<String>,
+    ftp_class: Option<String>,
     /// `[engine]`: the tuning keys (config/tuning.rs).
     engine: Option<TuningArgs>,
     #[serde(default, rename = "user")]
@@ -384,6 +406,8 @@ pub struct ServeConfig {
     pub run_as: Option<String>,
     /// Root allowed on public addresses (`--allow-root`).
     pub allow_root: bool,
+    /// Fairness, caps and classes (config/cue.rs).
+    pub cue: CueSettings,
 }
 
 impl ServeConfig {
@@ -402,6 +426,7 @@ impl ServeConfig {
         e.prefetch = self.prefetch;
         e.cancel = self.cancel;
         e.sharing = self.sharing;
+        e.cue = self.cue.engine.clone();
         if let Some(l) = self.notsent_lowat {
             e.notsent_lowat = l;
         }
@@ -598,7 +623,24 @@ impl ServeConfig {
                 );
             }
         }
+        let user_cue: Vec<_> = file
+            .users
+            .iter()
+            .map(|u| (u.class.as_deref(), u.rate_cap.as_deref()))
+            .collect();
+        let cue = cue::merge(
+            &args.cue,
+            &cue::CueFileKeys {
+                cue: file.cue.clone(),
+                server_rate_cap: file.server_rate_cap.clone(),
+                classes: file.classes.clone(),
+                http_class: file.http_class.clone(),
+                ftp_class: file.ftp_class.clone(),
+            },
+            &user_cue,
+        )?;
         Ok(ServeConfig {
+            cue,
             root,
             ftp,
             writable: args.writable || file.writable.unwrap_or(false),

@@ -159,6 +159,7 @@ pub async fn accept(
     engine: &Engine,
     config: Arc<rustls::ServerConfig>,
     stream: TcpStream,
+    cue: Option<sluice_engine::sched::cue::CueSpec>,
 ) -> io::Result<KtlsConn> {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let tls = match tokio::time::timeout(
@@ -180,7 +181,7 @@ pub async fn accept(
         .map_err(|e| io::Error::other(format!("kernel TLS hand-over: {e}")))?;
     let (drained, tcp) = k.into_raw();
     Ok(KtlsConn::new(
-        engine.data_conn(tcp),
+        engine.data_conn_in(tcp, None, cue),
         drained.unwrap_or_default(),
     ))
 }

@@ -65,7 +65,9 @@ async fn answer(mut conn: TcpStream, engine: &Engine) -> std::io::Result<()> {
     let (status, body) = match &req {
         Some(r) if r.path.relative() == "metrics" => (
             Status::Ok,
-            engine.counters().prometheus() + &engine.limits().prometheus(),
+            engine.counters().prometheus()
+                + &engine.limits().prometheus()
+                + &engine.cue_prometheus(),
         ),
         Some(_) => (Status::NotFound, "not found: try /metrics\n".to_string()),
         None => (Status::BadRequest, "bad request\n".to_string()),

@@ -311,10 +311,11 @@ impl Acceptor {
         &self,
         engine: &sluice_engine::Engine,
         stream: TcpStream,
+        cue: Option<sluice_engine::sched::cue::CueSpec>,
     ) -> std::io::Result<crate::transport::Conn> {
         use std::sync::atomic::Ordering;
         if self.ktls.load(Ordering::Relaxed) {
-            return match crate::ktls::accept(engine, self.config(), stream).await {
+            return match crate::ktls::accept(engine, self.config(), stream, cue).await {
                 Ok(k) => Ok(k.into()),
                 Err(e) => {
                     if e.to_string().starts_with("kernel TLS hand-over")
@@ -327,7 +328,7 @@ impl Acceptor {
             };
         }
         let tls = self.accept(stream).await?;
-        Ok(engine.tls_conn(tls.into()).into())
+        Ok(engine.tls_conn_in(tls.into(), cue).into())
     }
 
     /// Uses `config` for handshakes from now on (certificate reload).

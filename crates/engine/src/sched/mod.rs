@@ -20,6 +20,7 @@
 //! Depends on `crate::plan` for the request and id types, nothing else.
 
 pub mod circus;
+pub mod cue;
 mod delay_queue;
 mod prefetcher;
 

@@ -85,8 +85,10 @@ pub struct TuningArgs {
     #[arg(long, value_name = "on|off")]
     pub drs: Option<Setting>,
     /// SO_MAX_PACING_RATE per data socket in bytes per second, or `off`
-    /// [default: off].
-    #[arg(long, value_name = "BYTES/S|off")]
+    /// [default: off]. Under Cue (`--cue`) this is the per-transfer cap,
+    /// hence its alias `--rate-cap` (key `rate_cap`).
+    #[arg(long, visible_alias = "rate-cap", value_name = "BYTES/S|off")]
+    #[serde(alias = "rate_cap")]
     pub max_pacing_rate: Option<Setting>,
     /// TCP congestion control of data sockets (`cubic`, `bbr`, ...), or
     /// `system` [default: system].

@@ -663,6 +663,11 @@ impl Driver {
                 .map(|s| Arc::clone(&s.ftp_data)),
             shutdown: self.ctx.shutdown.clone(),
             control_input: self.input_tx.subscribe(),
+            cue: self.cfg.cue.ftp_spec(
+                (!login.anonymous)
+                    .then(|| self.cfg.users.iter().find(|u| u.name == *user))
+                    .flatten(),
+            ),
         };
         self.running = Some(cancel);
         // Counted live until its partial (if any) is put away, which may

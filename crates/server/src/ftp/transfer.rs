@@ -81,6 +81,8 @@ pub struct Job {
     /// When the session last read bytes from the control connection
     /// (it reads them, so [`Job::control`] cannot peek them any more).
     pub control_input: tokio::sync::watch::Receiver<Option<Instant>>,
+    /// The login's class, user and cap under Cue (`None`: off).
+    pub cue: Option<sluice_engine::sched::cue::CueSpec>,
 }
 
 /// A second handle on the control connection (a dup of its fd, never read,
@@ -343,7 +345,10 @@ async fn list(
         secured.push(if data.protected {
             Conn::from(handshake_data(job, c, data).await?)
         } else {
-            Conn::from(job.engine.data_conn_sized(c, asked_buffer(data)))
+            Conn::from(
+                job.engine
+                    .data_conn_in(c, asked_buffer(data), job.cue.clone()),
+            )
         });
     }
     // A directory is read, rendered and sent a batch at a time
@@ -502,7 +507,10 @@ async fn retr(
         let base = if len_given { offset } else { 0 };
         let conns: Vec<_> = conns
             .into_iter()
-            .map(|c| job.engine.data_conn_sized(c, asked_buffer(data)))
+            .map(|c| {
+                job.engine
+                    .data_conn_in(c, asked_buffer(data), job.cue.clone())
+            })
             .collect();
         let t = transfer(job, progress);
         let fut = t.send(&job.engine, spec, base, conns);
@@ -775,7 +783,7 @@ async fn handshake_data(job: &Job, conn: TcpStream, data: &DataSpec) -> Result<T
         _ = job.cancel.cancelled() => return Err(OpError::Aborted),
     };
     tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
-    Ok(job.engine.tls_conn(tls.into()))
+    Ok(job.engine.tls_conn_in(tls.into(), job.cue.clone()))
 }
 
 /// PROT P for a MODE E upload: the handshake [`handshake_data`] does, run

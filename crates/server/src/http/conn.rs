@@ -65,8 +65,11 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
     // The engine's connection object for the connection's whole life
     // (socket settings once, data path and quantum across requests).
     let mut conn: Conn = match &ctx.tls {
-        None => ctx.engine.data_conn(stream).into(),
-        Some(acceptor) => match acceptor.accept_conn(&ctx.engine, stream).await {
+        None => ctx
+            .engine
+            .data_conn_in(stream, None, ctx.cue.clone())
+            .into(),
+        Some(acceptor) => match acceptor.accept_conn(&ctx.engine, stream, ctx.cue.clone()).await {
             Ok(conn) => conn,
             Err(e) => {
                 // Garbage, a client that stopped halfway, a certificate the

@@ -69,6 +69,8 @@ pub struct HttpContext {
     /// close when it drains; a response still being sent when it cuts is
     /// cut short.
     pub shutdown: crate::shutdown::Shutdown,
+    /// The door's class under Cue (`None`: off).
+    pub cue: Option<sluice_engine::sched::cue::CueSpec>,
 }
 
 impl HttpContext {
@@ -83,6 +85,7 @@ impl HttpContext {
             digests: digests::Digests::default(),
             tls: None,
             shutdown: crate::shutdown::Shutdown::never(),
+            cue: None,
         }
     }
 
@@ -171,6 +174,7 @@ async fn start_https(
     let mut ctx = HttpContext::new(store, settings, engine.clone())
         .with_tls(Arc::clone(&server.https), cfg.tls.ktls.is_some());
     ctx.shutdown = shutdown.clone();
+    ctx.cue = cfg.cue.http_spec();
     // SIGHUP may bring new certificates (crate::reload).
     if let Some(a) = &ctx.tls {
         current.set_https_acceptor(Arc::clone(a));
@@ -218,6 +222,7 @@ async fn start_plain(
     }
     let mut ctx = HttpContext::new(store, settings, engine.clone());
     ctx.shutdown = shutdown.clone();
+    ctx.cue = cfg.cue.http_spec();
     // SIGHUP may change `http_max_connections` (crate::reload).
     current.set_http_gate(Arc::clone(&ctx.gate), ctx.settings.max_connections);
     let ctx = Arc::new(ctx);

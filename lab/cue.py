@@ -1,0 +1,657 @@
+#!/usr/bin/env python3
+"""Cue experiments (issue 14): fairness and scaling as transfers are
+added (`scaling`), and rate caps and classes (`caps`).
+
+scaling: N = 1, 2, 4, 8, 16, 64 concurrent downloads of different files,
+over a veth pair (no emulated delay) and over linkem 100 Mbit/s 20 ms.
+Per row and N: aggregate throughput, Jain's index over the per-transfer
+throughput of every whole second while all N run (mean and minimum),
+server CPU s/GiB (cgroup cpuacct), and the progress of a CPU-bound
+neighbour process (iterations/s against running alone). Rows: sluice with
+Cue (quantum 4M, the default, and 256K), sluice without quanta
+(--send-quantum 1024G), sluice with a server cap just below the link
+(linkem only: Cue's pacing divides the link), nginx, vsftpd, globus-gridftp-server; curl is the
+client of every row (HTTP for sluice and nginx, FTP for the others).
+
+caps: sluice only. 20 transfers, each its own user with rate_cap 1, 10 or
+100 Mbit/s (measured rate against cap over the 10 s window); the same 20
+uncapped under --server-rate-cap 200mbit (total against cap, Jain); two
+classes 3:1 (10 HTTP transfers `interactive`=3, 10 FTP `bulk`=1) under
+--server-rate-cap 100mbit (share against weight); and a freed share: 4
+transfers under a 100 Mbit/s server cap, one stops at 4 s, time until the
+other three send 95 % of the cap again (sampled every 100 ms).
+
+Why a script and not a sluice-lab TOML: the measurements (per-second
+Jain, a neighbour process, per-user caps with FTP logins, a departure at a
+given time) are not among sluice-lab's kinds. Like lab/drs_wan.py it makes
+its own namespaces (cue-srv, cue-cli) and path.
+
+Files: sparse files on a private tmpfs (reads of holes cost no disk and
+no page-cache growth: "warm" for every row alike); each transfer is
+bounded by time (curl --max-time), so no file ever ends within a run.
+
+Usage (root): lab/cue.py scaling|caps --bin DIR [--smoke] [--repeat N] [--out DIR]
+DIR holds release builds of `sluice` and `linkem`. --smoke: N = 2,
+2 rows, 3 s runs (< 60 s each experiment).
+"""
+import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile, threading, time
+
+SRV, CLI = "cue-srv", "cue-cli"
+SA, CA = "10.89.0.1", "10.89.0.2"
+FTP, HTTP = 2121, 8080
+CG = "/sys/fs/cgroup/cpuacct/cue-lab"
+PASSWORD = "cue-lab"
+
+
+def sh(*a, check=True, **kw):
+    return subprocess.run(list(a), check=check, capture_output=True, text=True, **kw)
+
+
+def ns(n, *a, **kw):
+    return sh("ip", "netns", "exec", n, *a, **kw)
+
+
+def teardown():
+    for n in (SRV, CLI):
+        sh("ip", "netns", "del", n, check=False)
+        shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
+
+
+class Path:
+    """Two namespaces joined by a veth pair or by linkem."""
+
+    def __init__(self, kind, bindir, work):
+        self.kind, self.lk = kind, None
+        teardown()
+        for n in (SRV, CLI):
+            # globus-gridftp-server looks its interface address up by name
+            # and will not start without an answer ("Temporary failure in
+            # name resolution"); `ip netns exec` mounts this file as /etc/hosts.
+            os.makedirs(f"/etc/netns/{n}", exist_ok=True)
+            with open(f"/etc/netns/{n}/hosts", "w") as f:
+                f.write(f"127.0.0.1 localhost\n{SA} {SRV}\n{CA} {CLI}\n")
+            sh("ip", "netns", "add", n)
+            ns(n, "ip", "link", "set", "lo", "up")
+            ns(n, "sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
+        if kind == "veth":
+            sh("ip", "link", "add", "cue-a", "netns", SRV, "type", "veth", "peer", "name", "cue-b", "netns", CLI)
+            ns(SRV, "ip", "addr", "add", f"{SA}/24", "dev", "cue-a")
+            ns(CLI, "ip", "addr", "add", f"{CA}/24", "dev", "cue-b")
+            ns(SRV, "ip", "link", "set", "cue-a", "up")
+            ns(CLI, "ip", "link", "set", "cue-b", "up")
+        else:
+            ctl = os.path.join(work, "linkem.sock")
+            if os.path.exists(ctl):
+                os.remove(ctl)
+            # 100 Mbit/s, 20 ms RTT, a drop-tail queue of 2 BDP.
+            self.lk = subprocess.Popen(
+                ["chrt", "-f", "20", os.path.join(bindir, "linkem"), "run", "--a-ns", SRV, "--a-addr", f"{SA}/24",
+                 "--b-ns", CLI, "--b-addr", f"{CA}/24", "--ctl", ctl, "--delay=10ms", "--rate=100mbit",
+                 "--limit=500000B"], stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "linkem.log"), "w"))
+            for _ in range(200):
+                if os.path.exists(ctl):
+                    break
+                time.sleep(0.05)
+        for _ in range(100):
+            if ns(CLI, "ping", "-c1", "-W1", SA, check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+
+    def close(self):
+        if self.lk:
+            self.lk.terminate()
+            self.lk.wait()
+        teardown()
+
+
+def cpu_ns():
+    try:
+        return int(open(f"{CG}/cpuacct.usage").read())
+    except OSError:
+        return 0
+
+
+class Server:
+    def __init__(self, kind, args, root, work, config=None):
+        self.kind = kind
+        wd = os.path.join(work, "srv")
+        shutil.rmtree(wd, ignore_errors=True)
+        os.makedirs(wd)
+        os.makedirs(CG, exist_ok=True)
+        if kind == "sluice":
+            argv = [os.path.join(BIN, "sluice"), "serve", root, "--ftp", f"{SA}:{FTP}", "--http", f"{SA}:{HTTP}",
+                    "--allow-root", "--log-level", "warn"] + args
+            if config:
+                cf = os.path.join(wd, "sluice.toml")
+                open(cf, "w").write(config)
+                argv += ["--config", cf]
+            self.url = lambda i: f"http://{SA}:{HTTP}/f{i}.bin"
+        elif kind == "nginx":
+            conf = os.path.join(wd, "nginx.conf")
+            open(conf, "w").write(
+                f"daemon off;\nmaster_process on;\nworker_processes auto;\nerror_log {wd}/error.log error;\npid {wd}/nginx.pid;\n"
+                f"events {{ worker_connections 4096; }}\nhttp {{\n default_type application/octet-stream;\n sendfile on;\n"
+                f" tcp_nopush on;\n access_log off;\n client_body_temp_path {wd}/cb; proxy_temp_path {wd}/px;"
+                f" fastcgi_temp_path {wd}/fc; uwsgi_temp_path {wd}/uw; scgi_temp_path {wd}/sc;\n"
+                f" server {{ listen {SA}:{HTTP}; root {root}; location / {{ }} }}\n}}\n")
+            argv = ["nginx", "-p", wd, "-c", conf, "-e", f"{wd}/error.log"]
+            self.url = lambda i: f"http://{SA}:{HTTP}/f{i}.bin"
+        elif kind == "vsftpd":
+            conf = os.path.join(wd, "vsftpd.conf")
+            os.makedirs("/var/run/vsftpd/empty", exist_ok=True)
+            open(conf, "w").write(
+                f"listen=YES\nlisten_ipv6=NO\nlisten_address={SA}\nlisten_port={FTP}\nbackground=NO\n"
+                f"anonymous_enable=YES\nno_anon_password=YES\nanon_root={root}\nlocal_enable=NO\nwrite_enable=NO\n"
+                "seccomp_sandbox=NO\npasv_enable=YES\nuse_sendfile=YES\nxferlog_enable=NO\nmax_clients=0\nmax_per_ip=0\n"
+                "secure_chroot_dir=/var/run/vsftpd/empty\nftp_username=ftp\nconnect_from_port_20=NO\n")
+            argv = ["vsftpd", conf]
+            self.url = lambda i: f"ftp://{SA}:{FTP}/f{i}.bin"
+        else:
+            empty = os.path.join(wd, "empty.conf")
+            open(empty, "w").write("")
+            argv = ["globus-gridftp-server", "-aa", "-anonymous-user", "ftp", "-rp", root, "-home-dir", root,
+                    "-c", empty, "-p", str(FTP), "-d", "error", "-control-interface", SA, "-data-interface", SA]
+            self.url = lambda i: f"ftp://{SA}:{FTP}{root}/f{i}.bin"
+        # Into the cgroup first: `ip netns exec` remounts /sys, where the
+        # cgroup tree is not mounted.
+        inner = f"echo $$ > {CG}/cgroup.procs; exec ip netns exec {SRV} " + " ".join(q(a) for a in argv)
+        self.log = open(os.path.join(wd, "server.log"), "w")
+        self.p = subprocess.Popen(["sh", "-c", inner], stdout=self.log, stderr=subprocess.STDOUT)
+        port = HTTP if kind in ("sluice", "nginx") else FTP
+        for _ in range(150):
+            if ns(SRV, "ss", "-Hltn", "sport", "=", f":{port}").stdout.strip():
+                break
+            if self.p.poll() is not None:
+                raise SystemExit(f"{kind} exited: {open(os.path.join(wd, 'server.log')).read()}")
+            time.sleep(0.1)
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(5)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        # nginx workers, gridftp children: whatever is left in the group.
+        for pid in open(f"{CG}/cgroup.procs").read().split():
+            sh("kill", "-9", pid, check=False)
+        time.sleep(0.2)
+
+
+def start_retrying(kind, args, root, work, config=None):
+    """globus-gridftp-server sometimes fails its start-up name lookup
+    ("Temporary failure in name resolution") on a loaded host: once more."""
+    try:
+        return Server(kind, args, root, work, config)
+    except SystemExit:
+        time.sleep(2)
+        return Server(kind, args, root, work, config)
+
+
+def q(s):
+    return s if re.fullmatch(r"[\w\-./:=,@]+", s) else "'" + s.replace("'", "'\\''") + "'"
+
+
+class Sampler(threading.Thread):
+    """Client-side bytes_received of every established connection (ss in
+    the client namespace) about every `dt` seconds. Each ss call is one
+    tick: `ticks[i]` its time, `snaps[i]` {(local, peer): bytes}. Rates are
+    computed between ticks as they happened (a loaded machine stretches
+    the intervals; nothing assumes they are `dt`)."""
+
+    def __init__(self, dt):
+        super().__init__(daemon=True)
+        self.dt, self.stop, self.t0 = dt, False, time.monotonic()
+        self.ticks, self.snaps = [], []
+
+    def run(self):
+        nxt = time.monotonic()
+        while not self.stop:
+            out = ns(CLI, "ss", "-tinH", "state", "established", check=False).stdout
+            now = time.monotonic() - self.t0
+            key, snap = None, {}
+            for ln in out.splitlines():
+                parts = ln.split()
+                if len(parts) >= 4 and ":" in parts[2] and not ln[:1].isspace():
+                    key = (parts[2], parts[3])
+                    continue
+                m = re.search(r"bytes_received:(\d+)", ln)
+                if key and m:
+                    snap[key] = int(m.group(1))
+                    key = None
+            self.ticks.append(now)
+            self.snaps.append(snap)
+            nxt += self.dt
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+    def data_keys(self, min_bytes=1):
+        """Connections that carried data: not FTP control connections (peer
+        port FTP), so a starved transfer counts too (as zeros)."""
+        last = {}
+        for snap in self.snaps:
+            last.update(snap)
+        return [k for k, b in last.items() if b >= min_bytes and not k[1].endswith(f":{FTP}")]
+
+    def first_seen(self, k):
+        return next((t for t, s in zip(self.ticks, self.snaps) if k in s), None)
+
+    def last_seen(self, k):
+        return next((t for t, s in zip(reversed(self.ticks), reversed(self.snaps)) if k in s), None)
+
+    def intervals(self, keys, lo, hi):
+        """(seconds, {key: bytes}) between consecutive ticks inside
+        [lo, hi] at which every key was sampled."""
+        out = []
+        for i in range(len(self.ticks) - 1):
+            a, b = self.ticks[i], self.ticks[i + 1]
+            if a < lo - 1e-6 or b > hi + 1e-6:
+                continue
+            sa, sb = self.snaps[i], self.snaps[i + 1]
+            if all(k in sa and k in sb for k in keys):
+                out.append((b - a, {k: sb[k] - sa[k] for k in keys}))
+        return out
+
+    def rate(self, k, lo, hi):
+        """Bytes/s of k between its first tick at or after lo and its last
+        at or before hi."""
+        pts = [(t, s[k]) for t, s in zip(self.ticks, self.snaps) if k in s and lo - 1e-6 <= t <= hi + 1e-6]
+        if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+            return None
+        return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+
+def jain(xs):
+    s, s2 = sum(xs), sum(x * x for x in xs)
+    return 1.0 if s2 == 0 else s * s / (len(xs) * s2)
+
+
+def neighbour(seconds):
+    """Iterations per second of a CPU-bound loop running for `seconds`."""
+    code = ("import time\nn=0\nend=time.monotonic()+%f\nwhile True:\n  for _ in range(20000): pass\n  n+=1\n"
+            "  if time.monotonic()>=end: break\nprint(n/%f)\n" % (seconds, seconds))
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def clients(urls, seconds, extra=()):
+    return [subprocess.Popen(["ip", "netns", "exec", CLI, "curl", "-s", "-o", "/dev/null", "--max-time", f"{seconds}",
+                              *extra, u], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for u in urls]
+
+
+def wait_clients(ps):
+    # curl exits 28 when --max-time ends a transfer: that is the plan here.
+    return [p.wait() for p in ps]
+
+
+def measure(server, n, seconds, dt=1.0, with_neighbour=True):
+    """N downloads for `seconds`; per-transfer bytes every dt."""
+    smp = Sampler(dt)
+    smp.start()
+    c0, t0 = cpu_ns(), time.monotonic()
+    nb = neighbour(seconds - 1) if with_neighbour else None
+    rcs = wait_clients(clients([server.url(i) for i in range(n)], seconds))
+    wall = time.monotonic() - t0
+    cpu = (cpu_ns() - c0) / 1e9
+    time.sleep(dt)
+    smp.stop = True
+    smp.join()
+    it = float(nb.communicate()[0].strip() or 0) if nb else None
+    return smp, cpu, wall, it, rcs
+
+
+def scaling_row(server, n, seconds, dt):
+    # The neighbour alone just before (the machine's load from other work
+    # changes from minute to minute).
+    alone = float(neighbour(1 if seconds < 5 else 2).communicate()[0])
+    smp, cpu, wall, it, rcs = measure(server, n, seconds, dt=dt)
+    keys = smp.data_keys()
+    bad = [rc for rc in rcs if rc not in (0, 28)]
+    # Intervals in which all N transfers were running: from the last one's
+    # first sample to the first one's last sample.
+    firsts = [smp.first_seen(k) for k in keys]
+    lasts = [smp.last_seen(k) for k in keys]
+    iv = smp.intervals(keys, max(firsts), min(lasts)) if keys else []
+    # A transfer never seen (no connection yet) counts as zero.
+    js = [jain([b / d for b in x.values()] + [0.0] * max(0, n - len(keys))) for d, x in iv]
+    secs = sum(d for d, _ in iv)
+    agg = sum(sum(x.values()) for _, x in iv)
+    last = {}
+    for snap in smp.snaps:
+        last.update(snap)
+    total = sum(last[k] for k in keys)
+    return dict(n=n, transfers_seen=len(keys), intervals=len(iv), failed_clients=len(bad), agg_MBps=agg / secs / 1e6 if js else None,
+                jain_mean=statistics.mean(js) if js else None, jain_min=min(js) if js else None,
+                cpu_s_per_GiB=cpu / (total / 2**30) if total else None,
+                neighbour_ratio=(it / alone) if it and alone else None, bytes=total)
+
+
+ROWS_SCALING = [
+    ("sluice cue k=4M (default)", "sluice", ["--cue", "on"]),
+    # Over linkem only: the server cap set just below the link's rate, so
+    # Cue's pacing (not TCP's competition in the queue) divides the link.
+    ("sluice cue, server cap 95 Mbit/s", "sluice", ["--server-rate-cap", "95mbit"], {"linkem"}),
+    # Over veth the receivers' CPU decides who gets data (2 cores shared by
+    # the server, N curl processes and the neighbour); a server cap below
+    # what they can take makes Cue's pacing decide instead.
+    ("sluice cue, server cap 800 Mbit/s", "sluice", ["--server-rate-cap", "800mbit"], {"veth"}),
+    ("sluice cue k=256K", "sluice", ["--cue", "on", "--send-quantum", "256K"]),
+    ("sluice no quanta", "sluice", ["--send-quantum", "1024G"]),
+    ("nginx", "nginx", []),
+    ("vsftpd", "vsftpd", []),
+    ("globus-gridftp-server", "gridftp", []),
+]
+
+
+def make_root(work, count):
+    root = os.path.join(work, "root")
+    os.makedirs(root, exist_ok=True)
+    sh("mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", root)
+    for i in range(count):
+        with open(os.path.join(root, f"f{i}.bin"), "wb") as f:
+            f.truncate(64 << 30)
+    return root
+
+
+def scaling(a, work):
+    counts = [2] if a.smoke else [1, 2, 4, 8, 16, 64]
+    rows = [r for r in ROWS_SCALING if r[0] in ('sluice cue k=4M (default)', 'nginx')] if a.smoke else ROWS_SCALING
+    if a.rows:
+        rows = [r for r in rows if any(w in r[0] for w in a.rows.split(","))]
+    paths = a.paths.split(",")
+    secs = {"veth": 3 if a.smoke else 8, "linkem": 3 if a.smoke else 10}
+    root = make_root(work, max(counts))
+    dt = 0.5 if a.smoke else 1.0
+    results = []
+    try:
+        for rep in range(a.repeat):
+            for pk in paths:
+                path = Path(pk, BIN, work)
+                try:
+                    for name, kind, args, *only in rows:
+                        if only and pk not in only[0]:
+                            continue
+                        try:
+                            srv = start_retrying(kind, args, root, work)
+                        except SystemExit as e:
+                            # A peer that cannot start here is a failed row,
+                            # not the end of the experiment.
+                            print(f"{name}: {e}", file=sys.stderr)
+                            for n in counts:
+                                r = dict(n=n, path=pk, row=name, rep=rep + 1, failed_clients=n,
+                                         note=f"server did not start: {str(e)[:200]}", load=os.getloadavg()[0])
+                                print(json.dumps(r), flush=True)
+                                results.append(r)
+                            continue
+                        try:
+                            for n in counts:
+                                r = scaling_row(srv, n, secs[pk], dt)
+                                r.update(rep=rep + 1, path=pk, row=name, load=os.getloadavg()[0])
+                                print(json.dumps(r), flush=True)
+                                results.append(r)
+                        finally:
+                            srv.stop()
+                finally:
+                    path.close()
+    finally:
+        sh("umount", root, check=False)
+    return results
+
+
+def user_config(caps, extra=""):
+    h = subprocess.run([os.path.join(BIN, "sluice"), "hash-password"], input=PASSWORD, capture_output=True,
+                       text=True, check=True).stdout.strip()
+    out = extra
+    for i, cap in enumerate(caps):
+        out += f'\n[[user]]\nname = "u{i}"\npassword_hash = "{h}"\nrate_cap = "{cap}"\n'
+    return out
+
+
+def rates_in(smp, lo, hi):
+    """Bytes/s of each data connection over [lo, hi]."""
+    out = {}
+    for k in smp.data_keys(64 << 10):
+        r = smp.rate(k, lo, hi)
+        if r is not None:
+            out[k] = r
+    return out
+
+
+def caps(a, work):
+    # The window: 10 s (full) after the last of 20 staggered logins.
+    secs = 6 if a.smoke else 14.5
+    lo, hi = 3.5, secs - 0.5
+    root = make_root(work, 20)
+    results = []
+    mbit = 125000
+    try:
+        path = Path("veth", BIN, work)
+        for rep in range(a.repeat):
+            # 1. Per-user caps 1/10/100 Mbit/s, one transfer per user (FTP).
+            cl = [1, 10, 100] * 7
+            cl = cl[:20]
+            srv = Server("sluice", [], root, work, user_config([f"{c}mbit" for c in cl]))
+            try:
+                smp = Sampler(0.5)
+                smp.start()
+                # Logins are started 0.15 s apart: 20 argon2 checks at once
+                # would be refused as "busy" (the server bounds them).
+                ps = []
+                for i in range(20):
+                    ps.append(subprocess.Popen(["ip", "netns", "exec", CLI, "curl", "-s", "-o", "/dev/null",
+                                                "--max-time", f"{secs - 0.15 * i:.2f}",
+                                                f"ftp://u{i}:{PASSWORD}@{SA}:{FTP}/f{i}.bin"],
+                                               stdout=subprocess.DEVNULL))
+                    time.sleep(0.15)
+                rcs = wait_clients(ps)
+                smp.stop = True
+                smp.join()
+                # Map data connections to users by their rate's order is not
+                # safe; instead each cap class is judged by its sorted rates.
+                rs = sorted(rates_in(smp, lo, hi).values())
+                want = sorted(c * mbit for c in cl)
+                for c in (1, 10, 100):
+                    got = [r for r, w in zip(rs, want) if w == c * mbit]
+                    err = [abs(g / (c * mbit) - 1) * 100 for g in got]
+                    r = dict(rep=rep + 1, case=f"per-user cap {c} Mbit/s", n=len(got),
+                             failed_clients=len([x for x in rcs if x not in (0, 28)]),
+                             mean_rate_over_cap=statistics.mean(got) / (c * mbit) if got else None,
+                             max_err_pct=max(err) if err else None, load=os.getloadavg()[0])
+                    print(json.dumps(r), flush=True)
+                    results.append(r)
+            finally:
+                srv.stop()
+            # 2. Server cap 200 Mbit/s over 20 uncapped transfers (HTTP).
+            srv = Server("sluice", ["--server-rate-cap", "200mbit"], root, work)
+            try:
+                smp, cpu, wall, it, rcs = measure(srv, 20, secs, dt=0.5, with_neighbour=False)
+                rs = list(rates_in(smp, lo, hi).values())
+                r = dict(rep=rep + 1, case="server cap 200 Mbit/s, 20 transfers", n=len(rs),
+                         total_over_cap=sum(rs) / (200 * mbit), jain=jain(rs), load=os.getloadavg()[0])
+                print(json.dumps(r), flush=True)
+                results.append(r)
+            finally:
+                srv.stop()
+            # 3. Two classes 3:1 under 100 Mbit/s: 10 HTTP (interactive), 10 FTP (bulk).
+            srv = Server("sluice", ["--server-rate-cap", "100mbit", "--class", "interactive=3", "--class", "bulk=1",
+                                    "--http-class", "interactive", "--ftp-class", "bulk"], root, work)
+            try:
+                smp = Sampler(0.5)
+                smp.start()
+                ps = clients([f"http://{SA}:{HTTP}/f{i}.bin" for i in range(10)], secs)
+                ps += clients([f"ftp://{SA}:{FTP}/f{i}.bin" for i in range(10, 20)], secs)
+                wait_clients(ps)
+                smp.stop = True
+                smp.join()
+                rs = rates_in(smp, lo, hi)
+                hi_c = sum(v for k, v in rs.items() if k[1].endswith(f":{HTTP}"))
+                lo_c = sum(v for k, v in rs.items() if not k[1].endswith(f":{HTTP}"))
+                r = dict(rep=rep + 1, case="classes 3:1 under 100 Mbit/s", interactive_share=hi_c / (hi_c + lo_c),
+                         total_over_cap=(hi_c + lo_c) / (100 * mbit), load=os.getloadavg()[0])
+                print(json.dumps(r), flush=True)
+                results.append(r)
+            finally:
+                srv.stop()
+            # 4. A freed share: 4 transfers under 100 Mbit/s, one stops at 4 s (2 s in smoke).
+            stop_at = 2 if a.smoke else 4
+            srv = Server("sluice", ["--server-rate-cap", "100mbit"], root, work)
+            try:
+                smp = Sampler(0.1)
+                smp.start()
+                t0 = smp.t0
+                ps = clients([srv.url(0)], stop_at)
+                ps += clients([srv.url(i) for i in range(1, 4)], secs)
+                wait_clients(ps)
+                smp.stop = True
+                smp.join()
+                keys = smp.data_keys(64 << 10)
+                leaver = min(keys, key=smp.last_seen)
+                gone_t = smp.last_seen(leaver)
+                rest = [k for k in keys if k != leaver]
+                # The first span of ticks at least 0.5 s long, starting
+                # after the departure, in which the other three send 95 %
+                # of the cap; reported as its end minus the departure.
+                taken = None
+                T, S = smp.ticks, smp.snaps
+                for i in range(len(T)):
+                    if T[i] < gone_t:
+                        continue
+                    j = next((j for j in range(i + 1, len(T)) if T[j] - T[i] >= 0.5), None)
+                    if j is None:
+                        break
+                    if not all(k in S[i] and k in S[j] for k in rest):
+                        continue
+                    rate = sum(S[j][k] - S[i][k] for k in rest) / (T[j] - T[i])
+                    if rate >= 0.95 * 100 * mbit:
+                        taken = T[j] - gone_t
+                        break
+                r = dict(rep=rep + 1, case="freed share, 4 -> 3 under 100 Mbit/s", seconds_to_95pct=taken,
+                         load=os.getloadavg()[0])
+                print(json.dumps(r), flush=True)
+                results.append(r)
+            finally:
+                srv.stop()
+        path.close()
+    finally:
+        sh("umount", root, check=False)
+    return results
+
+
+def svg_lines(title, xs, series, ylabel, path, logx=True):
+    """A small line chart as SVG (no plotting library on the lab hosts)."""
+    import math
+    W, H, L, B = 640, 360, 60, 40
+    ys = [y for _, pts in series for y in pts if y is not None]
+    if not ys:
+        return
+    ymax = max(ys) * 1.1 or 1
+    fx = (lambda x: math.log2(x)) if logx else (lambda x: x)
+    x0, x1 = fx(min(xs)), fx(max(xs)) if max(xs) != min(xs) else fx(min(xs)) + 1
+    px = lambda x: L + (fx(x) - x0) / (x1 - x0) * (W - L - 20)
+    py = lambda y: H - B - y / ymax * (H - B - 30)
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+           f'<text x="{W/2}" y="15" text-anchor="middle" font-size="13">{title}</text>',
+           f'<line x1="{L}" y1="{H-B}" x2="{W-10}" y2="{H-B}" stroke="black"/>',
+           f'<line x1="{L}" y1="{H-B}" x2="{L}" y2="25" stroke="black"/>',
+           f'<text x="12" y="{H/2}" transform="rotate(-90 12 {H/2})" text-anchor="middle">{ylabel}</text>']
+    for x in xs:
+        out.append(f'<text x="{px(x)}" y="{H-B+15}" text-anchor="middle">{x}</text>')
+    for k in range(5):
+        y = ymax * k / 4
+        out.append(f'<text x="{L-5}" y="{py(y)+4}" text-anchor="end">{y:.3g}</text>')
+    for i, (name, pts) in enumerate(series):
+        c = colors[i % len(colors)]
+        p = [(px(x), py(y)) for x, y in zip(xs, pts) if y is not None]
+        if p:
+            out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="' +
+                       " ".join(f"{a:.1f},{b:.1f}" for a, b in p) + '"/>')
+        out.append(f'<text x="{L+10}" y="{35+14*i}" fill="{c}">{name}</text>')
+    out.append("</svg>")
+    open(path, "w").write("\n".join(out))
+
+
+def report_scaling(results, out):
+    rows = [r for r in results if "row" in r]
+    med = lambda xs: statistics.median(xs) if xs else None
+    lines = ["| path | row | N | aggregate MB/s | Jain mean | Jain min | server CPU s/GiB | neighbour vs alone | runs | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    keys = []
+    for r in rows:
+        k = (r["path"], r["row"], r["n"])
+        if k not in keys:
+            keys.append(k)
+    agg = {}
+    for k in keys:
+        rs = [r for r in rows if (r["path"], r["row"], r["n"]) == k]
+        g = lambda f: med([r[f] for r in rs if r.get(f) is not None])
+        fmt = lambda v, p=".3f": "n/a" if v is None else format(v, p)
+        agg[k] = dict(agg=g("agg_MBps"), jain=g("jain_mean"))
+        failed = sum(r["failed_clients"] for r in rs)
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {fmt(g('agg_MBps'), '.1f')} | {fmt(g('jain_mean'))} | "
+                     f"{fmt(g('jain_min'))} | {fmt(g('cpu_s_per_GiB'))} | {fmt(g('neighbour_ratio'), '.2f')} | "
+                     f"{len(rs)}{' (' + str(failed) + ' clients failed)' if failed else ''} | "
+                     f"{fmt(g('load'), '.1f')} |")
+    for pk in sorted({k[0] for k in keys}):
+        ns_ = sorted({k[2] for k in keys if k[0] == pk})
+        names = [n for n in dict.fromkeys(k[1] for k in keys if k[0] == pk)]
+        for what, label in (("agg", "aggregate MB/s"), ("jain", "Jain's index (mean of seconds)")):
+            svg_lines(f"{label}, {pk}", ns_, [(n, [agg.get((pk, n, x), {}).get(what) for x in ns_]) for n in names],
+                      label, os.path.join(out, f"{what}-{pk}.svg"))
+    return "\n".join(lines)
+
+
+def report_caps(results):
+    lines = ["| case | rep | result | load |", "|---|---|---|---|"]
+    for r in results:
+        rest = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k not in ("case", "rep", "load")}
+        lines.append(f"| {r['case']} | {r['rep']} | {json.dumps(rest)} | {r['load']:.1f} |")
+    return "\n".join(lines)
+
+
+def main():
+    global BIN
+    p = argparse.ArgumentParser()
+    p.add_argument("experiment", choices=["scaling", "caps", "report-scaling", "report-caps"])
+    p.add_argument("logs", nargs="*", help="report-*: log.jsonl files of runs to table together")
+    p.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release"))
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--out")
+    p.add_argument("--paths", default="veth,linkem", help="scaling: veth,linkem")
+    p.add_argument("--rows", help="scaling: only rows whose name contains one of these (comma-separated)")
+    a = p.parse_args()
+    BIN = os.path.abspath(a.bin)
+    if a.experiment.startswith("report-"):
+        # Tables (and plots) from the JSON lines of several runs.
+        rs = [json.loads(l) for f in a.logs for l in open(f) if l.startswith("{")]
+        os.makedirs(a.out, exist_ok=True)
+        t = report_scaling(rs, a.out) if a.experiment == "report-scaling" else report_caps(rs)
+        open(os.path.join(a.out, "table.md"), "w").write(t + "\n")
+        print(t)
+        return
+    name = f"cue-{a.experiment}"
+    out = a.out or os.path.join("lab", "results", name, "smoke" if a.smoke else time.strftime("%Y-%m-%d-%H%M"))
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="cue-lab-")
+    # nginx's workers, vsftpd and gridftp's anonymous user must reach the root.
+    os.chmod(work, 0o755)
+    t0 = time.time()
+    try:
+        results = scaling(a, work) if a.experiment == "scaling" else caps(a, work)
+    finally:
+        teardown()
+        shutil.rmtree(work, ignore_errors=True)
+    json.dump(results, open(os.path.join(out, "results.json"), "w"), indent=1)
+    table = report_scaling(results, out) if a.experiment == "scaling" else report_caps(results)
+    cmd = " ".join(sys.argv)
+    open(os.path.join(out, "results.md"), "w").write(
+        f"# {name}\n\nCommand: `{cmd}` ({time.time() - t0:.0f} s, {a.repeat} repetition(s), "
+        f"load at end {os.getloadavg()}).\n\n{table}\n")
+    print(table)
+    bad = [r for r in results if r.get("failed_clients")]
+    if bad:
+        print(f"{name}: failed clients in {len(bad)} rows", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
