@@ -7,7 +7,7 @@ set -eu
 cd "$(dirname "$0")/.."
 need=""
 for t in globus-gridftp-server:globus-gridftp-server-progs globus-url-copy:globus-gass-copy-progs \
-         vsftpd:vsftpd nginx:nginx iperf3:iperf3 curl:curl perf:linux-perf ss:iproute2 tc:iproute2; do
+         vsftpd:vsftpd nginx:nginx iperf3:iperf3 lftp:lftp rclone:rclone wget:wget curl:curl perf:linux-perf ss:iproute2 tc:iproute2; do
     command -v "${t%%:*}" >/dev/null 2>&1 || need="$need ${t#*:}"
 done
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$need fonts-dejavu-core"
@@ -30,6 +30,15 @@ for e in $("$T/sluice-lab" list | awk '{print $1}'); do
             echo "lab smoke: $e ran but some transfers failed:"; grep "failed" "lab/results/$e/smoke/results.md" | grep -v "(optional row)"
             passed=$((passed - 1)); failed=$((failed + 1))
         fi
+    else
+        failed=$((failed + 1))
+    fi
+done
+# Script-driven experiments (rows of shell commands, not sluice-lab TOML).
+for e in datasets; do
+    echo "== lab smoke: $e"
+    if python3 "lab/$e.py" --bin "$T" --smoke --out "lab/results/$e" >/dev/null; then
+        passed=$((passed + 1))
     else
         failed=$((failed + 1))
     fi
