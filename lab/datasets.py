@@ -190,6 +190,8 @@ def rows(bindir, w):
     rc = f"rclone copy -q --transfers 8 --ftp-host {SA} --ftp-user anonymous --ftp-pass $(rclone obscure x)"
     return [
         ("sluice get -r (FTP)", "down", f"{sb} get -r -q ftp://{SA}:{FTP}/CASE/tree/ DST"),
+        ("sluice get -r --files 16 (FTP)", "down", f"{sb} get -r -q --files 16 ftp://{SA}:{FTP}/CASE/tree/ DST"),
+        ("sluice get -r --files 16 (HTTP)", "down", f"{sb} get -r -q --files 16 http://{SA}:{HTTP}/CASE/tree/ DST"),
         ("sluice get -r (HTTP)", "down", f"{sb} get -r -q http://{SA}:{HTTP}/CASE/tree/ DST"),
         ("sluice cp -f LIST (FTP)", "down", f"{sb} cp -q -f {w}/cp.list"),
         ("globus-url-copy -r -cc 4 -pp (globus)", "down", f"globus-url-copy -r -cc 4 -pp ftp://{SA}:{GFTP}DATA/CASE/tree/ file://DST/"),
@@ -406,6 +408,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--small", type=int, default=1000, help="64 KiB files of case (a) (the issue: 10,000)")
     ap.add_argument("--large", type=int, default=4, help="32 MiB files of case (b) (the issue: 100)")
+    ap.add_argument("--dirs", type=int, default=100, help="directories of case (a)")
     ap.add_argument("--cases", default="a,b,c")
     ap.add_argument("--rows", default=".", help="regexp of row names to run")
     ap.add_argument("--no-resync", action="store_true")
@@ -422,7 +425,7 @@ def main():
         small, large, large_size, dirs = 20, 2, 1 * MIB, 4
     else:
         path, out = PATHS["100m50"], a.out
-        small, large, large_size, dirs = a.small, a.large, 32 * MIB, 100
+        small, large, large_size, dirs = a.small, a.large, 32 * MIB, a.dirs
     os.makedirs(out, exist_ok=True)
     work = "/var/tmp/sluice-datasets"
     shutil.rmtree(work, ignore_errors=True)
