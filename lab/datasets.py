@@ -180,6 +180,13 @@ http {{ access_log off; client_body_temp_path {t}; proxy_temp_path {t}; fastcgi_
                 p.wait(5)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # Whatever is left in the group (globus's forked sessions, a
+        # server still draining): the group holds only this run's servers.
+        for pid in open(os.path.join(CG, "tasks")).read().split():
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
 
 
 def rows(bindir, w):

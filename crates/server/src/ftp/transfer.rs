@@ -670,6 +670,7 @@ async fn stor(
             Ok(n)
         }
     });
+    let mut synced = false;
     let result = match result {
         Ok(n) if data.mode == TransferMode::Stream => {
             // The commit's fsync starts now, while we look at the control
@@ -678,7 +679,8 @@ async fn stor(
             let engine = job.engine.clone();
             let sync = tokio::spawn(async move { engine.sync_data(&f).await });
             let dead = control_closes_within(job, CONTROL_CLOSE_GRACE).await;
-            let _ = sync.await;
+            // That sync is the commit's: it need not sync again.
+            synced = matches!(sync.await, Ok(Ok(())));
             if dead || job.cancel.is_cancelled() {
                 Err(OpError::Aborted)
             } else {
@@ -690,6 +692,7 @@ async fn stor(
     let root = Arc::clone(&job.root);
     let failed = result.as_ref().err().copied();
     let finished = blocking(job, move || match failed {
+        None if synced => upload.commit_synced(&root),
         None => upload.commit(&root),
         Some(why) => {
             upload.fail(&root, why);
