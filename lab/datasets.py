@@ -421,7 +421,20 @@ def main():
     ap.add_argument("--no-resync", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny trees on a 2 ms path, one run (< 60 s)")
     ap.add_argument("--out", default="lab/results/datasets")
+    ap.add_argument("--report-from", metavar="LOG",
+                    help="only write the report from the JSON lines a run printed (a run stopped early)")
     a = ap.parse_args()
+    if a.report_from:
+        results = [json.loads(l) for l in open(a.report_from) if l.startswith("{")]
+        meta = {}
+        for r in results:
+            if r["phase"] == "copy" and "failed" not in r:
+                meta.setdefault(r["case"], ({"a": "64 KiB files", "b": "32 MiB files", "c": "mix: 64 KiB and 32 MiB files"}[r["case"]],
+                                            r["files"], r["bytes"]))
+        a.repeat = 1 + max(r["rep"] for r in results)
+        os.makedirs(a.out, exist_ok=True)
+        report(a, dict(sorted(meta.items())), results, a.out, PATHS["100m50"])
+        return
     if os.geteuid() != 0:
         raise SystemExit("datasets: needs root (namespaces, linkem, cgroups)")
     for t in ("globus-url-copy", "lftp", "rclone", "wget"):
@@ -453,7 +466,11 @@ def main():
         expects[case] = digest(top)
         meta[case] = (desc, ns + nl, tree_bytes(top))
     os.system(f"chmod -R a+rX {work}")
-    lk = setup(path, work, a.bin)
+    try:
+        lk = setup(path, work, a.bin)
+    except BaseException:
+        teardown()
+        raise
     srv = None
     results = []
     try:
@@ -484,7 +501,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        teardown()
+    main()
