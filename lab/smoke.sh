@@ -7,7 +7,7 @@ set -eu
 cd "$(dirname "$0")/.."
 need=""
 for t in globus-gridftp-server:globus-gridftp-server-progs globus-url-copy:globus-gass-copy-progs \
-         vsftpd:vsftpd nginx:nginx iperf3:iperf3 curl:curl perf:linux-perf ss:iproute2 tc:iproute2; do
+         vsftpd:vsftpd nginx:nginx iperf3:iperf3 lftp:lftp rclone:rclone wget:wget curl:curl perf:linux-perf ss:iproute2 tc:iproute2; do
     command -v "${t%%:*}" >/dev/null 2>&1 || need="$need ${t#*:}"
 done
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$need fonts-dejavu-core"
@@ -49,5 +49,6 @@ py_smoke auto-streams lab/auto_streams.py --out lab/results/auto-streams
 py_smoke receiver-load lab/receiver_load.py --out lab/results/receiver-load
 py_smoke cue-scaling lab/cue.py scaling
 py_smoke cue-caps lab/cue.py caps
+py_smoke datasets lab/datasets.py --out lab/results/datasets
 echo "lab-smoke: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -372,8 +372,8 @@ fn inline_ok(c: &Conn, f: &Fetch, resume: bool) -> bool {
 /// `RETR`, read to the end into `.part`, rename. No drain or writer
 /// thread: a thread start and two hand-offs per file cost more than the
 /// file on a busy machine. With `next`, that file's `EPSV` and `RETR` go
-/// out as soon as this file's data has ended, before its `226`, so the
-/// server starts on it without waiting a round trip for us.
+/// out as soon as this file's `150` is in, before its data and `226`, so
+/// the server starts on it without waiting a round trip for us.
 fn fetch_inline(
     c: &mut Conn,
     remote: &str,
@@ -418,13 +418,23 @@ fn fetch_inline(
         return Err(refused("RETR", &first));
     }
     Stats::add(&stats.streams, 1);
+    // The next file's EPSV and RETR go out now, while this file's data
+    // flows: the server answers them right behind this file's 226, which
+    // a server that sees them sends as soon as its data is out (Sluice's;
+    // vsftpd and globus-gridftp-server answer them after their 226 as
+    // usual). Sent after the data had ended, they cost every file another
+    // round trip.
+    if let Some(n) = next {
+        request(c, &n)?;
+        c.pending = Some(n);
+    }
     if c.buf.len() < INLINE_BUF {
         c.buf.resize(INLINE_BUF, 0);
     }
     let mut got = 0u64;
-    loop {
+    let data = (|| loop {
         let n = match sock.read(&mut c.buf) {
-            Ok(0) => break,
+            Ok(0) => return Ok(()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(ClientError::net("read data", e)),
@@ -434,17 +444,25 @@ fn fetch_inline(
         got += n as u64;
         Stats::add(&stats.bytes, n as u64);
         Stats::add(&stats.bytes_written, n as u64);
-    }
+    })();
     drop(sock);
-    if let Some(n) = next {
-        request(c, &n)?;
-        c.pending = Some(n);
-    }
-    let last = loop {
+    let last = data.and_then(|()| loop {
         let r = c.ctl.read_reply()?;
         if !r.code.is_preliminary() {
-            break r;
+            break Ok(r);
         }
+    });
+    // This file's final reply is unread and the next file's commands are
+    // out: the connection cannot be brought back in step cheaply, so it
+    // is given up (a network error) and the file retried on a new one.
+    let last = match last {
+        Err(e) if c.pending.take().is_some() => {
+            return Err(ClientError::net(
+                "pipelined transfer",
+                std::io::Error::other(format!("dropped out of step: {e}")),
+            ))
+        }
+        r => r?,
     };
     if !last.code.is_completion() {
         return Err(refused("transfer", &last));

@@ -453,6 +453,7 @@ async fn retr(
     events: &mpsc::UnboundedSender<Event>,
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
+    let started = Instant::now();
     let (store, p) = (Arc::clone(&job.store), path.clone());
     let file = blocking(job, move || {
         check_names_dir(store.root(), &p)?;
@@ -522,10 +523,34 @@ async fn retr(
         // FIN), or after CLIENT_CLOSE_WAIT. A fast 1-byte transfer could
         // otherwise put 150 and 226 in one segment, and aria2c 1.36 reads
         // both but acts on the 150 only, then waits 60 s for a 226 it
-        // already has. vsftpd's slower 226 hides the same race.
-        let _ = tokio::time::timeout(CLIENT_CLOSE_WAIT, wait_eof(&w)).await;
+        // already has. vsftpd's slower 226 hides the same race (it sends
+        // 226 after a lingering close(): once our FIN is acknowledged,
+        // about a round trip after the last byte).
+        //
+        // A client that has already sent its next command during this
+        // transfer (`sluice get -r` sends the next file's EPSV and RETR
+        // after the 150) reads replies in order, not the aria2c way:
+        // its 226, and the 229 right behind it, go out as soon as the
+        // data is sent and the socket shut down. Waiting for its close
+        // would cost every file of a tree a round trip.
+        if !client_pipelined(job, started) {
+            let _ = tokio::time::timeout(CLIENT_CLOSE_WAIT, wait_eof(&w)).await;
+        }
     }
     Ok(n)
+}
+
+/// Whether the client sent control bytes since `since` (the transfer's
+/// start): read by the session task already, or still unread on the
+/// socket (peeked without waiting).
+fn client_pipelined(job: &Job, since: Instant) -> bool {
+    if job.control_input.borrow().is_some_and(|t| t >= since) {
+        return true;
+    }
+    let Some(c) = &job.control else { return false };
+    // The socket is non-blocking (tokio's): no bytes is WouldBlock.
+    let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    matches!(socket2::SockRef::from(c).peek(&mut b), Ok(n) if n > 0)
 }
 
 /// How long a finished MODE S download waits for the client to close its
@@ -653,6 +678,7 @@ async fn stor(
             Ok(n)
         }
     });
+    let mut synced = false;
     let result = match result {
         Ok(n) if data.mode == TransferMode::Stream => {
             // The commit's fsync starts now, while we look at the control
@@ -661,7 +687,8 @@ async fn stor(
             let engine = job.engine.clone();
             let sync = tokio::spawn(async move { engine.sync_data(&f).await });
             let dead = control_closes_within(job, CONTROL_CLOSE_GRACE).await;
-            let _ = sync.await;
+            // That sync is the commit's: it need not sync again.
+            synced = matches!(sync.await, Ok(Ok(())));
             if dead || job.cancel.is_cancelled() {
                 Err(OpError::Aborted)
             } else {
@@ -673,6 +700,7 @@ async fn stor(
     let root = Arc::clone(&job.root);
     let failed = result.as_ref().err().copied();
     let finished = blocking(job, move || match failed {
+        None if synced => upload.commit_synced(&root),
         None => upload.commit(&root),
         Some(why) => {
             upload.fail(&root, why);
