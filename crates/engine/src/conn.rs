@@ -276,7 +276,6 @@ async fn drs_during<F: std::future::Future>(
     conn: &TcpStream,
     mut send: std::pin::Pin<&mut F>,
 ) -> F::Output {
-    use std::future::Future;
     std::future::poll_fn(|cx| {
         let now = Instant::now();
         if drs.due(now) {
