@@ -147,9 +147,11 @@ class Server:
             argv = ["vsftpd", conf]
             self.url = lambda i: f"ftp://{SA}:{FTP}/f{i}.bin"
         else:
+            # Home "/": curl walks the URL's path with one CWD per
+            # component from the login directory.
             empty = os.path.join(wd, "empty.conf")
             open(empty, "w").write("")
-            argv = ["globus-gridftp-server", "-aa", "-anonymous-user", "ftp", "-rp", root, "-home-dir", root,
+            argv = ["globus-gridftp-server", "-aa", "-anonymous-user", "ftp", "-rp", root, "-home-dir", "/",
                     "-c", empty, "-p", str(FTP), "-d", "error", "-control-interface", SA, "-data-interface", SA]
             self.url = lambda i: f"ftp://{SA}:{FTP}{root}/f{i}.bin"
         # Into the cgroup first: `ip netns exec` remounts /sys, where the
@@ -333,6 +335,11 @@ ROWS_SCALING = [
     # the server, N curl processes and the neighbour); a server cap below
     # what they can take makes Cue's pacing decide instead.
     ("sluice cue, server cap 800 Mbit/s", "sluice", ["--server-rate-cap", "800mbit"], {"veth"}),
+    # The files' holes are never "in the page cache" for cachestat, so
+    # sluice's default `--prefetch auto` plans reads on disk threads where
+    # nginx and vsftpd sendfile the zero page: the kernel's read-ahead row
+    # shows what that costs here.
+    ("sluice cue, --prefetch kernel", "sluice", ["--cue", "on", "--prefetch", "kernel"], {"veth"}),
     ("sluice cue k=256K", "sluice", ["--cue", "on", "--send-quantum", "256K"]),
     ("sluice no quanta", "sluice", ["--send-quantum", "1024G"]),
     ("nginx", "nginx", []),
