@@ -34,7 +34,7 @@ Usage (root): lab/cue.py scaling|caps --bin DIR [--smoke] [--repeat N] [--out DI
 DIR holds release builds of `sluice` and `linkem`. --smoke: N = 2,
 2 rows, 3 s runs (< 60 s each experiment).
 """
-import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile, threading, time
+import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
 SRV, CLI = "cue-srv", "cue-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
@@ -68,8 +68,10 @@ class Path:
             # and will not start without an answer ("Temporary failure in
             # name resolution"); `ip netns exec` mounts this file as /etc/hosts.
             os.makedirs(f"/etc/netns/{n}", exist_ok=True)
+            # Its PASV also looks up this host's own name.
+            me = SA if n == SRV else CA
             with open(f"/etc/netns/{n}/hosts", "w") as f:
-                f.write(f"127.0.0.1 localhost\n{SA} {SRV}\n{CA} {CLI}\n")
+                f.write(f"127.0.0.1 localhost\n{me} {socket.gethostname()}\n{SA} {SRV}\n{CA} {CLI}\n")
             sh("ip", "netns", "add", n)
             ns(n, "ip", "link", "set", "lo", "up")
             ns(n, "sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
@@ -630,6 +632,8 @@ def main():
     if a.experiment.startswith("report-"):
         # Tables (and plots) from the JSON lines of several runs.
         rs = [json.loads(l) for f in a.logs for l in open(f) if l.startswith("{")]
+        # A server that did not start left a row of notes, not of numbers.
+        rs = [r for r in rs if "note" not in r]
         os.makedirs(a.out, exist_ok=True)
         t = report_scaling(rs, a.out) if a.experiment == "report-scaling" else report_caps(rs)
         open(os.path.join(a.out, "table.md"), "w").write(t + "\n")
