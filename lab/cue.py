@@ -34,7 +34,7 @@ Usage (root): lab/cue.py scaling|caps --bin DIR [--smoke] [--repeat N] [--out DI
 DIR holds release builds of `sluice` and `linkem`. --smoke: N = 2,
 2 rows, 3 s runs (< 60 s each experiment).
 """
-import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile, threading, time
+import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
 SRV, CLI = "cue-srv", "cue-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
@@ -68,8 +68,10 @@ class Path:
             # and will not start without an answer ("Temporary failure in
             # name resolution"); `ip netns exec` mounts this file as /etc/hosts.
             os.makedirs(f"/etc/netns/{n}", exist_ok=True)
+            # Its PASV also looks up this host's own name.
+            me = SA if n == SRV else CA
             with open(f"/etc/netns/{n}/hosts", "w") as f:
-                f.write(f"127.0.0.1 localhost\n{SA} {SRV}\n{CA} {CLI}\n")
+                f.write(f"127.0.0.1 localhost\n{me} {socket.gethostname()}\n{SA} {SRV}\n{CA} {CLI}\n")
             sh("ip", "netns", "add", n)
             ns(n, "ip", "link", "set", "lo", "up")
             ns(n, "sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
@@ -147,9 +149,11 @@ class Server:
             argv = ["vsftpd", conf]
             self.url = lambda i: f"ftp://{SA}:{FTP}/f{i}.bin"
         else:
+            # Home "/": curl walks the URL's path with one CWD per
+            # component from the login directory.
             empty = os.path.join(wd, "empty.conf")
             open(empty, "w").write("")
-            argv = ["globus-gridftp-server", "-aa", "-anonymous-user", "ftp", "-rp", root, "-home-dir", root,
+            argv = ["globus-gridftp-server", "-aa", "-anonymous-user", "ftp", "-rp", root, "-home-dir", "/",
                     "-c", empty, "-p", str(FTP), "-d", "error", "-control-interface", SA, "-data-interface", SA]
             self.url = lambda i: f"ftp://{SA}:{FTP}{root}/f{i}.bin"
         # Into the cgroup first: `ip netns exec` remounts /sys, where the
@@ -333,6 +337,11 @@ ROWS_SCALING = [
     # the server, N curl processes and the neighbour); a server cap below
     # what they can take makes Cue's pacing decide instead.
     ("sluice cue, server cap 800 Mbit/s", "sluice", ["--server-rate-cap", "800mbit"], {"veth"}),
+    # The files' holes are never "in the page cache" for cachestat, so
+    # sluice's default `--prefetch auto` plans reads on disk threads where
+    # nginx and vsftpd sendfile the zero page: the kernel's read-ahead row
+    # shows what that costs here.
+    ("sluice cue, --prefetch kernel", "sluice", ["--cue", "on", "--prefetch", "kernel"], {"veth"}),
     ("sluice cue k=256K", "sluice", ["--cue", "on", "--send-quantum", "256K"]),
     ("sluice no quanta", "sluice", ["--send-quantum", "1024G"]),
     ("nginx", "nginx", []),
@@ -623,6 +632,8 @@ def main():
     if a.experiment.startswith("report-"):
         # Tables (and plots) from the JSON lines of several runs.
         rs = [json.loads(l) for f in a.logs for l in open(f) if l.startswith("{")]
+        # A server that did not start left a row of notes, not of numbers.
+        rs = [r for r in rs if "note" not in r]
         os.makedirs(a.out, exist_ok=True)
         t = report_scaling(rs, a.out) if a.experiment == "report-scaling" else report_caps(rs)
         open(os.path.join(a.out, "table.md"), "w").write(t + "\n")
