@@ -252,12 +252,17 @@ fn twenty_clients_of_every_kind_share_one_file_in_and_out_of_order() {
         jobs.push((d, c));
         let d = dest("aria2c", i);
         let mut c = Command::new("aria2c");
-        c.args(["-x", "1", "--allow-overwrite=true", "--auto-file-renaming=false"])
-            .args(["--file-allocation=none", "-q", "-d"])
-            .arg(dir.path())
-            .arg("-o")
-            .arg(d.file_name().expect("name"))
-            .arg(&http);
+        c.args([
+            "-x",
+            "1",
+            "--allow-overwrite=true",
+            "--auto-file-renaming=false",
+        ])
+        .args(["--file-allocation=none", "-q", "-d"])
+        .arg(dir.path())
+        .arg("-o")
+        .arg(d.file_name().expect("name"))
+        .arg(&http);
         jobs.push((d, c));
     }
     // MODE S (curl over ftp:// never asks for MODE E).

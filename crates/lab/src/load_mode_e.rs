@@ -225,13 +225,9 @@ pub(crate) fn mode_e_get(
                     let (shared, counter, received) =
                         (shared.clone(), ctx.counter.clone(), ctx.received.clone());
                     let deadline = [abort_at, ctx.deadline].into_iter().flatten().min();
-                    threads.push(
-                        std::thread::Builder::new()
-                            .stack_size(256 * 1024)
-                            .spawn(move || {
-                                stream(s, per_stream, &shared, &counter, received, deadline)
-                            })?,
-                    );
+                    threads.push(std::thread::Builder::new().stack_size(256 * 1024).spawn(
+                        move || stream(s, per_stream, &shared, &counter, received, deadline),
+                    )?);
                     continue;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

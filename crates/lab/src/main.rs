@@ -108,6 +108,13 @@ fn main() -> Result<()> {
                         *l = sluice_lab::streams::counts_at(std::slice::from_ref(l), n);
                     }
                 }
+                // The popular-files sweep steps with the counts.
+                for l in [st.popular_files.as_mut(), st.smoke_popular_files.as_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    *l = sluice_lab::streams::counts_at(std::slice::from_ref(l), n);
+                }
             }
             if skip_missing {
                 let (keep, _): (Vec<_>, Vec<_>) =

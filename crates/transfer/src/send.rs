@@ -70,8 +70,7 @@ pub async fn send_relative<C: IntoDataConn>(
             };
             // In-order sharing: the file's selector hands this download
             // its blocks in file order while another reader is about.
-            let ranges: Vec<(u64, u64)> =
-                spec.ranges.iter().map(|r| (r.offset, r.len)).collect();
+            let ranges: Vec<(u64, u64)> = spec.ranges.iter().map(|r| (r.offset, r.len)).collect();
             let readers = engine
                 .join_readers_in_order(&spec.file, &ranges)
                 .unwrap_or(Readers::Unshared);

@@ -481,7 +481,6 @@ impl Circus {
             })
     }
 
-
     fn read(&mut self, out: &mut Vec<Action>) {
         let n = self.n_blocks().max(1);
         while self.loading < self.cfg.read_depth {

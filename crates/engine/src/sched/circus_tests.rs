@@ -57,7 +57,8 @@ impl Sim {
 
     /// An in-order reader: one stream, pieces must come in file order.
     fn add_in_order(&mut self, id: u64, ranges: &[(u64, u64)], per_ms: u64) {
-        self.c.register_in_order(ReaderId(id), ranges, per_ms * 1000);
+        self.c
+            .register_in_order(ReaderId(id), ranges, per_ms * 1000);
         self.readers.insert(
             ReaderId(id),
             SimReader {
