@@ -21,6 +21,8 @@ DIR holds release builds of `sluice` and `linkem`.
 """
 import argparse, json, os, re, statistics, subprocess, sys, threading, time
 
+from labkit import sh, ns, fmt
+
 SRV, CLI = "as-srv", "as-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
 FTP, HTTP = 2121, 8080
@@ -29,14 +31,6 @@ FTP, HTTP = 2121, 8080
 SYSCTLS = {"net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 16384 4194304",
            "net.ipv4.tcp_no_metrics_save": "1"}
 PATH = dict(name="400 Mbit/s, 50 ms", rate="400mbit", delay="25ms", limit="5000000B")
-
-
-def sh(*a, check=True, **kw):
-    return subprocess.run(list(a), check=check, capture_output=True, text=True, **kw)
-
-
-def ns(n, *a, **kw):
-    return sh("ip", "netns", "exec", n, *a, **kw)
 
 
 def teardown():
@@ -253,13 +247,6 @@ def t90(series, ref_rate):
         if r >= 0.9 * ref_rate:
             return t
     return None
-
-
-def fmt(vals, f="{:.1f}"):
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return "n/a"
-    return f"{f.format(statistics.median(vals))} ({f.format(min(vals))}–{f.format(max(vals))}, n={len(vals)})"
 
 
 def plot(out, runs, comps):

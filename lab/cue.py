@@ -36,19 +36,13 @@ DIR holds release builds of `sluice` and `linkem`. --smoke: N = 2,
 """
 import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
+from labkit import sh, ns
+
 SRV, CLI = "cue-srv", "cue-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
 FTP, HTTP = 2121, 8080
 CG = "/sys/fs/cgroup/cpuacct/cue-lab"
 PASSWORD = "cue-lab"
-
-
-def sh(*a, check=True, **kw):
-    return subprocess.run(list(a), check=check, capture_output=True, text=True, **kw)
-
-
-def ns(n, *a, **kw):
-    return sh("ip", "netns", "exec", n, *a, **kw)
 
 
 def teardown():

@@ -37,16 +37,14 @@ row failed (wrong file count or sha256).
 """
 import argparse, hashlib, json, os, random, re, shutil, socket, statistics, subprocess, sys, time
 
+from labkit import sh
+
 SRV, CLI = "ds-srv", "ds-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
 FTP, FTPW, HTTP, GFTP, GFTPW, NGINX = 2121, 2122, 8080, 2811, 2812, 8081
 CG = "/sys/fs/cgroup/cpuacct/sluice-datasets"
 LAB = {"net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 16384 4194304"}
 KIB, MIB = 1 << 10, 1 << 20
-
-
-def sh(*a, check=True, **kw):
-    return subprocess.run(list(a), check=check, capture_output=True, text=True, **kw)
 
 
 def teardown():

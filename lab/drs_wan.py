@@ -16,6 +16,8 @@ DIR holds release builds of `sluice` and `linkem`.
 """
 import argparse, json, os, re, statistics, subprocess, sys, threading, time
 
+from labkit import sh, ns, fmt
+
 SRV, CLI = "drs-srv", "drs-cli"
 SA, CA = "10.88.0.1", "10.88.0.2"
 PORT = 2121
@@ -56,14 +58,6 @@ PATHS = {
     "400m100": dict(name="400 Mbit/s, 100 ms", rate="400mbit", delay="50ms", limit="10000000B"),
     "1g100": dict(name="1 Gbit/s, 100 ms", rate="1gbit", delay="50ms", limit="25000000B"),
 }
-
-
-def sh(*a, check=True, **kw):
-    return subprocess.run(list(a), check=check, capture_output=True, text=True, **kw)
-
-
-def ns(n, *a, **kw):
-    return sh("ip", "netns", "exec", n, *a, **kw)
 
 
 def teardown():
@@ -200,13 +194,6 @@ def one(row, path, size, bindir, work, data, events):
                 retrans=int(xl.group(2)) if xl else smp.retrans, server_limit=xl.group(1) if xl else None,
                 client_limit=stats.get("limit", {}).get("text"), drs_peak_client=stats.get("drs_peak_buffer"),
                 t90=time_to_90(smp.recv, rate), drs_note=stats.get("drs_note"))
-
-
-def fmt(vals, f="{:.1f}"):
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return "n/a"
-    return f"{f.format(statistics.median(vals))} ({f.format(min(vals))}–{f.format(max(vals))}, n={len(vals)})"
 
 
 def main():

@@ -18,6 +18,8 @@ DIR holds release builds of `sluice` and `linkem`.
 """
 import argparse, json, os, re, statistics, subprocess, sys, threading, time
 
+from labkit import sh, ns, fmt
+
 SRV, CLI = "rl-srv", "rl-cli"
 SA, CA = "10.90.0.1", "10.90.0.2"
 FTP, HTTP = 2121, 8080
@@ -26,14 +28,6 @@ SYSCTLS = {"net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "40
 PATH = dict(name="400 Mbit/s, 50 ms", rate="400mbit", delay="25ms", limit="5000000B")
 CLIENT_CPU = "1"
 NSTAT = ["TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPSpuriousRTOs"]
-
-
-def sh(*a, check=True, **kw):
-    return subprocess.run(list(a), check=check, capture_output=True, text=True, **kw)
-
-
-def ns(n, *a, **kw):
-    return sh("ip", "netns", "exec", n, *a, **kw)
 
 
 def teardown():
@@ -139,13 +133,6 @@ def one(bindir, work, name, argv, busy, size):
     return dict(client=name, busy=busy, mbps=size / secs / 1e6, seconds=secs, retrans=d["TcpRetransSegs"],
                 rtos=d["TcpExtTCPTimeouts"], spurious_rtos=d["TcpExtTCPSpuriousRTOs"], unread_peak=max(u),
                 unread_over_1m=sum(1 for x in u if x > 1 << 20) / len(u))
-
-
-def fmt(vals, f="{:.1f}"):
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return "n/a"
-    return f"{f.format(statistics.median(vals))} ({f.format(min(vals))}–{f.format(max(vals))}, n={len(vals)})"
 
 
 def main():
