@@ -97,19 +97,14 @@ impl Engine {
     /// Takes `stream` as a data connection: applies the engine's socket
     /// settings once and decides what lasts for the connection's life.
     pub fn data_conn(&self, stream: TcpStream) -> DataConn {
-        self.data_conn_sized(stream, None)
+        self.data_conn_in(stream, None, None)
     }
 
     /// [`Engine::data_conn`] with the buffer size the peer asked for
     /// (GridFTP `SBUF`; the same size should have been given to
-    /// [`Engine::size_before_syn`] for the socket or its listener).
-    pub fn data_conn_sized(&self, stream: TcpStream, asked: Option<usize>) -> DataConn {
-        self.data_conn_in(stream, asked, None)
-    }
-
-    /// [`Engine::data_conn_sized`] for a connection of a known class and
-    /// user (Cue, `--cue`): `None` is the default class with the engine's
-    /// per-transfer cap.
+    /// [`Engine::size_before_syn`] for the socket or its listener) and the
+    /// connection's Cue class and user (`--cue`; `None` is the default
+    /// class with the engine's per-transfer cap).
     pub fn data_conn_in(
         &self,
         stream: TcpStream,

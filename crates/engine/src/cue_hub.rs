@@ -84,73 +84,46 @@ impl CueHub {
     /// Per class: bytes, transfers, active ones, weight and rate, as
     /// Prometheus text.
     pub fn prometheus(&self) -> String {
+        use crate::sched::cue::ClassStat;
         use std::fmt::Write;
+        type Value = fn(&ClassStat) -> String;
+        let metrics: [(&str, &str, &str, Value); 5] = [
+            (
+                "class_bytes_total",
+                "counter",
+                "Bytes sent by the class's transfers.",
+                |c| c.bytes.to_string(),
+            ),
+            (
+                "class_transfers",
+                "gauge",
+                "Data connections of the class.",
+                |c| c.transfers.to_string(),
+            ),
+            (
+                "class_active",
+                "gauge",
+                "Connections of the class holding a share (sent within idle_after).",
+                |c| c.active.to_string(),
+            ),
+            ("class_weight", "gauge", "The class's weight.", |c| {
+                c.weight.to_string()
+            }),
+            (
+                "class_cap_bytes_per_second",
+                "gauge",
+                "Sum of the class's pacing rates; -1 when one of its connections is unpaced.",
+                |c| c.rate.map_or(-1, |r| r as i64).to_string(),
+            ),
+        ];
         let classes = self.lock().cue.classes();
         let mut s = String::new();
-        let metric = |s: &mut String, name: &str, kind: &str, help: &str| {
+        for (name, kind, help, value) in metrics {
             let _ = writeln!(s, "# HELP sluice_cue_{name} {help}");
             let _ = writeln!(s, "# TYPE sluice_cue_{name} {kind}");
-        };
-        metric(
-            &mut s,
-            "class_bytes_total",
-            "counter",
-            "Bytes sent by the class's transfers.",
-        );
-        for c in &classes {
-            let _ = writeln!(
-                s,
-                "sluice_cue_class_bytes_total{{class=\"{}\"}} {}",
-                c.name, c.bytes
-            );
-        }
-        metric(
-            &mut s,
-            "class_transfers",
-            "gauge",
-            "Data connections of the class.",
-        );
-        for c in &classes {
-            let _ = writeln!(
-                s,
-                "sluice_cue_class_transfers{{class=\"{}\"}} {}",
-                c.name, c.transfers
-            );
-        }
-        metric(
-            &mut s,
-            "class_active",
-            "gauge",
-            "Connections of the class holding a share (sent within idle_after).",
-        );
-        for c in &classes {
-            let _ = writeln!(
-                s,
-                "sluice_cue_class_active{{class=\"{}\"}} {}",
-                c.name, c.active
-            );
-        }
-        metric(&mut s, "class_weight", "gauge", "The class's weight.");
-        for c in &classes {
-            let _ = writeln!(
-                s,
-                "sluice_cue_class_weight{{class=\"{}\"}} {}",
-                c.name, c.weight
-            );
-        }
-        metric(
-            &mut s,
-            "class_cap_bytes_per_second",
-            "gauge",
-            "Sum of the class's pacing rates; -1 when one of its connections is unpaced.",
-        );
-        for c in &classes {
-            let r = c.rate.map_or(-1, |r| r as i64);
-            let _ = writeln!(
-                s,
-                "sluice_cue_class_cap_bytes_per_second{{class=\"{}\"}} {r}",
-                c.name
-            );
+            for c in &classes {
+                let _ = writeln!(s, "sluice_cue_{name}{{class=\"{}\"}} {}", c.name, value(c));
+            }
         }
         s
     }

@@ -192,11 +192,6 @@ impl DrsSocket {
         now >= self.next
     }
 
-    /// Time until the next sample is due.
-    pub fn until_next(&self, now: Instant) -> Duration {
-        self.next.saturating_duration_since(now)
-    }
-
     /// Reads the socket and resizes its buffer if the estimator says so.
     pub fn sample(&mut self, fd: BorrowedFd<'_>, now: Instant) {
         let Ok(info) = tcp::tcp_info(fd) else {

@@ -152,33 +152,30 @@ pub fn provider(kernel: Option<&KernelTls>) -> CryptoProvider {
     provider
 }
 
+/// Why [`accept`] failed.
+#[derive(Debug)]
+pub enum AcceptError {
+    /// The handshake (the client's doing: garbage, a stop halfway, ...).
+    Handshake(io::Error),
+    /// Handing the keys to the kernel (ours: kTLS should be turned off).
+    HandOver(io::Error),
+}
+
 /// The server side of a handshake with `config` (built on [`provider`],
-/// with `enable_secret_extraction`) whose keys then go to the kernel: the connection the
-/// HTTP door serves.
+/// with `enable_secret_extraction`) whose keys then go to the kernel: the
+/// connection the HTTP door serves.
 pub async fn accept(
     engine: &Engine,
     config: Arc<rustls::ServerConfig>,
     stream: TcpStream,
     cue: Option<sluice_engine::sched::cue::CueSpec>,
-) -> io::Result<KtlsConn> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let tls = match tokio::time::timeout(
-        crate::tls::HANDSHAKE_TIMEOUT,
-        acceptor.accept(ktls::CorkStream::new(stream)),
-    )
-    .await
-    {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "TLS handshake not completed in time",
-            ))
-        }
-    };
-    let k = ktls::config_ktls_server(tls)
+) -> Result<KtlsConn, AcceptError> {
+    let tls = crate::tls::handshake(config, ktls::CorkStream::new(stream))
         .await
-        .map_err(|e| io::Error::other(format!("kernel TLS hand-over: {e}")))?;
+        .map_err(AcceptError::Handshake)?;
+    let k = ktls::config_ktls_server(tls).await.map_err(|e| {
+        AcceptError::HandOver(io::Error::other(format!("kernel TLS hand-over: {e}")))
+    })?;
     let (drained, tcp) = k.into_raw();
     Ok(KtlsConn::new(
         engine.data_conn_in(tcp, None, cue),

@@ -317,10 +317,9 @@ impl Acceptor {
         if self.ktls.load(Ordering::Relaxed) {
             return match crate::ktls::accept(engine, self.config(), stream, cue).await {
                 Ok(k) => Ok(k.into()),
-                Err(e) => {
-                    if e.to_string().starts_with("kernel TLS hand-over")
-                        && self.ktls.swap(false, Ordering::Relaxed)
-                    {
+                Err(crate::ktls::AcceptError::Handshake(e)) => Err(e),
+                Err(crate::ktls::AcceptError::HandOver(e)) => {
+                    if self.ktls.swap(false, Ordering::Relaxed) {
                         tracing::warn!(error = %e, "kTLS hand-over failed: HTTPS falls back to user-space TLS for new connections");
                     }
                     Err(e)
@@ -350,11 +349,12 @@ impl Acceptor {
     }
 }
 
-/// The server side of a handshake with `config`, within [`HANDSHAKE_TIMEOUT`].
-pub async fn handshake(
-    config: Arc<ServerConfig>,
-    stream: TcpStream,
-) -> std::io::Result<TlsStream<TcpStream>> {
+/// The server side of a handshake with `config`, within [`HANDSHAKE_TIMEOUT`]
+/// (over a TCP stream, or kTLS's record-aligned `CorkStream`).
+pub async fn handshake<IO>(config: Arc<ServerConfig>, stream: IO) -> std::io::Result<TlsStream<IO>>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
         Ok(r) => r,

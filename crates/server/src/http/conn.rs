@@ -69,7 +69,10 @@ pub async fn serve(ctx: Arc<HttpContext>, stream: TcpStream, peer: SocketAddr, i
             .engine
             .data_conn_in(stream, None, ctx.cue.clone())
             .into(),
-        Some(acceptor) => match acceptor.accept_conn(&ctx.engine, stream, ctx.cue.clone()).await {
+        Some(acceptor) => match acceptor
+            .accept_conn(&ctx.engine, stream, ctx.cue.clone())
+            .await
+        {
             Ok(conn) => conn,
             Err(e) => {
                 // Garbage, a client that stopped halfway, a certificate the
