@@ -87,7 +87,7 @@ pub fn parse_rate(s: &str) -> Option<u64> {
         };
         let x: f64 = num.trim().parse().ok()?;
         let bytes = x * mult / 8.0;
-        return (bytes >= 1.0 && bytes < 1e15).then_some(bytes as u64);
+        return (1.0..1e15).contains(&bytes).then_some(bytes as u64);
     }
     sluice_engine::parse_size(&t).filter(|&n| n > 0)
 }
