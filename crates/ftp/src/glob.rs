@@ -237,6 +237,7 @@ mod tests {
         assert!(!m("[.]hidden", ".hidden"));
         assert!(m(".*", ".hidden"));
         assert!(m(".h*", ".hidden"));
+        assert!(m("\\.h*", ".hidden"));
         assert!(!m("*", ".a.sluice-partial"));
     }
 

@@ -57,7 +57,8 @@ fn set(p: &[char]) -> Option<(Box<dyn Fn(char) -> bool>, usize)> {
 }
 
 fn reference_name(pattern: &str, name: &str) -> bool {
-    if name.starts_with('.') && !pattern.starts_with('.') {
+    // An escaped dot is as explicit as a bare one (`ls \.*` in a shell).
+    if name.starts_with('.') && !pattern.starts_with('.') && !pattern.starts_with("\\.") {
         return false;
     }
     let p: Vec<char> = pattern.chars().collect();
