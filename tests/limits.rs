@@ -1,16 +1,19 @@
 //! What limited a transfer (issue 13, part 4): the server's xferlog
 //! extension (`limit=...`, from the kernel's accounting of the data
 //! connection) and `sluice get --stats=json`, each provoked: a client that
-//! reads slowly makes the server receiver-window-limited; a server paced
-//! below the path's rate leaves the client limited by the network or the
-//! sender.
+//! reads slowly, and one that reads at once through a tiny window, make
+//! the server receiver-window-limited; a server paced below the path's
+//! rate (a rate-limited link) leaves the client limited by the network or
+//! the sender; a client whose writer's sink drains slowly (a throttled
+//! disk at the receiver: stdout into a pipe read at ~3 MB/s) is limited by
+//! its disk.
 
-use crate::harness::corpus::{sha256_file, write_pseudo_random};
+use crate::harness::corpus::{sha256_bytes, sha256_file, write_pseudo_random};
 use crate::harness::servers::{sluice, FtpServer, ServeOptions};
 use crate::harness::*;
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -82,6 +85,95 @@ fn a_slow_reader_leaves_the_server_receiver_window_limited() {
         server.log_tail()
     );
     assert!(limit[0].1 >= 50, "{limit:?}");
+}
+
+#[test]
+fn a_tiny_receive_window_read_at_once_leaves_the_server_receiver_window_limited() {
+    let server = sluice(ServeOptions::default());
+    // Large next to what the server may leave queued in the kernel when
+    // its last write returns (its tally is read then: the kernel's tail
+    // is not in it), so the tally covers the transfer.
+    write_pseudo_random(&server.root.join("tiny.bin"), 64 << 20, 13);
+    let mut c = server.connect();
+    c.login_anonymous();
+    assert_eq!(c.cmd("TYPE I").code, 200);
+    let mut data = c.open_passive();
+    // A window of a few segments (not below one: the kernel's least
+    // buffer leaves a sub-MSS window that moves a segment per delayed
+    // ACK), read as fast as the test can: the reader is never what waits.
+    sluice_platform::tcp::set_recv_buffer(data.as_fd(), 32 << 10).expect("SO_RCVBUF");
+    assert!(
+        c.cmd("RETR tiny.bin").is_preliminary(),
+        "{}",
+        c.transcript()
+    );
+    let mut buf = vec![0u8; 256 << 10];
+    let mut got = 0usize;
+    loop {
+        let n = data.read(&mut buf).expect("read data");
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert_eq!(got, 64 << 20);
+    wait_for("the download's xferlog line", 60, || {
+        logged_limit(&server, "/tiny.bin").is_some()
+    });
+    let limit = logged_limit(&server, "/tiny.bin").unwrap();
+    assert_eq!(
+        limit.first().map(|(k, _)| k.as_str()),
+        Some("receiver_window"),
+        "{limit:?}\n{}",
+        server.log_tail()
+    );
+}
+
+#[test]
+fn a_slowly_drained_sink_leaves_the_client_disk_limited() {
+    let server = sluice(ServeOptions::default());
+    write_pseudo_random(&server.root.join("sink.bin"), 8 << 20, 14);
+    // A 1 MiB memory cap, so the drain waits for the writer within the
+    // first megabyte; the writer goes to stdout, a pipe this test reads
+    // 64 KiB at a time with a pause (about 3 MB/s: a slow disk).
+    let mut child = Command::new(sluice_bin())
+        .args(["get", "-q", "--stats=json", "--mem-cap", "1048576"])
+        .arg(server.url("sink.bin"))
+        .arg("-")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice get");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut body = Vec::with_capacity(8 << 20);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = stdout.read(&mut buf).expect("read stdout");
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&buf[..n]);
+        thread::sleep(Duration::from_millis(20));
+    }
+    let status = child.wait().expect("wait sluice get");
+    let err = err.join().expect("stderr reader");
+    assert!(status.success(), "{status:?}\n{err}");
+    assert_eq!(
+        sha256_bytes(&body),
+        sha256_file(&server.root.join("sink.bin"))
+    );
+    let json = err
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON stats line\n{err}"));
+    let v: serde_json::Value = serde_json::from_str(json).expect("stats JSON");
+    assert_eq!(v["limit"]["by"], "disk", "{json}");
 }
 
 #[test]
