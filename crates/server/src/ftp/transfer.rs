@@ -35,11 +35,15 @@ pub enum Event {
     Started(Option<u64>),
     /// A 111/112 marker.
     Marker(Reply),
-    /// MODE E upload connections the client keeps open (EOD without
-    /// CLOSE) for its next transfer on this data channel; sent before a
-    /// successful `Done`. The session hands them to the next upload's
-    /// [`Job::cached`].
-    Kept(DataChannel, Vec<TcpStream>),
+    /// The transfer starts on data connections kept from the last one
+    /// (125 instead of 150).
+    StartedReusing(Option<u64>),
+    /// MODE E connections kept open after a transfer on this data channel
+    /// (uploads: the client ended with EOD without CLOSE; downloads: we
+    /// did, as globus-gridftp-server does); sent before a successful
+    /// `Done`. The session hands them to the next transfer in the same
+    /// direction on the same channel ([`Job::cached`]).
+    Kept(DataChannel, Vec<TcpStream>, Direction),
     /// Finished: payload bytes, or why not.
     Done(Result<u64, OpError>),
 }
@@ -66,8 +70,10 @@ pub struct Job {
     pub writable: bool,
     /// ABOR.
     pub cancel: Cancel,
-    /// Connections kept from the previous MODE E upload on this data
-    /// channel (`globus-url-copy -fast`); the client may send on them.
+    /// Connections kept from the previous MODE E transfer in the same
+    /// direction on this data channel: an upload's the client may send on
+    /// (`globus-url-copy -fast`), a download's to send on (checked alive,
+    /// as many as the download's parallelism).
     pub cached: Vec<TcpStream>,
     /// How long kept partial uploads live (crate::upload).
     pub partials: PartialPolicy,
@@ -295,7 +301,7 @@ async fn execute(
             skip,
             data,
         } => {
-            let r = retr(job, path, *offset, *len, skip, data, events, progress).await;
+            let r = retr(job, path, *offset, *len, skip, data, events, cached, progress).await;
             (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
         }
         Work::Stor { path, kind, data } => {
@@ -451,6 +457,7 @@ async fn retr(
     skip: &[std::ops::Range<u64>],
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
+    cached: Vec<TcpStream>,
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
     let started = Instant::now();
@@ -478,13 +485,22 @@ async fn retr(
         ranges,
         mode,
     };
-    let _ = events.send(Event::Started(Some(total)));
     let n = if data.mode == TransferMode::ExtendedBlock {
         data.parallelism
     } else {
         1
     };
-    let mut conns = open_data(job, data, n).await?;
+    // The session hands over kept connections only for a clear MODE E
+    // download with as many streams as they are.
+    let reusing = !cached.is_empty();
+    let mut conns = if reusing {
+        tracing::debug!(streams = cached.len(), "reusing kept data connections");
+        let _ = events.send(Event::StartedReusing(Some(total)));
+        cached
+    } else {
+        let _ = events.send(Event::Started(Some(total)));
+        open_data(job, data, n).await?
+    };
     // MODE S: keep a second handle on the socket to see the client close.
     let watch = match data.mode {
         TransferMode::Stream => conns.first().and_then(watch_handle),
@@ -514,9 +530,24 @@ async fn retr(
             })
             .collect();
         let t = transfer(job, progress);
-        let fut = t.send(&job.engine, spec, base, conns);
-        let r = with_markers(fut, data, progress, false, events).await;
-        r.map_err(|e| transfer_error(&e, &job.cancel))?
+        if data.mode == TransferMode::ExtendedBlock {
+            // Every stream ends with EOD without CLOSE and stays open for
+            // the next RETR on this channel: a small file then costs the
+            // client one round trip, not a connection setup and a slow
+            // start (the session drops them on PORT/PASV/MODE).
+            let fut = t.send_keeping(&job.engine, spec, base, conns);
+            let (n, kept) = with_markers(fut, data, progress, false, events)
+                .await
+                .map_err(|e| transfer_error(&e, &job.cancel))?;
+            if !kept.is_empty() && !job.cancel.is_cancelled() {
+                let _ = events.send(Event::Kept(data.channel, kept, Direction::Outgoing));
+            }
+            n
+        } else {
+            let fut = t.send(&job.engine, spec, base, conns);
+            let r = with_markers(fut, data, progress, false, events).await;
+            r.map_err(|e| transfer_error(&e, &job.cancel))?
+        }
     };
     if let Some(w) = watch {
         // Send 226 once the client has closed its end (it has read to our
@@ -663,7 +694,11 @@ async fn stor(
             acceptor.abort();
             let summary = r.map_err(|e| transfer_error(&e, &job.cancel))?;
             if !summary.kept.is_empty() && !job.cancel.is_cancelled() {
-                let _ = events.send(Event::Kept(data.channel, summary.kept));
+                let _ = events.send(Event::Kept(
+                    data.channel,
+                    summary.kept,
+                    Direction::Incoming,
+                ));
             }
             Ok(summary.bytes)
         }
@@ -856,6 +891,9 @@ async fn open_data_inner(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpSt
     };
     // Each caller applies the engine's settings once, as a `DataConn`
     // (downloads, listings) or before receiving (uploads).
+    if let Ok(c) = &conns {
+        tracing::debug!(streams = c.len(), "data connections made");
+    }
     conns.map_err(|e| {
         tracing::debug!(error = %e, "data connection failed");
         OpError::DataConnection
