@@ -110,3 +110,49 @@ fn globus_url_copy_pp_reuses_mode_e_download_connections() {
         );
     }
 }
+
+fn sluice_get_tree(url: &str, dest: &Path, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(sluice_bin());
+    cmd.args(["get", "-r", "-q"]).args(extra).arg(url).arg(dest);
+    run(&mut cmd)
+}
+
+/// `sluice get -r` moves small files on one kept MODE E connection per
+/// worker: from `sluice serve` (one worker: one data connection for all
+/// 51 files besides the listings; four workers: one each) and from
+/// globus-gridftp-server (which needs the PORT side the client takes);
+/// every file's sha256 compared.
+#[test]
+fn sluice_get_tree_keeps_one_mode_e_connection_per_worker() {
+    let top = tempfile::tempdir().unwrap();
+    let root = top.path().join("root");
+    let want = small_tree(&root);
+    let files = want.len();
+    for workers in ["1", "4"] {
+        let server = serve(&root);
+        let dest = top.path().join(format!("down-{workers}"));
+        let out = sluice_get_tree(&server.url("tree/"), &dest, &["--files", workers]);
+        out.assert_success();
+        assert_eq!(sums(&dest), want, "--files {workers}\n{}", out.describe());
+        let (made, reused) = connection_counts(&server);
+        let workers: usize = workers.parse().unwrap();
+        // 4 listings (tree/ and its 3 directories) + one per worker.
+        assert!(
+            made <= 4 + workers && reused >= files - workers,
+            "--files {workers}: {made} data connections made, {reused} transfers on kept \
+             ones, {files} files\n{}",
+            server.stderr_text()
+        );
+    }
+    if !require_tool("globus-gridftp-server") {
+        return;
+    }
+    let g = crate::harness::servers::gridftp(true);
+    let there = g.local("tree");
+    small_tree(&g.local(""));
+    assert!(there.is_dir());
+    let dest = top.path().join("down-globus");
+    let out = sluice_get_tree(&g.url("tree/"), &dest, &["--files", "2"]);
+    out.assert_success();
+    assert_eq!(sums(&dest), want, "from globus\n{}", out.describe());
+}

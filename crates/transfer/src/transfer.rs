@@ -235,6 +235,24 @@ impl Transfer {
         Ok(())
     }
 
+    /// Ends a MODE E stream of made-here blocks with EOD (and EOF = `eof`
+    /// streams on the first) but without CLOSE, and leaves it open for the
+    /// session's next transfer on the same data channel.
+    pub async fn end_blocks_open(
+        &self,
+        conn: &mut Conn,
+        eof: Option<u64>,
+    ) -> Result<(), TransferError> {
+        let work = async {
+            let end = BlockHeader::end(eof, false).encode();
+            conn.send_bytes(&end, self.progress.counters(), &self.cancel)
+                .await?;
+            Ok(())
+        };
+        tokio::pin!(work);
+        self.run(work).await
+    }
+
     /// A download over clear connections the transfer owns and closes
     /// (MODE S: exactly one); MODE E headers carry `offset - base`.
     pub async fn send<C: IntoDataConn>(

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::ftp_kept::{self, KeptChannel};
 use super::jobs::{self, Outcome};
 use super::plan::{self, Action};
 use super::sync::{self, Notes};
@@ -38,6 +39,9 @@ pub(super) struct Conn {
     /// The server lists EPSV in FEAT: the next file's `EPSV` and `RETR`
     /// may go out before the current file's final reply (pipelining).
     pub(super) epsv: bool,
+    /// The server lists GridFTP's `PARALLEL` in FEAT: it has MODE E (and
+    /// a plain FTP server that answers 200 to anything is not asked).
+    pub(super) gridftp: bool,
     /// The remote path whose `EPSV` + `RETR` are sent and not yet
     /// answered: the next replies on the control connection are theirs.
     pending: Option<String>,
@@ -45,7 +49,9 @@ pub(super) struct Conn {
     /// `EPSV` went out with the last upload's end): no round trip for it.
     pub(super) next_passive: Option<std::net::SocketAddr>,
     /// Read buffer of inline downloads, kept for the connection's files.
-    buf: Vec<u8>,
+    pub(super) buf: Vec<u8>,
+    /// Small files' MODE E channel kept open between files.
+    pub(super) kept: KeptChannel,
 }
 
 pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
@@ -56,16 +62,18 @@ pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn>
         feat.iter()
             .any(|l| l.split_whitespace().next() == Some(name))
     };
-    let (mfmt, epsv) = (has("MFMT"), has("EPSV"));
+    let (mfmt, epsv, gridftp) = (has("MFMT"), has("EPSV"), has("PARALLEL"));
     let extended = parallel > 1 && session::try_mode_e(&mut ctl)?;
     Ok(Conn {
         ctl,
         extended,
         mfmt,
         epsv,
+        gridftp,
         pending: None,
         next_passive: None,
         buf: Vec::new(),
+        kept: KeptChannel::default(),
     })
 }
 
@@ -146,9 +154,9 @@ fn read_listing(ctl: &mut Control, verb: &str, path: &str) -> Result<Vec<u8>> {
 }
 
 /// A file to download.
-struct Fetch {
-    size: Option<u64>,
-    mtime: Option<i64>,
+pub(super) struct Fetch {
+    pub(super) size: Option<u64>,
+    pub(super) mtime: Option<i64>,
 }
 
 /// Creates directory `p` inside the tree; an existing directory is fine,
@@ -168,7 +176,7 @@ pub(super) fn make_dir(p: &Path) -> Result<()> {
     }
 }
 
-fn with_ext(p: &Path, ext: &str) -> PathBuf {
+pub(super) fn with_ext(p: &Path, ext: &str) -> PathBuf {
     let mut s = p.to_path_buf().into_os_string();
     s.push(ext);
     PathBuf::from(s)
@@ -263,26 +271,35 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
                 return Ok(0);
             }
             let resume = attempt > 0 || a.resume;
-            let r = if inline_ok(c, f, resume) {
-                let next = next
-                    .filter(|(_, n)| lookahead && c.epsv && inline_ok(c, n, false))
-                    .map(|(r, _)| remote_join(&u.path, r));
-                fetch_inline(
-                    c,
-                    &remote_join(&u.path, rel),
-                    &root,
-                    rel,
-                    f,
-                    next,
-                    &job.stats,
-                )
-            } else {
-                fetch(c, u, &per_file, &root, rel, f, resume, &job.stats)
+            let next = next
+                .filter(|(_, n)| lookahead && inline_ok(c, n, false))
+                .map(|(r, _)| remote_join(&u.path, r));
+            let remote = remote_join(&u.path, rel);
+            // Small files on the MODE E channel kept open between them
+            // (one round trip each, pipelined away), else in MODE S.
+            let kept = match inline_ok(c, f, resume) && KeptChannel::usable(c) {
+                true => ftp_kept::fetch(c, &remote, &root, rel, f, next.clone(), &job.stats),
+                false => Ok(None),
+            };
+            let r = match kept {
+                Ok(Some(n)) => Ok(n),
+                Err(e) => Err(e),
+                Ok(None) => KeptChannel::leave(c).and_then(|()| {
+                    if inline_ok(c, f, resume) {
+                        let next = next.filter(|_| c.epsv);
+                        fetch_inline(c, &remote, &root, rel, f, next, &job.stats)
+                    } else {
+                        fetch(c, u, &per_file, &root, rel, f, resume, &job.stats)
+                    }
+                }),
             };
             if r.is_err() && c.pending.is_some() {
                 // The next file's commands are out: read their replies
                 // (and data) so the connection stays in step, or give it up.
                 discard_pending(c)?;
+            }
+            if r.is_err() && c.kept.pending.is_some() {
+                ftp_kept::discard_pending(c)?;
             }
             r
         },
@@ -360,7 +377,7 @@ fn fetch(
 const INLINE_MAX: u64 = 4 << 20;
 
 /// Read size of inline downloads.
-const INLINE_BUF: usize = 256 << 10;
+pub(super) const INLINE_BUF: usize = 256 << 10;
 
 /// Whether file `f` goes the inline way on this connection: MODE S, a
 /// known small size, not resuming.

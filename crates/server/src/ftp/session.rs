@@ -635,7 +635,9 @@ impl Driver {
     fn take_kept(&mut self, work: &Work) -> Vec<TcpStream> {
         let (data, dir) = match work {
             Work::Stor { data, .. } => (data, Direction::Incoming),
-            Work::Retr { data, .. } if !data.protected => (data, Direction::Outgoing),
+            Work::Retr { data, .. } | Work::List { data, .. } if !data.protected => {
+                (data, Direction::Outgoing)
+            }
             _ => return Vec::new(),
         };
         let fits = |(c, _, d): &(DataChannel, Vec<TcpStream>, Direction)| {

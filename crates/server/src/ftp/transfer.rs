@@ -291,7 +291,7 @@ async fn execute(
             data,
             matching,
         } => (
-            list(job, path, *format, data, matching.clone(), events).await,
+            list(job, path, *format, data, matching.clone(), events, cached).await,
             None,
         ),
         Work::Retr {
@@ -330,10 +330,15 @@ async fn list(
     data: &DataSpec,
     matching: Option<ListMatch>,
     events: &mpsc::UnboundedSender<Event>,
+    cached: Vec<TcpStream>,
 ) -> Result<u64, OpError> {
     let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
     let source = blocking(job, move || open_listing(&root, &p, format, w, matching)).await??;
-    let _ = events.send(Event::Started(None));
+    let reusing = !cached.is_empty();
+    let _ = events.send(match reusing {
+        true => Event::StartedReusing(None),
+        false => Event::Started(None),
+    });
     // A MODE E receiver waits for as many connections as it asked for
     // with OPTS RETR Parallelism (globus-url-copy -p N -fast lists this
     // way); the first carries the listing, every one ends with EOD and
@@ -343,9 +348,16 @@ async fn list(
     } else {
         1
     };
-    let conns = open_data(job, data, n).await?;
+    let conns = match reusing {
+        true => cached,
+        false => open_data(job, data, n).await?,
+    };
     let count = conns.len() as u64;
     let mode_e = data.mode == TransferMode::ExtendedBlock;
+    // MODE E listings keep their clear connections open as downloads do
+    // (`sluice get -r` pipelines a level's MLSDs on one connection).
+    let keep = mode_e && !data.protected;
+    let mut kept = Vec::new();
     let mut secured = Vec::with_capacity(conns.len());
     for c in conns {
         secured.push(if data.protected {
@@ -410,10 +422,10 @@ async fn list(
                     .map_err(|e| transfer_error(&e, &job.cancel))?;
                 sent += piece.len() as u64;
             }
-            finish_list_conn(&t, conn, mode_e, Some(count)).await?;
+            kept.extend(finish_list_conn(&t, conn, mode_e, keep, Some(count)).await?);
         }
         for conn in conns {
-            finish_list_conn(&t, conn, mode_e, None).await?;
+            kept.extend(finish_list_conn(&t, conn, mode_e, keep, None).await?);
         }
         Ok::<(), OpError>(())
     };
@@ -421,25 +433,41 @@ async fn list(
         r = write_all => r?,
         _ = job.cancel.cancelled() => return Err(OpError::Aborted),
     }
+    if !kept.is_empty() {
+        let _ = events.send(Event::Kept(data.channel, kept, Direction::Outgoing));
+    }
     Ok(sent)
 }
 
 /// Ends one listing data connection: MODE E's EOD (with EOF on the first),
-/// then close.
+/// then close; with `keep`, a clear MODE E connection stays open (no
+/// CLOSE) and comes back.
 async fn finish_list_conn(
     t: &Transfer,
     mut conn: Conn,
     mode_e: bool,
+    keep: bool,
     eof: Option<u64>,
-) -> Result<(), OpError> {
-    if mode_e {
-        return t
-            .end_blocks(&mut conn, eof)
-            .await
-            .map_err(|e| transfer_error(&e, t.cancel()));
+) -> Result<Option<TcpStream>, OpError> {
+    let fail = |e: TransferError| transfer_error(&e, t.cancel());
+    match conn {
+        Conn::Plain(c) if mode_e && keep => {
+            let mut conn = Conn::Plain(c);
+            t.end_blocks_open(&mut conn, eof).await.map_err(fail)?;
+            match conn {
+                Conn::Plain(c) => Ok(Some(c.into_stream())),
+                _ => Ok(None),
+            }
+        }
+        _ if mode_e => {
+            t.end_blocks(&mut conn, eof).await.map_err(fail)?;
+            Ok(None)
+        }
+        _ => {
+            let _ = conn.shutdown().await;
+            Ok(None)
+        }
     }
-    let _ = conn.shutdown().await;
-    Ok(())
 }
 
 /// The transfer object of a download or upload: the job's progress and

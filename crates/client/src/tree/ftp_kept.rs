@@ -1,0 +1,307 @@
+//! Small files of `sluice get -r` over one kept MODE E data connection
+//! (GridFTP data channel caching, as globus-url-copy `-pp` does against
+//! globus-gridftp-server): `MODE E` and `PORT`/`EPRT` once per worker
+//! connection, then each file is a `RETR` whose blocks end with EOD but
+//! without CLOSE, so the data connection stays open and the next file
+//! (answered `125`) costs its bytes and no connection setup or slow
+//! start. The next file's `RETR` goes out as soon as this one's
+//! `125`/`150` is in.
+//!
+//! Active, not passive: in MODE E the sender connects (GFD.20);
+//! globus-gridftp-server refuses a MODE E RETR on a passive channel
+//! ("Call local_port or local_spor before calling connect_write"), and
+//! `sluice get -p N` already listens for MODE E the same way.
+//!
+//! The blocks of one file are read exactly (header, then its payload), so
+//! the next file's bytes stay in the socket for the next call. A server
+//! that ends with CLOSE (or answers `150` while we hold a kept
+//! connection) connects anew to our listener.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use sluice_ftp::mode_e::{BlockHeader, Descriptor, HEADER_LEN};
+
+use super::ftp::{set_mtime, with_ext, Conn, Fetch, INLINE_BUF};
+use crate::error::{ClientError, Result};
+use crate::ftp::control::refused;
+use crate::ftp::data;
+use crate::stats::Stats;
+
+/// The worker connection's MODE E channel for small files.
+#[derive(Debug, Default)]
+pub(super) struct KeptChannel {
+    /// `MODE E` is set on the control connection.
+    mode_e: bool,
+    /// Our listener the server connects to (`None`: PORT is due).
+    listener: Option<TcpListener>,
+    /// The data connection the server keeps sending on.
+    sock: Option<TcpStream>,
+    /// The server refused `MODE E`: small files go the MODE S way.
+    refused: bool,
+    /// The `RETR` sent ahead for the next file (its replies are next).
+    pub(super) pending: Option<String>,
+}
+
+impl KeptChannel {
+    /// Whether small files may go this way on `c`: a GridFTP server (FEAT
+    /// `PARALLEL`), MODE E not refused, no TLS on data connections (the
+    /// server keeps clear ones only).
+    pub(super) fn usable(c: &Conn) -> bool {
+        c.gridftp && !c.kept.refused && !c.extended && !c.ctl.is_tls()
+    }
+
+    /// Before a MODE S transfer on the same control connection: back to
+    /// MODE S (which drops the server's kept connections).
+    pub(super) fn leave(c: &mut Conn) -> Result<()> {
+        if c.kept.mode_e {
+            c.kept.mode_e = false;
+            c.kept.listener = None;
+            c.kept.sock = None;
+            c.ctl.expect_ok("MODE S", "MODE S")?;
+        }
+        Ok(())
+    }
+}
+
+/// An error after which the control or data connection is out of step:
+/// the connection is given up (a network error) and the file retried.
+fn lost(e: ClientError) -> ClientError {
+    match e {
+        ClientError::Network { .. } => e,
+        e => ClientError::net(
+            "kept MODE E transfer",
+            std::io::Error::other(format!("dropped out of step: {e}")),
+        ),
+    }
+}
+
+/// Downloads small file `rel` (remote `remote`) on the kept channel.
+/// `Ok(None)`: the server has no MODE E; the caller uses MODE S.
+pub(super) fn fetch(
+    c: &mut Conn,
+    remote: &str,
+    root: &Path,
+    rel: &str,
+    f: &Fetch,
+    next: Option<String>,
+    stats: &Arc<Stats>,
+) -> Result<Option<u64>> {
+    if c.kept.pending.is_none() && !c.kept.mode_e {
+        let r = c.ctl.cmd("MODE E")?;
+        if !r.code.is_completion() {
+            c.kept.refused = true;
+            return Ok(None);
+        }
+        c.kept.mode_e = true;
+    }
+    let path = root.join(rel);
+    let part = with_ext(&path, ".part");
+    // Before this file's RETR is sent or its reply taken: a local failure
+    // leaves the connection in step (the caller discards a pending RETR).
+    let mut file = File::create(&part)
+        .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
+    match c.kept.pending.take() {
+        Some(p) if p == remote => {}
+        Some(p) => {
+            return Err(ClientError::Bug(format!(
+                "pipelined RETR {p} is not the file due ({remote})"
+            )))
+        }
+        None => {
+            if c.kept.listener.is_none() {
+                c.kept.sock = None;
+                c.kept.listener = Some(data::active(&mut c.ctl)?);
+            }
+            c.ctl.send(&format!("RETR {remote}"))?;
+        }
+    }
+    match start(c) {
+        Ok(()) => {}
+        Err(e @ ClientError::Refused { .. }) => {
+            drop(file);
+            let _ = std::fs::remove_file(&part);
+            return Err(e);
+        }
+        Err(e) => return Err(lost(e)),
+    }
+    Stats::add(&stats.streams, 1);
+    // The next file's RETR goes out now: the server answers it right
+    // behind this file's 226 and sends its blocks on the same connection.
+    if let Some(n) = next {
+        c.ctl.send(&format!("RETR {n}"))?;
+        c.kept.pending = Some(n);
+    }
+    let got = read_blocks(c, &mut file, &part, f.size, stats).map_err(lost)?;
+    let last = loop {
+        let r = c.ctl.read_reply().map_err(lost)?;
+        if !r.code.is_preliminary() {
+            break r;
+        }
+    };
+    if !last.code.is_completion() {
+        return Err(lost(refused("transfer", &last)));
+    }
+    drop(file);
+    std::fs::rename(&part, &path)
+        .map_err(|e| ClientError::local(format!("rename to {}", path.display()), e))?;
+    set_mtime(&path, f.mtime);
+    let _ = std::fs::remove_file(with_ext(&path, ".part.resume"));
+    Ok(Some(got))
+}
+
+/// Reads the reply to a RETR sent on the kept channel and makes sure the
+/// data connection it announces is there: `125` is the kept one, `150` a
+/// new one the server makes to our listener. A refusal (the file is
+/// gone) is `Refused`; the server then forgets the data channel too.
+fn start(c: &mut Conn) -> Result<()> {
+    let r = c.ctl.read_reply()?;
+    if !r.code.is_preliminary() {
+        c.kept.listener = None;
+        c.kept.sock = None;
+        return Err(refused("RETR", &r));
+    }
+    if r.code.0 == 125 && c.kept.sock.is_none() {
+        return Err(ClientError::Protocol(
+            "125 (data connection open) but none is kept".into(),
+        ));
+    }
+    if r.code.0 != 125 {
+        // The server connects anew (the first file, or it dropped what it
+        // kept): whatever we held is over.
+        c.kept.sock = None;
+        accept(c)?;
+    }
+    Ok(())
+}
+
+/// Takes the server's connection to our listener, within the timeout.
+fn accept(c: &mut Conn) -> Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let l = c
+        .kept
+        .listener
+        .as_ref()
+        .ok_or_else(|| ClientError::Bug("kept channel without a listener".into()))?;
+    let ms = u16::try_from(c.ctl.timeout().as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
+    let ready = poll(&mut fds, PollTimeout::from(ms))
+        .map_err(|e| ClientError::net("wait for the data connection", e.into()))?;
+    if ready == 0 {
+        return Err(ClientError::net(
+            "wait for the data connection",
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        ));
+    }
+    let (tcp, _) = l
+        .accept()
+        .map_err(|e| ClientError::net("accept the data connection", e))?;
+    let _ = tcp.set_read_timeout(Some(c.ctl.timeout()));
+    c.kept.sock = Some(tcp);
+    Ok(())
+}
+
+/// Reads one file's blocks up to its EOD: they must come in file order
+/// and add up to `size` (one stream carries the whole file, and the EOF
+/// must count exactly that stream).
+fn read_blocks(
+    c: &mut Conn,
+    file: &mut File,
+    part: &Path,
+    size: Option<u64>,
+    stats: &Arc<Stats>,
+) -> Result<u64> {
+    if c.buf.len() < INLINE_BUF {
+        c.buf.resize(INLINE_BUF, 0);
+    }
+    let sock = c
+        .kept
+        .sock
+        .as_mut()
+        .ok_or_else(|| ClientError::Bug("kept channel without a connection".into()))?;
+    let mut got = 0u64;
+    let mut eof = None;
+    loop {
+        let mut hdr = [0u8; HEADER_LEN];
+        sock.read_exact(&mut hdr)
+            .map_err(|e| ClientError::net("read MODE E header", e))?;
+        let (h, _) = BlockHeader::decode(&hdr)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?
+            .ok_or_else(|| ClientError::Bug("a whole header did not decode".into()))?;
+        let d = h.descriptor;
+        if d.has(Descriptor::EOF) {
+            eof = Some(h.offset);
+        } else if h.count > 0 {
+            if h.offset != got {
+                return Err(ClientError::Protocol(format!(
+                    "MODE E block at {} on a kept connection, expected {got}",
+                    h.offset
+                )));
+            }
+            let mut left = h.count;
+            while left > 0 {
+                let want = (left as usize).min(c.buf.len());
+                sock.read_exact(&mut c.buf[..want])
+                    .map_err(|e| ClientError::net("read MODE E data", e))?;
+                file.write_all(&c.buf[..want])
+                    .map_err(|e| ClientError::local(format!("write {}", part.display()), e))?;
+                left -= want as u64;
+                got += want as u64;
+                Stats::add(&stats.bytes, want as u64);
+                Stats::add(&stats.bytes_written, want as u64);
+            }
+        }
+        if d.has(Descriptor::EOD) {
+            if d.has(Descriptor::CLOSE) {
+                // The server closes this one: the next file connects anew.
+                c.kept.sock = None;
+            }
+            break;
+        }
+    }
+    if eof != Some(1) {
+        return Err(ClientError::Protocol(format!(
+            "MODE E on one kept connection ended with EOF count {eof:?}, not 1"
+        )));
+    }
+    if size.is_some_and(|s| s != got) {
+        return Err(ClientError::Protocol(format!(
+            "MODE E sent {got} bytes of a {} byte file",
+            size.unwrap_or(0)
+        )));
+    }
+    Ok(got)
+}
+
+/// Reads and drops the transfer whose RETR is pending (the file before it
+/// failed locally). Any trouble is a network error: the connection is
+/// given up rather than reused out of step.
+pub(super) fn discard_pending(c: &mut Conn) -> Result<()> {
+    if c.kept.pending.take().is_none() {
+        return Ok(());
+    }
+    match start(c) {
+        Ok(()) => {}
+        Err(ClientError::Refused { .. }) => return Ok(()),
+        Err(e) => return Err(lost(e)),
+    }
+    let mut sink = tempfile_sink()?;
+    read_blocks(c, &mut sink, Path::new("/dev/null"), None, &Arc::default()).map_err(lost)?;
+    loop {
+        let r = c.ctl.read_reply().map_err(lost)?;
+        if !r.code.is_preliminary() {
+            return Ok(());
+        }
+    }
+}
+
+fn tempfile_sink() -> Result<File> {
+    File::options()
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| ClientError::local("open /dev/null", e))
+}
