@@ -117,9 +117,10 @@ fn sluice_get_tree(url: &str, dest: &Path, extra: &[&str]) -> Output {
     run(&mut cmd)
 }
 
-/// `sluice get -r` moves small files on one kept MODE E connection per
-/// worker: from `sluice serve` (one worker: one data connection for all
-/// 51 files besides the listings; four workers: one each) and from
+/// `sluice get -r` lists a level's directories pipelined on one kept MODE
+/// E connection and moves small files on one kept connection per worker:
+/// from `sluice serve` (one worker: two data connections for 4 listings
+/// and 51 files; four workers: five), a re-sync (one), and from
 /// globus-gridftp-server (which needs the PORT side the client takes);
 /// every file's sha256 compared.
 #[test]
@@ -136,14 +137,28 @@ fn sluice_get_tree_keeps_one_mode_e_connection_per_worker() {
         assert_eq!(sums(&dest), want, "--files {workers}\n{}", out.describe());
         let (made, reused) = connection_counts(&server);
         let workers: usize = workers.parse().unwrap();
-        // 4 listings (tree/ and its 3 directories) + one per worker.
+        // The 4 listings (tree/, then its 3 directories pipelined) share
+        // one connection; then one per worker.
         assert!(
-            made <= 4 + workers && reused >= files - workers,
+            made <= 1 + workers && reused >= files - workers + 3,
             "--files {workers}: {made} data connections made, {reused} transfers on kept \
              ones, {files} files\n{}",
             server.stderr_text()
         );
     }
+    // A re-sync with nothing to do lists the 4 directories on one data
+    // connection and moves nothing.
+    let server = serve(&root);
+    let dest = top.path().join("down-1");
+    let out = sluice_get_tree(&server.url("tree/"), &dest, &["--sync"]);
+    out.assert_success();
+    assert!(out.stderr.contains("51 up to date"), "{}", out.describe());
+    assert_eq!(
+        connection_counts(&server),
+        (1, 3),
+        "{}",
+        server.stderr_text()
+    );
     if !require_tool("globus-gridftp-server") {
         return;
     }

@@ -235,9 +235,9 @@ pub(crate) async fn send_extended(
             Arc::clone(&progress),
             inner.clone(),
         );
-        tasks.spawn(async move {
-            stream_task(conn, &file, &queue, eof, keep, &progress, &inner).await
-        });
+        tasks.spawn(
+            async move { stream_task(conn, &file, &queue, eof, keep, &progress, &inner).await },
+        );
     }
     join_streams(tasks, &inner, &cancel).await
 }

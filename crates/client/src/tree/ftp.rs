@@ -4,7 +4,6 @@
 //! files moved by [`jobs::run`] workers that each reuse one connection.
 //! Uploads are in [`super::ftp_put`].
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,7 +27,7 @@ use crate::writer::{self, Sink};
 use std::sync::atomic::AtomicU64;
 
 /// Largest MLSD listing we read for one directory.
-const MAX_LISTING: usize = 256 << 20;
+pub(super) const MAX_LISTING: usize = 256 << 20;
 
 /// A worker's connection: logged in, TYPE I, MODE E when `-p N` > 1 and
 /// the server has it.
@@ -153,6 +152,40 @@ fn read_listing(ctl: &mut Control, verb: &str, path: &str) -> Result<Vec<u8>> {
     Ok(raw)
 }
 
+/// Lists directories on the tree's control connection: pipelined on a
+/// kept MODE E channel when the server is a GridFTP one (FEAT
+/// `PARALLEL`) in clear, else one MLSD (or LIST) at a time.
+pub(super) struct Lister {
+    kept: Option<KeptChannel>,
+}
+
+impl Lister {
+    pub(super) fn new(ctl: &mut Control) -> Result<Lister> {
+        let feat = session::features(ctl)?.unwrap_or_default();
+        let gridftp = feat
+            .iter()
+            .any(|l| l.split_whitespace().next() == Some("PARALLEL"));
+        Ok(Lister {
+            kept: (gridftp && !ctl.is_tls()).then(KeptChannel::default),
+        })
+    }
+
+    /// The MLSD listings of the directories `rels` under `u`'s path, in
+    /// their order; `None`: list them one at a time ([`list_entries`]).
+    pub(super) fn list_level(
+        &mut self,
+        ctl: &mut Control,
+        u: &FtpUrl,
+        rels: &[String],
+    ) -> Result<Option<Vec<Result<Vec<u8>>>>> {
+        let Some(kept) = self.kept.as_mut() else {
+            return Ok(None);
+        };
+        let paths: Vec<String> = rels.iter().map(|r| remote_join(&u.path, r)).collect();
+        ftp_kept::list_many(ctl, kept, &paths, MAX_LISTING)
+    }
+}
+
 /// A file to download.
 pub(super) struct Fetch {
     pub(super) size: Option<u64>,
@@ -208,43 +241,60 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let timeout = Duration::from_secs(a.opts.timeout);
     let t0 = Instant::now();
     let mut ctl = session::open(u, timeout)?;
-    let mut dirs = VecDeque::from([String::new()]);
     let mut files = Vec::new();
     let mut notes = Notes::default();
     let mut no_mlsd = false;
-    while let Some(dir) = dirs.pop_front() {
-        let path = remote_join(&u.path, &dir);
-        let entries = list_entries(&mut ctl, &path, &mut no_mlsd)?;
-        let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
-            ClientError::Protocol(format!(
-                "{}: {b}; refusing the whole tree",
-                plan::shown(&path)
-            ))
-        })?;
-        if a.tree.delete {
-            let keep = entries.iter().map(|e| e.name.clone()).collect();
-            notes.deleted += sync::delete_local_extras(&root.join(&dir), &dir, &keep)?;
-        }
-        for act in actions {
-            match act {
-                Action::Descend { rel } => {
-                    make_dir(&root.join(&rel))?;
-                    dirs.push_back(rel);
+    let mut lister = Lister::new(&mut ctl)?;
+    // Breadth first, a level at a time: a GridFTP server gets a level's
+    // MLSDs pipelined on one kept MODE E connection.
+    let mut level = vec![String::new()];
+    while !level.is_empty() {
+        let mut listed = lister.list_level(&mut ctl, u, &level)?;
+        let mut dirs = Vec::new();
+        for (k, dir) in std::mem::take(&mut level).into_iter().enumerate() {
+            let path = remote_join(&u.path, &dir);
+            let entries = match listed.as_mut() {
+                Some(v) => {
+                    let raw = std::mem::replace(&mut v[k], Ok(Vec::new()))?;
+                    plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?
                 }
-                Action::Copy { rel, size, mtime } => {
-                    let have = sync::local_have(&root.join(&rel));
-                    if a.tree.sync && !a.tree.checksum && !plan::differs(size, mtime, have, true) {
-                        notes.uptodate += 1;
-                        continue;
+                None => list_entries(&mut ctl, &path, &mut no_mlsd)?,
+            };
+            let actions = plan::plan_dir(&dir, &entries).map_err(|b| {
+                ClientError::Protocol(format!(
+                    "{}: {b}; refusing the whole tree",
+                    plan::shown(&path)
+                ))
+            })?;
+            if a.tree.delete {
+                let keep = entries.iter().map(|e| e.name.clone()).collect();
+                notes.deleted += sync::delete_local_extras(&root.join(&dir), &dir, &keep)?;
+            }
+            for act in actions {
+                match act {
+                    Action::Descend { rel } => {
+                        make_dir(&root.join(&rel))?;
+                        dirs.push(rel);
                     }
-                    files.push((rel, Fetch { size, mtime }));
-                }
-                Action::Skip { rel, why } => {
-                    notes.skipped += 1;
-                    eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
+                    Action::Copy { rel, size, mtime } => {
+                        let have = sync::local_have(&root.join(&rel));
+                        if a.tree.sync
+                            && !a.tree.checksum
+                            && !plan::differs(size, mtime, have, true)
+                        {
+                            notes.uptodate += 1;
+                            continue;
+                        }
+                        files.push((rel, Fetch { size, mtime }));
+                    }
+                    Action::Skip { rel, why } => {
+                        notes.skipped += 1;
+                        eprintln!("sluice: skipped {}: {why}", plan::shown(&rel));
+                    }
                 }
             }
         }
+        level = dirs;
     }
     ctl.quit();
     let same = AtomicU64::new(0);

@@ -28,9 +28,10 @@ use sluice_ftp::mode_e::{BlockHeader, Descriptor, HEADER_LEN};
 
 use super::ftp::{set_mtime, with_ext, Conn, Fetch, INLINE_BUF};
 use crate::error::{ClientError, Result};
-use crate::ftp::control::refused;
+use crate::ftp::control::{refused, Control};
 use crate::ftp::data;
 use crate::stats::Stats;
+use sluice_ftp::reply::Reply;
 
 /// The worker connection's MODE E channel for small files.
 #[derive(Debug, Default)]
@@ -120,14 +121,14 @@ pub(super) fn fetch(
             c.ctl.send(&format!("RETR {remote}"))?;
         }
     }
-    match start(c) {
+    match start(&mut c.ctl, &mut c.kept).map_err(lost)? {
         Ok(()) => {}
-        Err(e @ ClientError::Refused { .. }) => {
+        Err(r) => {
+            c.kept.listener = None;
             drop(file);
             let _ = std::fs::remove_file(&part);
-            return Err(e);
+            return Err(refused("RETR", &r));
         }
-        Err(e) => return Err(lost(e)),
     }
     Stats::add(&stats.streams, 1);
     // The next file's RETR goes out now: the server answers it right
@@ -136,7 +137,12 @@ pub(super) fn fetch(
         c.ctl.send(&format!("RETR {n}"))?;
         c.kept.pending = Some(n);
     }
-    let got = read_blocks(c, &mut file, &part, f.size, stats).map_err(lost)?;
+    let sock = c.kept.sock.as_mut();
+    let (got, closes) =
+        read_blocks(sock, &mut c.buf, &mut file, &part, f.size, stats).map_err(lost)?;
+    if closes {
+        c.kept.sock = None;
+    }
     let last = loop {
         let r = c.ctl.read_reply().map_err(lost)?;
         if !r.code.is_preliminary() {
@@ -154,18 +160,18 @@ pub(super) fn fetch(
     Ok(Some(got))
 }
 
-/// Reads the reply to a RETR sent on the kept channel and makes sure the
-/// data connection it announces is there: `125` is the kept one, `150` a
-/// new one the server makes to our listener. A refusal (the file is
-/// gone) is `Refused`; the server then forgets the data channel too.
-fn start(c: &mut Conn) -> Result<()> {
-    let r = c.ctl.read_reply()?;
+/// Reads the reply to a RETR or MLSD sent on the kept channel and makes
+/// sure the data connection it announces is there: `125` is the kept one,
+/// `150` a new one the server makes to our listener. A refusal (the file
+/// is gone) is `Err(reply)`; the server then forgets its data channel
+/// too (so do we, unless the caller reads more replies first).
+fn start(ctl: &mut Control, kept: &mut KeptChannel) -> Result<std::result::Result<(), Reply>> {
+    let r = ctl.read_reply()?;
     if !r.code.is_preliminary() {
-        c.kept.listener = None;
-        c.kept.sock = None;
-        return Err(refused("RETR", &r));
+        kept.sock = None;
+        return Ok(Err(r));
     }
-    if r.code.0 == 125 && c.kept.sock.is_none() {
+    if r.code.0 == 125 && kept.sock.is_none() {
         return Err(ClientError::Protocol(
             "125 (data connection open) but none is kept".into(),
         ));
@@ -173,21 +179,20 @@ fn start(c: &mut Conn) -> Result<()> {
     if r.code.0 != 125 {
         // The server connects anew (the first file, or it dropped what it
         // kept): whatever we held is over.
-        c.kept.sock = None;
-        accept(c)?;
+        kept.sock = None;
+        accept(ctl, kept)?;
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// Takes the server's connection to our listener, within the timeout.
-fn accept(c: &mut Conn) -> Result<()> {
+fn accept(ctl: &Control, kept: &mut KeptChannel) -> Result<()> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let l = c
-        .kept
+    let l = kept
         .listener
         .as_ref()
         .ok_or_else(|| ClientError::Bug("kept channel without a listener".into()))?;
-    let ms = u16::try_from(c.ctl.timeout().as_millis()).unwrap_or(u16::MAX);
+    let ms = u16::try_from(ctl.timeout().as_millis()).unwrap_or(u16::MAX);
     let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
     let ready = poll(&mut fds, PollTimeout::from(ms))
         .map_err(|e| ClientError::net("wait for the data connection", e.into()))?;
@@ -200,31 +205,30 @@ fn accept(c: &mut Conn) -> Result<()> {
     let (tcp, _) = l
         .accept()
         .map_err(|e| ClientError::net("accept the data connection", e))?;
-    let _ = tcp.set_read_timeout(Some(c.ctl.timeout()));
-    c.kept.sock = Some(tcp);
+    let _ = tcp.set_read_timeout(Some(ctl.timeout()));
+    kept.sock = Some(tcp);
     Ok(())
 }
 
 /// Reads one file's blocks up to its EOD: they must come in file order
 /// and add up to `size` (one stream carries the whole file, and the EOF
-/// must count exactly that stream).
+/// must count exactly that stream). Returns the bytes and whether the
+/// server closes the connection (CLOSE with the EOD).
 fn read_blocks(
-    c: &mut Conn,
-    file: &mut File,
+    kept: Option<&mut TcpStream>,
+    buf: &mut Vec<u8>,
+    file: &mut dyn Write,
     part: &Path,
     size: Option<u64>,
-    stats: &Arc<Stats>,
-) -> Result<u64> {
-    if c.buf.len() < INLINE_BUF {
-        c.buf.resize(INLINE_BUF, 0);
+    stats: &Stats,
+) -> Result<(u64, bool)> {
+    if buf.len() < INLINE_BUF {
+        buf.resize(INLINE_BUF, 0);
     }
-    let sock = c
-        .kept
-        .sock
-        .as_mut()
-        .ok_or_else(|| ClientError::Bug("kept channel without a connection".into()))?;
+    let sock = kept.ok_or_else(|| ClientError::Bug("kept channel without a connection".into()))?;
     let mut got = 0u64;
     let mut eof = None;
+    let mut closes = false;
     loop {
         let mut hdr = [0u8; HEADER_LEN];
         sock.read_exact(&mut hdr)
@@ -242,12 +246,19 @@ fn read_blocks(
                     h.offset
                 )));
             }
+            if size.is_some_and(|s| h.count > s - got) {
+                return Err(ClientError::Protocol(format!(
+                    "MODE E block past the end ({} bytes at {got} of {})",
+                    h.count,
+                    size.unwrap_or(0)
+                )));
+            }
             let mut left = h.count;
             while left > 0 {
-                let want = (left as usize).min(c.buf.len());
-                sock.read_exact(&mut c.buf[..want])
+                let want = (left as usize).min(buf.len());
+                sock.read_exact(&mut buf[..want])
                     .map_err(|e| ClientError::net("read MODE E data", e))?;
-                file.write_all(&c.buf[..want])
+                file.write_all(&buf[..want])
                     .map_err(|e| ClientError::local(format!("write {}", part.display()), e))?;
                 left -= want as u64;
                 got += want as u64;
@@ -257,8 +268,9 @@ fn read_blocks(
         }
         if d.has(Descriptor::EOD) {
             if d.has(Descriptor::CLOSE) {
-                // The server closes this one: the next file connects anew.
-                c.kept.sock = None;
+                // The server closes this one: the next transfer gets a new
+                // one (its reply is 150).
+                closes = true;
             }
             break;
         }
@@ -274,7 +286,7 @@ fn read_blocks(
             size.unwrap_or(0)
         )));
     }
-    Ok(got)
+    Ok((got, closes))
 }
 
 /// Reads and drops the transfer whose RETR is pending (the file before it
@@ -284,13 +296,26 @@ pub(super) fn discard_pending(c: &mut Conn) -> Result<()> {
     if c.kept.pending.take().is_none() {
         return Ok(());
     }
-    match start(c) {
+    match start(&mut c.ctl, &mut c.kept).map_err(lost)? {
         Ok(()) => {}
-        Err(ClientError::Refused { .. }) => return Ok(()),
-        Err(e) => return Err(lost(e)),
+        Err(_) => {
+            c.kept.listener = None;
+            return Ok(());
+        }
     }
-    let mut sink = tempfile_sink()?;
-    read_blocks(c, &mut sink, Path::new("/dev/null"), None, &Arc::default()).map_err(lost)?;
+    let sock = c.kept.sock.as_mut();
+    let (_, closes) = read_blocks(
+        sock,
+        &mut c.buf,
+        &mut std::io::sink(),
+        Path::new("(discarded)"),
+        None,
+        &Stats::default(),
+    )
+    .map_err(lost)?;
+    if closes {
+        c.kept.sock = None;
+    }
     loop {
         let r = c.ctl.read_reply().map_err(lost)?;
         if !r.code.is_preliminary() {
@@ -299,9 +324,120 @@ pub(super) fn discard_pending(c: &mut Conn) -> Result<()> {
     }
 }
 
-fn tempfile_sink() -> Result<File> {
-    File::options()
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| ClientError::local("open /dev/null", e))
+/// MLSDs sent ahead of their replies on the kept channel.
+const LIST_WINDOW: usize = 32;
+
+/// A listing's bytes, refused past `max` (a hostile server).
+struct Bounded {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl Write for Bounded {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + b.len() > self.max {
+            return Err(std::io::Error::other(format!(
+                "listing larger than {} bytes",
+                self.max
+            )));
+        }
+        self.bytes.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The MLSD listings of `paths` over the kept MODE E channel, pipelined:
+/// up to [`LIST_WINDOW`] `MLSD`s go out before their replies are read,
+/// and the server sends listing after listing on one data connection, so
+/// a level of D directories costs about one round trip, not D times
+/// three (EPSV, connect, MLSD). `Ok(None)`: the server has no MODE E.
+/// A refused listing is `Err` in its place; a failure makes the server
+/// forget its data channel, so the MLSDs sent behind it (answered 425)
+/// are sent again on a new one.
+pub(super) fn list_many(
+    ctl: &mut Control,
+    kept: &mut KeptChannel,
+    paths: &[String],
+    max: usize,
+) -> Result<Option<Vec<Result<Vec<u8>>>>> {
+    if kept.refused {
+        return Ok(None);
+    }
+    if !kept.mode_e {
+        // GridFTP servers take MODE E in TYPE I only.
+        ctl.expect_ok("TYPE I", "TYPE I")?;
+        let r = ctl.cmd("MODE E")?;
+        if !r.code.is_completion() {
+            kept.refused = true;
+            return Ok(None);
+        }
+        kept.mode_e = true;
+    }
+    let mut out: Vec<Option<Result<Vec<u8>>>> = (0..paths.len()).map(|_| None).collect();
+    let mut todo: std::collections::VecDeque<usize> = (0..paths.len()).collect();
+    let mut buf = Vec::new();
+    while !todo.is_empty() {
+        if kept.listener.is_none() {
+            kept.sock = None;
+            kept.listener = Some(data::active(ctl)?);
+        }
+        let batch: Vec<usize> = todo.drain(..todo.len().min(LIST_WINDOW)).collect();
+        for &i in &batch {
+            ctl.send(&format!("MLSD {}", paths[i]))?;
+        }
+        let mut broken = false;
+        for &i in &batch {
+            let what = format!("MLSD {}", super::plan::shown(&paths[i]));
+            match start(ctl, kept)? {
+                // No data channel any more after a failure: again later.
+                Err(r) if broken && r.code.0 == 425 => todo.push_back(i),
+                Err(r) => {
+                    out[i] = Some(Err(refused(&what, &r)));
+                    broken = true;
+                }
+                Ok(()) => {
+                    let mut sink = Bounded {
+                        bytes: Vec::new(),
+                        max,
+                    };
+                    let (_, closes) = read_blocks(
+                        kept.sock.as_mut(),
+                        &mut buf,
+                        &mut sink,
+                        Path::new("(listing)"),
+                        None,
+                        &Stats::default(),
+                    )?;
+                    if closes {
+                        kept.sock = None;
+                    }
+                    let last = loop {
+                        let r = ctl.read_reply()?;
+                        if !r.code.is_preliminary() {
+                            break r;
+                        }
+                    };
+                    out[i] = Some(if last.code.is_completion() {
+                        Ok(sink.bytes)
+                    } else {
+                        broken = true;
+                        Err(refused(&what, &last))
+                    });
+                }
+            }
+        }
+        if broken {
+            kept.listener = None;
+            kept.sock = None;
+        }
+    }
+    Ok(Some(
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClientError::Bug("listing not read".into()))))
+            .collect(),
+    ))
 }

@@ -26,7 +26,11 @@ fn after_one_mode_e_retr() -> T {
         t.out(),
         "150 Opening BINARY mode data connection (10 bytes).\r\n226 Transfer complete.\r\n"
     );
-    assert_eq!(actions(&mut t), vec![], "the channel stays for the next RETR");
+    assert_eq!(
+        actions(&mut t),
+        vec![],
+        "the channel stays for the next RETR"
+    );
     t
 }
 

@@ -301,7 +301,10 @@ async fn execute(
             skip,
             data,
         } => {
-            let r = retr(job, path, *offset, *len, skip, data, events, cached, progress).await;
+            let r = retr(
+                job, path, *offset, *len, skip, data, events, cached, progress,
+            )
+            .await;
             (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
         }
         Work::Stor { path, kind, data } => {
@@ -349,7 +352,10 @@ async fn list(
         1
     };
     let conns = match reusing {
-        true => cached,
+        true => {
+            tracing::debug!(streams = cached.len(), "reusing kept data connections");
+            cached
+        }
         false => open_data(job, data, n).await?,
     };
     let count = conns.len() as u64;
@@ -722,11 +728,7 @@ async fn stor(
             acceptor.abort();
             let summary = r.map_err(|e| transfer_error(&e, &job.cancel))?;
             if !summary.kept.is_empty() && !job.cancel.is_cancelled() {
-                let _ = events.send(Event::Kept(
-                    data.channel,
-                    summary.kept,
-                    Direction::Incoming,
-                ));
+                let _ = events.send(Event::Kept(data.channel, summary.kept, Direction::Incoming));
             }
             Ok(summary.bytes)
         }
