@@ -321,14 +321,23 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
                 return Ok(0);
             }
             let resume = attempt > 0 || a.resume;
-            let next = next
-                .filter(|(_, n)| lookahead && inline_ok(c, n, false))
-                .map(|(r, _)| remote_join(&u.path, r));
             let remote = remote_join(&u.path, rel);
-            // Small files on the MODE E channel kept open between them
-            // (one round trip each, pipelined away), else in MODE S.
-            let kept = match inline_ok(c, f, resume) && KeptChannel::usable(c) {
-                true => ftp_kept::fetch(c, &remote, &root, rel, f, next.clone(), &job.stats),
+            // Files of a known size on the MODE E channel kept open
+            // between them (a small file costs one round trip, pipelined
+            // away; a large one keeps the connection's window, as an HTTP
+            // client's kept-alive connection does), else in MODE S.
+            // (--verify's checksum after the data is the MODE S path's:
+            // large files keep it.)
+            let use_kept =
+                kept_ok(c, f, resume) && !(a.verify && f.size.is_some_and(|s| s > INLINE_MAX));
+            let next = next.filter(|_| lookahead);
+            let kept = match use_kept {
+                true => {
+                    let next = next
+                        .filter(|(_, n)| kept_ok(c, n, false))
+                        .map(|(r, _)| remote_join(&u.path, r));
+                    ftp_kept::fetch(c, &remote, &root, rel, f, next, &job.stats)
+                }
                 false => Ok(None),
             };
             let r = match kept {
@@ -336,7 +345,9 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
                 Err(e) => Err(e),
                 Ok(None) => KeptChannel::leave(c).and_then(|()| {
                     if inline_ok(c, f, resume) {
-                        let next = next.filter(|_| c.epsv);
+                        let next = next
+                            .filter(|(_, n)| c.epsv && inline_ok(c, n, false))
+                            .map(|(r, _)| remote_join(&u.path, r));
                         fetch_inline(c, &remote, &root, rel, f, next, &job.stats)
                     } else {
                         fetch(c, u, &per_file, &root, rel, f, resume, &job.stats)
@@ -428,6 +439,12 @@ const INLINE_MAX: u64 = 4 << 20;
 
 /// Read size of inline downloads.
 pub(super) const INLINE_BUF: usize = 256 << 10;
+
+/// Whether file `f` goes the kept MODE E way on this connection: a
+/// GridFTP server, a known size, not resuming (`ftp_kept`).
+fn kept_ok(c: &Conn, f: &Fetch, resume: bool) -> bool {
+    KeptChannel::usable(c) && !resume && f.size.is_some()
+}
 
 /// Whether file `f` goes the inline way on this connection: MODE S, a
 /// known small size, not resuming.

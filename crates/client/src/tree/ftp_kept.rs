@@ -1,10 +1,11 @@
-//! Small files of `sluice get -r` over one kept MODE E data connection
+//! Files of `sluice get -r` over one kept MODE E data connection
 //! (GridFTP data channel caching, as globus-url-copy `-pp` does against
 //! globus-gridftp-server): `MODE E` and `PORT`/`EPRT` once per worker
 //! connection, then each file is a `RETR` whose blocks end with EOD but
 //! without CLOSE, so the data connection stays open and the next file
 //! (answered `125`) costs its bytes and no connection setup or slow
-//! start. The next file's `RETR` goes out as soon as this one's
+//! start (a large file keeps the window the last one opened, as an HTTP
+//! client's kept-alive connection does). The next file's `RETR` goes out as soon as this one's
 //! `125`/`150` is in.
 //!
 //! Active, not passive: in MODE E the sender connects (GFD.20);
