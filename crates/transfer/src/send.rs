@@ -549,6 +549,48 @@ pub(crate) mod tests {
         );
     }
 
+    /// Kept connections: two files back to back on one connection, each
+    /// ending with EOD|EOF (count 1) and no CLOSE, the connection handed
+    /// back open after each; the receiver reads both from one stream.
+    #[tokio::test]
+    async fn kept_streams_end_without_close_and_carry_the_next_file() {
+        let e = engine(DataPath::Copy);
+        let (mut tx, mut rx) = pairs(1).await;
+        let mut r = rx.pop().unwrap();
+        let (a, b) = (pattern(150_000), pattern(70_000));
+        let mut conn = tx.pop().unwrap();
+        for data in [&a, &b] {
+            let spec = SendSpec {
+                file: temp_file(data),
+                ranges: vec![ByteRange::new(0, data.len() as u64)],
+                mode: Mode::Extended {
+                    block_size: 64 << 10,
+                },
+            };
+            let dc = e.data_conn_in(conn, None, None);
+            let (n, mut kept) = send_keeping(&e, spec, 0, vec![dc], Progress::new(), Cancel::new())
+                .await
+                .unwrap();
+            assert_eq!((n, kept.len()), (data.len() as u64, 1));
+            conn = kept.pop().unwrap();
+        }
+        drop(conn);
+        let mut v = Vec::new();
+        r.read_to_end(&mut v).await.unwrap();
+        // Both files, one after the other, each ending EOD|EOF (0x48).
+        let first = decode(&v);
+        assert_eq!(first.last_descriptor, 0x48);
+        assert_eq!(first.eof, Some(1));
+        let one: Vec<u8> = first.blocks.iter().flat_map(|b| b.1.clone()).collect();
+        assert_eq!(one, a);
+        let second = decode(&v[v.len() - first.trailing..]);
+        let two: Vec<u8> = second.blocks.iter().flat_map(|b| b.1.clone()).collect();
+        assert_eq!(
+            (two, second.last_descriptor, second.trailing),
+            (b.clone(), 0x48, 0)
+        );
+    }
+
     #[tokio::test]
     async fn relative_headers_number_the_region_from_zero() {
         let data = pattern(400_000);
