@@ -45,8 +45,9 @@ pub(super) struct KeptChannel {
     sock: Option<TcpStream>,
     /// The server refused `MODE E`: small files go the MODE S way.
     refused: bool,
-    /// The `RETR` sent ahead for the next file (its replies are next).
-    pub(super) pending: Option<String>,
+    /// The `RETR`s sent ahead for the next files, in order (their
+    /// replies come next).
+    pub(super) pending: std::collections::VecDeque<String>,
 }
 
 impl KeptChannel {
@@ -90,10 +91,10 @@ pub(super) fn fetch(
     root: &Path,
     rel: &str,
     f: &Fetch,
-    next: Option<String>,
+    upcoming: &[String],
     stats: &Arc<Stats>,
 ) -> Result<Option<u64>> {
-    if c.kept.pending.is_none() && !c.kept.mode_e {
+    if c.kept.pending.is_empty() && !c.kept.mode_e {
         let r = c.ctl.cmd("MODE E")?;
         if !r.code.is_completion() {
             c.kept.refused = true;
@@ -107,7 +108,7 @@ pub(super) fn fetch(
     // leaves the connection in step (the caller discards a pending RETR).
     let mut file = File::create(&part)
         .map_err(|e| ClientError::local(format!("create {}", part.display()), e))?;
-    match c.kept.pending.take() {
+    match c.kept.pending.pop_front() {
         Some(p) if p == remote => {}
         Some(p) => {
             return Err(ClientError::Bug(format!(
@@ -132,11 +133,17 @@ pub(super) fn fetch(
         }
     }
     Stats::add(&stats.streams, 1);
-    // The next file's RETR goes out now: the server answers it right
-    // behind this file's 226 and sends its blocks on the same connection.
-    if let Some(n) = next {
+    // The next files' RETRs go out now (those not out yet): the server
+    // answers each right behind the last one's 226 and sends its blocks on
+    // the same connection, without waiting for our next request.
+    if !upcoming.starts_with(c.kept.pending.make_contiguous()) {
+        return Err(ClientError::Bug(
+            "pipelined RETRs are not the files due next".into(),
+        ));
+    }
+    for n in &upcoming[c.kept.pending.len()..] {
         c.ctl.send(&format!("RETR {n}"))?;
-        c.kept.pending = Some(n);
+        c.kept.pending.push_back(n.clone());
     }
     let sock = c.kept.sock.as_mut();
     let (got, closes) =
@@ -290,39 +297,40 @@ fn read_blocks(
     Ok((got, closes))
 }
 
-/// Reads and drops the transfer whose RETR is pending (the file before it
-/// failed locally). Any trouble is a network error: the connection is
+/// Reads and drops the transfers whose RETRs are pending (a file before
+/// them failed). Any trouble is a network error: the connection is
 /// given up rather than reused out of step.
 pub(super) fn discard_pending(c: &mut Conn) -> Result<()> {
-    if c.kept.pending.take().is_none() {
-        return Ok(());
-    }
-    match start(&mut c.ctl, &mut c.kept).map_err(lost)? {
-        Ok(()) => {}
-        Err(_) => {
-            c.kept.listener = None;
-            return Ok(());
+    while c.kept.pending.pop_front().is_some() {
+        match start(&mut c.ctl, &mut c.kept).map_err(lost)? {
+            Ok(()) => {}
+            Err(_) => {
+                // Refused (or 425 behind a refusal): PORT anew next time.
+                c.kept.listener = None;
+                continue;
+            }
+        }
+        let sock = c.kept.sock.as_mut();
+        let (_, closes) = read_blocks(
+            sock,
+            &mut c.buf,
+            &mut std::io::sink(),
+            Path::new("(discarded)"),
+            None,
+            &Stats::default(),
+        )
+        .map_err(lost)?;
+        if closes {
+            c.kept.sock = None;
+        }
+        loop {
+            let r = c.ctl.read_reply().map_err(lost)?;
+            if !r.code.is_preliminary() {
+                break;
+            }
         }
     }
-    let sock = c.kept.sock.as_mut();
-    let (_, closes) = read_blocks(
-        sock,
-        &mut c.buf,
-        &mut std::io::sink(),
-        Path::new("(discarded)"),
-        None,
-        &Stats::default(),
-    )
-    .map_err(lost)?;
-    if closes {
-        c.kept.sock = None;
-    }
-    loop {
-        let r = c.ctl.read_reply().map_err(lost)?;
-        if !r.code.is_preliminary() {
-            return Ok(());
-        }
-    }
+    Ok(())
 }
 
 /// MLSDs sent ahead of their replies on the kept channel.

@@ -252,7 +252,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let out = jobs::run_ahead(
         files,
         workers,
-        true,
+        1,
         &job.done,
         || open(u, a.opts.parallel, timeout),
         |c, rel, s, attempt, next| {
@@ -263,7 +263,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
             }
             // The next upload's EPSV rides along only when nothing else
             // (CKSM) goes before its STOR.
-            let more = next.is_some() && !a.tree.checksum;
+            let more = !next.is_empty() && !a.tree.checksum;
             send(c, u, a, rel, s, attempt > 0 || a.resume, more, &job.stats)
         },
     );
