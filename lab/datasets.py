@@ -198,6 +198,11 @@ def rows(bindir, w):
         ("sluice get -r --files 16 (FTP)", "down", f"{sb} get -r -q --files 16 ftp://{SA}:{FTP}/CASE/tree/ DST"),
         ("sluice get -r --files 16 (HTTP)", "down", f"{sb} get -r -q --files 16 http://{SA}:{HTTP}/CASE/tree/ DST"),
         ("sluice get -r (HTTP)", "down", f"{sb} get -r -q http://{SA}:{HTTP}/CASE/tree/ DST"),
+        # Diagnostics for (b): one file at a time, and without DRS's
+        # receive buffer sizing (not run by default: see --rows).
+        ("diag: sluice get -r --files 1 (FTP)", "down", f"{sb} get -r -q --files 1 ftp://{SA}:{FTP}/CASE/tree/ DST"),
+        ("diag: sluice get -r --drs off (FTP)", "down", f"{sb} get -r -q --drs off ftp://{SA}:{FTP}/CASE/tree/ DST"),
+        ("diag: sluice get -r --files 1 (HTTP)", "down", f"{sb} get -r -q --files 1 http://{SA}:{HTTP}/CASE/tree/ DST"),
         ("sluice cp -f LIST (FTP)", "down", f"{sb} cp -q -f {w}/cp.list"),
         ("globus-url-copy -r -cc 4 -pp (globus)", "down", f"globus-url-copy -r -cc 4 -pp ftp://{SA}:{GFTP}DATA/CASE/tree/ file://DST/"),
         ("globus-url-copy -r -cc 16 -pp (globus)", "down", f"globus-url-copy -r -cc 16 -pp ftp://{SA}:{GFTP}DATA/CASE/tree/ file://DST/"),
@@ -415,7 +420,7 @@ def main():
     ap.add_argument("--large", type=int, default=4, help="32 MiB files of case (b) (the issue: 100)")
     ap.add_argument("--dirs", type=int, default=100, help="directories of case (a)")
     ap.add_argument("--cases", default="a,b,c")
-    ap.add_argument("--rows", default=".", help="regexp of row names to run")
+    ap.add_argument("--rows", default="^(?!diag:)", help="regexp of row names to run (diag: rows only when named)")
     ap.add_argument("--no-resync", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny trees on a 2 ms path, one run (< 60 s)")
     ap.add_argument("--out", default="lab/results/datasets")

@@ -60,6 +60,10 @@ mod client_streams;
 /// (sha256 of every file), a server killed mid-tree, hostile listings.
 mod trees;
 
+/// GridFTP data channel caching: globus-url-copy -pp -r (and -cc 4)
+/// downloads a tree of small files on kept MODE E connections (125).
+mod kept_channels;
+
 /// `sluice get` against a GridFTP server scripted in the test: MODE E
 /// blocks out of order, duplicated, with split headers; a block missing
 /// despite 226 (exit 7); a checksum mismatch (exit 8); URL credentials.

@@ -39,7 +39,7 @@ pub use receive::{
     receive_mode_e, receive_mode_e_protected, receive_mode_e_relative, Protect, ReceiveSummary,
 };
 pub use receive_stream::receive_stream;
-pub use send::{send, send_relative};
+pub use send::{send, send_keeping, send_relative};
 pub use sluice_engine::{Cancel, Engine, EngineConfig};
 pub use spec::{ByteRange, Mode, SendSpec};
 pub use tls::{receive_stream_tls, send_extended_tls, send_stream_tls};

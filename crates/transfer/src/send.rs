@@ -6,6 +6,12 @@
 //! is empty each stream sends one empty header with EOD|CLOSE and closes;
 //! stream 0's header also carries EOF with the offset field = number of
 //! streams (the EOD count), as Globus does (descriptor 0x4C).
+//!
+//! Kept connections ([`send_keeping`]): each stream ends with EOD but
+//! without CLOSE and stays open for the session's next transfer
+//! (globus-gridftp-server does this for every MODE E download: from the
+//! second file on it answers `125 ... reusing existing data connection`
+//! and a small file costs no connection setup).
 
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
@@ -47,6 +53,34 @@ pub async fn send_relative<C: IntoDataConn>(
     progress: Arc<Progress>,
     cancel: Cancel,
 ) -> Result<u64, TransferError> {
+    let (n, _) = send_inner(engine, spec, base, conns, false, progress, cancel).await?;
+    Ok(n)
+}
+
+/// Like [`send_relative`] in MODE E, but every stream ends with EOD
+/// without CLOSE and is handed back open (the receiver knows the transfer
+/// is over from the EOD count): the sockets for the next MODE E transfer
+/// on the same data channel. MODE S closes as always and returns none.
+pub async fn send_keeping(
+    engine: &Engine,
+    spec: SendSpec,
+    base: u64,
+    conns: Vec<DataConn>,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<(u64, Vec<TcpStream>), TransferError> {
+    send_inner(engine, spec, base, conns, true, progress, cancel).await
+}
+
+async fn send_inner<C: IntoDataConn>(
+    engine: &Engine,
+    spec: SendSpec,
+    base: u64,
+    conns: Vec<C>,
+    keep: bool,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+) -> Result<(u64, Vec<TcpStream>), TransferError> {
     spec.validate()?;
     if spec.ranges.iter().any(|r| r.len > 0 && r.offset < base) {
         return Err(TransferError::Setup(
@@ -76,12 +110,16 @@ pub async fn send_relative<C: IntoDataConn>(
                 .unwrap_or(Readers::Unshared);
             let _alone = match readers {
                 Readers::Shared(read) => {
-                    return send_stream_shared(&read, conn, &ranges, &progress, &cancel).await;
+                    return send_stream_shared(&read, conn, &ranges, &progress, &cancel)
+                        .await
+                        .map(|n| (n, Vec::new()));
                 }
                 Readers::Alone(mark) => Some(mark),
                 Readers::Unshared => None,
             };
-            send_stream(&spec, conn, &progress, &cancel).await
+            send_stream(&spec, conn, &progress, &cancel)
+                .await
+                .map(|n| (n, Vec::new()))
         }
         Mode::Extended { block_size } => {
             if conns.is_empty() || conns.len() > MAX_STREAMS {
@@ -92,14 +130,16 @@ pub async fn send_relative<C: IntoDataConn>(
             // while it sends, so the next reader of the file is shared.
             let _alone = match share(engine, &spec, conns.len()) {
                 Readers::Shared(read) => {
-                    return send_extended_shared(read, block_size, base, conns, progress, cancel)
-                        .await;
+                    return send_extended_shared(
+                        read, block_size, base, conns, keep, progress, cancel,
+                    )
+                    .await;
                 }
                 Readers::Alone(mark) => Some(mark),
                 Readers::Unshared => None,
             };
             let conns = conns.into_iter().map(Conn::from).collect();
-            send_extended(spec, block_size, base, conns, progress, cancel).await
+            send_extended(spec, block_size, base, conns, keep, progress, cancel).await
         }
     }
 }
@@ -171,15 +211,17 @@ async fn send_stream_shared(
 }
 
 /// MODE E over clear or TLS connections (`tls.rs` after its checks):
-/// blocks handed out in file order to whichever stream is ready.
+/// blocks handed out in file order to whichever stream is ready. With
+/// `keep`, clear connections end without CLOSE and come back open.
 pub(crate) async fn send_extended(
     spec: SendSpec,
     block_size: u64,
     base: u64,
     conns: Vec<Conn>,
+    keep: bool,
     progress: Arc<Progress>,
     cancel: Cancel,
-) -> Result<u64, TransferError> {
+) -> Result<(u64, Vec<TcpStream>), TransferError> {
     let queue = Arc::new(Mutex::new(BlockQueue::new(&spec.ranges, block_size, base)));
     let n_streams = conns.len() as u64;
     // Our own token, so one failing stream stops the others.
@@ -193,7 +235,9 @@ pub(crate) async fn send_extended(
             Arc::clone(&progress),
             inner.clone(),
         );
-        tasks.spawn(async move { stream_task(conn, &file, &queue, eof, &progress, &inner).await });
+        tasks.spawn(
+            async move { stream_task(conn, &file, &queue, eof, keep, &progress, &inner).await },
+        );
     }
     join_streams(tasks, &inner, &cancel).await
 }
@@ -202,17 +246,21 @@ pub(crate) async fn send_extended(
 /// stops the others (through `inner`) and is the result; the caller's
 /// `cancel` stops them all.
 pub(crate) async fn join_streams(
-    mut tasks: JoinSet<Result<u64, TransferError>>,
+    mut tasks: JoinSet<Result<(u64, Option<TcpStream>), TransferError>>,
     inner: &Cancel,
     cancel: &Cancel,
-) -> Result<u64, TransferError> {
+) -> Result<(u64, Vec<TcpStream>), TransferError> {
     let mut total = 0u64;
+    let mut kept = Vec::new();
     let mut first_err: Option<TransferError> = None;
     loop {
         tokio::select! {
             joined = tasks.join_next() => match joined {
                 None => break,
-                Some(Ok(Ok(n))) => total += n,
+                Some(Ok(Ok((n, conn)))) => {
+                    total += n;
+                    kept.extend(conn);
+                }
                 Some(Ok(Err(e))) => {
                     inner.cancel();
                     first_err.get_or_insert(e);
@@ -232,7 +280,7 @@ pub(crate) async fn join_streams(
         // A stream that stopped because another failed reports Cancelled;
         // the first error is the cause.
         Some(e) => Err(e),
-        None => Ok(total),
+        None => Ok((total, kept)),
     }
 }
 
@@ -241,9 +289,10 @@ async fn stream_task(
     file: &Arc<std::fs::File>,
     queue: &Mutex<BlockQueue>,
     eof: Option<u64>,
+    keep: bool,
     progress: &Progress,
     cancel: &Cancel,
-) -> Result<u64, TransferError> {
+) -> Result<(u64, Option<TcpStream>), TransferError> {
     let watch = Watch::start(conn.tcp());
     let mut sent = 0;
     loop {
@@ -259,11 +308,19 @@ async fn stream_task(
         progress.add_bytes(n);
         sent += n;
     }
-    let end = BlockHeader::end(eof, true).encode();
+    // Only a clear connection is kept (a TLS one would need its session
+    // carried over too).
+    let keep = keep && matches!(conn, Conn::Plain(_));
+    let end = BlockHeader::end(eof, !keep).encode();
     conn.send_bytes(&end, progress.counters(), cancel).await?;
-    conn.shutdown().await.map_err(TransferError::Connection)?;
     watch.finish(conn.tcp(), progress);
-    Ok(sent)
+    match conn {
+        Conn::Plain(c) if keep => Ok((sent, Some(c.into_stream()))),
+        mut conn => {
+            conn.shutdown().await.map_err(TransferError::Connection)?;
+            Ok((sent, None))
+        }
+    }
 }
 
 /// A data connection's `TCP_INFO` at the start of its part of a transfer,
@@ -489,6 +546,48 @@ pub(crate) mod tests {
         assert_eq!(
             empty.iter().filter_map(|s| s.eof).collect::<Vec<_>>(),
             vec![3]
+        );
+    }
+
+    /// Kept connections: two files back to back on one connection, each
+    /// ending with EOD|EOF (count 1) and no CLOSE, the connection handed
+    /// back open after each; the receiver reads both from one stream.
+    #[tokio::test]
+    async fn kept_streams_end_without_close_and_carry_the_next_file() {
+        let e = engine(DataPath::Copy);
+        let (mut tx, mut rx) = pairs(1).await;
+        let mut r = rx.pop().unwrap();
+        let (a, b) = (pattern(150_000), pattern(70_000));
+        let mut conn = tx.pop().unwrap();
+        for data in [&a, &b] {
+            let spec = SendSpec {
+                file: temp_file(data),
+                ranges: vec![ByteRange::new(0, data.len() as u64)],
+                mode: Mode::Extended {
+                    block_size: 64 << 10,
+                },
+            };
+            let dc = e.data_conn_in(conn, None, None);
+            let (n, mut kept) = send_keeping(&e, spec, 0, vec![dc], Progress::new(), Cancel::new())
+                .await
+                .unwrap();
+            assert_eq!((n, kept.len()), (data.len() as u64, 1));
+            conn = kept.pop().unwrap();
+        }
+        drop(conn);
+        let mut v = Vec::new();
+        r.read_to_end(&mut v).await.unwrap();
+        // Both files, one after the other, each ending EOD|EOF (0x48).
+        let first = decode(&v);
+        assert_eq!(first.last_descriptor, 0x48);
+        assert_eq!(first.eof, Some(1));
+        let one: Vec<u8> = first.blocks.iter().flat_map(|b| b.1.clone()).collect();
+        assert_eq!(one, a);
+        let second = decode(&v[v.len() - first.trailing..]);
+        let two: Vec<u8> = second.blocks.iter().flat_map(|b| b.1.clone()).collect();
+        assert_eq!(
+            (two, second.last_descriptor, second.trailing),
+            (b.clone(), 0x48, 0)
         );
     }
 

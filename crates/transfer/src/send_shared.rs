@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use sluice_engine::{Cancel, Counters, DataConn, EngineError, SharedRead};
 use sluice_ftp::mode_e::BlockHeader;
+use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::send::{join_streams, Watch};
@@ -27,9 +28,10 @@ pub(crate) async fn send_extended_shared(
     block_size: u64,
     base: u64,
     conns: Vec<DataConn>,
+    keep: bool,
     progress: Arc<Progress>,
     cancel: Cancel,
-) -> Result<u64, TransferError> {
+) -> Result<(u64, Vec<TcpStream>), TransferError> {
     let read = Arc::new(read);
     let n_streams = conns.len() as u64;
     let inner = Cancel::new();
@@ -38,7 +40,7 @@ pub(crate) async fn send_extended_shared(
         let eof = if i == 0 { Some(n_streams) } else { None };
         let (read, progress, inner) = (Arc::clone(&read), Arc::clone(&progress), inner.clone());
         tasks.spawn(async move {
-            shared_stream(conn, &read, block_size, base, eof, &progress, &inner).await
+            shared_stream(conn, &read, block_size, base, eof, keep, &progress, &inner).await
         });
     }
     // The demand is dropped when the last stream task lets go of `read`
@@ -47,15 +49,17 @@ pub(crate) async fn send_extended_shared(
     join_streams(tasks, &inner, &cancel).await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn shared_stream(
     mut conn: DataConn,
     read: &SharedRead,
     block_size: u64,
     base: u64,
     eof: Option<u64>,
+    keep: bool,
     progress: &Progress,
     cancel: &Cancel,
-) -> Result<u64, TransferError> {
+) -> Result<(u64, Option<TcpStream>), TransferError> {
     let watch = Watch::start(conn.stream());
     let mut sent = 0;
     while let Some(piece) = read.next(progress.counters(), cancel).await? {
@@ -73,11 +77,14 @@ async fn shared_stream(
         }
         read.sent(piece);
     }
-    let end = BlockHeader::end(eof, true).encode();
+    let end = BlockHeader::end(eof, !keep).encode();
     conn.send_bytes(&end, progress.counters(), cancel).await?;
-    conn.shutdown().await.map_err(TransferError::Connection)?;
     watch.finish(conn.stream(), progress);
-    Ok(sent)
+    if keep {
+        return Ok((sent, Some(conn.into_stream())));
+    }
+    conn.shutdown().await.map_err(TransferError::Connection)?;
+    Ok((sent, None))
 }
 
 /// Sends the next `len` bytes `read` hands out (an in-order reader: the

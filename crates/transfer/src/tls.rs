@@ -92,5 +92,7 @@ pub async fn send_extended_tls(
         ));
     }
     let conns = conns.into_iter().map(Conn::from).collect();
-    crate::send::send_extended(spec, block_size, base, conns, progress, cancel).await
+    crate::send::send_extended(spec, block_size, base, conns, false, progress, cancel)
+        .await
+        .map(|(n, _)| n)
 }

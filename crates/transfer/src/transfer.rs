@@ -9,7 +9,8 @@
 //! Shapes and their framing:
 //! - [`Transfer::send`] / [`Transfer::send_tls`]: a [`SendSpec`] over
 //!   connections the transfer owns and closes (FTP RETR/ERET: MODE S raw,
-//!   MODE E blocks over 1..n streams).
+//!   MODE E blocks over 1..n streams); [`Transfer::send_keeping`] hands
+//!   MODE E connections back open after their EOD.
 //! - [`Transfer::send_body`]: a head and [`Part`]s over a borrowed
 //!   connection that outlives the transfer (an HTTP response on a
 //!   kept-alive connection: raw bytes, multipart parts are `Bytes` parts
@@ -234,6 +235,24 @@ impl Transfer {
         Ok(())
     }
 
+    /// Ends a MODE E stream of made-here blocks with EOD (and EOF = `eof`
+    /// streams on the first) but without CLOSE, and leaves it open for the
+    /// session's next transfer on the same data channel.
+    pub async fn end_blocks_open(
+        &self,
+        conn: &mut Conn,
+        eof: Option<u64>,
+    ) -> Result<(), TransferError> {
+        let work = async {
+            let end = BlockHeader::end(eof, false).encode();
+            conn.send_bytes(&end, self.progress.counters(), &self.cancel)
+                .await?;
+            Ok(())
+        };
+        tokio::pin!(work);
+        self.run(work).await
+    }
+
     /// A download over clear connections the transfer owns and closes
     /// (MODE S: exactly one); MODE E headers carry `offset - base`.
     pub async fn send<C: IntoDataConn>(
@@ -244,6 +263,28 @@ impl Transfer {
         conns: Vec<C>,
     ) -> Result<u64, TransferError> {
         let work = crate::send::send_relative(
+            engine,
+            spec,
+            base,
+            conns,
+            Arc::clone(&self.progress),
+            self.cancel.clone(),
+        );
+        tokio::pin!(work);
+        self.run(work).await
+    }
+
+    /// A MODE E download whose clear connections stay open after their
+    /// EOD (no CLOSE) and come back for the next transfer on the same data
+    /// channel (`send::send_keeping`); MODE S closes as [`Transfer::send`].
+    pub async fn send_keeping(
+        &self,
+        engine: &Engine,
+        spec: SendSpec,
+        base: u64,
+        conns: Vec<sluice_engine::DataConn>,
+    ) -> Result<(u64, Vec<TcpStream>), TransferError> {
+        let work = crate::send::send_keeping(
             engine,
             spec,
             base,

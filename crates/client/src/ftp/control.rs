@@ -127,6 +127,11 @@ impl Control {
         Ok(())
     }
 
+    /// Whether data connections are under TLS (PROT P after AUTH TLS).
+    pub fn is_tls(&self) -> bool {
+        self.tls_host.is_some()
+    }
+
     /// A data connection as this session protects them: TLS (PROT P) when
     /// the control connection is, with the same server name (and so the
     /// control connection's TLS session to resume).

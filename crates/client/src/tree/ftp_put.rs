@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress};
+use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress, MAX_LISTING};
 use super::jobs;
 use super::plan::{self, Action, Entry, Have, Kind};
 use super::sync::Notes;
@@ -137,6 +137,9 @@ fn walk_local(root: &Path) -> Result<LocalTree> {
     })
 }
 
+/// MKDs sent ahead of their replies.
+const MKD_WINDOW: usize = 32;
+
 /// `sluice put -r`.
 pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     if !a.file.is_dir() {
@@ -158,16 +161,28 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     };
     let timeout = Duration::from_secs(a.opts.timeout);
     let mut ctl = session::open(u, timeout)?;
-    let mfmt = session::features(&mut ctl)?.is_some_and(|f| {
-        f.iter()
-            .any(|l| l.split_whitespace().next() == Some("MFMT"))
-    });
+    let feat = session::features(&mut ctl)?.unwrap_or_default();
+    let has = |name: &str| {
+        feat.iter()
+            .any(|l| l.split_whitespace().next() == Some(name))
+    };
+    let mfmt = has("MFMT");
     // The target and every directory, parents first. A refusal is not an
     // error yet: the directory may exist; a STOR into it will tell.
-    for rel in std::iter::once("").chain(dirs.iter().map(String::as_str)) {
-        let path = remote_join(&u.path, rel);
-        if path != "/" {
-            let r = ctl.cmd(&format!("MKD {path}"))?;
+    // Pipelined (a window of MKDs out before their replies): a parent's
+    // MKD is answered before its child's, as servers take commands in
+    // order, and a re-sync of D directories costs D / window round trips.
+    let mkd: Vec<String> = std::iter::once("")
+        .chain(dirs.iter().map(String::as_str))
+        .map(|rel| remote_join(&u.path, rel))
+        .filter(|p| p != "/")
+        .collect();
+    for window in mkd.chunks(MKD_WINDOW) {
+        for path in window {
+            ctl.send(&format!("MKD {path}"))?;
+        }
+        for path in window {
+            let r = ctl.read_reply()?;
             if !r.code.is_completion() {
                 tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
             }
@@ -175,9 +190,26 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     }
     if a.tree.sync {
         let mut there = HashMap::new();
-        for dir in std::iter::once(String::new()).chain(dirs.iter().cloned()) {
+        let all: Vec<String> = std::iter::once(String::new())
+            .chain(dirs.iter().cloned())
+            .collect();
+        // A GridFTP server lists them all pipelined on one kept MODE E
+        // connection (a round trip per window, not three per directory).
+        let mut listed = match has("PARALLEL") && !ctl.is_tls() {
+            true => {
+                let paths: Vec<String> = all.iter().map(|d| remote_join(&u.path, d)).collect();
+                let mut kept = super::ftp_kept::KeptChannel::default();
+                super::ftp_kept::list_many(&mut ctl, &mut kept, &paths, MAX_LISTING)?
+            }
+            false => None,
+        };
+        for (k, dir) in all.into_iter().enumerate() {
             let path = remote_join(&u.path, &dir);
-            let entries = match mlsd(&mut ctl, &path) {
+            let raw = match listed.as_mut() {
+                Some(v) => std::mem::replace(&mut v[k], Ok(Vec::new())),
+                None => mlsd(&mut ctl, &path),
+            };
+            let entries = match raw {
                 Ok(raw) => plan::parse_mlsd(&raw).map_err(ClientError::Protocol)?,
                 // A directory MKD just made, or could not make: empty.
                 Err(ClientError::Refused { .. }) => Vec::new(),
@@ -220,7 +252,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let out = jobs::run_ahead(
         files,
         workers,
-        true,
+        1,
         &job.done,
         || open(u, a.opts.parallel, timeout),
         |c, rel, s, attempt, next| {
@@ -231,7 +263,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
             }
             // The next upload's EPSV rides along only when nothing else
             // (CKSM) goes before its STOR.
-            let more = next.is_some() && !a.tree.checksum;
+            let more = !next.is_empty() && !a.tree.checksum;
             send(c, u, a, rel, s, attempt > 0 || a.resume, more, &job.stats)
         },
     );

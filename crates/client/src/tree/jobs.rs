@@ -163,25 +163,20 @@ where
     O: Fn() -> Result<C> + Sync,
     S: Fn(&mut C, &str, &J, u32) -> Result<u64> + Sync,
 {
-    run_ahead(
-        jobs,
-        workers,
-        false,
-        done,
-        open,
-        |c, rel, job, attempt, _| step(c, rel, job, attempt),
-    )
+    run_ahead(jobs, workers, 0, done, open, |c, rel, job, attempt, _| {
+        step(c, rel, job, attempt)
+    })
 }
 
-/// [`run`] whose step also sees the file its worker moves next (with
-/// `lookahead`: each worker takes its next file from the queue before it
-/// starts the current one), so it can send that file's commands before
-/// the current one's final reply (FTP pipelining: no round trip between
-/// files). The next file stays with this worker.
+/// [`run`] whose step also sees the files its worker moves next (with
+/// `lookahead` > 0: each worker takes up to that many next files from
+/// the queue before it starts the current one), so it can send their
+/// commands before the current one's final reply (FTP pipelining: no
+/// round trip between files). Those files stay with this worker.
 pub fn run_ahead<J, C, O, S>(
     jobs: Vec<(String, J)>,
     workers: Workers,
-    lookahead: bool,
+    lookahead: usize,
     done: &AtomicU64,
     open: O,
     step: S,
@@ -189,7 +184,7 @@ pub fn run_ahead<J, C, O, S>(
 where
     J: Send,
     O: Fn() -> Result<C> + Sync,
-    S: Fn(&mut C, &str, &J, u32, Option<(&str, &J)>) -> Result<u64> + Sync,
+    S: Fn(&mut C, &str, &J, u32, &[(&str, &J)]) -> Result<u64> + Sync,
 {
     let queue = Mutex::new(jobs.into_iter().collect::<VecDeque<_>>());
     let files = Mutex::new(Vec::new());
@@ -218,25 +213,35 @@ where
                 }
             }
         }
-        let mut ahead: Option<(String, J)> = None;
+        let mut ahead: VecDeque<(String, J)> = VecDeque::new();
         loop {
             if stop.load(Relaxed) {
-                if let Some(j) = ahead.take() {
-                    queue.lock().unwrap().push_front(j);
+                let mut q = queue.lock().unwrap();
+                while let Some(j) = ahead.pop_back() {
+                    q.push_front(j);
                 }
                 break;
             }
-            let Some((rel, job)) = ahead.take().or_else(|| queue.lock().unwrap().pop_front())
+            let Some((rel, job)) = ahead
+                .pop_front()
+                .or_else(|| queue.lock().unwrap().pop_front())
             else {
                 break;
             };
-            if lookahead {
-                ahead = queue.lock().unwrap().pop_front();
+            {
+                let mut q = queue.lock().unwrap();
+                while ahead.len() < lookahead {
+                    match q.pop_front() {
+                        Some(j) => ahead.push_back(j),
+                        None => break,
+                    }
+                }
             }
             let mut attempt = 0;
             loop {
                 let t = std::time::Instant::now();
-                let next = ahead.as_ref().map(|(r, j)| (r.as_str(), j));
+                let next: Vec<(&str, &J)> = ahead.iter().map(|(r, j)| (r.as_str(), j)).collect();
+                let next = &next[..];
                 let r = match conn.as_mut() {
                     Some(c) => step(c, &rel, &job, attempt, next),
                     None => open().and_then(|mut c| {

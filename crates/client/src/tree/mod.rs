@@ -5,6 +5,8 @@
 //! files on `--files N` workers with retries, [`ftp`] and [`http`] do the I/O
 //! ([`http_listing`] reads HTTP directory listings).
 pub mod ftp;
+mod ftp_kept;
+mod ftp_list;
 pub mod ftp_put;
 pub mod http;
 pub mod http_listing;

@@ -210,6 +210,11 @@ pub enum Action {
     },
     /// Forget any passive listener (PORT/EPRT replaced it). No answer.
     ClosePassive,
+    /// Close the data connections kept open after the last MODE E
+    /// transfer (GridFTP data channel caching): the client changed the
+    /// data channel (PORT/EPRT/PASV/EPSV), the mode, or a transfer failed.
+    /// No answer.
+    DropKept,
     /// A question about a path. Answer: [`handle_result`](super::Session::handle_result).
     Query {
         /// The path.

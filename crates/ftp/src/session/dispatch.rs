@@ -241,6 +241,7 @@ impl Session {
                 self.reply(C::OK, text);
             }
             Command::Mode(m) => {
+                self.drop_kept();
                 self.mode = m;
                 self.reply(C::OK, "Mode set.");
             }
@@ -605,6 +606,7 @@ impl Session {
             return;
         }
         self.state = State::AwaitPassive { extended };
+        self.drop_kept();
         self.actions.push_back(Action::OpenPassive { extended });
     }
 
@@ -627,6 +629,9 @@ impl Session {
         if self.data == DataSetup::Passive {
             self.actions.push_back(Action::ClosePassive);
         }
+        // A new PORT, even to the same address, is a new listener on the
+        // client's side: what we kept was connected to the old one.
+        self.drop_kept();
         self.data = DataSetup::Active(addr);
         self.reply(C::OK, "PORT command successful. Consider using PASV.");
     }

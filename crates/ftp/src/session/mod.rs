@@ -24,6 +24,8 @@ mod dispatch;
 #[doc(hidden)]
 pub mod internal;
 #[cfg(test)]
+mod kept_tests;
+#[cfg(test)]
 mod odd_input_tests;
 #[cfg(test)]
 mod pipelining_tests;
@@ -199,6 +201,11 @@ pub struct Session {
     prot_private: bool,
     /// The login needed TLS (its transfers need PROT P).
     login_requires_tls: bool,
+    /// A MODE E transfer succeeded on the current data channel: the shell
+    /// may hold its connections open for the next one (GridFTP data
+    /// channel caching). Changing the channel or the mode drops them
+    /// ([`Action::DropKept`]).
+    kept: bool,
 }
 
 impl Session {
@@ -221,6 +228,7 @@ impl Session {
             rest_ranges: None,
             rename_from: None,
             parallelism: 1,
+            kept: false,
             buffer: None,
             marker_secs: DEFAULT_MARKER_SECS,
             mlst_facts: crate::listing::MlstFacts::ALL,
@@ -487,6 +495,7 @@ impl Session {
         if self.data == DataSetup::Passive {
             self.actions.push_back(Action::ClosePassive);
         }
+        self.drop_kept();
         self.state = State::AwaitUser;
         self.login = None;
         self.cwd = VirtualPath::root();
@@ -512,6 +521,18 @@ impl Session {
     /// `size` (bytes to send, when known) goes into the reply text, where
     /// some clients read it.
     pub fn handle_transfer_started(&mut self, size: Option<u64>) {
+        self.transfer_started(size, false);
+    }
+
+    /// The transfer started on data connections kept open from the last
+    /// MODE E transfer: 125 (data connection already open) instead of 150,
+    /// as globus-gridftp-server answers ("reusing existing data
+    /// connection").
+    pub fn handle_transfer_started_reusing(&mut self, size: Option<u64>) {
+        self.transfer_started(size, true);
+    }
+
+    fn transfer_started(&mut self, size: Option<u64>, reusing: bool) {
         let State::AwaitTransfer(t) = &mut self.state else {
             return;
         };
@@ -520,11 +541,25 @@ impl Session {
         }
         t.started = true;
         let kind = if self.ascii { "ASCII" } else { "BINARY" };
-        let text = match size {
-            Some(n) => format!("Opening {kind} mode data connection ({n} bytes)."),
-            None => format!("Opening {kind} mode data connection."),
+        let (code, text) = match (reusing, size) {
+            (true, Some(n)) => (
+                ReplyCode::DATA_ALREADY_OPEN,
+                format!("Reusing existing data connection; transfer starting ({n} bytes)."),
+            ),
+            (true, None) => (
+                ReplyCode::DATA_ALREADY_OPEN,
+                "Reusing existing data connection; transfer starting.".to_string(),
+            ),
+            (false, Some(n)) => (
+                ReplyCode::OPENING_DATA,
+                format!("Opening {kind} mode data connection ({n} bytes)."),
+            ),
+            (false, None) => (
+                ReplyCode::OPENING_DATA,
+                format!("Opening {kind} mode data connection."),
+            ),
         };
-        self.reply(ReplyCode::OPENING_DATA, &text);
+        self.reply(code, &text);
     }
 
     /// A 111 restart marker or 112 performance marker to send while a
@@ -555,6 +590,9 @@ impl Session {
                 self.actions.push_back(Action::ClosePassive);
             }
             self.data = DataSetup::None;
+            self.drop_kept();
+        } else {
+            self.kept = true;
         }
         match result {
             Ok(_) => self.reply(ReplyCode::TRANSFER_COMPLETE, "Transfer complete."),
@@ -567,6 +605,14 @@ impl Session {
         if t.quit_after {
             self.reply(ReplyCode::CLOSING, "Goodbye.");
             self.close();
+        }
+    }
+
+    /// The data channel or mode changed (or a transfer failed): any
+    /// connections kept from the last MODE E transfer are closed.
+    fn drop_kept(&mut self) {
+        if std::mem::take(&mut self.kept) {
+            self.actions.push_back(Action::DropKept);
         }
     }
 

@@ -82,7 +82,7 @@ impl SimShell {
                     self.s.handle_transfer_done(self.now, Ok(7));
                 }
                 Action::StartTls => self.s.handle_tls(true),
-                Action::ClosePassive | Action::Abort | Action::Close => {}
+                Action::ClosePassive | Action::DropKept | Action::Abort | Action::Close => {}
             }
         }
     }

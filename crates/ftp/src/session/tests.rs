@@ -53,12 +53,13 @@ impl T {
         String::from_utf8(v).unwrap()
     }
 
-    /// The next action, skipping ClosePassive (bookkeeping for the shell;
-    /// `passive_listener_lifetime` checks it).
+    /// The next action, skipping ClosePassive and DropKept (bookkeeping
+    /// for the shell; `passive_listener_lifetime` and `kept_tests` check
+    /// them).
     pub(super) fn action(&mut self) -> Option<Action> {
         loop {
             match self.s.poll_action() {
-                Some(Action::ClosePassive) => continue,
+                Some(Action::ClosePassive | Action::DropKept) => continue,
                 other => return other,
             }
         }

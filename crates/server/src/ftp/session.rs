@@ -23,6 +23,7 @@ use super::FtpContext;
 use crate::auth::Login;
 use crate::data::Passive;
 use crate::ops;
+use crate::xferlog::Direction;
 
 /// Control bytes we hold while the session is busy. A client that sends
 /// more than this without waiting for replies is paused (we stop reading)
@@ -99,9 +100,10 @@ struct Driver {
     peer: SocketAddr,
     login: Option<(String, Login, Arc<ServedRoot>)>,
     passive: Option<Passive>,
-    /// MODE E upload connections the client kept open, and the data
-    /// channel they belong to (dropped when that channel is replaced).
-    cached: Option<(DataChannel, Vec<TcpStream>)>,
+    /// MODE E connections kept open after the last transfer, the data
+    /// channel they belong to and the direction they carried (dropped
+    /// when the session says so: `Action::DropKept`, a new listener).
+    cached: Option<(DataChannel, Vec<TcpStream>, Direction)>,
     running: Option<Cancel>,
     events_tx: mpsc::UnboundedSender<Event>,
     /// When control bytes were last read while a transfer ran (an
@@ -336,8 +338,9 @@ async fn run(
             },
             Some(ev) = events_rx.recv() => match ev {
                 Event::Started(size) => d.session.handle_transfer_started(size),
+                Event::StartedReusing(size) => d.session.handle_transfer_started_reusing(size),
                 Event::Marker(r) => d.session.handle_marker(&r),
-                Event::Kept(channel, conns) => d.cached = Some((channel, conns)),
+                Event::Kept(channel, conns, dir) => d.cached = Some((channel, conns, dir)),
                 Event::Done(result) => {
                     d.running = None;
                     if result.is_err() {
@@ -384,6 +387,17 @@ async fn read_some(rd: &OwnedReadHalf, buf: &mut [u8]) -> std::io::Result<usize>
             other => return other,
         }
     }
+}
+
+/// Whether a kept download connection can still carry data: the client
+/// has neither closed it nor sent anything on it (a receiver never does).
+/// A peek that does not wait: no bytes pending is `WouldBlock`.
+fn still_open(conn: &TcpStream) -> bool {
+    let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    matches!(
+        socket2::SockRef::from(conn).peek(&mut b),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+    )
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
@@ -514,6 +528,7 @@ impl Driver {
                 self.passive = None;
                 self.cached = None;
             }
+            Action::DropKept => self.cached = None,
             Action::Query { path, query } => {
                 let r = self
                     .blocking(IoClass::Meta, move |root, w| {
@@ -612,7 +627,44 @@ impl Driver {
             .unwrap_or(Err(OpError::Local))
     }
 
+    /// Kept connections serve the next MODE E transfer in the same
+    /// direction on the same data channel; other transfers leave them for
+    /// later. A download takes them only when they are exactly as many as
+    /// its streams and all still open (a client that closed its end wants
+    /// new ones: then they are dropped and the download connects anew).
+    fn take_kept(&mut self, work: &Work) -> Vec<TcpStream> {
+        let (data, dir) = match work {
+            Work::Stor { data, .. } => (data, Direction::Incoming),
+            Work::Retr { data, .. } | Work::List { data, .. } if !data.protected => {
+                (data, Direction::Outgoing)
+            }
+            _ => return Vec::new(),
+        };
+        let fits = |(c, _, d): &(DataChannel, Vec<TcpStream>, Direction)| {
+            data.mode == TransferMode::ExtendedBlock && *c == data.channel && *d == dir
+        };
+        if !self.cached.as_ref().is_some_and(fits) {
+            return Vec::new();
+        }
+        let conns = self
+            .cached
+            .take()
+            .map(|(_, conns, _)| conns)
+            .unwrap_or_default();
+        if dir == Direction::Outgoing
+            && (conns.len() != data.parallelism as usize || !conns.iter().all(still_open))
+        {
+            tracing::debug!("kept data connections dropped: closed, or another stream count");
+            return Vec::new();
+        }
+        conns
+    }
+
     fn start(&mut self, work: Work) {
+        let cached = match self.login {
+            Some(_) => self.take_kept(&work),
+            None => Vec::new(),
+        };
         let Some((user, login, root)) = &self.login else {
             let _ = self
                 .events_tx
@@ -620,23 +672,6 @@ impl Driver {
             return;
         };
         let cancel = Cancel::new();
-        // Kept connections serve the next MODE E upload on the same data
-        // channel; other transfers leave them for later.
-        let cached = match &work {
-            Work::Stor { data, .. }
-                if data.mode == TransferMode::ExtendedBlock
-                    && self
-                        .cached
-                        .as_ref()
-                        .is_some_and(|(c, _)| *c == data.channel) =>
-            {
-                self.cached
-                    .take()
-                    .map(|(_, conns)| conns)
-                    .unwrap_or_default()
-            }
-            _ => Vec::new(),
-        };
         let job = Job {
             engine: self.ctx.engine.clone(),
             root: Arc::clone(root),

@@ -35,11 +35,15 @@ pub enum Event {
     Started(Option<u64>),
     /// A 111/112 marker.
     Marker(Reply),
-    /// MODE E upload connections the client keeps open (EOD without
-    /// CLOSE) for its next transfer on this data channel; sent before a
-    /// successful `Done`. The session hands them to the next upload's
-    /// [`Job::cached`].
-    Kept(DataChannel, Vec<TcpStream>),
+    /// The transfer starts on data connections kept from the last one
+    /// (125 instead of 150).
+    StartedReusing(Option<u64>),
+    /// MODE E connections kept open after a transfer on this data channel
+    /// (uploads: the client ended with EOD without CLOSE; downloads: we
+    /// did, as globus-gridftp-server does); sent before a successful
+    /// `Done`. The session hands them to the next transfer in the same
+    /// direction on the same channel ([`Job::cached`]).
+    Kept(DataChannel, Vec<TcpStream>, Direction),
     /// Finished: payload bytes, or why not.
     Done(Result<u64, OpError>),
 }
@@ -66,8 +70,10 @@ pub struct Job {
     pub writable: bool,
     /// ABOR.
     pub cancel: Cancel,
-    /// Connections kept from the previous MODE E upload on this data
-    /// channel (`globus-url-copy -fast`); the client may send on them.
+    /// Connections kept from the previous MODE E transfer in the same
+    /// direction on this data channel: an upload's the client may send on
+    /// (`globus-url-copy -fast`), a download's to send on (checked alive,
+    /// as many as the download's parallelism).
     pub cached: Vec<TcpStream>,
     /// How long kept partial uploads live (crate::upload).
     pub partials: PartialPolicy,
@@ -285,7 +291,7 @@ async fn execute(
             data,
             matching,
         } => (
-            list(job, path, *format, data, matching.clone(), events).await,
+            list(job, path, *format, data, matching.clone(), events, cached).await,
             None,
         ),
         Work::Retr {
@@ -295,7 +301,10 @@ async fn execute(
             skip,
             data,
         } => {
-            let r = retr(job, path, *offset, *len, skip, data, events, progress).await;
+            let r = retr(
+                job, path, *offset, *len, skip, data, events, cached, progress,
+            )
+            .await;
             (r, Some((path.clone(), data.ascii, Direction::Outgoing)))
         }
         Work::Stor { path, kind, data } => {
@@ -324,10 +333,15 @@ async fn list(
     data: &DataSpec,
     matching: Option<ListMatch>,
     events: &mpsc::UnboundedSender<Event>,
+    cached: Vec<TcpStream>,
 ) -> Result<u64, OpError> {
     let (root, p, w) = (Arc::clone(&job.root), path.clone(), job.writable);
     let source = blocking(job, move || open_listing(&root, &p, format, w, matching)).await??;
-    let _ = events.send(Event::Started(None));
+    let reusing = !cached.is_empty();
+    let _ = events.send(match reusing {
+        true => Event::StartedReusing(None),
+        false => Event::Started(None),
+    });
     // A MODE E receiver waits for as many connections as it asked for
     // with OPTS RETR Parallelism (globus-url-copy -p N -fast lists this
     // way); the first carries the listing, every one ends with EOD and
@@ -337,9 +351,19 @@ async fn list(
     } else {
         1
     };
-    let conns = open_data(job, data, n).await?;
+    let conns = match reusing {
+        true => {
+            tracing::debug!(streams = cached.len(), "reusing kept data connections");
+            cached
+        }
+        false => open_data(job, data, n).await?,
+    };
     let count = conns.len() as u64;
     let mode_e = data.mode == TransferMode::ExtendedBlock;
+    // MODE E listings keep their clear connections open as downloads do
+    // (`sluice get -r` pipelines a level's MLSDs on one connection).
+    let keep = mode_e && !data.protected;
+    let mut kept = Vec::new();
     let mut secured = Vec::with_capacity(conns.len());
     for c in conns {
         secured.push(if data.protected {
@@ -404,10 +428,10 @@ async fn list(
                     .map_err(|e| transfer_error(&e, &job.cancel))?;
                 sent += piece.len() as u64;
             }
-            finish_list_conn(&t, conn, mode_e, Some(count)).await?;
+            kept.extend(finish_list_conn(&t, conn, mode_e, keep, Some(count)).await?);
         }
         for conn in conns {
-            finish_list_conn(&t, conn, mode_e, None).await?;
+            kept.extend(finish_list_conn(&t, conn, mode_e, keep, None).await?);
         }
         Ok::<(), OpError>(())
     };
@@ -415,25 +439,41 @@ async fn list(
         r = write_all => r?,
         _ = job.cancel.cancelled() => return Err(OpError::Aborted),
     }
+    if !kept.is_empty() {
+        let _ = events.send(Event::Kept(data.channel, kept, Direction::Outgoing));
+    }
     Ok(sent)
 }
 
 /// Ends one listing data connection: MODE E's EOD (with EOF on the first),
-/// then close.
+/// then close; with `keep`, a clear MODE E connection stays open (no
+/// CLOSE) and comes back.
 async fn finish_list_conn(
     t: &Transfer,
     mut conn: Conn,
     mode_e: bool,
+    keep: bool,
     eof: Option<u64>,
-) -> Result<(), OpError> {
-    if mode_e {
-        return t
-            .end_blocks(&mut conn, eof)
-            .await
-            .map_err(|e| transfer_error(&e, t.cancel()));
+) -> Result<Option<TcpStream>, OpError> {
+    let fail = |e: TransferError| transfer_error(&e, t.cancel());
+    match conn {
+        Conn::Plain(c) if mode_e && keep => {
+            let mut conn = Conn::Plain(c);
+            t.end_blocks_open(&mut conn, eof).await.map_err(fail)?;
+            match conn {
+                Conn::Plain(c) => Ok(Some(c.into_stream())),
+                _ => Ok(None),
+            }
+        }
+        _ if mode_e => {
+            t.end_blocks(&mut conn, eof).await.map_err(fail)?;
+            Ok(None)
+        }
+        _ => {
+            let _ = conn.shutdown().await;
+            Ok(None)
+        }
     }
-    let _ = conn.shutdown().await;
-    Ok(())
 }
 
 /// The transfer object of a download or upload: the job's progress and
@@ -451,6 +491,7 @@ async fn retr(
     skip: &[std::ops::Range<u64>],
     data: &DataSpec,
     events: &mpsc::UnboundedSender<Event>,
+    cached: Vec<TcpStream>,
     progress: &Arc<Progress>,
 ) -> Result<u64, OpError> {
     let started = Instant::now();
@@ -478,13 +519,22 @@ async fn retr(
         ranges,
         mode,
     };
-    let _ = events.send(Event::Started(Some(total)));
     let n = if data.mode == TransferMode::ExtendedBlock {
         data.parallelism
     } else {
         1
     };
-    let mut conns = open_data(job, data, n).await?;
+    // The session hands over kept connections only for a clear MODE E
+    // download with as many streams as they are.
+    let reusing = !cached.is_empty();
+    let mut conns = if reusing {
+        tracing::debug!(streams = cached.len(), "reusing kept data connections");
+        let _ = events.send(Event::StartedReusing(Some(total)));
+        cached
+    } else {
+        let _ = events.send(Event::Started(Some(total)));
+        open_data(job, data, n).await?
+    };
     // MODE S: keep a second handle on the socket to see the client close.
     let watch = match data.mode {
         TransferMode::Stream => conns.first().and_then(watch_handle),
@@ -514,9 +564,24 @@ async fn retr(
             })
             .collect();
         let t = transfer(job, progress);
-        let fut = t.send(&job.engine, spec, base, conns);
-        let r = with_markers(fut, data, progress, false, events).await;
-        r.map_err(|e| transfer_error(&e, &job.cancel))?
+        if data.mode == TransferMode::ExtendedBlock {
+            // Every stream ends with EOD without CLOSE and stays open for
+            // the next RETR on this channel: a small file then costs the
+            // client one round trip, not a connection setup and a slow
+            // start (the session drops them on PORT/PASV/MODE).
+            let fut = t.send_keeping(&job.engine, spec, base, conns);
+            let (n, kept) = with_markers(fut, data, progress, false, events)
+                .await
+                .map_err(|e| transfer_error(&e, &job.cancel))?;
+            if !kept.is_empty() && !job.cancel.is_cancelled() {
+                let _ = events.send(Event::Kept(data.channel, kept, Direction::Outgoing));
+            }
+            n
+        } else {
+            let fut = t.send(&job.engine, spec, base, conns);
+            let r = with_markers(fut, data, progress, false, events).await;
+            r.map_err(|e| transfer_error(&e, &job.cancel))?
+        }
     };
     if let Some(w) = watch {
         // Send 226 once the client has closed its end (it has read to our
@@ -663,7 +728,7 @@ async fn stor(
             acceptor.abort();
             let summary = r.map_err(|e| transfer_error(&e, &job.cancel))?;
             if !summary.kept.is_empty() && !job.cancel.is_cancelled() {
-                let _ = events.send(Event::Kept(data.channel, summary.kept));
+                let _ = events.send(Event::Kept(data.channel, summary.kept, Direction::Incoming));
             }
             Ok(summary.bytes)
         }
@@ -856,6 +921,9 @@ async fn open_data_inner(job: &Job, data: &DataSpec, n: u32) -> Result<Vec<TcpSt
     };
     // Each caller applies the engine's settings once, as a `DataConn`
     // (downloads, listings) or before receiving (uploads).
+    if let Ok(c) = &conns {
+        tracing::debug!(streams = c.len(), "data connections made");
+    }
     conns.map_err(|e| {
         tracing::debug!(error = %e, "data connection failed");
         OpError::DataConnection

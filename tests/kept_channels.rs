@@ -1,0 +1,173 @@
+//! GridFTP data channel caching on downloads: `sluice serve` keeps a MODE E
+//! download's data connections open after their EOD (no CLOSE) and sends
+//! the next file on them with `125`, as globus-gridftp-server does. Real
+//! clients, real binaries, every file's sha256 compared; the server's
+//! debug log says how many data connections it made and reused.
+
+use crate::harness::corpus::write_pseudo_random;
+use crate::harness::servers::{sluice, FtpServer, ServeOptions};
+use crate::harness::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+/// ~50 small files in 3 directories under `root/tree`.
+fn small_tree(root: &Path) -> BTreeMap<String, String> {
+    let mut want = BTreeMap::new();
+    for d in 0..3 {
+        let dir = root.join(format!("tree/d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for i in 0..17 {
+            let size = ((i * 4099 + d * 31) % 90_000) as u64;
+            let p = dir.join(format!("f{i:02}"));
+            write_pseudo_random(&p, size, (d * 100 + i) as u64);
+            want.insert(format!("d{d}/f{i:02}"), sha256_file(&p));
+        }
+    }
+    want
+}
+
+/// Relative path -> sha256 of the regular files under `dir`.
+fn sums(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for d in fs::read_dir(dir).unwrap() {
+        let d = d.unwrap().path();
+        for f in fs::read_dir(&d).unwrap() {
+            let f = f.unwrap().path();
+            let rel = f.strip_prefix(dir).unwrap().to_str().unwrap().to_string();
+            out.insert(rel, sha256_file(&f));
+        }
+    }
+    out
+}
+
+fn serve(root: &Path) -> FtpServer {
+    sluice(ServeOptions {
+        root: Some(root.to_path_buf()),
+        extra_args: vec!["--log-level".into(), "debug".into()],
+        ..ServeOptions::default()
+    })
+}
+
+/// (data connections made, transfers on kept ones) from the debug log.
+fn connection_counts(server: &FtpServer) -> (usize, usize) {
+    let log = server.stderr_text();
+    let made: usize = log
+        .lines()
+        .filter(|l| l.contains("data connections made"))
+        .map(|l| {
+            l.split("streams=")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1)
+        })
+        .sum();
+    let reused = log
+        .lines()
+        .filter(|l| l.contains("reusing kept data connections"))
+        .count();
+    (made, reused)
+}
+
+/// globus-url-copy -pp -r (one session, then -cc 4: four) downloads a
+/// tree of 51 small files from `sluice serve`: every file right, and far
+/// fewer data connections than files (one per session for its first
+/// RETR, one per directory listing).
+#[test]
+fn globus_url_copy_pp_reuses_mode_e_download_connections() {
+    if !require_tool("globus-url-copy") {
+        return;
+    }
+    let top = tempfile::tempdir().unwrap();
+    let root = top.path().join("root");
+    let want = small_tree(&root);
+    let files = want.len();
+    for cc in ["1", "4"] {
+        let server = serve(&root);
+        let dest = top.path().join(format!("down-cc{cc}"));
+        fs::create_dir_all(&dest).unwrap();
+        let out = run(Command::new("globus-url-copy").args([
+            "-pp",
+            "-r",
+            "-cc",
+            cc,
+            &server.url("tree/"),
+            &format!("file://{}/", dest.display()),
+        ]));
+        out.assert_success();
+        assert_eq!(sums(&dest), want, "-cc {cc}\n{}", out.describe());
+        let (made, reused) = connection_counts(&server);
+        eprintln!("-cc {cc}: {made} data connections made, {reused} transfers on kept ones, {files} files");
+        // 3 directory listings plus at most one RETR connection per
+        // session: at most 3 + 4 + 4 (globus may list on its own too).
+        assert!(
+            made <= 12 && reused + made >= files && reused >= files - 8,
+            "-cc {cc}: {made} data connections made, {reused} transfers on kept ones, \
+             {files} files\n{}",
+            server.stderr_text()
+        );
+    }
+}
+
+fn sluice_get_tree(url: &str, dest: &Path, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(sluice_bin());
+    cmd.args(["get", "-r", "-q"]).args(extra).arg(url).arg(dest);
+    run(&mut cmd)
+}
+
+/// `sluice get -r` lists a level's directories pipelined on one kept MODE
+/// E connection and moves small files on one kept connection per worker:
+/// from `sluice serve` (one worker: two data connections for 4 listings
+/// and 51 files; four workers: five), a re-sync (one), and from
+/// globus-gridftp-server (which needs the PORT side the client takes);
+/// every file's sha256 compared.
+#[test]
+fn sluice_get_tree_keeps_one_mode_e_connection_per_worker() {
+    let top = tempfile::tempdir().unwrap();
+    let root = top.path().join("root");
+    let want = small_tree(&root);
+    let files = want.len();
+    for workers in ["1", "4"] {
+        let server = serve(&root);
+        let dest = top.path().join(format!("down-{workers}"));
+        let out = sluice_get_tree(&server.url("tree/"), &dest, &["--files", workers]);
+        out.assert_success();
+        assert_eq!(sums(&dest), want, "--files {workers}\n{}", out.describe());
+        let (made, reused) = connection_counts(&server);
+        let workers: usize = workers.parse().unwrap();
+        // The 4 listings (tree/, then its 3 directories pipelined) share
+        // one connection; then one per worker.
+        assert!(
+            made <= 1 + workers && reused >= files - workers + 3,
+            "--files {workers}: {made} data connections made, {reused} transfers on kept \
+             ones, {files} files\n{}",
+            server.stderr_text()
+        );
+    }
+    // A re-sync with nothing to do lists the 4 directories on one data
+    // connection and moves nothing.
+    let server = serve(&root);
+    let dest = top.path().join("down-1");
+    let out = sluice_get_tree(&server.url("tree/"), &dest, &["--sync"]);
+    out.assert_success();
+    assert!(out.stderr.contains("51 up to date"), "{}", out.describe());
+    assert_eq!(
+        connection_counts(&server),
+        (1, 3),
+        "{}",
+        server.stderr_text()
+    );
+    if !require_tool("globus-gridftp-server") {
+        return;
+    }
+    let g = crate::harness::servers::gridftp(true);
+    let there = g.local("tree");
+    small_tree(&g.local(""));
+    assert!(there.is_dir());
+    let dest = top.path().join("down-globus");
+    let out = sluice_get_tree(&g.url("tree/"), &dest, &["--files", "2"]);
+    out.assert_success();
+    assert_eq!(sums(&dest), want, "from globus\n{}", out.describe());
+}
