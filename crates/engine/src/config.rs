@@ -206,6 +206,12 @@ pub struct EngineConfig {
     /// `false` is plain `sendfile` (nginx-style; the loop can stall).
     /// Without `cachestat` (kernels before 6.5) there is no check.
     pub sendfile_resident_check: bool,
+    /// `--prefetch auto`: a chunk `cachestat` calls missing goes to the
+    /// planner only when this connection's last disk-thread read cost what
+    /// a disk costs ([`crate::plan::MissJudge`]). `false` trusts `cachestat`
+    /// alone (holes still not counted): tests on a fast disk whose cold
+    /// reads finish at memory speed use it to see the planner take over.
+    pub prefetch_miss_timing: bool,
     /// Bytes one sender may push before it yields the event loop to other
     /// connections, even if its socket still accepts data (a quantum per
     /// turn, for fairness between transfers on one thread).
@@ -320,6 +326,7 @@ impl Default for EngineConfig {
             sendfile_prefetch: 8 << 20,
             inline_cached_reads: true,
             sendfile_resident_check: true,
+            prefetch_miss_timing: true,
             // 4 MiB: about 1 ms of a loopback stream; large enough that the
             // extra turn costs nothing measurable, small enough to keep turns short.
             send_quantum: 4 << 20,
