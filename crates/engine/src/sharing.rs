@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use sluice_platform::fileio;
@@ -32,6 +32,7 @@ use crate::buffers::{BufferPool, PoolBuf};
 use crate::conn::Link;
 use crate::counters::Counters;
 use crate::disk::IoClass;
+use crate::sched::budget::{Budget, Slot};
 use crate::sched::circus::{Action, Circus, CircusConfig, Piece, ReaderId};
 use crate::send::{read_full_at, write_all};
 use crate::wake::counted;
@@ -58,6 +59,10 @@ pub(crate) struct Sharing {
     buffers: Arc<BufferPool>,
     hold: CircusHold,
     epoch: Instant,
+    /// Every file's blocks count against this (`circus_budget`).
+    budget: Arc<Mutex<Budget>>,
+    /// The files drawing on it, to run a batch for one the budget wakes.
+    slots: Mutex<HashMap<Slot, Weak<SharedFile>>>,
 }
 
 /// A block in memory: in a buffer of ours, or (`None`) in the page cache.
@@ -83,7 +88,6 @@ struct State {
 struct Queue {
     pieces: VecDeque<(Piece, Held)>,
     notify: Arc<Notify>,
-    cap: usize,
 }
 
 impl Sharing {
@@ -96,11 +100,15 @@ impl Sharing {
             block_size: block,
             region_blocks: (config.circus_region / block).max(2) as usize,
             queue_len: config.circus_queue.max(1),
+            queue_time: config.circus_queue_time,
             independent_share: config.circus_independent.clamp(0.0, 1.0),
             read_depth: 2,
         };
+        let budget_blocks = (config.circus_budget / block).max(2) as usize;
         Some(Sharing {
-            buffers: BufferPool::new(block as usize, cfg.region_blocks),
+            buffers: BufferPool::new(block as usize, budget_blocks),
+            budget: Arc::new(Mutex::new(Budget::new(budget_blocks))),
+            slots: Mutex::new(HashMap::new()),
             cfg,
             mode: config.sharing,
             alone: Mutex::new(HashMap::new()),
@@ -113,6 +121,14 @@ impl Sharing {
 
     fn files(&self) -> MutexGuard<'_, HashMap<FileKey, Arc<SharedFile>>> {
         self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn slots(&self) -> MutexGuard<'_, HashMap<Slot, Weak<SharedFile>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn budget(&self) -> MutexGuard<'_, Budget> {
+        self.budget.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Files with a selector now (tests).
@@ -319,16 +335,20 @@ impl Engine {
         let notify = Arc::new(Notify::new());
         let mut files = sharing.files();
         let shared = Arc::clone(files.entry(key).or_insert_with(|| {
-            Arc::new(SharedFile {
+            let circus = Circus::in_budget(sharing.cfg, key.size, Arc::clone(&sharing.budget));
+            let slot = circus.slot();
+            let f = Arc::new(SharedFile {
                 key,
                 file: Arc::clone(file),
                 state: Mutex::new(State {
-                    circus: Circus::new(sharing.cfg, key.size),
+                    circus,
                     blocks: HashMap::new(),
                     readers: HashMap::new(),
                     failed: None,
                 }),
-            })
+            });
+            sharing.slots().insert(slot, Arc::downgrade(&f));
+            f
         }));
         {
             let mut st = shared.lock();
@@ -341,7 +361,6 @@ impl Engine {
                 Queue {
                     pieces: VecDeque::new(),
                     notify: Arc::clone(&notify),
-                    cap: sharing.cfg.queue_len * streams.unwrap_or(1).max(1),
                 },
             );
             self.batch(&shared, &mut st);
@@ -379,6 +398,38 @@ impl Engine {
                     st.blocks.remove(&block);
                 }
             }
+        }
+        self.wake_budget_waiters(shared);
+    }
+
+    /// Files the budget refused a block and that may find room now run a
+    /// batch (on a task of their own: this file's lock is held here, and
+    /// two files' locks are never taken together).
+    fn wake_budget_waiters(&self, shared: &Arc<SharedFile>) {
+        let Some(sharing) = &self.inner.sharing else {
+            return;
+        };
+        let woken = sharing.budget().wake();
+        if woken.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let files: Vec<Arc<SharedFile>> = {
+            let slots = sharing.slots();
+            woken
+                .iter()
+                .filter_map(|s| slots.get(s).and_then(Weak::upgrade))
+                .filter(|f| !Arc::ptr_eq(f, shared))
+                .collect()
+        };
+        for f in files {
+            let engine = self.clone();
+            rt.spawn(async move {
+                let mut st = f.lock();
+                engine.batch(&f, &mut st);
+            });
         }
     }
 
@@ -564,7 +615,7 @@ impl SharedRead {
         let low = st
             .readers
             .get(&self.id)
-            .is_some_and(|q| q.pieces.len() * 2 <= q.cap);
+            .is_some_and(|q| q.pieces.len() * 2 <= st.circus.queue_cap(self.id));
         if low {
             self.engine.batch(&self.shared, &mut st);
         }
@@ -590,6 +641,8 @@ impl Drop for SharedRead {
                 if let Some(f) = files.get(&self.shared.key) {
                     if Arc::ptr_eq(f, &self.shared) {
                         files.remove(&self.shared.key);
+                        let slot = self.shared.lock().circus.slot();
+                        sharing.slots().remove(&slot);
                     }
                 }
             }
