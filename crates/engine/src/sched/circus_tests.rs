@@ -534,14 +534,22 @@ fn sixteen_files_of_readers_never_exceed_the_engine_budget() {
         }
     }
     for s in &files {
-        assert!(s.readers.keys().all(|id| s.finished(id.0)), "{:?}", s.c.counters());
+        assert!(
+            s.readers.keys().all(|id| s.finished(id.0)),
+            "{:?}",
+            s.c.counters()
+        );
         s.check_exactly_once();
     }
     let b = budget.lock().unwrap();
     assert!(b.peak() <= 32 && b.peak() >= 16, "peak {}", b.peak());
     drop(b);
     drop(files);
-    assert_eq!(budget.lock().unwrap().total(), 0, "gone files give their blocks back");
+    assert_eq!(
+        budget.lock().unwrap().total(),
+        0,
+        "gone files give their blocks back"
+    );
 }
 
 /// A file alone may use the whole budget; when a second file comes it
@@ -569,7 +577,11 @@ fn a_second_file_gets_its_share_of_a_budget_the_first_filled() {
         assert!(a.in_memory.len() + a.reads.len() + b.in_memory.len() + b.reads.len() <= 16);
         b_most = b_most.max(budget.lock().unwrap().held(b.c.slot()));
     }
-    assert!(b.finished(9), "the newcomer was served: {:?}", b.c.counters());
+    assert!(
+        b.finished(9),
+        "the newcomer was served: {:?}",
+        b.c.counters()
+    );
     b.check_exactly_once();
     // Its queue (4 pieces) and the reads behind it: a gave that much back.
     assert!(b_most >= 3, "the newcomer held at most {b_most} blocks");
@@ -601,7 +613,10 @@ fn a_slow_readers_queue_is_short_and_a_fast_readers_long() {
             },
         );
     }
-    assert_eq!((s.c.queue_cap(ReaderId(1)), s.c.queue_cap(ReaderId(2))), (2, 2));
+    assert_eq!(
+        (s.c.queue_cap(ReaderId(1)), s.c.queue_cap(ReaderId(2))),
+        (2, 2)
+    );
     for _ in 0..3_000 {
         s.tick();
         let slow = &s.readers[&ReaderId(1)];
