@@ -805,12 +805,14 @@ mod tests {
             .any(|x| x.start <= 4 << 20 && x.end >= (4 << 20) + (64 << 10)));
         // A file system that reports holes gives (about) the written bytes;
         // one that does not gives the whole range.
-        assert!(total < 1 << 20 || r == vec![0..8 << 20], "{r:?}");
+        let whole = r.len() == 1 && r[0] == (0..8 << 20);
+        assert!(total < 1 << 20 || whole, "{r:?}");
         // Inside a hole there is no data; `max` caps the extents walked.
         if total < 1 << 20 {
             assert!(data_ranges(&f, 0, 1 << 20, 16).unwrap().is_empty());
         }
-        assert_eq!(data_ranges(&f, 0, 8 << 20, 1).unwrap(), vec![0..8 << 20]);
+        let capped = data_ranges(&f, 0, 8 << 20, 1).unwrap();
+        assert_eq!((capped.len(), capped[0].clone()), (1, 0..8 << 20));
     }
 
     fn root() -> (tempfile::TempDir, ServedRoot) {

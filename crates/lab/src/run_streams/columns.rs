@@ -314,8 +314,8 @@ pub(super) fn event_columns(
     let until = p.events.get(1).map(|e| e.0).unwrap_or(p.dur);
     let before = (at - (until - at).max(5.0)).max(p.steady.min(at));
     let (all_before, all_during) = (
-        window_rate(&all, p.cdt, before, at),
-        window_rate(&all, p.cdt, at, until),
+        window_rate(all, p.cdt, before, at),
+        window_rate(all, p.cdt, at, until),
     );
     for c in classes {
         let bins = timeline.get(&c.name).cloned().unwrap_or_default();
@@ -342,7 +342,7 @@ pub(super) fn event_columns(
         );
     }
     let disk = |a: f64, b: f64| {
-        let (x, y) = (sample_at(&samples, a), sample_at(&samples, b));
+        let (x, y) = (sample_at(samples, a), sample_at(samples, b));
         match (x, y) {
             (Some(x), Some(y)) if y.t_s > x.t_s => {
                 (y.disk_read_bytes - x.disk_read_bytes) as f64 / 1e6 / (y.t_s - x.t_s)
@@ -353,7 +353,7 @@ pub(super) fn event_columns(
     put(t, g, s, "disk MB/s before event", disk(before, at));
     put(t, g, s, "disk MB/s during event", disk(at, until));
     if metrics {
-        let d = |k: &str| match (sample_at(&samples, at), sample_at(&samples, until)) {
+        let d = |k: &str| match (sample_at(samples, at), sample_at(samples, until)) {
             (Some(x), Some(y)) => {
                 y.counters
                     .get(k)
