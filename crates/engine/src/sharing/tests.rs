@@ -235,3 +235,49 @@ fn off_means_no_sharing() {
     assert!(!e.sharing());
     assert!(e.share_download(&file, &[(0, 3)], 1).unwrap().is_none());
 }
+
+/// Six files, two downloads each, all at once, on an engine-wide budget of
+/// eight blocks (each file's region alone would allow sixteen): every copy
+/// is intact, the budget's count never passed eight, and with everybody
+/// gone nothing is held. Files refused memory are woken by others' drops
+/// (nothing of their own would wake them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_on_one_small_budget_all_complete_within_it() {
+    let e = Engine::new(EngineConfig {
+        sharing: SharingMode::Circus,
+        circus_block: 64 << 10,
+        circus_region: 1 << 20,
+        circus_budget: 512 << 10,
+        ..EngineConfig::default()
+    });
+    let size = (1 << 20) + 777;
+    let mut all = tokio::task::JoinSet::new();
+    let mut want = Vec::new();
+    for f in 0..6usize {
+        let data: Vec<u8> = pattern(size)
+            .iter()
+            .map(|b| b.wrapping_add(f as u8))
+            .collect();
+        let file = temp_file(&data);
+        for streams in [1usize, 3] {
+            let (e, file) = (e.clone(), Arc::clone(&file));
+            all.spawn(async move {
+                (
+                    f,
+                    download(e, file, vec![(0, size as u64)], streams, size).await,
+                )
+            });
+        }
+        want.push(data);
+    }
+    while let Some(r) = all.join_next().await {
+        let (f, got) = r.unwrap();
+        assert!(got == want[f], "file {f}: a copy differs");
+    }
+    let sharing = e.inner.sharing.as_ref().unwrap();
+    let b = sharing.budget();
+    assert!(b.peak() <= 8, "peak {} blocks", b.peak());
+    assert_eq!(b.total(), 0);
+    drop(b);
+    assert_eq!(sharing.open_files(), 0);
+}
