@@ -206,6 +206,12 @@ pub struct EngineConfig {
     /// `false` is plain `sendfile` (nginx-style; the loop can stall).
     /// Without `cachestat` (kernels before 6.5) there is no check.
     pub sendfile_resident_check: bool,
+    /// `--prefetch auto`: a chunk `cachestat` calls missing goes to the
+    /// planner only when this connection's last disk-thread read cost what
+    /// a disk costs ([`crate::plan::MissJudge`]). `false` trusts `cachestat`
+    /// alone (holes still not counted): tests on a fast disk whose cold
+    /// reads finish at memory speed use it to see the planner take over.
+    pub prefetch_miss_timing: bool,
     /// Bytes one sender may push before it yields the event loop to other
     /// connections, even if its socket still accepts data (a quantum per
     /// turn, for fairness between transfers on one thread).
@@ -252,10 +258,18 @@ pub struct EngineConfig {
     /// Circus: bytes per shared block (read once, sent to every reader).
     pub circus_block: u64,
     /// Circus: memory for one file's blocks in memory (the active region
-    /// plus independents' blocks), bytes.
+    /// plus independents' blocks) at most, bytes; the files together stay
+    /// within `circus_budget`.
     pub circus_region: u64,
-    /// Circus: block references queued per stream of a download.
+    /// Circus: most block references queued per stream of a download.
     pub circus_queue: usize,
+    /// Circus: memory for every shared file's blocks together, bytes (one
+    /// engine-wide budget; a file gets at least its fair share of it).
+    pub circus_budget: u64,
+    /// Circus: a download's queue holds about this much of its measured
+    /// rate (between one and `circus_queue` blocks per stream); zero:
+    /// `circus_queue` per stream whatever the rate.
+    pub circus_queue_time: Duration,
     /// Circus: share (0-1) of its download after which a reader reads
     /// its own blocks outside the region (independent).
     pub circus_independent: f64,
@@ -320,6 +334,7 @@ impl Default for EngineConfig {
             sendfile_prefetch: 8 << 20,
             inline_cached_reads: true,
             sendfile_resident_check: true,
+            prefetch_miss_timing: true,
             // 4 MiB: about 1 ms of a loopback stream; large enough that the
             // extra turn costs nothing measurable, small enough to keep turns short.
             send_quantum: 4 << 20,
@@ -352,6 +367,15 @@ impl Default for EngineConfig {
             circus_block: 1 << 20,
             circus_region: 64 << 20,
             circus_queue: 4,
+            // One file alone keeps the region it had when regions were
+            // per file (64 MiB); 16 popular files share it (lab
+            // circus-files: 16 regions of 64 MiB in a 256 MiB server
+            // pushed the page cache out and read 2.4x what was sent).
+            circus_budget: 64 << 20,
+            // Half a second of each reader's rate: a 1.5 Mbit/s reader
+            // holds one block per stream (it drains 1 MiB in 5.6 s), a 45
+            // Mbit/s one three; loopback readers the full `circus_queue`.
+            circus_queue_time: Duration::from_millis(500),
             circus_independent: 0.75,
             circus_hold: CircusHold::Buffers,
         }

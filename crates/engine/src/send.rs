@@ -22,7 +22,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_platform::fileio;
 use tokio::net::TcpStream;
@@ -32,7 +32,8 @@ use crate::conn::Link;
 use crate::counters::{Counters, Tally};
 use crate::disk::{IoClass, Ticket};
 use crate::flow::Flow;
-use crate::prefetch::pagecache::uncached_bytes;
+use crate::plan::{MissJudge, MissVerdict};
+use crate::prefetch::pagecache::missing_data_bytes;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
@@ -169,9 +170,14 @@ impl Engine {
         let mut prefix = prefix;
         let mut pos = offset;
         let mut next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
+        let mut started = Instant::now();
         while let Some(pending) = next.take() {
             let cold = matches!(pending, PendingRead::Disk(_));
             let (buf, n) = self.finish_read(pending, pos, t).await?;
+            if cold && auto {
+                // What this miss really cost decides `auto`'s choice below.
+                turn.reads.read(n as u64, started.elapsed());
+            }
             let after = pos + n as u64;
             // Double buffering after a disk read: the next chunk's read is
             // under way while this one goes out. A cached chunk is read
@@ -180,6 +186,7 @@ impl Engine {
             // per stalled download).
             if after < end && cold && !auto {
                 next = Some(self.start_read(file, after, end - after, t, cancel).await?);
+                started = Instant::now();
             }
             let waited = write_all(
                 conn,
@@ -198,7 +205,11 @@ impl Engine {
             turn.pushed((prefix.len() + n) as u64, t).await;
             prefix = &[];
             pos = after;
-            if pos < end && cold && auto && self.misses_ahead(file, pos, end) {
+            if pos < end
+                && cold
+                && auto
+                && self.miss_ahead(file, pos, end, turn) == MissVerdict::Planner
+            {
                 // A miss: the range is not (all) in memory; the planner
                 // reads the rest ahead at this connection's rate.
                 drop(buf);
@@ -219,27 +230,44 @@ impl Engine {
                     return Ok(pos + rest - offset);
                 }
                 next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
+                started = Instant::now();
                 continue;
             }
             if pos < end && next.is_none() {
                 drop(buf);
                 next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
+                started = Instant::now();
             }
         }
         Ok(pos - offset)
     }
 
-    /// `auto` on the copy path: whether what follows `pos` is really not in
-    /// the page cache. An `RWF_NOWAIT` read can fail on cached pages (a
-    /// read-ahead marker, a page under writeback), and handing a warm file
-    /// to the planner on such a read halved a warm loopback download
-    /// (bench/dlcost.py 1s: 1518 against 3141 MB/s, 656 against 20 context
-    /// switches per GiB). So the next `chunk_size` is asked of `cachestat`;
-    /// without `cachestat` nothing tells, and the copy path stays as it is.
-    fn misses_ahead(&self, file: &Arc<File>, pos: u64, end: u64) -> bool {
+    /// `auto`: what to do at `pos` of a send ending at `end`. An
+    /// `RWF_NOWAIT` read can fail on cached pages (a read-ahead marker, a
+    /// page under writeback), and handing a warm file to the planner on
+    /// such a read halved a warm loopback download (bench/dlcost.py 1s:
+    /// 1518 against 3141 MB/s, 656 against 20 context switches per GiB). So
+    /// the next `chunk_size` is asked of `cachestat` (holes not counted),
+    /// and the connection's [`MissJudge`] says whether its reads cost a
+    /// disk; without `cachestat` nothing tells, and the kernel keeps it.
+    pub(crate) fn miss_ahead(
+        &self,
+        file: &Arc<File>,
+        pos: u64,
+        end: u64,
+        turn: &Turn,
+    ) -> MissVerdict {
         let len = (end - pos).min(self.config().chunk_size as u64);
-        self.features().cachestat.is_supported()
-            && uncached_bytes(file, pos, len).is_some_and(|n| n > len / 2)
+        if !self.features().cachestat.is_supported() {
+            return MissVerdict::Kernel;
+        }
+        match missing_data_bytes(file, pos, len) {
+            Some(missing) if !self.config().prefetch_miss_timing && missing > len / 2 => {
+                MissVerdict::Planner
+            }
+            Some(missing) => turn.reads.on_miss(missing, len),
+            None => MissVerdict::Kernel,
+        }
     }
 
     /// The copy path under the prefetch planner: chunks arrive in pooled
@@ -390,6 +418,10 @@ pub(crate) struct Turn {
     /// told the turn's bytes when a turn ends, and deciding the next
     /// quantum (scaled by the connection's weight).
     cue: Option<crate::cue_hub::CueTicket>,
+    /// `--prefetch auto`: what this connection's disk-thread reads cost,
+    /// kept across its sends (a file's holes read at memory speed every
+    /// time; a cold file at the disk's).
+    pub(crate) reads: MissJudge,
 }
 
 impl Turn {
@@ -398,6 +430,7 @@ impl Turn {
             used: 0,
             quantum: quantum.max(1) as u64,
             cue: None,
+            reads: MissJudge::default(),
         }
     }
 

@@ -24,7 +24,8 @@ use tokio::net::TcpStream;
 
 use crate::counters::Counters;
 use crate::flow::Flow;
-use crate::prefetch::pagecache::uncached_bytes;
+use crate::plan::MissVerdict;
+use crate::prefetch::pagecache::missing_data_bytes;
 use crate::send::{check, wait_writable, Turn};
 use crate::splice_pump::SplicePump;
 use crate::{Cancel, Engine, EngineError};
@@ -106,8 +107,11 @@ impl Engine {
                 // A few pages missing (evicted here and there) are read on
                 // a disk thread as in `kernel` mode; most of the chunk
                 // missing is a cold range: the planner takes the rest.
+                // The judge has no measured read at the first miss: one
+                // buffer goes by the copy path below (a timed disk-thread
+                // read), and the next turn of the loop asks again.
                 if auto
-                    && uncached_bytes(file, pos, want as u64).is_some_and(|n| n > want as u64 / 2)
+                    && self.miss_ahead(file, pos, pos + want as u64, turn) == MissVerdict::Planner
                 {
                     feed = self.feed(flow, file, pos, end, false, counters);
                     if feed.is_some() {
@@ -207,11 +211,12 @@ impl Engine {
             .ok()
     }
 
-    /// True when `cachestat` says every page of the range is cached (a page
-    /// cache lookup that never waits for the disk). Without `cachestat`
+    /// True when `cachestat` says every page of the range's data is cached
+    /// (a page cache lookup that never waits for the disk; holes read as
+    /// zeroes and never wait either). Without `cachestat`
     /// (kernels before 6.5) we cannot tell cheaply and say no.
     fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
-        self.features().cachestat.is_supported() && uncached_bytes(file, off, len) == Some(0)
+        self.features().cachestat.is_supported() && missing_data_bytes(file, off, len) == Some(0)
     }
 }
 

@@ -21,21 +21,18 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use sluice_platform::fileio;
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 use crate::buffers::{BufferPool, PoolBuf};
-use crate::conn::Link;
-use crate::counters::Counters;
 use crate::disk::IoClass;
+use crate::sched::budget::{Budget, Slot};
 use crate::sched::circus::{Action, Circus, CircusConfig, Piece, ReaderId};
-use crate::send::{read_full_at, write_all};
-use crate::wake::counted;
-use crate::{Cancel, CircusHold, Engine, EngineConfig, EngineError, SharingMode};
+use crate::send::read_full_at;
+use crate::{Cancel, CircusHold, Engine, EngineConfig, SharingMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct FileKey {
@@ -58,6 +55,10 @@ pub(crate) struct Sharing {
     buffers: Arc<BufferPool>,
     hold: CircusHold,
     epoch: Instant,
+    /// Every file's blocks count against this (`circus_budget`).
+    budget: Arc<Mutex<Budget>>,
+    /// The files drawing on it, to run a batch for one the budget wakes.
+    slots: Mutex<HashMap<Slot, Weak<SharedFile>>>,
 }
 
 /// A block in memory: in a buffer of ours, or (`None`) in the page cache.
@@ -83,7 +84,6 @@ struct State {
 struct Queue {
     pieces: VecDeque<(Piece, Held)>,
     notify: Arc<Notify>,
-    cap: usize,
 }
 
 impl Sharing {
@@ -96,11 +96,15 @@ impl Sharing {
             block_size: block,
             region_blocks: (config.circus_region / block).max(2) as usize,
             queue_len: config.circus_queue.max(1),
+            queue_time: config.circus_queue_time,
             independent_share: config.circus_independent.clamp(0.0, 1.0),
             read_depth: 2,
         };
+        let budget_blocks = (config.circus_budget / block).max(2) as usize;
         Some(Sharing {
-            buffers: BufferPool::new(block as usize, cfg.region_blocks),
+            buffers: BufferPool::new(block as usize, budget_blocks),
+            budget: Arc::new(Mutex::new(Budget::new(budget_blocks))),
+            slots: Mutex::new(HashMap::new()),
             cfg,
             mode: config.sharing,
             alone: Mutex::new(HashMap::new()),
@@ -113,6 +117,14 @@ impl Sharing {
 
     fn files(&self) -> MutexGuard<'_, HashMap<FileKey, Arc<SharedFile>>> {
         self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn slots(&self) -> MutexGuard<'_, HashMap<Slot, Weak<SharedFile>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn budget(&self) -> MutexGuard<'_, Budget> {
+        self.budget.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Files with a selector now (tests).
@@ -128,50 +140,11 @@ impl SharedFile {
     }
 }
 
-/// One download's part in a shared file; dropping it drops its demand.
-#[derive(Debug)]
-pub struct SharedRead {
-    engine: Engine,
-    shared: Arc<SharedFile>,
-    id: ReaderId,
-    notify: Arc<Notify>,
-}
+mod reader;
+#[cfg(test)]
+mod tests;
 
-/// Part of a shared block for one reader: `len` bytes at file `offset`.
-#[derive(Debug)]
-pub struct SharedPiece {
-    /// File offset of the first byte.
-    pub offset: u64,
-    /// Bytes.
-    pub len: u64,
-    piece: Piece,
-    buf: Held,
-    /// Where the piece starts in `buf`.
-    at: usize,
-    /// The file, for a piece held in the page cache.
-    file: Arc<File>,
-}
-
-impl SharedPiece {
-    /// The piece's bytes, when it is held in an engine buffer (`None`:
-    /// in the page cache).
-    pub fn bytes(&self) -> Option<&[u8]> {
-        let b = self.buf.as_ref()?;
-        Some(&b[self.at..self.at + self.len as usize])
-    }
-
-    /// `len` bytes from file offset `offset`, clipped to the piece (as
-    /// a file range, and its bytes when held in a buffer).
-    fn part(&self, offset: u64, len: u64) -> (u64, u64, Option<&[u8]>) {
-        let from = offset.clamp(self.offset, self.offset + self.len) - self.offset;
-        let to = offset
-            .saturating_add(len)
-            .clamp(self.offset, self.offset + self.len)
-            - self.offset;
-        let bytes = self.bytes().map(|b| &b[from as usize..to as usize]);
-        (self.offset + from, to - from, bytes)
-    }
-}
+pub use reader::{SharedPiece, SharedRead};
 
 /// How a MODE E download reads its file ([`Engine::join_readers`]).
 #[derive(Debug)]
@@ -319,16 +292,20 @@ impl Engine {
         let notify = Arc::new(Notify::new());
         let mut files = sharing.files();
         let shared = Arc::clone(files.entry(key).or_insert_with(|| {
-            Arc::new(SharedFile {
+            let circus = Circus::in_budget(sharing.cfg, key.size, Arc::clone(&sharing.budget));
+            let slot = circus.slot();
+            let f = Arc::new(SharedFile {
                 key,
                 file: Arc::clone(file),
                 state: Mutex::new(State {
-                    circus: Circus::new(sharing.cfg, key.size),
+                    circus,
                     blocks: HashMap::new(),
                     readers: HashMap::new(),
                     failed: None,
                 }),
-            })
+            });
+            sharing.slots().insert(slot, Arc::downgrade(&f));
+            f
         }));
         {
             let mut st = shared.lock();
@@ -341,7 +318,6 @@ impl Engine {
                 Queue {
                     pieces: VecDeque::new(),
                     notify: Arc::clone(&notify),
-                    cap: sharing.cfg.queue_len * streams.unwrap_or(1).max(1),
                 },
             );
             self.batch(&shared, &mut st);
@@ -379,6 +355,38 @@ impl Engine {
                     st.blocks.remove(&block);
                 }
             }
+        }
+        self.wake_budget_waiters(shared);
+    }
+
+    /// Files the budget refused a block and that may find room now run a
+    /// batch (on a task of their own: this file's lock is held here, and
+    /// two files' locks are never taken together).
+    fn wake_budget_waiters(&self, shared: &Arc<SharedFile>) {
+        let Some(sharing) = &self.inner.sharing else {
+            return;
+        };
+        let woken = sharing.budget().wake();
+        if woken.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let files: Vec<Arc<SharedFile>> = {
+            let slots = sharing.slots();
+            woken
+                .iter()
+                .filter_map(|s| slots.get(s).and_then(Weak::upgrade))
+                .filter(|f| !Arc::ptr_eq(f, shared))
+                .collect()
+        };
+        for f in files {
+            let engine = self.clone();
+            rt.spawn(async move {
+                let mut st = f.lock();
+                engine.batch(&f, &mut st);
+            });
         }
     }
 
@@ -446,391 +454,5 @@ impl Engine {
             engine.batch(&shared, &mut st);
         });
         true
-    }
-
-    /// Sends `prefix` and `len` bytes of a shared piece from file offset
-    /// `offset` in full on a connection ([`crate::DataConn::send_piece`]):
-    /// `writev` from its buffer, or `sendfile` from the page cache.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn send_piece_on(
-        &self,
-        conn: &TcpStream,
-        link: &mut Link,
-        prefix: &[u8],
-        (piece, offset, len): (&SharedPiece, u64, u64),
-        counters: &Counters,
-        cancel: &Cancel,
-    ) -> Result<u64, EngineError> {
-        let t = self.tally(counters);
-        let Link { turn, flow, .. } = link;
-        let (offset, len, bytes) = piece.part(offset, len);
-        let n = match bytes {
-            None => {
-                let f = self.send_sendfile(
-                    conn,
-                    &piece.file,
-                    offset,
-                    len,
-                    prefix,
-                    counters,
-                    cancel,
-                    turn,
-                    flow,
-                );
-                counted(f, t).await?
-            }
-            Some(bytes) => {
-                let mut refill = self.refill(flow);
-                let send = async {
-                    let waited =
-                        write_all(conn, [prefix, bytes], t, cancel, self.config().idle_timeout)
-                            .await?;
-                    let n = (prefix.len() + bytes.len()) as u64;
-                    if let Some(r) = refill.as_mut() {
-                        r.wrote(conn, n, waited);
-                    }
-                    if waited {
-                        turn.waited();
-                    }
-                    turn.pushed(n, t).await;
-                    Ok::<u64, EngineError>(bytes.len() as u64)
-                };
-                counted(send, t).await?
-            }
-        };
-        self.inner.counters.add_shared_sent(n);
-        counters.add_shared_sent(n);
-        Ok(n)
-    }
-}
-
-impl SharedRead {
-    /// The next piece for one of this download's streams; `None` once
-    /// every piece has been handed out. Waits while none is ready.
-    /// Waiting counts as wake-ups in `counters` (and the engine's).
-    pub async fn next(
-        &self,
-        counters: &Counters,
-        cancel: &Cancel,
-    ) -> Result<Option<SharedPiece>, EngineError> {
-        counted(self.wait_next(cancel), self.engine.tally(counters)).await
-    }
-
-    async fn wait_next(&self, cancel: &Cancel) -> Result<Option<SharedPiece>, EngineError> {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            {
-                let mut st = self.shared.lock();
-                if let Some((kind, msg)) = &st.failed {
-                    return Err(EngineError::Disk(io::Error::new(*kind, msg.clone())));
-                }
-                let q = st.readers.get_mut(&self.id).ok_or(EngineError::Cancelled)?;
-                let popped = q.pieces.pop_front();
-                if let Some((piece, buf)) = popped {
-                    let bs = st.circus.config().block_size;
-                    return Ok(Some(SharedPiece {
-                        file: Arc::clone(&self.shared.file),
-                        offset: piece.offset,
-                        len: piece.len,
-                        at: (piece.offset - piece.block * bs) as usize,
-                        piece,
-                        buf,
-                    }));
-                }
-                if st.circus.handed_all(self.id) {
-                    return Ok(None);
-                }
-                notified.as_mut().enable();
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = cancel.cancelled() => return Err(EngineError::Cancelled),
-            }
-        }
-    }
-
-    /// `piece` is out: its block is no longer held for this download.
-    pub fn sent(&self, piece: SharedPiece) {
-        let Some(sharing) = &self.engine.inner.sharing else {
-            return;
-        };
-        let now = sharing.epoch.elapsed();
-        let mut st = self.shared.lock();
-        st.circus.sent(self.id, piece.piece, now);
-        drop(piece);
-        // A batch when this reader's queue is down to half (or another
-        // stream of it may be waiting), not per piece.
-        let low = st
-            .readers
-            .get(&self.id)
-            .is_some_and(|q| q.pieces.len() * 2 <= q.cap);
-        if low {
-            self.engine.batch(&self.shared, &mut st);
-        }
-    }
-}
-
-impl Drop for SharedRead {
-    fn drop(&mut self) {
-        let Some(sharing) = &self.engine.inner.sharing else {
-            return;
-        };
-        let empty = {
-            let mut st = self.shared.lock();
-            st.circus.gone(self.id);
-            st.readers.remove(&self.id);
-            self.engine.batch(&self.shared, &mut st);
-            st.circus.readers() == 0
-        };
-        if empty {
-            let mut files = sharing.files();
-            // Checked again under both locks: a reader may have come.
-            if self.shared.lock().circus.readers() == 0 {
-                if let Some(f) = files.get(&self.shared.key) {
-                    if Arc::ptr_eq(f, &self.shared) {
-                        files.remove(&self.shared.key);
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::send::tests::{pair, pattern, temp_file};
-    use tokio::io::AsyncReadExt;
-
-    fn engine(region: u64) -> Engine {
-        Engine::new(EngineConfig {
-            sharing: SharingMode::Circus,
-            circus_block: 64 << 10,
-            circus_region: region,
-            ..EngineConfig::default()
-        })
-    }
-
-    /// One download of `ranges` over `streams` tasks, each piece written
-    /// at its offset into a copy; returns the copy.
-    async fn download(
-        e: Engine,
-        file: Arc<File>,
-        ranges: Vec<(u64, u64)>,
-        streams: usize,
-        size: usize,
-    ) -> Vec<u8> {
-        let read = Arc::new(e.share_download(&file, &ranges, streams).unwrap().unwrap());
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..streams {
-            let read = Arc::clone(&read);
-            tasks.spawn(async move {
-                let (c, cancel) = (Counters::new(), Cancel::new());
-                let mut got = Vec::new();
-                while let Some(p) = read.next(&c, &cancel).await.unwrap() {
-                    got.push((p.offset, p.bytes().unwrap().to_vec()));
-                    tokio::task::yield_now().await;
-                    read.sent(p);
-                }
-                got
-            });
-        }
-        let mut out = vec![0u8; size];
-        let mut seen = vec![false; size];
-        while let Some(r) = tasks.join_next().await {
-            for (off, bytes) in r.unwrap() {
-                for (i, b) in bytes.iter().enumerate() {
-                    let at = off as usize + i;
-                    assert!(!seen[at], "byte {at} twice");
-                    seen[at] = true;
-                    out[at] = *b;
-                }
-            }
-        }
-        out
-    }
-
-    #[tokio::test]
-    async fn eight_downloads_of_one_file_read_it_about_once() {
-        let e = engine(1 << 20);
-        let size = (3 << 20) + 12_345;
-        let data = pattern(size);
-        let file = temp_file(&data);
-        let mut all = tokio::task::JoinSet::new();
-        for i in 0..8usize {
-            let (e, file) = (e.clone(), Arc::clone(&file));
-            all.spawn(download(e, file, vec![(0, size as u64)], 1 + i % 4, size));
-        }
-        while let Some(got) = all.join_next().await {
-            assert!(got.unwrap() == data, "a copy differs");
-        }
-        let s = e.counters();
-        assert!(s.shared_bytes_read >= size as u64, "{s:?}");
-        assert!(s.shared_bytes_read < size as u64 * 3 / 2, "{s:?}");
-        assert_eq!(s.shared_bytes_read, s.bytes_read_disk);
-        // Everybody gone: the file's selector and blocks with them.
-        assert_eq!(e.inner.sharing.as_ref().unwrap().open_files(), 0);
-    }
-
-    #[tokio::test]
-    async fn partial_ranges_come_with_their_offsets() {
-        let e = engine(256 << 10);
-        let size = 1 << 20;
-        let data = pattern(size);
-        let file = temp_file(&data);
-        let ranges = vec![(100, 70_000), (200_000, 1), (500_000, 600_000)];
-        let got = download(e, file, ranges.clone(), 3, size).await;
-        for (o, l) in ranges {
-            let end = (o + l).min(size as u64) as usize;
-            assert!(got[o as usize..end] == data[o as usize..end]);
-        }
-    }
-
-    #[tokio::test]
-    async fn a_download_dropped_midway_frees_its_file_and_the_rest_go_on() {
-        let e = engine(512 << 10);
-        let size = 2 << 20;
-        let data = pattern(size);
-        let file = temp_file(&data);
-        let quitter = e
-            .share_download(&file, &[(0, size as u64)], 2)
-            .unwrap()
-            .unwrap();
-        let (c, cancel) = (Counters::new(), Cancel::new());
-        let p = quitter.next(&c, &cancel).await.unwrap().unwrap();
-        assert_eq!(
-            p.bytes().unwrap(),
-            &data[p.offset as usize..(p.offset + p.len) as usize]
-        );
-        let stayer = download(
-            e.clone(),
-            Arc::clone(&file),
-            vec![(0, size as u64)],
-            2,
-            size,
-        );
-        drop(p);
-        drop(quitter);
-        assert!(stayer.await == data);
-        assert_eq!(e.inner.sharing.as_ref().unwrap().open_files(), 0);
-    }
-
-    #[tokio::test]
-    async fn pieces_go_out_behind_their_header_on_a_connection() {
-        for hold in [CircusHold::Buffers, CircusHold::PageCache] {
-            let e = Engine::new(EngineConfig {
-                sharing: SharingMode::Circus,
-                circus_block: 64 << 10,
-                circus_hold: hold,
-                ..EngineConfig::default()
-            });
-            let data = pattern(300_000);
-            let file = temp_file(&data);
-            let (tx, mut rx) = pair().await;
-            let reader = tokio::spawn(async move {
-                let mut got = Vec::new();
-                rx.read_to_end(&mut got).await.unwrap();
-                got
-            });
-            let mut conn = e.data_conn(tx);
-            let read = e
-                .share_download(&file, &[(0, 300_000)], 1)
-                .unwrap()
-                .unwrap();
-            let (c, cancel) = (Counters::new(), Cancel::new());
-            let mut want = Vec::new();
-            while let Some(p) = read.next(&c, &cancel).await.unwrap() {
-                assert_eq!(p.bytes().is_some(), hold == CircusHold::Buffers);
-                // Two MODE E blocks per piece, each behind its header.
-                let half = p.len / 2;
-                for (o, l) in [(p.offset, half), (p.offset + half, p.len - half)] {
-                    let head = o.to_be_bytes();
-                    let n = conn.send_piece(&head, &p, o, l, &c, &cancel).await.unwrap();
-                    assert_eq!(n, l);
-                    want.extend_from_slice(&head);
-                    want.extend_from_slice(&data[o as usize..(o + l) as usize]);
-                }
-                read.sent(p);
-            }
-            conn.shutdown().await.unwrap();
-            drop(conn);
-            assert!(reader.await.unwrap() == want, "{hold:?}");
-            assert_eq!(c.snapshot().shared_bytes_sent, 300_000);
-        }
-    }
-
-    #[tokio::test]
-    async fn in_order_downloads_get_their_bytes_in_file_order_and_share_reads() {
-        let e = engine(1 << 20);
-        let size = (3 << 20) + 999;
-        let data = pattern(size);
-        let file = temp_file(&data);
-        // Shorter than a block: not worth sharing.
-        assert!(matches!(
-            e.join_readers_in_order(&file, &[(0, 1000)]).unwrap(),
-            Readers::Unshared
-        ));
-        let mut all = tokio::task::JoinSet::new();
-        for from in [0usize, 100_000, 0] {
-            let (e, file) = (e.clone(), Arc::clone(&file));
-            all.spawn(async move {
-                let Readers::Shared(read) = e
-                    .join_readers_in_order(&file, &[(from as u64, (size - from) as u64)])
-                    .unwrap()
-                else {
-                    panic!("not shared under circus")
-                };
-                let (c, cancel) = (Counters::new(), Cancel::new());
-                let mut got = Vec::new();
-                while let Some(p) = read.next(&c, &cancel).await.unwrap() {
-                    assert_eq!(p.offset as usize, from + got.len(), "out of order");
-                    got.extend_from_slice(p.bytes().unwrap());
-                    tokio::task::yield_now().await;
-                    read.sent(p);
-                }
-                (from, got)
-            });
-        }
-        while let Some(r) = all.join_next().await {
-            let (from, got) = r.unwrap();
-            assert!(got == data[from..], "a copy from {from} differs");
-        }
-        let s = e.counters();
-        assert!(s.shared_bytes_read < 2 * size as u64, "{s:?}");
-        assert_eq!(e.inner.sharing.as_ref().unwrap().open_files(), 0);
-    }
-
-    #[test]
-    fn auto_shares_an_in_order_reader_only_while_another_reads_the_file() {
-        let e = Engine::new(EngineConfig {
-            sharing: SharingMode::Auto,
-            circus_block: 64 << 10,
-            ..EngineConfig::default()
-        });
-        let file = temp_file(&pattern(1 << 20));
-        let all = [(0u64, 1u64 << 20)];
-        let first = e.join_readers_in_order(&file, &all).unwrap();
-        assert!(matches!(first, Readers::Alone(_)), "{first:?}");
-        // A MODE E or in-order reader meanwhile: shared.
-        let second = e.join_readers_in_order(&file, &all).unwrap();
-        assert!(matches!(second, Readers::Shared(_)), "{second:?}");
-        let third = e.join_readers(&file, &all, 4).unwrap();
-        assert!(matches!(third, Readers::Shared(_)), "{third:?}");
-        drop((first, second, third));
-        // Everybody gone: alone again.
-        let again = e.join_readers_in_order(&file, &all).unwrap();
-        assert!(matches!(again, Readers::Alone(_)), "{again:?}");
-    }
-
-    #[test]
-    fn off_means_no_sharing() {
-        let e = Engine::new(EngineConfig {
-            sharing: SharingMode::Off,
-            ..EngineConfig::default()
-        });
-        let file = temp_file(b"abc");
-        assert!(!e.sharing());
-        assert!(e.share_download(&file, &[(0, 3)], 1).unwrap().is_none());
     }
 }

@@ -628,6 +628,61 @@ pub fn data_prefix_len(file: &File) -> io::Result<u64> {
     Ok((r as u64).min(file.metadata()?.len()))
 }
 
+/// The data extents of `file` inside `[off, off + len)` (`SEEK_DATA` /
+/// `SEEK_HOLE`), at most `max` of them; past the `max`th the rest of the
+/// range counts as data. A file system that does not report holes gives the
+/// whole range. Holes read as zeroes without touching a disk (tmpfs does not
+/// even put a page in the cache for them), so whoever asks "is this range
+/// cached?" must not count them as misses.
+pub fn data_ranges(
+    file: &File,
+    off: u64,
+    len: u64,
+    max: usize,
+) -> io::Result<Vec<std::ops::Range<u64>>> {
+    let end = off.saturating_add(len);
+    let mut out = Vec::new();
+    let mut p = off;
+    while p < end {
+        if out.len() + 1 >= max.max(1) {
+            out.push(p..end);
+            break;
+        }
+        let Some(d) = seek(file, p, libc::SEEK_DATA)? else {
+            break; // no data from `p` to the end of the file
+        };
+        if d >= end {
+            break;
+        }
+        let h = seek(file, d, libc::SEEK_HOLE)?.unwrap_or(end).min(end);
+        if h <= d {
+            out.push(d..end); // cannot happen on a sane file system
+            break;
+        }
+        out.push(d.max(p)..h);
+        p = h;
+    }
+    Ok(out)
+}
+
+/// `lseek(fd, at, whence)`; `None` for ENXIO (no data, or past the end).
+/// A file system without `SEEK_DATA` support (EINVAL) reports everything
+/// as data: `SEEK_DATA` answers `at`, `SEEK_HOLE` the end.
+fn seek(file: &File, at: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    // SAFETY: lseek on a descriptor we borrow; no pointers involved.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), at as libc::off_t, whence) };
+    if r >= 0 {
+        return Ok(Some(r as u64));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENXIO) => Ok(None),
+        Some(libc::EINVAL) if whence == libc::SEEK_DATA => Ok(Some(at)),
+        Some(libc::EINVAL) => Ok(Some(u64::MAX)),
+        _ => Err(e),
+    }
+}
+
 /// Releases the `flock` [`ServedRoot::open_locked`] took, without waiting
 /// for every clone of the descriptor to close (a transfer's helpers may
 /// drop theirs a little later).
@@ -732,6 +787,33 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn data_ranges_skip_the_holes_of_a_sparse_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.set_len(8 << 20).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &[7u8; 64 << 10], 4 << 20).unwrap();
+        f.flush().unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let r = data_ranges(&f, 0, 8 << 20, 16).unwrap();
+        let total: u64 = r.iter().map(|x| x.end - x.start).sum();
+        // The written bytes are data whatever the file system.
+        assert!(r
+            .iter()
+            .any(|x| x.start <= 4 << 20 && x.end >= (4 << 20) + (64 << 10)));
+        // A file system that reports holes gives (about) the written bytes;
+        // one that does not gives the whole range.
+        let whole = r.len() == 1 && r[0] == (0..8 << 20);
+        assert!(total < 1 << 20 || whole, "{r:?}");
+        // Inside a hole there is no data; `max` caps the extents walked.
+        if total < 1 << 20 {
+            assert!(data_ranges(&f, 0, 1 << 20, 16).unwrap().is_empty());
+        }
+        let capped = data_ranges(&f, 0, 8 << 20, 1).unwrap();
+        assert_eq!((capped.len(), capped[0].clone()), (1, 0..8 << 20));
+    }
 
     fn root() -> (tempfile::TempDir, ServedRoot) {
         let outer = tempfile::tempdir().unwrap();

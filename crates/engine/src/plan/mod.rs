@@ -16,6 +16,7 @@
 //! `prefetch.rs` behind `--prefetch tcp|fixed|kernel`.
 
 mod counters;
+mod miss;
 mod planner;
 mod sampler;
 
@@ -24,6 +25,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use counters::TpfCounters;
+pub use miss::{MissJudge, MissVerdict};
 pub use planner::{PlanConfig, Planner};
 pub use sampler::{CaState, FlowEvents, FlowSample, FlowState, Sampler};
 

@@ -68,6 +68,20 @@ pub(crate) fn uncached_bytes(file: &File, off: u64, len: u64) -> Option<u64> {
     Some((pages.saturating_sub(st.cached_pages) * ps).min(len))
 }
 
+/// [`uncached_bytes`] with the holes of a sparse file left out: a hole
+/// reads as zeroes without a disk, and tmpfs never caches it, so counted
+/// as missing it made `--prefetch auto` plan reads of sparse files the
+/// kernel serves from memory. At most 8 extents are walked (a finely
+/// fragmented sparse range counts its tail as data).
+pub(crate) fn missing_data_bytes(file: &File, off: u64, len: u64) -> Option<u64> {
+    let Ok(data) = sluice_platform::fs::data_ranges(file, off, len, 8) else {
+        return uncached_bytes(file, off, len);
+    };
+    data.into_iter().try_fold(0u64, |n, r| {
+        Some(n + uncached_bytes(file, r.start, r.end - r.start)?)
+    })
+}
+
 /// [`uncached_bytes`], 0 when it cannot be told.
 pub(super) fn missing_bytes(file: &File, off: u64, len: u64) -> u64 {
     uncached_bytes(file, off, len).unwrap_or(0)

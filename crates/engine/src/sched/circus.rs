@@ -23,7 +23,13 @@
 //!    head. Reads stop at `read_depth` in flight and at `region_blocks`
 //!    blocks in memory; when memory is full the oldest block nobody is
 //!    sending is dropped (it fell out of the region; a reader that still
-//!    needs it gets it again when the head comes round).
+//!    needs it gets it again when the head comes round). Memory is one
+//!    engine-wide budget shared by every file's selector (`budget.rs`:
+//!    a file grows past its fair share only while the budget has room)
+//!    as well as `region_blocks` for this file alone.
+//!
+//! A reader's queue is sized in time when `queue_time` is set: about
+//! `queue_time` of its measured rate, so a slow reader pins few blocks.
 //!
 //! In-order readers ([`Circus::register_in_order`]: HTTP bodies, MODE S,
 //! mechanism 2 of issue 12) must get their bytes in file order, so they
@@ -42,7 +48,10 @@
 //! the readers' measured rates, which order the refill: fastest first).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use super::budget::{Budget, Room, Slot};
 
 /// Identifies one registered reader (one download).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,8 +66,14 @@ pub struct CircusConfig {
     /// region plus the independents' blocks.
     pub region_blocks: usize,
     /// Pieces queued per stream of a reader (its queue holds this times
-    /// its streams), refilled per batch.
+    /// its streams), refilled per batch; with `queue_time` the most.
     pub queue_len: usize,
+    /// A reader's queue holds about this much of its measured rate (at
+    /// least one piece per stream, at most `queue_len` per stream): a slow
+    /// reader must not pin blocks a fast one needs (lab circus-files: a
+    /// 1.5 Mbit/s 4-stream reader held 16 MiB, 85 s of its rate). Zero:
+    /// `queue_len` per stream whatever the rate.
+    pub queue_time: Duration,
     /// A reader with at least this share (0-1) of its demand handed out
     /// reads outside the region (independent).
     pub independent_share: f64,
@@ -72,6 +87,7 @@ impl Default for CircusConfig {
             block_size: 1 << 20,
             region_blocks: 64,
             queue_len: 4,
+            queue_time: Duration::ZERO,
             independent_share: 0.75,
             read_depth: 2,
         }
@@ -161,11 +177,14 @@ struct Reader {
     /// Those pieces' blocks, with counts (released if the reader goes).
     held: HashMap<u64, u32>,
     cap: usize,
+    streams: usize,
     total: u64,
     handed: u64,
     /// Bytes per second, smoothed from `sent` reports.
     rate: f64,
+    /// Start of the current rate sample and the bytes sent since.
     last_sent: Option<Duration>,
+    sample_bytes: u64,
     /// Takes its blocks in file order (HTTP, MODE S).
     in_order: bool,
 }
@@ -178,6 +197,21 @@ impl Reader {
     fn independent(&self, share: f64) -> bool {
         self.total > 0 && self.handed as f64 >= share * self.total as f64
     }
+}
+
+/// Shortest span of sends one rate sample covers.
+const RATE_SAMPLE: Duration = Duration::from_millis(100);
+
+/// Pieces a reader of `streams` streams at `rate` bytes/s may have queued
+/// (see [`CircusConfig::queue_time`]). An unmeasured reader starts at one
+/// per stream and grows once its sends show its rate.
+fn queue_cap(cfg: &CircusConfig, streams: usize, rate: f64) -> usize {
+    let most = cfg.queue_len * streams.max(1);
+    if cfg.queue_time.is_zero() {
+        return most;
+    }
+    let blocks = (rate * cfg.queue_time.as_secs_f64() / cfg.block_size as f64).ceil();
+    (blocks as usize).clamp(streams.max(1), most)
 }
 
 /// The selector of one file. See the module docs.
@@ -194,11 +228,31 @@ pub struct Circus {
     loading: usize,
     seq: u64,
     counters: CircusCounters,
+    /// The memory this file draws on, shared with other files' selectors
+    /// (lock order: a file's state, then the budget).
+    budget: Arc<Mutex<Budget>>,
+    slot: Slot,
+}
+
+impl Drop for Circus {
+    fn drop(&mut self) {
+        let slot = self.slot;
+        self.budget().leave(slot);
+    }
 }
 
 impl Circus {
-    /// A selector for a file of `size` bytes.
+    /// A selector for a file of `size` bytes with a budget of its own
+    /// (`region_blocks`).
     pub fn new(cfg: CircusConfig, size: u64) -> Circus {
+        let budget = Arc::new(Mutex::new(Budget::new(cfg.region_blocks.max(1))));
+        Circus::in_budget(cfg, size, budget)
+    }
+
+    /// A selector for a file of `size` bytes drawing on `budget` with
+    /// other files; `region_blocks` still caps this file alone.
+    pub fn in_budget(cfg: CircusConfig, size: u64, budget: Arc<Mutex<Budget>>) -> Circus {
+        let slot = budget.lock().unwrap_or_else(|p| p.into_inner()).join();
         let cfg = CircusConfig {
             block_size: cfg.block_size.max(1),
             region_blocks: cfg.region_blocks.max(1),
@@ -216,7 +270,29 @@ impl Circus {
             loading: 0,
             seq: 0,
             counters: CircusCounters::default(),
+            budget,
+            slot,
         }
+    }
+
+    fn budget(&self) -> MutexGuard<'_, Budget> {
+        self.budget.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This file's place in the budget (the I/O side maps
+    /// [`Budget::wake`]'s answers back to files with it).
+    pub fn slot(&self) -> Slot {
+        self.slot
+    }
+
+    /// Whether no block can come in without another going.
+    pub(super) fn memory_full(&self) -> bool {
+        self.blocks.len() >= self.cfg.region_blocks || self.budget().full()
+    }
+
+    /// Pieces reader `id` may have queued now (0 for an unknown reader).
+    pub fn queue_cap(&self, id: ReaderId) -> usize {
+        self.readers.get(&id).map_or(0, |r| r.cap)
     }
 
     /// The settings in force.
@@ -276,11 +352,13 @@ impl Circus {
                 need,
                 outstanding: 0,
                 held: HashMap::new(),
-                cap: self.cfg.queue_len * streams.max(1),
+                cap: queue_cap(&self.cfg, streams, rate as f64),
+                streams: streams.max(1),
                 total,
                 handed: 0,
                 rate: rate as f64,
                 last_sent: None,
+                sample_bytes: 0,
                 in_order,
             },
         );
@@ -328,6 +406,8 @@ impl Circus {
     /// read it again).
     pub fn read_failed(&mut self, block: u64) {
         if let Some(b) = self.blocks.remove(&block) {
+            let slot = self.slot;
+            self.budget().give(slot);
             match b.state {
                 State::Loading => self.loading -= 1,
                 State::Resident { seq } => {
@@ -353,16 +433,27 @@ impl Circus {
             _ => return,
         }
         r.outstanding = r.outstanding.saturating_sub(1);
-        if let Some(last) = r.last_sent {
-            let dt = now.saturating_sub(last).as_secs_f64().max(1e-3);
-            let sample = piece.len as f64 / dt;
-            r.rate = if r.rate == 0.0 {
-                sample
-            } else {
-                0.8 * r.rate + 0.2 * sample
-            };
+        // One sample per `RATE_SAMPLE` at least: a reader's streams finish
+        // pieces nearly together, and a sample per piece read that as a
+        // burst of megabytes per second.
+        match r.last_sent {
+            None => r.last_sent = Some(now),
+            Some(start) => {
+                r.sample_bytes += piece.len;
+                let dt = now.saturating_sub(start);
+                if dt >= RATE_SAMPLE {
+                    let sample = r.sample_bytes as f64 / dt.as_secs_f64();
+                    r.rate = if r.rate == 0.0 {
+                        sample
+                    } else {
+                        0.8 * r.rate + 0.2 * sample
+                    };
+                    r.sample_bytes = 0;
+                    r.last_sent = Some(now);
+                }
+            }
         }
-        r.last_sent = Some(now);
+        r.cap = queue_cap(&self.cfg, r.streams, r.rate);
         if let Some(b) = self.blocks.get_mut(&piece.block) {
             b.refs = b.refs.saturating_sub(1);
         }
@@ -371,7 +462,11 @@ impl Circus {
     /// One batch: drops, queue refills and reads, in that order.
     pub fn poll(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
+        let slot = self.slot;
+        self.budget().unwant(slot);
         self.drop_unneeded(&mut out);
+        // A file under its share waits for memory: give back down to ours.
+        while self.budget().over_share(self.slot) && self.evict_oldest(&mut out) {}
         self.refill(&mut out);
         self.read(&mut out);
         out
@@ -383,6 +478,8 @@ impl Circus {
 
     fn remove_block(&mut self, block: u64, out: &mut Vec<Action>) {
         if let Some(b) = self.blocks.remove(&block) {
+            let slot = self.slot;
+            self.budget().give(slot);
             if let State::Resident { seq } = b.state {
                 self.by_age.remove(&seq);
             }
@@ -508,9 +605,11 @@ impl Circus {
             else {
                 return;
             };
-            if self.blocks.len() >= self.cfg.region_blocks && !self.evict_oldest(out) {
+            if !self.make_room(out) {
                 return;
             }
+            let slot = self.slot;
+            self.budget().take(slot);
             let offset = block * self.cfg.block_size;
             let len = self.cfg.block_size.min(self.size - offset);
             self.blocks.insert(
@@ -529,6 +628,27 @@ impl Circus {
                 Source::InOrder => self.counters.in_order_reads += 1,
             }
             out.push(Action::Read { block, offset, len });
+        }
+    }
+
+    /// Room for one more block: under this file's region and the budget,
+    /// dropping blocks of our own where that is ours to do. False: wait
+    /// (the budget is full of other files' blocks and ours is under its
+    /// share, or nothing of ours can go now).
+    fn make_room(&mut self, out: &mut Vec<Action>) -> bool {
+        loop {
+            let own_full = self.blocks.len() >= self.cfg.region_blocks;
+            let slot = self.slot;
+            let room = self.budget().room(slot);
+            match (own_full, room) {
+                (false, Room::Yes) => return true,
+                (_, Room::Wait) => return false,
+                _ => {
+                    if !self.evict_oldest(out) {
+                        return false;
+                    }
+                }
+            }
         }
     }
 

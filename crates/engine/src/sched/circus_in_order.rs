@@ -18,7 +18,7 @@ impl Circus {
     /// has room (read-ahead never pushes out a block someone needs).
     pub(super) fn wants_in_order(&self, r: &Reader) -> Option<(u64, Source)> {
         let room = r.cap.saturating_sub(r.outstanding);
-        let full = self.blocks.len() >= self.cfg.region_blocks;
+        let full = self.memory_full();
         r.need
             .keys()
             .copied()

@@ -29,8 +29,12 @@ struct Sim {
 
 impl Sim {
     fn new(cfg: CircusConfig, size: u64) -> Sim {
+        Sim::with(Circus::new(cfg, size))
+    }
+
+    fn with(c: Circus) -> Sim {
         Sim {
-            c: Circus::new(cfg, size),
+            c,
             now: Duration::ZERO,
             readers: BTreeMap::new(),
             in_memory: HashSet::new(),
@@ -221,6 +225,7 @@ fn cfg(region_blocks: usize) -> CircusConfig {
         block_size: 1000,
         region_blocks,
         queue_len: 2,
+        queue_time: Duration::ZERO,
         independent_share: 0.75,
         read_depth: 2,
     }
@@ -490,4 +495,205 @@ fn in_order_and_any_order_readers_of_one_file_share_its_blocks() {
     s.check_in_order(3);
     let c = s.c.counters();
     assert!(c.bytes_read <= 2 * size, "{c:?}");
+}
+
+/// 16 files, each read by three readers of different rates, drawing on one
+/// budget of 32 blocks (each file's own region is 16): the blocks in memory
+/// or being read, all files together, never pass the budget, and every
+/// reader still gets its demand exactly once.
+#[test]
+fn sixteen_files_of_readers_never_exceed_the_engine_budget() {
+    let budget = Arc::new(Mutex::new(Budget::new(32)));
+    let size = 40_000; // 40 blocks
+    let mut files: Vec<Sim> = (0..16)
+        .map(|_| Sim::with(Circus::in_budget(cfg(16), size, Arc::clone(&budget))))
+        .collect();
+    for (f, s) in files.iter_mut().enumerate() {
+        let f = f as u64;
+        s.add(f * 10, &[(0, size)], 2, 100);
+        s.add(f * 10 + 1, &[(0, size)], 1, 20);
+        s.add(f * 10 + 2, &[(5_000 * (f % 4), 20_000)], 4, 5);
+    }
+    let held = |files: &[Sim]| -> usize {
+        files
+            .iter()
+            .map(|s| s.in_memory.len() + s.reads.len())
+            .sum()
+    };
+    for _ in 0..200_000 {
+        assert!(held(&files) <= 32, "{} blocks held", held(&files));
+        assert!(budget.lock().unwrap().total() <= 32);
+        if files
+            .iter()
+            .all(|s| s.readers.keys().all(|id| s.finished(id.0)))
+        {
+            break;
+        }
+        for s in files.iter_mut() {
+            s.tick();
+        }
+    }
+    for s in &files {
+        assert!(
+            s.readers.keys().all(|id| s.finished(id.0)),
+            "{:?}",
+            s.c.counters()
+        );
+        s.check_exactly_once();
+    }
+    let b = budget.lock().unwrap();
+    assert!(b.peak() <= 32 && b.peak() >= 16, "peak {}", b.peak());
+    drop(b);
+    drop(files);
+    assert_eq!(
+        budget.lock().unwrap().total(),
+        0,
+        "gone files give their blocks back"
+    );
+}
+
+/// A file alone may use the whole budget; when a second file comes it
+/// gets its share: the first gives blocks back at its next batches.
+#[test]
+fn a_second_file_gets_its_share_of_a_budget_the_first_filled() {
+    let budget = Arc::new(Mutex::new(Budget::new(16)));
+    let size = 100_000;
+    let mut a = Sim::with(Circus::in_budget(cfg(16), size, Arc::clone(&budget)));
+    // Slow readers far apart: each keeps blocks the others will want.
+    for id in 0..8 {
+        a.add(id, &[(id * 12_500, 12_500)], 1, 1);
+    }
+    for _ in 0..200 {
+        a.tick();
+    }
+    let alone = budget.lock().unwrap().held(a.c.slot());
+    assert!(alone > 8, "a alone uses more than its later share: {alone}");
+    let mut b = Sim::with(Circus::in_budget(cfg(16), size, Arc::clone(&budget)));
+    b.add(9, &[(0, size)], 2, 100);
+    let mut b_most = 0;
+    for _ in 0..3_000 {
+        a.tick();
+        b.tick();
+        assert!(a.in_memory.len() + a.reads.len() + b.in_memory.len() + b.reads.len() <= 16);
+        b_most = b_most.max(budget.lock().unwrap().held(b.c.slot()));
+    }
+    assert!(
+        b.finished(9),
+        "the newcomer was served: {:?}",
+        b.c.counters()
+    );
+    b.check_exactly_once();
+    // Its queue (4 pieces) and the reads behind it: a gave that much back.
+    assert!(b_most >= 3, "the newcomer held at most {b_most} blocks");
+}
+
+/// Queues sized in time: half a second of a 1 kB/s reader is under one
+/// block, so it holds one per stream; a 100 kB/s reader holds the most
+/// (`queue_len` per stream). Rates as measured from its sends.
+#[test]
+fn a_slow_readers_queue_is_short_and_a_fast_readers_long() {
+    let c = CircusConfig {
+        queue_time: Duration::from_millis(500),
+        queue_len: 4,
+        ..cfg(64)
+    };
+    let size = 200_000;
+    let mut s = Sim::new(c, size);
+    // Registered with no rate known: both start at one block per stream.
+    s.c.register(ReaderId(1), &[(0, size)], 2, 0);
+    s.c.register(ReaderId(2), &[(0, size)], 2, 0);
+    for (id, per_ms) in [(1, 1), (2, 100)] {
+        s.readers.insert(
+            ReaderId(id),
+            SimReader {
+                streams: vec![None; 2],
+                per_ms,
+                demand: vec![(0, size)],
+                ..SimReader::default()
+            },
+        );
+    }
+    assert_eq!(
+        (s.c.queue_cap(ReaderId(1)), s.c.queue_cap(ReaderId(2))),
+        (2, 2)
+    );
+    for _ in 0..3_000 {
+        s.tick();
+        let slow = &s.readers[&ReaderId(1)];
+        let on_wire = slow.streams.iter().flatten().count();
+        assert!(slow.queue.len() + on_wire <= 8);
+    }
+    assert_eq!(s.c.queue_cap(ReaderId(1)), 2, "slow: one block per stream");
+    assert_eq!(s.c.queue_cap(ReaderId(2)), 8, "fast: queue_len per stream");
+    s.run_until_done(400_000);
+    s.check_exactly_once();
+}
+
+/// The open gap of lab circus-files at 16 files (MODE E at 58 % of the
+/// offered load, its 45 Mbit/s class at 49 %), reproduced on the virtual
+/// clock: the same mix (30 slow, 6 middle, 3 fast readers of 4 streams,
+/// round robin over 16 files, 25 ms reads) on a budget of 64 blocks (the
+/// default 64 MiB: 4 blocks a file) paces the middle and fast readers to
+/// the slow ones' bytes, because every block a file may hold is queued to
+/// slow readers (one per stream at least); at 128 blocks they run at their
+/// rates. Ignored: it records the gap for the next change (a share weighted
+/// by streams, or a budget never below one block per stream), not a
+/// behaviour to keep. `cargo test -p sluice-engine --lib
+/// sixteen_files_on_a_budget_under -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn sixteen_files_on_a_budget_under_their_readers_streams_pace_fast_readers_to_slow_ones() {
+    let mut fast_bytes = Vec::new();
+    for budget_blocks in [64usize, 128] {
+        let budget = Arc::new(Mutex::new(Budget::new(budget_blocks)));
+        let c = CircusConfig {
+            block_size: 1000,
+            region_blocks: 64,
+            queue_len: 4,
+            queue_time: Duration::from_millis(500),
+            independent_share: 0.75,
+            read_depth: 2,
+        };
+        let size = 512_000;
+        let mut files: Vec<Sim> = (0..16)
+            .map(|_| Sim::with(Circus::in_budget(c, size, Arc::clone(&budget))))
+            .collect();
+        for k in 0..39u64 {
+            let per_ms = if k < 30 {
+                1
+            } else if k < 36 {
+                3
+            } else {
+                12
+            };
+            files[(k % 16) as usize].add(k, &[(0, size)], 4, per_ms);
+        }
+        for s in files.iter_mut() {
+            s.read_latency = 25 * MS;
+        }
+        for _ in 0..20_000 {
+            for s in files.iter_mut() {
+                s.tick();
+            }
+        }
+        let mut by: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for s in &files {
+            for r in s.readers.values() {
+                let e = by.entry(r.per_ms).or_default();
+                e.0 += r.got.iter().map(|p| p.len).sum::<u64>();
+                e.1 += 1;
+            }
+        }
+        let mean = |k: u64| by[&k].0 / by[&k].1;
+        eprintln!(
+            "budget {budget_blocks}: mean bytes slow {} middle {} fast {}",
+            mean(1),
+            mean(3),
+            mean(12)
+        );
+        fast_bytes.push((mean(1), mean(12)));
+    }
+    let ((slow64, fast64), (slow128, fast128)) = (fast_bytes[0], fast_bytes[1]);
+    assert!(fast64 < slow64 * 3 / 2, "64 blocks: fast paced to slow");
+    assert!(fast128 > slow128 * 5, "128 blocks: fast at its rate");
 }

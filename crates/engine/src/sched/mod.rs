@@ -19,6 +19,7 @@
 //!
 //! Depends on `crate::plan` for the request and id types, nothing else.
 
+pub mod budget;
 pub mod circus;
 pub mod cue;
 mod delay_queue;

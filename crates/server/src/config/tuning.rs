@@ -139,13 +139,23 @@ pub struct TuningArgs {
     /// reader of the file [default: 1M].
     #[arg(long, value_name = "BYTES")]
     pub circus_block: Option<Setting>,
-    /// Circus sharing: memory for one file's shared blocks (the active
-    /// region) [default: 64M].
+    /// Circus sharing: memory for one file's shared blocks at most (the
+    /// active region; all files together stay within circus-budget)
+    /// [default: 64M].
     #[arg(long, value_name = "BYTES")]
     pub circus_region: Option<Setting>,
-    /// Circus sharing: blocks queued per stream of a download [default: 4].
+    /// Circus sharing: most blocks queued per stream of a download [default: 4].
     #[arg(long, value_name = "N")]
     pub circus_queue: Option<Setting>,
+    /// Circus sharing: memory for all files' shared blocks together (one
+    /// engine-wide budget, fair shares when it is full) [default: 64M].
+    #[arg(long, value_name = "BYTES")]
+    pub circus_budget: Option<Setting>,
+    /// Circus sharing: seconds of a download's measured rate its queue of
+    /// blocks holds (1 to circus-queue blocks per stream; 0: always
+    /// circus-queue) [default: 0.5].
+    #[arg(long, value_name = "SECS")]
+    pub circus_queue_time: Option<Setting>,
     /// Circus sharing: share (0-1) of its download after which a reader
     /// reads its own blocks outside the region [default: 0.75].
     #[arg(long, value_name = "SHARE")]
@@ -250,6 +260,8 @@ impl TuningArgs {
         "circus_block",
         "circus_region",
         "circus_queue",
+        "circus_budget",
+        "circus_queue_time",
         "circus_independent",
         "circus_hold",
         "sample_interval",
@@ -287,6 +299,8 @@ impl TuningArgs {
             circus_block,
             circus_region,
             circus_queue,
+            circus_budget,
+            circus_queue_time,
             circus_independent,
             circus_hold,
             sample_interval,
@@ -396,6 +410,17 @@ impl TuningArgs {
         if let Some(s) = &self.circus_queue {
             e.circus_queue = count("circus_queue", s)?;
         }
+        if let Some(s) = &self.circus_budget {
+            e.circus_budget = positive_size("circus_budget", s)? as u64;
+        }
+        if let Some(s) = &self.circus_queue_time {
+            // 0 turns rate-sized queues off (a fixed circus_queue per stream).
+            e.circus_queue_time = if s.text().trim().trim_end_matches('s') == "0" {
+                Duration::ZERO
+            } else {
+                seconds("circus_queue_time", s)?
+            };
+        }
         if let Some(s) = &self.circus_independent {
             let v = s.text();
             e.circus_independent = match v.trim().parse::<f64>() {
@@ -448,7 +473,7 @@ mod tests {
             "drs" if EngineConfig::default().drs => "off",
             "drs" => "on",
             "prefetch_budget_of_free" => "0.5",
-            "data_timeout" | "sample_interval" => "7",
+            "data_timeout" | "sample_interval" | "circus_queue_time" => "7",
             "disk_threads"
             | "disk_queue_depth"
             | "buffer_pool_max"
