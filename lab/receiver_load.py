@@ -46,7 +46,15 @@ def clients(bindir):
         "globus-url-copy": ["globus-url-copy", f"ftp://{SA}:{FTP}{f}", "file:///dev/null"],
         "aria2c": ["aria2c", "-q", "--allow-overwrite=true", "--file-allocation=none", "-d", "/dev/shm",
                    "-o", "rl-aria2c.out", f"http://{SA}:{HTTP}{f}"],
+        # Sluice's own mechanisms off, one at a time (only when named with --clients).
+        "sluice get (FTP) -p 1": [sl, "get", "-q", "-p", "1", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
+        "sluice get (FTP) --drs off": [sl, "get", "-q", "--drs", "off", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
+        "sluice get (HTTP) --drs off": [sl, "get", "-q", "--drs", "off", f"http://{SA}:{HTTP}{f}", "/dev/null"],
     }
+
+
+# Rows run when --clients is not given: the peers and Sluice's defaults.
+DEFAULT_CLIENTS = ["sluice get (FTP)", "sluice get (HTTP)", "curl", "wget", "globus-url-copy", "aria2c"]
 
 
 class Sampler(threading.Thread):
@@ -146,7 +154,10 @@ def main():
     ap.add_argument("--clients", default="", help="comma-separated names (default all)")
     a = ap.parse_args()
     cl = clients(a.bin)
-    names = [n for n in cl if not a.clients or n in a.clients.split(",")]
+    names = a.clients.split(",") if a.clients else DEFAULT_CLIENTS
+    unknown = [n for n in names if n not in cl]
+    if unknown:
+        sys.exit(f"unknown clients {unknown}; known: {list(cl)}")
     if a.smoke:
         a.repeat, a.size, names = 1, 16 << 20, ["sluice get (FTP)", "curl"]
     work = "/var/tmp/receiver-load"

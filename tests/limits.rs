@@ -1,8 +1,10 @@
 //! What limited a transfer (issue 13, part 4): the server's xferlog
 //! extension (`limit=...`, from the kernel's accounting of the data
 //! connection) and `sluice get --stats=json`, each provoked: a client that
-//! reads slowly, and one that reads at once through a tiny window, make
-//! the server receiver-window-limited; a server paced below the path's
+//! reads slowly through a small window makes the server
+//! receiver-window-limited (a tiny window read at once is not a test: on
+//! loopback under a loaded test run the kernel booked most of such a
+//! transfer as congestion-window time); a server paced below the path's
 //! rate (a rate-limited link) leaves the client limited by the network or
 //! the sender; a client whose writer's sink drains slowly (a throttled
 //! disk at the receiver: stdout into a pipe read at ~3 MB/s) is limited by
@@ -85,48 +87,6 @@ fn a_slow_reader_leaves_the_server_receiver_window_limited() {
         server.log_tail()
     );
     assert!(limit[0].1 >= 50, "{limit:?}");
-}
-
-#[test]
-fn a_tiny_receive_window_read_at_once_leaves_the_server_receiver_window_limited() {
-    let server = sluice(ServeOptions::default());
-    // Large next to what the server may leave queued in the kernel when
-    // its last write returns (its tally is read then: the kernel's tail
-    // is not in it), so the tally covers the transfer.
-    write_pseudo_random(&server.root.join("tiny.bin"), 64 << 20, 13);
-    let mut c = server.connect();
-    c.login_anonymous();
-    assert_eq!(c.cmd("TYPE I").code, 200);
-    let mut data = c.open_passive();
-    // A window of a few segments (not below one: the kernel's least
-    // buffer leaves a sub-MSS window that moves a segment per delayed
-    // ACK), read as fast as the test can: the reader is never what waits.
-    sluice_platform::tcp::set_recv_buffer(data.as_fd(), 32 << 10).expect("SO_RCVBUF");
-    assert!(
-        c.cmd("RETR tiny.bin").is_preliminary(),
-        "{}",
-        c.transcript()
-    );
-    let mut buf = vec![0u8; 256 << 10];
-    let mut got = 0usize;
-    loop {
-        let n = data.read(&mut buf).expect("read data");
-        if n == 0 {
-            break;
-        }
-        got += n;
-    }
-    assert_eq!(got, 64 << 20);
-    wait_for("the download's xferlog line", 60, || {
-        logged_limit(&server, "/tiny.bin").is_some()
-    });
-    let limit = logged_limit(&server, "/tiny.bin").unwrap();
-    assert_eq!(
-        limit.first().map(|(k, _)| k.as_str()),
-        Some("receiver_window"),
-        "{limit:?}\n{}",
-        server.log_tail()
-    );
 }
 
 #[test]
