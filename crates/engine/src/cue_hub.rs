@@ -129,6 +129,22 @@ impl CueHub {
     }
 }
 
+/// Fair shares (`--cue fair`): when a window has passed, each socket's
+/// bytes acknowledged by the peer (TCP_INFO, one call per connection per
+/// window, on whichever report comes first: no timer) are the measure.
+fn fair_window(g: &mut Inner, now: std::time::Duration) {
+    if !g.cue.fair_due(now) {
+        return;
+    }
+    let Inner { cue, fds, .. } = g;
+    cue.fair_window(now, &|id| {
+        let fd = fds.get(&id)?;
+        sluice_platform::tcp::tcp_info(fd.as_fd())
+            .ok()
+            .map(|i| i.bytes_acked)
+    });
+}
+
 /// Sets every pending pacing change on its socket.
 fn apply(g: &mut Inner) {
     while let Some(p) = g.cue.poll_pace() {
@@ -155,6 +171,7 @@ impl CueTicket {
         let mut g = self.hub.lock();
         g.cue
             .sent(now, self.id, std::mem::take(&mut self.pending), true);
+        fair_window(&mut g, now);
         apply(&mut g);
         g.cue.quantum(self.id)
     }
