@@ -31,8 +31,9 @@ no page-cache growth: "warm" for every row alike); each transfer is
 bounded by time (curl --max-time), so no file ever ends within a run.
 
 Usage (root): lab/cue.py scaling|caps --bin DIR [--smoke] [--repeat N] [--out DIR]
+  [--paths veth,linkem] [--rows NAME,...] [--counts 1,2,...]
 DIR holds release builds of `sluice` and `linkem`. --smoke: N = 2,
-2 rows, 3 s runs (< 60 s each experiment).
+3 rows, 3 s runs (< 60 s each experiment).
 """
 import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
@@ -324,6 +325,9 @@ def scaling_row(server, n, seconds, dt):
 
 ROWS_SCALING = [
     ("sluice cue k=4M (default)", "sluice", ["--cue", "on"]),
+    # Fair shares of the measured aggregate (engine's sched/cue_fair.rs):
+    # no cap configured, the server finds the shared bottleneck itself.
+    ("sluice cue fair", "sluice", ["--cue", "fair"]),
     # Over linkem only: the server cap set just below the link's rate, so
     # Cue's pacing (not TCP's competition in the queue) divides the link.
     ("sluice cue, server cap 95 Mbit/s", "sluice", ["--server-rate-cap", "95mbit"], {"linkem"}),
@@ -356,7 +360,9 @@ def make_root(work, count):
 
 def scaling(a, work):
     counts = [2] if a.smoke else [1, 2, 4, 8, 16, 64]
-    rows = [r for r in ROWS_SCALING if r[0] in ('sluice cue k=4M (default)', 'nginx')] if a.smoke else ROWS_SCALING
+    if a.counts:
+        counts = [int(c) for c in a.counts.split(",")]
+    rows = [r for r in ROWS_SCALING if r[0] in ('sluice cue k=4M (default)', 'sluice cue fair', 'nginx')] if a.smoke else ROWS_SCALING
     if a.rows:
         rows = [r for r in rows if any(w in r[0] for w in a.rows.split(","))]
     paths = a.paths.split(",")
@@ -621,6 +627,7 @@ def main():
     p.add_argument("--out")
     p.add_argument("--paths", default="veth,linkem", help="scaling: veth,linkem")
     p.add_argument("--rows", help="scaling: only rows whose name contains one of these (comma-separated)")
+    p.add_argument("--counts", help="scaling: numbers of transfers (comma-separated; default 1,2,4,8,16,64)")
     a = p.parse_args()
     BIN = os.path.abspath(a.bin)
     if a.experiment.startswith("report-"):
