@@ -30,6 +30,7 @@
 //!   so it follows a bottleneck that grows;
 //! - now and then the set `elsewhere` is dropped for a window, kept if
 //!   that costs the aggregate.
+//!
 //! A failed raise or check doubles the wait before the next (up to
 //! `MAX_BACKOFF` windows). A transfer of `elsewhere` that reaches its pace
 //! leaves the set.
