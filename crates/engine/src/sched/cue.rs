@@ -172,6 +172,8 @@ pub struct Cue {
     alive_checked: Duration,
     /// The largest weight of an active transfer (for quanta).
     max_weight: f64,
+    /// Active transfers (at the last `reweight`).
+    active_count: usize,
     /// Fair shares without a configured cap (`cue_fair.rs`).
     fair: Option<fair::Fair>,
 }
@@ -205,6 +207,7 @@ impl Cue {
             scanned: Duration::ZERO,
             alive_checked: Duration::ZERO,
             max_weight: 1.0,
+            active_count: 0,
         }
     }
 
@@ -515,6 +518,7 @@ impl Cue {
         }
         let weights: Vec<f64> = self.classes.iter().map(|c| c.weight).collect();
         self.max_weight = 0.0;
+        self.active_count = per_class.iter().map(|&n| n as usize).sum();
         for t in self.transfers.values_mut() {
             t.weight = weights[t.class] / f64::from(per_class[t.class].max(1));
             if is_active(t) {
@@ -524,8 +528,14 @@ impl Cue {
     }
 
     /// A transfer's own cap: configured, or its fair pace, the lower.
+    /// A transfer alone has no one to be fair to: no fair pace (paced at
+    /// its measured rate it would only lose what a raise must win back).
     fn own_cap(&self, t: &Transfer) -> Option<u64> {
-        let fair = self.fair.as_ref().and_then(|f| f.pace(t.weight));
+        let fair = self
+            .fair
+            .as_ref()
+            .filter(|_| self.active_count > 1)
+            .and_then(|f| f.pace(t.weight));
         match (t.cap, fair) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -215,3 +215,18 @@ fn the_aggregate_follows_a_bottleneck_that_grows() {
         assert!(jain(&net.rates(&ids, sec)) >= 0.99);
     }
 }
+
+#[test]
+fn a_transfer_alone_is_not_paced_and_a_second_one_is_shared_with_at_once() {
+    let mut net = Net::new(true);
+    net.add(0, 1.0, None);
+    net.run(Duration::from_secs(3));
+    assert_eq!(net.c.rate(CueId(0)), None, "alone: unpaced");
+    assert!(net.total(2) >= 0.99 * LINK);
+    net.add(1, 3.0, None);
+    // The level measured alone, shared by two from the join on.
+    let r0 = net.c.rate(CueId(0)).expect("paced once there are two") as f64;
+    assert!((r0 / (LINK / 2.0) - 1.0).abs() < 0.05, "{r0}");
+    net.run(Duration::from_secs(8));
+    assert!(jain(&net.rates(&[0, 1], 7)) >= 0.99);
+}
