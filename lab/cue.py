@@ -585,7 +585,7 @@ def svg_lines(title, xs, series, ylabel, path, logx=True):
 def report_scaling(results, out):
     rows = [r for r in results if "row" in r]
     med = lambda xs: statistics.median(xs) if xs else None
-    lines = ["| path | row | N | aggregate MB/s | Jain mean | Jain min | server CPU s/GiB | neighbour vs alone | runs | load |",
+    lines = ["| path | row | N | aggregate MB/s median (min-max) | Jain mean median (min-max) | Jain min | server CPU s/GiB | neighbour vs alone | runs | load |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     keys = []
     for r in rows:
@@ -599,7 +599,13 @@ def report_scaling(results, out):
         fmt = lambda v, p=".3f": "n/a" if v is None else format(v, p)
         agg[k] = dict(agg=g("agg_MBps"), jain=g("jain_mean"))
         failed = sum(r["failed_clients"] for r in rs)
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {fmt(g('agg_MBps'), '.1f')} | {fmt(g('jain_mean'))} | "
+        def span(f, p):
+            # median, and (min-max) over the runs when there are several.
+            xs = [r[f] for r in rs if r.get(f) is not None]
+            if len(xs) < 2:
+                return fmt(med(xs), p)
+            return f"{fmt(med(xs), p)} ({fmt(min(xs), p)}-{fmt(max(xs), p)})"
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {span('agg_MBps', '.1f')} | {span('jain_mean', '.3f')} | "
                      f"{fmt(g('jain_min'))} | {fmt(g('cpu_s_per_GiB'))} | {fmt(g('neighbour_ratio'), '.2f')} | "
                      f"{len(rs)}{' (' + str(failed) + ' clients failed)' if failed else ''} | "
                      f"{fmt(g('load'), '.1f')} |")
