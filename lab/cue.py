@@ -31,8 +31,9 @@ no page-cache growth: "warm" for every row alike); each transfer is
 bounded by time (curl --max-time), so no file ever ends within a run.
 
 Usage (root): lab/cue.py scaling|caps --bin DIR [--smoke] [--repeat N] [--out DIR]
+  [--paths veth,linkem] [--rows NAME,...] [--counts 1,2,...]
 DIR holds release builds of `sluice` and `linkem`. --smoke: N = 2,
-2 rows, 3 s runs (< 60 s each experiment).
+2 rows (and fair shares over linkem), 3 s runs (< 60 s each experiment).
 """
 import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
@@ -324,6 +325,9 @@ def scaling_row(server, n, seconds, dt):
 
 ROWS_SCALING = [
     ("sluice cue k=4M (default)", "sluice", ["--cue", "on"]),
+    # Fair shares of the measured aggregate (engine's sched/cue_fair.rs):
+    # no cap configured, the server finds the shared bottleneck itself.
+    ("sluice cue fair", "sluice", ["--cue", "fair"]),
     # Over linkem only: the server cap set just below the link's rate, so
     # Cue's pacing (not TCP's competition in the queue) divides the link.
     ("sluice cue, server cap 95 Mbit/s", "sluice", ["--server-rate-cap", "95mbit"], {"linkem"}),
@@ -356,7 +360,9 @@ def make_root(work, count):
 
 def scaling(a, work):
     counts = [2] if a.smoke else [1, 2, 4, 8, 16, 64]
-    rows = [r for r in ROWS_SCALING if r[0] in ('sluice cue k=4M (default)', 'nginx')] if a.smoke else ROWS_SCALING
+    if a.counts:
+        counts = [int(c) for c in a.counts.split(",")]
+    rows = [r for r in ROWS_SCALING if r[0] in ('sluice cue k=4M (default)', 'sluice cue fair', 'nginx')] if a.smoke else ROWS_SCALING
     if a.rows:
         rows = [r for r in rows if any(w in r[0] for w in a.rows.split(","))]
     paths = a.paths.split(",")
@@ -371,6 +377,10 @@ def scaling(a, work):
                 try:
                     for name, kind, args, *only in rows:
                         if only and pk not in only[0]:
+                            continue
+                        # The smoke run stays under a minute: fair shares on
+                        # the path where they matter (one drop-tail queue).
+                        if a.smoke and name == "sluice cue fair" and pk != "linkem":
                             continue
                         try:
                             srv = start_retrying(kind, args, root, work)
@@ -575,7 +585,7 @@ def svg_lines(title, xs, series, ylabel, path, logx=True):
 def report_scaling(results, out):
     rows = [r for r in results if "row" in r]
     med = lambda xs: statistics.median(xs) if xs else None
-    lines = ["| path | row | N | aggregate MB/s | Jain mean | Jain min | server CPU s/GiB | neighbour vs alone | runs | load |",
+    lines = ["| path | row | N | aggregate MB/s median (min-max) | Jain mean median (min-max) | Jain min | server CPU s/GiB | neighbour vs alone | runs | load |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     keys = []
     for r in rows:
@@ -589,7 +599,13 @@ def report_scaling(results, out):
         fmt = lambda v, p=".3f": "n/a" if v is None else format(v, p)
         agg[k] = dict(agg=g("agg_MBps"), jain=g("jain_mean"))
         failed = sum(r["failed_clients"] for r in rs)
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {fmt(g('agg_MBps'), '.1f')} | {fmt(g('jain_mean'))} | "
+        def span(f, p):
+            # median, and (min-max) over the runs when there are several.
+            xs = [r[f] for r in rs if r.get(f) is not None]
+            if len(xs) < 2:
+                return fmt(med(xs), p)
+            return f"{fmt(med(xs), p)} ({fmt(min(xs), p)}-{fmt(max(xs), p)})"
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {span('agg_MBps', '.1f')} | {span('jain_mean', '.3f')} | "
                      f"{fmt(g('jain_min'))} | {fmt(g('cpu_s_per_GiB'))} | {fmt(g('neighbour_ratio'), '.2f')} | "
                      f"{len(rs)}{' (' + str(failed) + ' clients failed)' if failed else ''} | "
                      f"{fmt(g('load'), '.1f')} |")
@@ -621,6 +637,7 @@ def main():
     p.add_argument("--out")
     p.add_argument("--paths", default="veth,linkem", help="scaling: veth,linkem")
     p.add_argument("--rows", help="scaling: only rows whose name contains one of these (comma-separated)")
+    p.add_argument("--counts", help="scaling: numbers of transfers (comma-separated; default 1,2,4,8,16,64)")
     a = p.parse_args()
     BIN = os.path.abspath(a.bin)
     if a.experiment.startswith("report-"):

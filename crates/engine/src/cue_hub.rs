@@ -129,6 +129,25 @@ impl CueHub {
     }
 }
 
+/// Fair shares (`--cue fair`): when a window has passed, each socket's
+/// bytes acknowledged by the peer (TCP_INFO, one call per connection per
+/// window, on whichever report comes first: no timer) are the measure.
+fn fair_window(g: &mut Inner, now: std::time::Duration) {
+    if !g.cue.fair_due(now) {
+        return;
+    }
+    let Inner { cue, fds, .. } = g;
+    cue.fair_window(now, &|id| acked(fds, id));
+}
+
+/// Bytes the peer acknowledged on `id`'s socket (TCP_INFO).
+fn acked(fds: &std::collections::HashMap<CueId, OwnedFd>, id: CueId) -> Option<u64> {
+    let fd = fds.get(&id)?;
+    sluice_platform::tcp::tcp_info(fd.as_fd())
+        .ok()
+        .map(|i| i.bytes_acked)
+}
+
 /// Sets every pending pacing change on its socket.
 fn apply(g: &mut Inner) {
     while let Some(p) = g.cue.poll_pace() {
@@ -153,8 +172,13 @@ impl CueTicket {
     pub(crate) fn turn_ended(&mut self) -> u64 {
         let now = self.hub.t0.elapsed();
         let mut g = self.hub.lock();
+        {
+            let Inner { cue, fds, .. } = &mut *g;
+            cue.keep_alive(now, &|id| acked(fds, id));
+        }
         g.cue
             .sent(now, self.id, std::mem::take(&mut self.pending), true);
+        fair_window(&mut g, now);
         apply(&mut g);
         g.cue.quantum(self.id)
     }

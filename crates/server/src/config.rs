@@ -36,7 +36,7 @@
 //! log_file = "/var/log/sluice/sluice.log"  # --log-file (default: stderr; SIGUSR1 reopens)
 //! run_as = "sluice"              # --run-as NAME (alias --user): bind as root, then run as NAME
 //! allow_root = false             # --allow-root: serve as root on public addresses
-//! cue = "auto"                   # --cue on|off|auto; server_rate_cap, http_class, ftp_class, [classes]: see config/cue.rs
+//! cue = "auto"                   # --cue on|off|auto|fair; server_rate_cap, http_class, ftp_class, [classes]: see config/cue.rs
 //!
 //! [[user]]
 //! name = "alice"

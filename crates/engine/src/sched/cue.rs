@@ -33,6 +33,12 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
+#[path = "cue_fair.rs"]
+mod fair;
+#[path = "cue_idle.rs"]
+mod idle;
+pub use fair::FairConfig;
+
 /// Identifies one transfer (a data connection) to the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CueId(pub u64);
@@ -51,6 +57,8 @@ pub struct CueConfig {
     pub burst: Duration,
     /// Class weights; a class not named here weighs 1.
     pub classes: Vec<(String, f64)>,
+    /// Fair shares of the measured aggregate (`cue_fair.rs`); `None`: off.
+    pub fair: Option<FairConfig>,
 }
 
 impl Default for CueConfig {
@@ -64,6 +72,7 @@ impl Default for CueConfig {
             idle_after: Duration::from_secs(5),
             burst: Duration::from_millis(100),
             classes: Vec::new(),
+            fair: None,
         }
     }
 }
@@ -135,6 +144,11 @@ struct Transfer {
     /// Queued in `pace`.
     in_pace: bool,
     weight: f64,
+    /// Bytes reported sent over its life (the fair shares' measure when
+    /// the caller has no delivered count).
+    sent_total: u64,
+    /// Its delivered total when [`Cue::keep_alive`] last looked.
+    acked: u64,
 }
 
 #[derive(Debug)]
@@ -156,8 +170,14 @@ pub struct Cue {
     now: Duration,
     /// When `advance` last looked for transfers gone idle.
     scanned: Duration,
+    /// When `keep_alive` last looked.
+    alive_checked: Duration,
     /// The largest weight of an active transfer (for quanta).
     max_weight: f64,
+    /// Active transfers (at the last `reweight`).
+    active_count: usize,
+    /// Fair shares without a configured cap (`cue_fair.rs`).
+    fair: Option<fair::Fair>,
 }
 
 /// Relative slack when comparing fill levels (floating point).
@@ -178,6 +198,7 @@ impl Cue {
             })
             .collect();
         Cue {
+            fair: cfg.fair.clone().map(fair::Fair::new),
             cfg,
             classes,
             transfers: BTreeMap::new(),
@@ -186,7 +207,9 @@ impl Cue {
             pace: VecDeque::new(),
             now: Duration::ZERO,
             scanned: Duration::ZERO,
+            alive_checked: Duration::ZERO,
             max_weight: 1.0,
+            active_count: 0,
         }
     }
 
@@ -228,8 +251,20 @@ impl Cue {
                 paced: old.as_ref().and_then(|t| t.paced),
                 in_pace: old.is_some_and(|t| t.in_pace),
                 weight: 1.0,
+                sent_total: 0,
+                acked: 0,
             },
         );
+        if let Some(f) = self.fair.as_mut() {
+            f.joined(id, now);
+        }
+        self.reshare();
+    }
+
+    /// Membership changed: weights, then the fair level, then the rates.
+    fn reshare(&mut self) {
+        self.reweight();
+        self.fair_reshare();
         self.allocate();
     }
 
@@ -239,7 +274,10 @@ impl Cue {
         if self.transfers.remove(&id).is_some() {
             self.ring.retain(|&r| r != id);
             self.pace.retain(|&r| r != id);
-            self.allocate();
+            if let Some(f) = self.fair.as_mut() {
+                f.left(id);
+            }
+            self.reshare();
         }
     }
 
@@ -269,6 +307,7 @@ impl Cue {
             if bytes > 0 {
                 t.last_sent = now;
             }
+            t.sent_total += bytes;
             t.deficit = t.deficit.saturating_sub(bytes);
             Self::fill(t, now, self.cfg.burst, self.cfg.quantum);
             t.tokens -= bytes as f64;
@@ -435,8 +474,9 @@ impl Cue {
             .collect()
     }
 
-    /// Weighted water-filling over the active transfers (module docs).
-    fn allocate(&mut self) {
+    /// Each transfer's weight: its class's over the class's active
+    /// transfers.
+    fn reweight(&mut self) {
         let now = self.now;
         let idle = self.cfg.idle_after;
         let is_active = |t: &Transfer| now.saturating_sub(t.last_sent) <= idle;
@@ -446,12 +486,36 @@ impl Cue {
         }
         let weights: Vec<f64> = self.classes.iter().map(|c| c.weight).collect();
         self.max_weight = 0.0;
+        self.active_count = per_class.iter().map(|&n| n as usize).sum();
         for t in self.transfers.values_mut() {
             t.weight = weights[t.class] / f64::from(per_class[t.class].max(1));
             if is_active(t) {
                 self.max_weight = self.max_weight.max(t.weight);
             }
         }
+    }
+
+    /// A transfer's own cap: configured, or its fair pace, the lower.
+    /// A transfer alone has no one to be fair to: no fair pace (paced at
+    /// its measured rate it would only lose what a raise must win back).
+    fn own_cap(&self, t: &Transfer) -> Option<u64> {
+        let fair = self
+            .fair
+            .as_ref()
+            .filter(|_| self.active_count > 1)
+            .and_then(|f| f.pace(t.weight));
+        match (t.cap, fair) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Weighted water-filling over the active transfers (module docs).
+    fn allocate(&mut self) {
+        self.reweight();
+        let now = self.now;
+        let idle = self.cfg.idle_after;
+        let is_active = |t: &Transfer| now.saturating_sub(t.last_sent) <= idle;
         let mut open: Vec<CueId> = self
             .transfers
             .iter()
@@ -466,7 +530,7 @@ impl Cue {
             // The lowest fill level at which some constraint binds.
             let mut level = f64::INFINITY;
             for id in &open {
-                if let Some(c) = self.transfers[id].cap {
+                if let Some(c) = self.own_cap(&self.transfers[id]) {
                     level = level.min(c as f64 / w(id));
                 }
             }
@@ -508,10 +572,11 @@ impl Cue {
             let mut keep = Vec::new();
             for id in open.drain(..) {
                 let t = &self.transfers[&id];
-                let own = t.cap.is_some_and(|c| tight(c as f64 / t.weight));
+                let cap = self.own_cap(t);
+                let own = cap.is_some_and(|c| tight(c as f64 / t.weight));
                 let user = t.user.as_deref().is_some_and(|u| users_bind.contains(&u));
                 if server_binds || own || user {
-                    let r = match t.cap {
+                    let r = match cap {
                         Some(c) if own => c as f64,
                         _ => t.weight * level,
                     };

@@ -366,3 +366,32 @@ fn capped_transfers_get_turns_only_when_they_have_tokens() {
         Some(Duration::from_millis(100) + Duration::from_micros(1))
     );
 }
+
+#[test]
+fn a_sender_waiting_on_a_draining_socket_keeps_its_share() {
+    // Transfer 1 fills a large socket buffer and then reports nothing for
+    // longer than idle_after while its socket still delivers: it must
+    // keep its share (or 2 would be paced at the whole cap while 1 still
+    // sends at its old pace). Once its socket stops delivering too, it
+    // goes idle as before.
+    let mut c = Cue::new(CueConfig {
+        server_cap: Some(10_000_000),
+        ..cfg()
+    });
+    let t = |ms: u64| Duration::from_millis(ms);
+    c.register(t(0), CueId(1), CueSpec::default());
+    c.register(t(0), CueId(2), CueSpec::default());
+    c.sent(t(0), CueId(1), 1 << 20, false);
+    let delivered = std::cell::Cell::new(0u64);
+    for ms in (0..3000).step_by(10) {
+        delivered.set(ms * 5_000);
+        c.keep_alive(t(ms), &|id| (id == CueId(1)).then(|| delivered.get()));
+        c.sent(t(ms), CueId(2), 50_000, true);
+    }
+    assert_eq!(c.rate(CueId(2)), Some(5_000_000), "1 still delivers");
+    for ms in (3000..5000).step_by(10) {
+        c.keep_alive(t(ms), &|id| (id == CueId(1)).then(|| delivered.get()));
+        c.sent(t(ms), CueId(2), 50_000, true);
+    }
+    assert_eq!(c.rate(CueId(2)), Some(10_000_000), "1 stopped: idle");
+}

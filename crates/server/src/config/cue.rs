@@ -6,7 +6,8 @@
 //! is the engine's `max_pacing_rate` (`--rate-cap` is its alias).
 //!
 //! ```toml
-//! cue = "auto"                 # --cue on|off|auto (auto: on when a cap or class is set)
+//! cue = "auto"                 # --cue on|off|auto|fair (auto: on when a cap or class is set;
+//!                              #   fair: on, plus fair shares of the measured aggregate)
 //! server_rate_cap = "100mbit"  # --server-rate-cap: all transfers together, shared by weight
 //! http_class = "interactive"   # --http-class: class of the HTTP and HTTPS doors' connections
 //! ftp_class = "bulk"           # --ftp-class: class of FTP data connections (users may override)
@@ -22,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Result};
-use sluice_engine::sched::cue::{CueConfig, CueSpec};
+use sluice_engine::sched::cue::{CueConfig, CueSpec, FairConfig};
 
 /// Cue flags.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -32,8 +33,11 @@ pub struct CueArgs {
     /// scaled by each connection's weight, and rate caps (per transfer
     /// `--rate-cap`, per user, server-wide) shared by weight and set as
     /// each socket's TCP pacing rate. `auto`: on when any cap or class is
-    /// configured [default: auto].
-    #[arg(long, value_name = "on|off|auto")]
+    /// configured. `fair`: on, and with no cap configured each transfer is
+    /// paced just above its fair (max-min, by weight) share of the
+    /// measured aggregate, so flows sharing an unknown bottleneck get
+    /// equal rates (engine's sched/cue_fair.rs) [default: auto].
+    #[arg(long, value_name = "on|off|auto|fair")]
     pub cue: Option<String>,
     /// Cap on all data connections together, bytes/s (`100M`, or bits
     /// with `mbit`/`gbit`: `800mbit`), shared among the active transfers
@@ -160,21 +164,19 @@ pub fn merge(
         || http_class.is_some()
         || ftp_class.is_some()
         || users.iter().any(|(c, r)| c.is_some() || r.is_some());
-    let on = match args
-        .cue
-        .clone()
-        .or(file.cue.clone())
-        .as_deref()
-        .map(str::trim)
-    {
+    let mode = args.cue.clone().or(file.cue.clone());
+    let fair = mode.as_deref().map(str::trim) == Some("fair");
+    let on = match mode.as_deref().map(str::trim) {
         None | Some("auto") => configured,
+        Some("fair") => true,
         Some(s) => sluice_engine::parse_switch(s)
-            .ok_or_else(|| anyhow!("cue {s:?}: expected on, off or auto"))?,
+            .ok_or_else(|| anyhow!("cue {s:?}: expected on, off, auto or fair"))?,
     };
     Ok(CueSettings {
         engine: on.then(|| CueConfig {
             server_cap,
             classes: classes.into_iter().collect(),
+            fair: fair.then(FairConfig::default),
             ..CueConfig::default()
         }),
         http_class: http_class.unwrap_or_else(|| "default".into()),
@@ -249,6 +251,14 @@ mod tests {
         )
         .unwrap();
         assert!(user.engine.is_some(), "a user's cap turns auto on");
+        let fair = CueArgs {
+            cue: Some("fair".into()),
+            ..CueArgs::default()
+        };
+        let e = merge(&fair, &CueFileKeys::default(), &[]).unwrap().engine;
+        assert!(e.unwrap().fair.is_some(), "fair: on with fair shares");
+        let caps_only = merge(&args, &CueFileKeys::default(), &[]).unwrap();
+        assert_eq!(caps_only.engine.unwrap().fair, None, "fair only when asked");
     }
 
     #[test]
@@ -277,7 +287,7 @@ mod tests {
             cue: Some("maybe".into()),
             ..Default::default()
         })
-        .contains("on, off or auto"));
+        .contains("on, off, auto or fair"));
         let e = merge(
             &CueArgs::default(),
             &CueFileKeys::default(),
