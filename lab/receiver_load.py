@@ -49,6 +49,7 @@ def clients(bindir):
         # Sluice's own mechanisms off, one at a time (only when named with --clients).
         "sluice get (FTP) -p 1": [sl, "get", "-q", "-p", "1", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
         "sluice get (FTP) --drs off": [sl, "get", "-q", "--drs", "off", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
+        "sluice get (HTTP) -p 1": [sl, "get", "-q", "-p", "1", f"http://{SA}:{HTTP}{f}", "/dev/null"],
         "sluice get (HTTP) --drs off": [sl, "get", "-q", "--drs", "off", f"http://{SA}:{HTTP}{f}", "/dev/null"],
     }
 
