@@ -23,3 +23,8 @@ def fmt(vals, f="{:.1f}"):
         return "n/a"
     return f"{f.format(statistics.median(vals))} ({f.format(min(vals))}–{f.format(max(vals))}, n={len(vals)})"
 
+
+# The lab's socket sysctls for a namespace (lab/experiments: Debian-like
+# autotuning; the host's net.core.*mem_max apply, they are not per namespace).
+LAB_SYSCTLS = {"net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 16384 4194304",
+               "net.ipv4.tcp_no_metrics_save": "1"}

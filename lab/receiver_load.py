@@ -18,13 +18,12 @@ DIR holds release builds of `sluice` and `linkem`.
 """
 import argparse, json, os, re, statistics, subprocess, sys, threading, time
 
-from labkit import sh, ns, fmt
+from labkit import LAB_SYSCTLS, sh, ns, fmt
 
 SRV, CLI = "rl-srv", "rl-cli"
 SA, CA = "10.90.0.1", "10.90.0.2"
 FTP, HTTP = 2121, 8080
-SYSCTLS = {"net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 16384 4194304",
-           "net.ipv4.tcp_no_metrics_save": "1"}
+SYSCTLS = LAB_SYSCTLS
 PATH = dict(name="400 Mbit/s, 50 ms", rate="400mbit", delay="25ms", limit="5000000B")
 CLIENT_CPU = "1"
 NSTAT = ["TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPSpuriousRTOs"]

@@ -542,9 +542,9 @@ fn pump(
             Some(l) => buf.len().min((l - r.bytes) as usize),
             None => buf.len(),
         };
-        match s.read(&mut buf[..want]) {
-            Ok(0) => return Ok(Stop::Done),
-            Ok(n) => {
+        match read_some(s, &mut buf[..want], idle_since)? {
+            Some(0) => return Ok(Stop::Done),
+            Some(n) => {
                 r.bytes += n as u64;
                 ctx.counter.fetch_add(n as u64, Ordering::Relaxed);
                 if let Some(c) = &ctx.received {
@@ -552,19 +552,35 @@ fn pump(
                 }
                 idle_since = Instant::now();
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if idle_since.elapsed() > Duration::from_secs(120) {
-                    bail!("no data for 120 s");
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+            None => {}
         }
+    }
+}
+
+/// One read of a load client's data socket (which has a read timeout, so
+/// the caller's pacing and stop time keep running): `Some(n)`, 0 at the
+/// end; `None` when it timed out or was interrupted; an error after 120 s
+/// without data since `idle_since`, or on any other failure.
+pub(crate) fn read_some(
+    s: &mut impl Read,
+    buf: &mut [u8],
+    idle_since: Instant,
+) -> Result<Option<usize>> {
+    match s.read(buf) {
+        Ok(n) => Ok(Some(n)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            if idle_since.elapsed() > Duration::from_secs(120) {
+                bail!("no data for 120 s");
+            }
+            Ok(None)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

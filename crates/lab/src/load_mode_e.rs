@@ -8,7 +8,7 @@
 //! machine because nothing is written anywhere.
 
 use std::collections::BTreeMap;
-use std::io::{BufReader, Read};
+use std::io::BufReader;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use crate::load::{
-    connect, ftp_cmd, ftp_login, ftp_reply, percent_decode, rst, split_url, Ctx, DownloadResult,
-    DownloadSpec, POLL_TICK, READ_CHUNK,
+    connect, ftp_cmd, ftp_login, ftp_reply, percent_decode, read_some, rst, split_url, Ctx,
+    DownloadResult, DownloadSpec, POLL_TICK, READ_CHUNK,
 };
 
 /// MODE E descriptor bits (GFD.20).
@@ -317,14 +317,14 @@ fn stream(
                 continue;
             }
         }
-        match s.read(&mut buf) {
-            Ok(0) => {
+        match read_some(&mut s, &mut buf, idle)? {
+            Some(0) => {
                 if !p.at_boundary() {
                     bail!("stream closed inside a block");
                 }
                 return Ok(());
             }
-            Ok(n) => {
+            Some(n) => {
                 got += n as u64;
                 idle = Instant::now();
                 let mut ext = Vec::new();
@@ -349,18 +349,7 @@ fn stream(
                     }
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if idle.elapsed() > Duration::from_secs(120) {
-                    bail!("no data for 120 s");
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+            None => {}
         }
     }
 }

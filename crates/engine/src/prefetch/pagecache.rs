@@ -74,8 +74,14 @@ pub(crate) fn uncached_bytes(file: &File, off: u64, len: u64) -> Option<u64> {
 /// kernel serves from memory. At most 8 extents are walked (a finely
 /// fragmented sparse range counts its tail as data).
 pub(crate) fn missing_data_bytes(file: &File, off: u64, len: u64) -> Option<u64> {
+    // One `cachestat` first: a cached range (the common case) needs no
+    // walk of its extents (two `lseek`s each).
+    let all = uncached_bytes(file, off, len)?;
+    if all == 0 {
+        return Some(0);
+    }
     let Ok(data) = sluice_platform::fs::data_ranges(file, off, len, 8) else {
-        return uncached_bytes(file, off, len);
+        return Some(all);
     };
     data.into_iter().try_fold(0u64, |n, r| {
         Some(n + uncached_bytes(file, r.start, r.end - r.start)?)
