@@ -16,7 +16,7 @@
 //! Paths given to this module are relative to the root: a leading `/` is
 //! ignored, so the session's virtual path `/a/b` and `a/b` mean the same.
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -27,6 +27,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::sys::cvt_retry;
+
+mod extents;
+mod temp_upload;
+
+pub use extents::{data_prefix_len, data_ranges};
+pub use temp_upload::TempFile;
 
 /// Why a file-system operation on a client path failed. Each variant is
 /// something a protocol layer can turn into a fixed reply; the wrapped
@@ -442,64 +448,6 @@ impl ServedRoot {
     }
 }
 
-/// An upload in progress under a temporary name next to its target.
-/// Dropping it without [`commit`](TempFile::commit) or
-/// [`keep_as`](TempFile::keep_as) leaves the temp file in place; call
-/// [`discard`](TempFile::discard) to remove it.
-#[derive(Debug)]
-pub struct TempFile {
-    file: Arc<File>,
-    dir: OwnedFd,
-    temp_name: CString,
-    final_name: CString,
-}
-
-impl TempFile {
-    /// The open file to write into (shared, for writers on other threads).
-    pub fn file(&self) -> &Arc<File> {
-        &self.file
-    }
-
-    /// The temp file's own name (one component, in the target's directory).
-    pub fn temp_name(&self) -> &OsStr {
-        OsStr::from_bytes(self.temp_name.to_bytes())
-    }
-
-    /// fsyncs the data, then renames the temp over the target name and
-    /// fsyncs the directory, so a crash leaves either the old or the new
-    /// file under the target name, never a mix.
-    pub fn commit(self) -> Result<(), FsError> {
-        self.file.sync_all()?;
-        renameat(
-            self.dir.as_fd(),
-            &self.temp_name,
-            self.dir.as_fd(),
-            &self.final_name,
-        )?;
-        sync_dir(self.dir.as_fd());
-        Ok(())
-    }
-
-    /// fsyncs the data and renames the temp to `name` (one component in the
-    /// same directory), replacing what was there. Used to keep the prefix of
-    /// an interrupted upload under a well-known partial name.
-    pub fn keep_as(self, name: &str) -> Result<(), FsError> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(FsError::InvalidPath);
-        }
-        let to = CString::new(name).map_err(|_| FsError::InvalidPath)?;
-        let _ = self.file.sync_data();
-        renameat(self.dir.as_fd(), &self.temp_name, self.dir.as_fd(), &to)
-    }
-
-    /// Removes the temp file.
-    pub fn discard(self) -> Result<(), FsError> {
-        // SAFETY: valid dir fd and NUL-terminated single-component name.
-        cvt_retry(|| unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.temp_name.as_ptr(), 0) })?;
-        Ok(())
-    }
-}
-
 /// Turns a virtual path into one relative to the root: leading slashes go,
 /// and the root itself becomes `.`.
 fn relative(path: &str) -> &str {
@@ -610,79 +558,6 @@ fn regular_blocking(fd: OwnedFd) -> Result<OwnedFd, FsError> {
     Ok(fd)
 }
 
-/// Length of the data at the start of `file` before its first hole
-/// (`SEEK_HOLE`; the file's length when it has none, or when the file
-/// system does not report holes). Bytes past a hole were written out of
-/// order (MODE E) around bytes that never came.
-pub fn data_prefix_len(file: &File) -> io::Result<u64> {
-    // SAFETY: lseek on a descriptor we borrow; no pointers involved.
-    let r = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            // Empty file (ENXIO) or no SEEK_HOLE support: no hole known.
-            Some(libc::ENXIO) | Some(libc::EINVAL) => Ok(file.metadata()?.len()),
-            _ => Err(e),
-        };
-    }
-    Ok((r as u64).min(file.metadata()?.len()))
-}
-
-/// The data extents of `file` inside `[off, off + len)` (`SEEK_DATA` /
-/// `SEEK_HOLE`), at most `max` of them; past the `max`th the rest of the
-/// range counts as data. A file system that does not report holes gives the
-/// whole range. Holes read as zeroes without touching a disk (tmpfs does not
-/// even put a page in the cache for them), so whoever asks "is this range
-/// cached?" must not count them as misses.
-pub fn data_ranges(
-    file: &File,
-    off: u64,
-    len: u64,
-    max: usize,
-) -> io::Result<Vec<std::ops::Range<u64>>> {
-    let end = off.saturating_add(len);
-    let mut out = Vec::new();
-    let mut p = off;
-    while p < end {
-        if out.len() + 1 >= max.max(1) {
-            out.push(p..end);
-            break;
-        }
-        let Some(d) = seek(file, p, libc::SEEK_DATA)? else {
-            break; // no data from `p` to the end of the file
-        };
-        if d >= end {
-            break;
-        }
-        let h = seek(file, d, libc::SEEK_HOLE)?.unwrap_or(end).min(end);
-        if h <= d {
-            out.push(d..end); // cannot happen on a sane file system
-            break;
-        }
-        out.push(d.max(p)..h);
-        p = h;
-    }
-    Ok(out)
-}
-
-/// `lseek(fd, at, whence)`; `None` for ENXIO (no data, or past the end).
-/// A file system without `SEEK_DATA` support (EINVAL) reports everything
-/// as data: `SEEK_DATA` answers `at`, `SEEK_HOLE` the end.
-fn seek(file: &File, at: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
-    // SAFETY: lseek on a descriptor we borrow; no pointers involved.
-    let r = unsafe { libc::lseek(file.as_raw_fd(), at as libc::off_t, whence) };
-    if r >= 0 {
-        return Ok(Some(r as u64));
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::ENXIO) => Ok(None),
-        Some(libc::EINVAL) if whence == libc::SEEK_DATA => Ok(Some(at)),
-        Some(libc::EINVAL) => Ok(Some(u64::MAX)),
-        _ => Err(e),
-    }
-}
-
 /// Releases the `flock` [`ServedRoot::open_locked`] took, without waiting
 /// for every clone of the descriptor to close (a transfer's helpers may
 /// drop theirs a little later).
@@ -760,184 +635,4 @@ fn metadata(st: &libc::stat) -> Metadata {
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn fifo_is_refused_without_waiting_for_a_writer() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = std::ffi::CString::new(dir.path().join("pipe").as_os_str().as_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-        let root = ServedRoot::open(dir.path()).unwrap();
-        // Without O_NONBLOCK this open would block forever (no writer).
-        assert!(matches!(
-            root.open_read("pipe"),
-            Err(FsError::PermissionDenied)
-        ));
-        assert!(root.open_write("pipe").is_err());
-        std::fs::write(dir.path().join("f"), b"data").unwrap();
-        let mut f = root.open_read("f").unwrap();
-        let mut got = String::new();
-        std::io::Read::read_to_string(&mut f, &mut got).unwrap();
-        assert_eq!(got, "data");
-        // SAFETY: F_GETFL on an fd we own.
-        let fl = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&f), libc::F_GETFL) };
-        assert_eq!(fl & libc::O_NONBLOCK, 0);
-    }
-
-    use super::*;
-    use std::io::{Read, Write};
-    use std::os::unix::fs::symlink;
-
-    #[test]
-    fn data_ranges_skip_the_holes_of_a_sparse_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sparse");
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.set_len(8 << 20).unwrap();
-        std::os::unix::fs::FileExt::write_all_at(&f, &[7u8; 64 << 10], 4 << 20).unwrap();
-        f.flush().unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        let r = data_ranges(&f, 0, 8 << 20, 16).unwrap();
-        let total: u64 = r.iter().map(|x| x.end - x.start).sum();
-        // The written bytes are data whatever the file system.
-        assert!(r
-            .iter()
-            .any(|x| x.start <= 4 << 20 && x.end >= (4 << 20) + (64 << 10)));
-        // A file system that reports holes gives (about) the written bytes;
-        // one that does not gives the whole range.
-        let whole = r.len() == 1 && r[0] == (0..8 << 20);
-        assert!(total < 1 << 20 || whole, "{r:?}");
-        // Inside a hole there is no data; `max` caps the extents walked.
-        if total < 1 << 20 {
-            assert!(data_ranges(&f, 0, 1 << 20, 16).unwrap().is_empty());
-        }
-        let capped = data_ranges(&f, 0, 8 << 20, 1).unwrap();
-        assert_eq!((capped.len(), capped[0].clone()), (1, 0..8 << 20));
-    }
-
-    fn root() -> (tempfile::TempDir, ServedRoot) {
-        let outer = tempfile::tempdir().unwrap();
-        let served = outer.path().join("root");
-        std::fs::create_dir(&served).unwrap();
-        std::fs::write(outer.path().join("secret"), b"outside").unwrap();
-        std::fs::write(served.join("a.txt"), b"hello").unwrap();
-        std::fs::create_dir(served.join("sub")).unwrap();
-        std::fs::write(served.join("sub/b.txt"), b"bee").unwrap();
-        let r = ServedRoot::open(&served).unwrap();
-        (outer, r)
-    }
-
-    #[test]
-    fn reads_files_beneath_root() {
-        let (_d, r) = root();
-        let mut s = String::new();
-        r.open_read("/a.txt")
-            .unwrap()
-            .read_to_string(&mut s)
-            .unwrap();
-        assert_eq!(s, "hello");
-        let mut s = String::new();
-        r.open_read("sub/b.txt")
-            .unwrap()
-            .read_to_string(&mut s)
-            .unwrap();
-        assert_eq!(s, "bee");
-        assert!(matches!(r.open_read("/sub"), Err(FsError::IsADirectory)));
-        assert!(matches!(r.open_read("/nope"), Err(FsError::NotFound)));
-    }
-
-    #[test]
-    fn dotdot_past_root_is_refused() {
-        let (_d, r) = root();
-        assert!(matches!(
-            r.open_read("../secret"),
-            Err(FsError::OutsideRoot)
-        ));
-        assert!(matches!(
-            r.open_read("sub/../../secret"),
-            Err(FsError::OutsideRoot)
-        ));
-    }
-
-    #[test]
-    fn escaping_symlinks_are_refused_inside_ones_work() {
-        let (d, r) = root();
-        let served = d.path().join("root");
-        symlink(d.path().join("secret"), served.join("abs")).unwrap();
-        symlink("../secret", served.join("rel")).unwrap();
-        symlink("../..", served.join("sub/up")).unwrap();
-        symlink("a.txt", served.join("inside")).unwrap();
-        assert!(matches!(r.open_read("abs"), Err(FsError::OutsideRoot)));
-        assert!(matches!(r.open_read("rel"), Err(FsError::OutsideRoot)));
-        assert!(matches!(
-            r.open_read("sub/up/secret"),
-            Err(FsError::OutsideRoot)
-        ));
-        assert!(matches!(r.stat("abs"), Err(FsError::OutsideRoot)));
-        assert!(matches!(r.mkdir("sub/up/evil"), Err(FsError::OutsideRoot)));
-        let mut s = String::new();
-        r.open_read("inside")
-            .unwrap()
-            .read_to_string(&mut s)
-            .unwrap();
-        assert_eq!(s, "hello");
-        // Listings show escaping links as links, never the outside metadata.
-        let list = r.list_dir("/").unwrap();
-        let abs = list.iter().find(|e| e.name == b"abs").unwrap();
-        assert_eq!(abs.meta.kind, FileKind::Symlink);
-        let inside = list.iter().find(|e| e.name == b"inside").unwrap();
-        assert_eq!(inside.meta.kind, FileKind::File);
-        assert_eq!(inside.meta.size, 5);
-    }
-
-    #[test]
-    fn list_stat_mkdir_rmdir_unlink_rename() {
-        let (d, r) = root();
-        let names: Vec<_> = r
-            .list_dir("")
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
-        assert_eq!(names, vec![b"a.txt".to_vec(), b"sub".to_vec()]);
-        assert_eq!(r.stat("/a.txt").unwrap().size, 5);
-        assert_eq!(r.stat("/").unwrap().kind, FileKind::Dir);
-        r.mkdir("/new").unwrap();
-        assert!(matches!(r.mkdir("/new"), Err(FsError::AlreadyExists)));
-        assert!(matches!(r.rmdir("/sub"), Err(FsError::NotEmpty)));
-        r.rmdir("/new/").unwrap();
-        r.rename("/a.txt", "/sub/c.txt").unwrap();
-        assert!(d.path().join("root/sub/c.txt").exists());
-        assert!(matches!(r.unlink("/sub"), Err(FsError::IsADirectory)));
-        r.unlink("/sub/c.txt").unwrap();
-        assert!(matches!(r.unlink("/"), Err(FsError::InvalidPath)));
-        assert!(matches!(r.rmdir(".."), Err(FsError::InvalidPath)));
-    }
-
-    #[test]
-    fn temp_file_commit_and_discard() {
-        let (d, r) = root();
-        let served = d.path().join("root");
-        let t = r.create_temp("/a.txt").unwrap();
-        let tname = served.join(t.temp_name());
-        assert!(tname.exists());
-        (&**t.file()).write_all(b"new content").unwrap();
-        // Until commit the old file is intact.
-        assert_eq!(std::fs::read(served.join("a.txt")).unwrap(), b"hello");
-        t.commit().unwrap();
-        assert_eq!(std::fs::read(served.join("a.txt")).unwrap(), b"new content");
-        assert!(!tname.exists());
-        let t = r.create_temp("/sub/x").unwrap();
-        let tname = served.join("sub").join(t.temp_name());
-        t.discard().unwrap();
-        assert!(!tname.exists());
-        assert!(!served.join("sub/x").exists());
-        let t = r.create_temp("/sub/y").unwrap();
-        t.keep_as(".y.partial").unwrap();
-        assert!(served.join("sub/.y.partial").exists());
-        assert!(matches!(
-            r.create_temp("../escape"),
-            Err(FsError::OutsideRoot)
-        ));
-    }
-}
+mod tests;
