@@ -69,11 +69,13 @@ mod kept_channels;
 /// despite 226 (exit 7); a checksum mismatch (exit 8); URL credentials.
 mod fake_gridftp;
 
-/// The HTTP/1.1 front door (written with the HTTP front door): curl, wget,
-/// aria2c, Python urllib, `sluice get http://` (also against nginx),
-/// headless Chromium; ranges, conditionals, keep-alive, timeouts, the
-/// connection limit and hostile requests on raw sockets.
+/// The HTTP/1.1 front door with real clients: curl, wget, aria2c, Python
+/// urllib, `sluice get http://` (also against nginx), headless Chromium.
 mod http;
+
+/// HTTP/1.1 on raw sockets: ranges, conditionals, keep-alive, timeouts,
+/// the connection limit and hostile requests.
+mod http_requests;
 
 /// The `auto` data path: copy to a client on this host, sendfile to one in
 /// another network namespace (root only).
