@@ -98,9 +98,13 @@ mod cue;
 mod bad_inputs;
 
 /// TLS on both doors: HTTPS (curl, wget, aria2c, `sluice get https://`),
-/// explicit FTPS (curl --ssl-reqd, lftp, Python ftplib FTP_TLS, `sluice get
-/// ftpes://`), `require_tls`, broken handshakes, bad certificates.
+/// kernel TLS, broken handshakes, bad, wrong-host and expired
+/// certificates, certificate reload.
 mod tls;
+
+/// FTPS: explicit (curl --ssl-reqd, lftp, Python ftplib FTP_TLS, `sluice
+/// get/ls/put ftpes://`) and implicit, `require_tls`, broken AUTH TLS.
+mod ftps;
 /// More peers over TLS: headless Chromium over HTTPS trusting a test CA
 /// (not an exception), rclone's FTP backend with explicit TLS.
 mod tls_peers;
