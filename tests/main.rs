@@ -91,11 +91,16 @@ mod sharing;
 /// (curl and `sluice get`, sha256); two classes 3:1 under a server cap.
 mod cue;
 
-/// Hostile and malformed input on raw TCP (overlong lines, bounce, bad
-/// PORT/EPRT/REST, traversal, symlinks, bad MODE E uploads, ABOR, vanishing
-/// and stalled clients, many idle sessions): each test checks the replies
-/// and that the server still serves a fresh session.
+/// Hostile and malformed control input on raw TCP (overlong lines, logins,
+/// traversal, symlinks, control characters, pipelining, many idle
+/// sessions): each test checks the replies and that the server still
+/// serves a fresh session.
 mod bad_inputs;
+
+/// Hostile data-channel input on raw TCP (PORT/EPRT bounces, bad REST,
+/// ABOR, vanishing and stalled clients, broken MODE E uploads), each
+/// followed by a fresh session served.
+mod bad_data_channels;
 
 /// TLS on both doors: HTTPS (curl, wget, aria2c, `sluice get https://`),
 /// kernel TLS, broken handshakes, bad, wrong-host and expired
