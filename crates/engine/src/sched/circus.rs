@@ -69,7 +69,8 @@ pub struct CircusConfig {
     /// its streams), refilled per batch; with `queue_time` the most.
     pub queue_len: usize,
     /// A reader's queue holds about this much of its measured rate (at
-    /// least one piece per stream, at most `queue_len` per stream): a slow
+    /// least one block, cut into a piece per stream when it has fewer
+    /// blocks than streams; at most `queue_len` blocks per stream): a slow
     /// reader must not pin blocks a fast one needs (lab circus-files: a
     /// 1.5 Mbit/s 4-stream reader held 16 MiB, 85 s of its rate). Zero:
     /// `queue_len` per stream whatever the rate.
@@ -176,7 +177,9 @@ struct Reader {
     outstanding: usize,
     /// Those pieces' blocks, with counts (released if the reader goes).
     held: HashMap<u64, u32>,
+    /// Pieces it may have queued; its blocks are cut into `split` pieces.
     cap: usize,
+    split: usize,
     streams: usize,
     total: u64,
     handed: u64,
@@ -202,17 +205,37 @@ impl Reader {
 /// Shortest span of sends one rate sample covers.
 const RATE_SAMPLE: Duration = Duration::from_millis(100);
 
-/// Pieces a reader of `streams` streams at `rate` bytes/s may have queued
-/// (see [`CircusConfig::queue_time`]). An unmeasured reader starts at one
-/// per stream and grows once its sends show its rate.
-fn queue_cap(cfg: &CircusConfig, streams: usize, rate: f64) -> usize {
-    let most = cfg.queue_len * streams.max(1);
+/// How much a reader of `streams` streams at `rate` bytes/s may have
+/// queued (see [`CircusConfig::queue_time`]): `(pieces, split)`, its
+/// blocks being cut into `split` pieces each. The floor is one block per
+/// reader, not per stream: a slow reader's streams share its block, each
+/// sending a part (lab circus-files, 16 files: with a block per stream,
+/// 30 slow 4-stream readers pinned the whole 64-block budget and paced
+/// every fast reader of the same files to them). An unmeasured reader
+/// starts at the floor and grows once its sends show its rate.
+fn queue_cap(cfg: &CircusConfig, streams: usize, rate: f64) -> (usize, usize) {
+    let streams = streams.max(1);
+    let most = cfg.queue_len * streams;
     if cfg.queue_time.is_zero() {
-        return most;
+        return (most, 1);
     }
     let blocks = (rate * cfg.queue_time.as_secs_f64() / cfg.block_size as f64).ceil();
-    (blocks as usize).clamp(streams.max(1), most)
+    let blocks = (blocks as usize).clamp(1, most);
+    // A reader whose queue is short for its streams takes each block as
+    // a piece per stream, so every stream has one even when the budget
+    // gives it fewer blocks than its cap (cut only by the cap, the middle
+    // class of the 16-file test got 2-3 blocks for 4 streams and ran at
+    // 85 %); a long queue keeps whole blocks (fewer pieces to hand out).
+    let split = if blocks >= 2 * streams {
+        1
+    } else {
+        streams.min(MAX_SPLIT)
+    };
+    (blocks * split, split)
 }
+
+/// Most pieces one block is cut into for one reader.
+const MAX_SPLIT: usize = 16;
 
 /// The selector of one file. See the module docs.
 #[derive(Debug)]
@@ -346,13 +369,15 @@ impl Circus {
                 pos = piece_end;
             }
         }
+        let (cap, split) = queue_cap(&self.cfg, streams, rate as f64);
         self.readers.insert(
             id,
             Reader {
                 need,
                 outstanding: 0,
                 held: HashMap::new(),
-                cap: queue_cap(&self.cfg, streams, rate as f64),
+                cap,
+                split,
                 streams: streams.max(1),
                 total,
                 handed: 0,
@@ -453,7 +478,7 @@ impl Circus {
                 }
             }
         }
-        r.cap = queue_cap(&self.cfg, r.streams, r.rate);
+        (r.cap, r.split) = queue_cap(&self.cfg, r.streams, r.rate);
         if let Some(b) = self.blocks.get_mut(&piece.block) {
             b.refs = b.refs.saturating_sub(1);
         }
@@ -463,7 +488,12 @@ impl Circus {
     pub fn poll(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         let slot = self.slot;
-        self.budget().unwant(slot);
+        // Our share of the budget follows what our readers may queue.
+        let weight = self.readers.values().map(|r| r.streams).sum();
+        let mut budget = self.budget();
+        budget.unwant(slot);
+        budget.weigh(slot, weight);
+        drop(budget);
         self.drop_unneeded(&mut out);
         // A file under its share waits for memory: give back down to ours.
         while self.budget().over_share(self.slot) && self.evict_oldest(&mut out) {}
@@ -535,17 +565,23 @@ impl Circus {
                     continue;
                 };
                 let b = self.blocks.get_mut(&block).expect("resident");
-                for (offset, len) in pieces {
-                    r.outstanding += 1;
-                    *r.held.entry(block).or_default() += 1;
-                    r.handed += len;
-                    b.refs += 1;
-                    self.counters.pieces += 1;
-                    self.counters.bytes_queued += len;
-                    out.push(Action::Queue {
-                        reader: id,
-                        piece: Piece { block, offset, len },
-                    });
+                let part = self.cfg.block_size.div_ceil(r.split as u64).max(1);
+                for (start, whole) in pieces {
+                    r.handed += whole;
+                    self.counters.bytes_queued += whole;
+                    let mut offset = start;
+                    while offset < start + whole {
+                        let len = part.min(start + whole - offset);
+                        r.outstanding += 1;
+                        *r.held.entry(block).or_default() += 1;
+                        b.refs += 1;
+                        self.counters.pieces += 1;
+                        out.push(Action::Queue {
+                            reader: id,
+                            piece: Piece { block, offset, len },
+                        });
+                        offset += len;
+                    }
                 }
             }
         }
