@@ -2,7 +2,7 @@
 //! simulated streams of given rates, disk reads of a fixed latency.
 
 use super::*;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -110,6 +110,17 @@ impl Sim {
     }
 
     fn batch(&mut self) {
+        // The selector's counts of who needs each block match the readers
+        // (every 64 ms of the clock: counting is slow for long runs).
+        if self.now.as_millis() % 64 == 0 {
+            let mut wanted: HashMap<u64, u32> = HashMap::new();
+            for r in self.c.readers.values() {
+                for b in r.need.keys() {
+                    *wanted.entry(*b).or_default() += 1;
+                }
+            }
+            assert_eq!(wanted, self.c.wanted, "demand counts drifted");
+        }
         for a in self.c.poll() {
             match a {
                 Action::Read { block, offset, len } => {
