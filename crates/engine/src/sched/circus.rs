@@ -69,7 +69,8 @@ pub struct CircusConfig {
     /// its streams), refilled per batch; with `queue_time` the most.
     pub queue_len: usize,
     /// A reader's queue holds about this much of its measured rate (at
-    /// least one piece per stream, at most `queue_len` per stream): a slow
+    /// least one block, cut into a piece per stream when it has fewer
+    /// blocks than streams; at most `queue_len` blocks per stream): a slow
     /// reader must not pin blocks a fast one needs (lab circus-files: a
     /// 1.5 Mbit/s 4-stream reader held 16 MiB, 85 s of its rate). Zero:
     /// `queue_len` per stream whatever the rate.
@@ -176,7 +177,9 @@ struct Reader {
     outstanding: usize,
     /// Those pieces' blocks, with counts (released if the reader goes).
     held: HashMap<u64, u32>,
+    /// Pieces it may have queued; its blocks are cut into `split` pieces.
     cap: usize,
+    split: usize,
     streams: usize,
     total: u64,
     handed: u64,
@@ -202,17 +205,37 @@ impl Reader {
 /// Shortest span of sends one rate sample covers.
 const RATE_SAMPLE: Duration = Duration::from_millis(100);
 
-/// Pieces a reader of `streams` streams at `rate` bytes/s may have queued
-/// (see [`CircusConfig::queue_time`]). An unmeasured reader starts at one
-/// per stream and grows once its sends show its rate.
-fn queue_cap(cfg: &CircusConfig, streams: usize, rate: f64) -> usize {
-    let most = cfg.queue_len * streams.max(1);
+/// How much a reader of `streams` streams at `rate` bytes/s may have
+/// queued (see [`CircusConfig::queue_time`]): `(pieces, split)`, its
+/// blocks being cut into `split` pieces each. The floor is one block per
+/// reader, not per stream: a slow reader's streams share its block, each
+/// sending a part (lab circus-files, 16 files: with a block per stream,
+/// 30 slow 4-stream readers pinned the whole 64-block budget and paced
+/// every fast reader of the same files to them). An unmeasured reader
+/// starts at the floor and grows once its sends show its rate.
+fn queue_cap(cfg: &CircusConfig, streams: usize, rate: f64) -> (usize, usize) {
+    let streams = streams.max(1);
+    let most = cfg.queue_len * streams;
     if cfg.queue_time.is_zero() {
-        return most;
+        return (most, 1);
     }
     let blocks = (rate * cfg.queue_time.as_secs_f64() / cfg.block_size as f64).ceil();
-    (blocks as usize).clamp(streams.max(1), most)
+    let blocks = (blocks as usize).clamp(1, most);
+    // A reader whose queue is short for its streams takes each block as
+    // a piece per stream, so every stream has one even when the budget
+    // gives it fewer blocks than its cap (cut only by the cap, the middle
+    // class of the 16-file test got 2-3 blocks for 4 streams and ran at
+    // 85 %); a long queue keeps whole blocks (fewer pieces to hand out).
+    let split = if blocks >= 2 * streams {
+        1
+    } else {
+        streams.min(MAX_SPLIT)
+    };
+    (blocks * split, split)
 }
+
+/// Most pieces one block is cut into for one reader.
+const MAX_SPLIT: usize = 16;
 
 /// The selector of one file. See the module docs.
 #[derive(Debug)]
@@ -223,6 +246,11 @@ pub struct Circus {
     /// Blocks in memory by age (their `seq`).
     by_age: BTreeMap<u64, u64>,
     readers: BTreeMap<ReaderId, Reader>,
+    /// How many readers still need each block (absent: none). A batch
+    /// asked every reader instead, and with a thousand in-order readers
+    /// of one file (lab send-wakeups, `--sharing auto`) `poll` was 45 %
+    /// of the server's CPU.
+    wanted: HashMap<u64, u32>,
     /// Next block of the active region to read.
     head: u64,
     loading: usize,
@@ -266,6 +294,7 @@ impl Circus {
             blocks: HashMap::new(),
             by_age: BTreeMap::new(),
             readers: BTreeMap::new(),
+            wanted: HashMap::new(),
             head: 0,
             loading: 0,
             seq: 0,
@@ -346,13 +375,21 @@ impl Circus {
                 pos = piece_end;
             }
         }
+        let (cap, split) = queue_cap(&self.cfg, streams, rate as f64);
+        for block in need.keys() {
+            *self.wanted.entry(*block).or_default() += 1;
+        }
+        if let Some(old) = self.readers.remove(&id) {
+            self.forget(old);
+        }
         self.readers.insert(
             id,
             Reader {
                 need,
                 outstanding: 0,
                 held: HashMap::new(),
-                cap: queue_cap(&self.cfg, streams, rate as f64),
+                cap,
+                split,
                 streams: streams.max(1),
                 total,
                 handed: 0,
@@ -368,13 +405,30 @@ impl Circus {
     /// queued pieces' hold on their blocks are dropped now; blocks nobody
     /// needs any more go at the next [`Circus::poll`].
     pub fn gone(&mut self, id: ReaderId) {
-        let Some(r) = self.readers.remove(&id) else {
-            return;
-        };
+        if let Some(r) = self.readers.remove(&id) {
+            self.forget(r);
+        }
+    }
+
+    /// A reader's demand and holds are gone.
+    fn forget(&mut self, r: Reader) {
+        for block in r.need.keys() {
+            self.unwant(*block);
+        }
         // Its queued pieces are thrown away with it by the caller.
         for (block, n) in r.held {
             if let Some(b) = self.blocks.get_mut(&block) {
                 b.refs = b.refs.saturating_sub(n);
+            }
+        }
+    }
+
+    /// One reader less needs `block`.
+    fn unwant(&mut self, block: u64) {
+        if let Some(n) = self.wanted.get_mut(&block) {
+            *n -= 1;
+            if *n == 0 {
+                self.wanted.remove(&block);
             }
         }
     }
@@ -453,7 +507,7 @@ impl Circus {
                 }
             }
         }
-        r.cap = queue_cap(&self.cfg, r.streams, r.rate);
+        (r.cap, r.split) = queue_cap(&self.cfg, r.streams, r.rate);
         if let Some(b) = self.blocks.get_mut(&piece.block) {
             b.refs = b.refs.saturating_sub(1);
         }
@@ -463,7 +517,12 @@ impl Circus {
     pub fn poll(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         let slot = self.slot;
-        self.budget().unwant(slot);
+        // Our share of the budget follows what our readers may queue.
+        let weight = self.readers.values().map(|r| r.streams).sum();
+        let mut budget = self.budget();
+        budget.unwant(slot);
+        budget.weigh(slot, weight);
+        drop(budget);
         self.drop_unneeded(&mut out);
         // A file under its share waits for memory: give back down to ours.
         while self.budget().over_share(self.slot) && self.evict_oldest(&mut out) {}
@@ -473,7 +532,7 @@ impl Circus {
     }
 
     fn needed(&self, block: u64) -> bool {
-        self.readers.values().any(|r| r.need.contains_key(&block))
+        self.wanted.contains_key(&block)
     }
 
     fn remove_block(&mut self, block: u64, out: &mut Vec<Action>) {
@@ -499,11 +558,16 @@ impl Circus {
         }
     }
 
-    /// Readers in refill order: fastest first (the frontrunner leads),
-    /// then by id (arrival).
+    /// Readers with room in their queues in refill order: fastest first
+    /// (the frontrunner leads), then by id (arrival). Most readers of a
+    /// busy file have a full queue at any batch: they are not sorted.
     fn by_rate(&self) -> Vec<ReaderId> {
-        let mut ids: Vec<(f64, ReaderId)> =
-            self.readers.iter().map(|(i, r)| (r.rate, *i)).collect();
+        let mut ids: Vec<(f64, ReaderId)> = self
+            .readers
+            .iter()
+            .filter(|(_, r)| r.room())
+            .map(|(i, r)| (r.rate, *i))
+            .collect();
         ids.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         ids.into_iter().map(|(_, i)| i).collect()
     }
@@ -534,18 +598,30 @@ impl Circus {
                 let Some(pieces) = r.need.remove(&block) else {
                     continue;
                 };
+                if let Some(n) = self.wanted.get_mut(&block) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.wanted.remove(&block);
+                    }
+                }
                 let b = self.blocks.get_mut(&block).expect("resident");
-                for (offset, len) in pieces {
-                    r.outstanding += 1;
-                    *r.held.entry(block).or_default() += 1;
-                    r.handed += len;
-                    b.refs += 1;
-                    self.counters.pieces += 1;
-                    self.counters.bytes_queued += len;
-                    out.push(Action::Queue {
-                        reader: id,
-                        piece: Piece { block, offset, len },
-                    });
+                let part = self.cfg.block_size.div_ceil(r.split as u64).max(1);
+                for (start, whole) in pieces {
+                    r.handed += whole;
+                    self.counters.bytes_queued += whole;
+                    let mut offset = start;
+                    while offset < start + whole {
+                        let len = part.min(start + whole - offset);
+                        r.outstanding += 1;
+                        *r.held.entry(block).or_default() += 1;
+                        b.refs += 1;
+                        self.counters.pieces += 1;
+                        out.push(Action::Queue {
+                            reader: id,
+                            piece: Piece { block, offset, len },
+                        });
+                        offset += len;
+                    }
                 }
             }
         }
@@ -554,11 +630,15 @@ impl Circus {
     /// The block reader `r` should have read next, if it is hungry: its
     /// first needed block not in memory, from the head of the region on
     /// (cyclically), or from its own lowest if it is independent.
-    fn wants(&self, r: &Reader, loading_needed: bool) -> Option<(u64, Source)> {
-        if r.in_order {
-            return self.wants_in_order(r);
+    fn wants(&self, r: &Reader, loading: &[u64], full: bool) -> Option<(u64, Source)> {
+        if !r.room() {
+            return None;
         }
-        if !r.room() || loading_needed {
+        if r.in_order {
+            return self.wants_in_order(r, full);
+        }
+        // A block it needs is on its way: not hungry.
+        if loading.iter().any(|b| r.need.contains_key(b)) {
             return None;
         }
         let indep = r.independent(self.cfg.independent_share);
@@ -589,9 +669,10 @@ impl Circus {
                 .map(|(i, _)| *i)
                 .collect();
             let mut votes: BTreeMap<u64, (usize, Source)> = BTreeMap::new();
+            // Once per round, not per reader: it takes the budget's lock.
+            let full = self.memory_full();
             for r in self.readers.values() {
-                let waiting = loading.iter().any(|b| r.need.contains_key(b));
-                if let Some((b, src)) = self.wants(r, waiting) {
+                if let Some((b, src)) = self.wants(r, &loading, full) {
                     let v = votes.entry(b).or_insert((0, src));
                     v.0 += 1;
                     // The head moves if any voter rides it.

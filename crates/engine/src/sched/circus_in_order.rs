@@ -16,9 +16,9 @@ impl Circus {
     /// An in-order reader's next block not in memory nor on its way, within
     /// its queue's room; one past its very next block only while memory
     /// has room (read-ahead never pushes out a block someone needs).
-    pub(super) fn wants_in_order(&self, r: &Reader) -> Option<(u64, Source)> {
+    /// `full`: whether memory is full ([`Circus::memory_full`]).
+    pub(super) fn wants_in_order(&self, r: &Reader, full: bool) -> Option<(u64, Source)> {
         let room = r.cap.saturating_sub(r.outstanding);
-        let full = self.memory_full();
         r.need
             .keys()
             .copied()
@@ -32,6 +32,9 @@ impl Circus {
     /// How many blocks the nearest in-order reader needing `block` still
     /// has to take before it (`None`: no in-order reader needs it).
     pub(super) fn next_use(&self, block: u64) -> Option<usize> {
+        if !self.wanted.contains_key(&block) {
+            return None;
+        }
         self.readers
             .values()
             .filter(|r| r.in_order && r.need.contains_key(&block))
