@@ -191,6 +191,8 @@ pub struct Controller {
     flat: u32,
     /// Bytes of the last sample.
     seen: u64,
+    /// Best epoch rate seen in the transfer.
+    rate_max: f64,
     /// Bytes the whole transfer moves (None: unknown, no time gate) and
     /// the least time left, at the rate seen, for a count to go up.
     todo: Option<u64>,
@@ -217,6 +219,7 @@ impl Controller {
             rtt_n: 0,
             flat: 0,
             seen: 0,
+            rate_max: 0.0,
             todo: None,
             min_left: Duration::ZERO,
         }
@@ -232,13 +235,16 @@ impl Controller {
         self
     }
 
-    /// Whether the rest of the transfer is long enough, at `e`'s rate, for
-    /// a count to go up.
+    /// Whether the rest of the transfer is long enough, at the best rate
+    /// seen (an epoch of a BBR probe cycle or of a slow start's last
+    /// round trips reads low, and a probe it lets through costs the most
+    /// on the short transfers this gate is for), for a count to go up.
     fn time_left(&self, e: &Epoch, bytes: u64) -> bool {
         let Some(todo) = self.todo else { return true };
         let left = todo.saturating_sub(bytes) as f64;
         let need = self.min_left.max(e.rtt * LEFT_RTTS).as_secs_f64();
-        e.rate > 0.0 && left / e.rate >= need
+        let rate = self.rate_max.max(e.rate);
+        rate > 0.0 && left / rate >= need
     }
 
     /// Whether the path had room for more streams during `e`: no queue
@@ -374,6 +380,7 @@ impl Controller {
         };
         self.rtt_sum = Duration::ZERO;
         self.rtt_n = 0;
+        self.rate_max = self.rate_max.max(e.rate);
         self.history.push(e);
         let moving = self
             .here

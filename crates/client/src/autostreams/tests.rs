@@ -269,6 +269,32 @@ fn a_download_done_in_a_few_seconds_is_never_probed() {
 }
 
 #[test]
+fn a_slow_epoch_does_not_open_the_time_gate() {
+    // 200 MB at 40 MB/s, but every third epoch reads half the rate (a
+    // probe cycle, a dip after a loss): judged at the dip, the rest would
+    // look long enough for a probe; at the best rate seen it is not.
+    let mut c = Controller::new(64).with_todo(200_000_000, MIN_LEFT_TIME);
+    let (mut at, mut bytes, mut k) = (Duration::ZERO, 0.0f64, 0u32);
+    while bytes < 200e6 {
+        at += TICK;
+        k += 1;
+        let rate = if (k / 3) % 3 == 2 {
+            20.0 * MB
+        } else {
+            40.0 * MB
+        };
+        bytes += rate * TICK.as_secs_f64();
+        let n = c.on_sample(Sample {
+            at,
+            bytes: bytes as u64,
+            lost: 0,
+            rtt: Duration::from_millis(50),
+        });
+        assert_eq!(n, 1, "at {at:?}: {:?}", c.history());
+    }
+}
+
+#[test]
 fn no_count_goes_up_near_the_end_of_a_transfer() {
     // A path that pays for 16 streams (10 MB/s each), but the file is
     // 100 MB: one doubling has time to pay (9 s left at 10 MB/s), the
