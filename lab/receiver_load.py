@@ -50,6 +50,8 @@ def clients(bindir):
         "sluice get (FTP) --drs off": [sl, "get", "-q", "--drs", "off", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
         "sluice get (HTTP) -p 1": [sl, "get", "-q", "-p", "1", f"http://{SA}:{HTTP}{f}", "/dev/null"],
         "sluice get (HTTP) --drs off": [sl, "get", "-q", "--drs", "off", f"http://{SA}:{HTTP}{f}", "/dev/null"],
+        "sluice get (FTP) -p auto": [sl, "get", "-q", "-p", "auto", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
+        "sluice get (HTTP) -p auto": [sl, "get", "-q", "-p", "auto", f"http://{SA}:{HTTP}{f}", "/dev/null"],
     }
 
 
@@ -111,14 +113,19 @@ def one(bindir, work, name, argv, busy, size):
                            stdout=subprocess.PIPE, stderr=open(os.path.join(work, "server.err"), "w"), text=True)
     srv.stdout.readline()
     srv.stdout.readline()
-    loops = [subprocess.Popen(["taskset", "-c", CLIENT_CPU, "sh", "-c", "while :; do :; done"])
+    # With busy loops the client and the loops share CPU 1 as ordinary
+    # (SCHED_OTHER) processes, as in the paper: the lab runs this script
+    # under `chrt -r 50`, and busy loops inheriting SCHED_RR would take
+    # the CPU from everything else (a client sat at 0 s of CPU for 2 min).
+    other = ["chrt", "-o", "0"] if busy else []
+    loops = [subprocess.Popen([*other, "taskset", "-c", CLIENT_CPU, "sh", "-c", "while :; do :; done"])
              for _ in range(busy)]
     try:
         before = nstat()
         smp = Sampler()
         smp.start()
         t0 = time.monotonic()
-        r = ns(CLI, "taskset", "-c", CLIENT_CPU, *argv, check=False)
+        r = ns(CLI, *other, "taskset", "-c", CLIENT_CPU, *argv, check=False)
         secs = time.monotonic() - t0
         smp.stop = True
         smp.join()

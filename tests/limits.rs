@@ -90,6 +90,57 @@ fn a_slow_reader_leaves_the_server_receiver_window_limited() {
 }
 
 #[test]
+fn the_server_tallies_what_the_kernel_still_held_after_the_last_write() {
+    // A send buffer larger than the file (SBUF 16 MiB, no DRS mark to
+    // hold writes back): the server's last write returns at once while
+    // nearly all 4 MiB still wait in its kernel for a reader that takes
+    // ~3 MB/s through a small window. Tallied at that last write, the
+    // verdict saw almost nothing ("sender 100 %" in a loaded run); read
+    // when the send queue has drained, it is the receiver's window.
+    let server = sluice(ServeOptions {
+        extra_args: vec!["--drs".into(), "off".into()],
+        ..Default::default()
+    });
+    write_pseudo_random(&server.root.join("tail.bin"), 4 << 20, 15);
+    let mut c = server.connect();
+    c.login_anonymous();
+    assert_eq!(c.cmd("TYPE I").code, 200);
+    assert_eq!(c.cmd("SBUF 16777216").code, 200, "{}", c.transcript());
+    let mut data = c.open_passive();
+    sluice_platform::tcp::set_recv_buffer(data.as_fd(), 64 << 10).expect("SO_RCVBUF");
+    assert!(
+        c.cmd("RETR tail.bin").is_preliminary(),
+        "{}",
+        c.transcript()
+    );
+    let mut buf = vec![0u8; 64 << 10];
+    let mut got = Vec::with_capacity(4 << 20);
+    loop {
+        let n = data.read(&mut buf).expect("read data");
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        sha256_bytes(&got),
+        sha256_file(&server.root.join("tail.bin"))
+    );
+    wait_for("the download's xferlog line", 60, || {
+        logged_limit(&server, "/tail.bin").is_some()
+    });
+    let limit = logged_limit(&server, "/tail.bin").unwrap();
+    assert_eq!(
+        limit.first().map(|(k, _)| k.as_str()),
+        Some("receiver_window"),
+        "{limit:?}\n{}",
+        server.log_tail()
+    );
+    assert!(limit[0].1 >= 50, "{limit:?}");
+}
+
+#[test]
 fn a_slowly_drained_sink_leaves_the_client_disk_limited() {
     let server = sluice(ServeOptions::default());
     write_pseudo_random(&server.root.join("sink.bin"), 8 << 20, 14);

@@ -86,6 +86,9 @@ pub struct TcpInfo {
     /// Retransmission timeouts over the connection's life
     /// (`tcpi_total_rto`, Linux 6.7+; 0 before).
     pub total_rto: u32,
+    /// Milliseconds since the last ACK came in (`tcpi_last_ack_recv`):
+    /// when a drained send queue emptied.
+    pub last_ack_recv_ms: u32,
 }
 
 /// Byte offset of the `tcpi_delivery_rate_app_limited:1` bitfield in the
@@ -150,6 +153,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         delivery_rate_app_limited: app_limited,
         rcv_ooopack: raw.tcpi_rcv_ooopack,
         total_rto: u32::from(raw.tcpi_total_rto),
+        last_ack_recv_ms: raw.tcpi_last_ack_recv,
     })
 }
 

@@ -337,9 +337,18 @@ impl Watch {
         )
     }
 
+    /// The connection has sent its last byte: its tally is read once the
+    /// kernel has them all acknowledged ([`Progress::settle`]), or now if
+    /// the socket cannot be kept.
     pub(crate) fn finish(self, conn: &TcpStream, progress: &Progress) {
-        if let (Some((before, t0)), Ok(after)) = (self.0, tcp::tcp_info(conn.as_fd())) {
-            progress.add_tally(&SendTally::between(&before, &after, t0.elapsed()));
+        let Some((before, t0)) = self.0 else { return };
+        match conn.as_fd().try_clone_to_owned() {
+            Ok(fd) => progress.add_pending(before, t0, fd),
+            Err(_) => {
+                if let Ok(after) = tcp::tcp_info(conn.as_fd()) {
+                    progress.add_tally(&SendTally::between(&before, &after, t0.elapsed()));
+                }
+            }
         }
     }
 }

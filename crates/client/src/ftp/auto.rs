@@ -18,8 +18,8 @@
 //! ```
 //!
 //! A restart costs the new connections' handshakes and slow start, so
-//! near the end of the file (less than [`MIN_LEFT`] per stream) the count
-//! stays as it is.
+//! near the end of the file (less than [`MIN_LEFT`] per stream, or less
+//! than [`MIN_LEFT_TIME`] at the rate seen) the count stays as it is.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -32,7 +32,7 @@ use sluice_ftp::reply::Reply;
 
 use super::control::{refused, Control};
 use super::data;
-use crate::autostreams::{Controller, Sample, MAX_STREAMS};
+use crate::autostreams::{Controller, Sample, MAX_STREAMS, MIN_LEFT_TIME};
 use crate::cli::GetArgs;
 use crate::drain::{Drain, DrainConfig, DrainReport, Framing, Source};
 use crate::error::{ClientError, Result};
@@ -77,7 +77,7 @@ pub(super) fn transfer(
     let max = u32::try_from((size - already) / MIN_LEFT)
         .unwrap_or(MAX_STREAMS)
         .clamp(1, MAX_STREAMS);
-    let mut ctl_n = Controller::new(max);
+    let mut ctl_n = Controller::new(max).with_todo(size - already, MIN_LEFT_TIME);
     let t0 = Instant::now();
     let progress = Progress::start(stats.clone(), Some(size - already), already, a.opts.quiet);
     let mut total = DrainReport::default();
@@ -292,7 +292,9 @@ fn follow(
                     rtt: Duration::from_micros(stats.rtt_now_micros.load(Relaxed)),
                 });
                 if want != now_n {
-                    if left >= MIN_LEFT * u64::from(want.max(now_n)) {
+                    // A restart for a file that ends in a few seconds at
+                    // the rate seen would cost more than it brings.
+                    if left >= MIN_LEFT * u64::from(want.max(now_n)) && c.change_pays(bytes) {
                         return Ok(Round::Switch(Some(d), want));
                     }
                     c.pin(now_n, t0.elapsed());

@@ -29,7 +29,7 @@ use sluice_http::HttpUrl;
 
 use super::get::{ranged, start_drain, Piece};
 use super::ranges::RangePlan;
-use crate::autostreams::{Controller, Sample, MAX_STREAMS};
+use crate::autostreams::{Controller, Sample, MAX_STREAMS, MIN_LEFT_TIME};
 use crate::cli::GetArgs;
 use crate::drain::{Drain, Span};
 use crate::error::{ClientError, Result};
@@ -77,7 +77,9 @@ pub(super) fn receive(
     let max = u32::try_from((end - first.start) / MIN_PIECE)
         .unwrap_or(MAX_STREAMS)
         .clamp(1, MAX_STREAMS);
-    let mut ctl = Controller::new(max);
+    // A split costs no restart, but the new stream's slow start on a full
+    // path overflows the queue for both: not for a file ending in seconds.
+    let mut ctl = Controller::new(max).with_todo(end - first.start, MIN_LEFT_TIME);
     let mut live: HashMap<u64, Live> = HashMap::new();
     let id = plan.add();
     let span = Arc::new(Span::new(first.start, end));

@@ -172,7 +172,8 @@ pub enum Work {
     },
 }
 
-/// Runs one transfer to its end; the last event sent is always `Done`.
+/// Runs one transfer to its end; the last event sent is always `Done`
+/// (a download's xferlog record follows it).
 pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>) {
     let started = Instant::now();
     let cached = std::mem::take(&mut job.cached);
@@ -180,34 +181,53 @@ pub async fn run(mut job: Job, work: Work, events: mpsc::UnboundedSender<Event>)
     // itself, so an aborted upload still gets to keep its partial.
     let progress = Progress::new();
     let (result, record) = execute(&job, &work, &events, cached, &progress).await;
-    if let Some((path, ascii, direction)) = record {
-        // A failed transfer logs the bytes that moved before it broke
-        // (with the incomplete flag), not 0.
-        let bytes = match &result {
-            Ok(n) => *n,
-            Err(_) => moved_before_failure(&work, direction, &progress),
-        };
-        if result.is_err() && job.shutdown.is_cutting() {
-            log_cut(&path, direction, bytes, &job.user);
-        }
-        // The download's connections that finished sending, for /metrics.
-        job.engine.limits().add(&progress.send_tally());
-        XferRecord {
-            elapsed: started.elapsed(),
-            peer: job.peer,
-            bytes,
-            path: path.as_str(),
-            ascii,
-            direction,
-            anonymous: job.anonymous,
-            user: &job.user,
-            complete: result.is_ok(),
-            limit: limit_field(direction, &result, &progress),
-        }
-        .log();
+    let Some((path, ascii, direction)) = record else {
+        let _ = events.send(Event::Done(result));
+        return;
+    };
+    let elapsed = started.elapsed();
+    // A failed transfer logs the bytes that moved before it broke
+    // (with the incomplete flag), not 0.
+    let bytes = match &result {
+        Ok(n) => *n,
+        Err(_) => moved_before_failure(&work, direction, &progress),
+    };
+    let cut = job.shutdown.is_cutting();
+    if result.is_err() && cut {
+        log_cut(&path, direction, bytes, &job.user);
     }
+    let complete = result.is_ok();
+    // The reply goes out now; the record waits for the download's send
+    // queues to drain, so the verdict covers the bytes the kernel still
+    // held when the last write returned (bounded: a client that stopped
+    // reading does not hold it).
     let _ = events.send(Event::Done(result));
+    let bound = if complete && !cut {
+        TAIL_WAIT
+    } else {
+        Duration::ZERO
+    };
+    progress.settle(bound).await;
+    // The download's connections that finished sending, for /metrics.
+    job.engine.limits().add(&progress.send_tally());
+    XferRecord {
+        elapsed,
+        peer: job.peer,
+        bytes,
+        path: path.as_str(),
+        ascii,
+        direction,
+        anonymous: job.anonymous,
+        user: &job.user,
+        complete,
+        limit: limit_field(direction, complete, &progress),
+    }
+    .log();
 }
+
+/// Longest wait for a download's send queues to drain before its record
+/// is written (its tally then read as it is).
+const TAIL_WAIT: Duration = Duration::from_secs(5);
 
 type Record = Option<(VirtualPath, bool, Direction)>;
 
@@ -215,12 +235,8 @@ type Record = Option<(VirtualPath, bool, Direction)>;
 /// kernel's accounting of its data connections (`verdict.rs`). The disk
 /// wait is not measured by the send paths yet, so socket-idle time shows
 /// as `sender` (disk or CPU).
-fn limit_field(
-    direction: Direction,
-    result: &Result<u64, OpError>,
-    progress: &Progress,
-) -> Option<String> {
-    if direction != Direction::Outgoing || result.is_err() {
+fn limit_field(direction: Direction, complete: bool, progress: &Progress) -> Option<String> {
+    if direction != Direction::Outgoing || !complete {
         return None;
     }
     let tally = progress.send_tally();
