@@ -52,6 +52,8 @@ pub(super) struct Conn {
     pub(super) buf: Vec<u8>,
     /// Small files' MODE E channel kept open between files.
     pub(super) kept: KeptChannel,
+    /// Uploads' MODE E channel kept open between files.
+    pub(super) up: super::ftp_kept_put::KeptUpload,
 }
 
 pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
@@ -74,6 +76,7 @@ pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn>
         next_passive: None,
         buf: Vec::new(),
         kept: KeptChannel::default(),
+        up: Default::default(),
     })
 }
 
@@ -212,13 +215,15 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // Pipelining sends the next file's commands early: only when nothing
     // else (CKSM, REST) goes between one file's commands and the next's.
     let lookahead = match !a.tree.checksum && !a.resume && a.opts.parallel <= 1 {
-        true => PIPELINE_DEPTH,
-        false => 0,
+        true => jobs::Lookahead::files(PIPELINE_DEPTH),
+        false => jobs::Lookahead::NONE,
     };
     let out = jobs::run_ahead(
         files,
         workers,
         lookahead,
+        // A file of unknown size is not taken ahead.
+        |f: &Fetch| f.size.unwrap_or(u64::MAX),
         &job.done,
         || open(u, a.opts.parallel, timeout),
         |c, rel, f, attempt, next| {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress, MAX_LISTING};
+use super::ftp_kept_put::{self, KeptUpload, Upfile};
 use super::jobs;
 use super::plan::{self, Action, Entry, Have, Kind};
 use super::sync::Notes;
@@ -137,6 +138,12 @@ fn walk_local(root: &Path) -> Result<LocalTree> {
     })
 }
 
+/// Files whose STOR and data go out ahead of the current file's replies
+/// on a kept MODE E connection (at most [`jobs::AHEAD_BYTES`] of them):
+/// as for downloads, enough bytes per worker to cover the path's
+/// bandwidth-delay product over the automatic 4 workers.
+const UPLOADS_AHEAD: usize = 4;
+
 /// MKDs sent ahead of their replies.
 const MKD_WINDOW: usize = 32;
 
@@ -249,10 +256,18 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let workers = jobs::Workers::from_flag(a.tree.files);
     let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
     let job = JobProgress::start(Some(sizes), files.len(), a.opts.quiet);
+    // Without CKSMs or REST between files, a GridFTP server gets the
+    // next files' STORs and data ahead on the kept MODE E connection;
+    // other servers the next upload's EPSV.
+    let lookahead = match !a.tree.checksum && !a.resume {
+        true => jobs::Lookahead::files(UPLOADS_AHEAD),
+        false => jobs::Lookahead::files(1),
+    };
     let out = jobs::run_ahead(
         files,
         workers,
-        1,
+        lookahead,
+        |s: &Send| s.size,
         &job.done,
         || open(u, a.opts.parallel, timeout),
         |c, rel, s, attempt, next| {
@@ -261,15 +276,35 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
                 same.fetch_add(1, Relaxed);
                 return Ok(0);
             }
+            let resume = attempt > 0 || a.resume;
+            if !a.tree.checksum && !resume && KeptUpload::usable(c) {
+                let upcoming: Vec<Upfile> =
+                    next.iter().map(|(r, n)| upfile(&u.path, r, n)).collect();
+                let this = upfile(&u.path, rel, s);
+                if let Some(n) =
+                    ftp_kept_put::store(c, &this, &upcoming, a.opts.block_size, &job.stats)?
+                {
+                    return Ok(n);
+                }
+            }
+            KeptUpload::leave(c)?;
             // The next upload's EPSV rides along only when nothing else
             // (CKSM) goes before its STOR.
             let more = !next.is_empty() && !a.tree.checksum;
-            send(c, u, a, rel, s, attempt > 0 || a.resume, more, &job.stats)
+            send(c, u, a, rel, s, resume, more, &job.stats)
         },
     );
     job.progress.finish();
     notes.same = same.into_inner();
     finish("sent", out, total, &notes, t0, a.opts.stats.is_some())
+}
+
+fn upfile<'a>(base: &str, rel: &str, s: &'a Send) -> Upfile<'a> {
+    Upfile {
+        remote: remote_join(base, rel),
+        local: &s.local,
+        mtime: s.mtime,
+    }
 }
 
 /// Uploads one file of the tree on a worker's connection; a retry resumes
