@@ -148,6 +148,12 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     }
     let timeout = Duration::from_secs(a.opts.timeout);
     let t0 = Instant::now();
+    let workers = jobs::Workers::from_flag(a.tree.files);
+    // The first workers log in while the tree is listed.
+    let pre = {
+        let (u, parallel) = (u.clone(), a.opts.parallel);
+        jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
+    };
     let mut ctl = session::open(u, timeout)?;
     let mut files = Vec::new();
     let mut notes = Notes::default();
@@ -207,7 +213,6 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len();
-    let workers = jobs::Workers::from_flag(a.tree.files);
     let mut per_file = a.clone();
     per_file.opts.quiet = true;
     let sizes: Option<u64> = files.iter().map(|(_, f)| f.size).sum();
@@ -225,7 +230,10 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         // A file of unknown size is not taken ahead.
         |f: &Fetch| f.size.unwrap_or(u64::MAX),
         &job.done,
-        || open(u, a.opts.parallel, timeout),
+        || {
+            pre.take()
+                .unwrap_or_else(|| open(u, a.opts.parallel, timeout))
+        },
         |c, rel, f, attempt, next| {
             if a.tree.checksum
                 && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)?
@@ -599,6 +607,30 @@ pub(super) fn same_checksum(
     Ok(checksum::same(&theirs, &mine))
 }
 
+/// `--stats`: where the job's time went, in seconds from its start: the
+/// listing's end (workers start), each worker's login, and when the
+/// first, a quarter, half, three quarters and all of the files had
+/// arrived.
+fn timeline(t: &jobs::Timeline, t0: Instant) -> String {
+    let at = |i: &Instant| format!("{:.3}", i.saturating_duration_since(t0).as_secs_f64());
+    let mut ends = t.ends.clone();
+    ends.sort();
+    let mut logins = t.logins.clone();
+    logins.sort();
+    let q = |f: usize| ends.get((ends.len() * f / 4).min(ends.len().saturating_sub(1)));
+    let logins: Vec<String> = logins.iter().map(at).collect();
+    format!(
+        "stats: timeline listed {} logins [{}] files first {} 25% {} 50% {} 75% {} last {}",
+        t.started.as_ref().map_or("-".into(), at),
+        logins.join(" "),
+        ends.first().map_or("-".into(), at),
+        q(1).map_or("-".into(), at),
+        q(2).map_or("-".into(), at),
+        q(3).map_or("-".into(), at),
+        ends.last().map_or("-".into(), at),
+    )
+}
+
 /// Prints the job's summary and failures; an error if any file failed.
 pub(crate) fn finish(
     verb: &str,
@@ -634,6 +666,7 @@ pub(crate) fn finish(
         crate::stats::summary(verb, out.bytes, elapsed, &detail)
     );
     if per_file {
+        eprintln!("{}", timeline(&out.timeline, t0));
         for (rel, bytes, took, attempts) in &out.files {
             eprintln!(
                 "stats: file {} bytes {bytes} seconds {:.3} attempts {attempts}",

@@ -167,6 +167,12 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         ..Notes::default()
     };
     let timeout = Duration::from_secs(a.opts.timeout);
+    let workers = jobs::Workers::from_flag(a.tree.files);
+    // The first workers log in while the directories are made and listed.
+    let pre = {
+        let (u, parallel) = (u.clone(), a.opts.parallel);
+        jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
+    };
     let mut ctl = session::open(u, timeout)?;
     let feat = session::features(&mut ctl)?.unwrap_or_default();
     let has = |name: &str| {
@@ -253,7 +259,6 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len() + notes.uptodate as usize;
-    let workers = jobs::Workers::from_flag(a.tree.files);
     let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
     let job = JobProgress::start(Some(sizes), files.len(), a.opts.quiet);
     // Without CKSMs or REST between files, a GridFTP server gets the
@@ -269,7 +274,10 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         lookahead,
         |s: &Send| s.size,
         &job.done,
-        || open(u, a.opts.parallel, timeout),
+        || {
+            pre.take()
+                .unwrap_or_else(|| open(u, a.opts.parallel, timeout))
+        },
         |c, rel, s, attempt, next| {
             let remote = remote_join(&u.path, rel);
             if a.tree.checksum && same_checksum(c, &remote, &s.local, Some(s.size))? {

@@ -91,6 +91,43 @@ impl Ramp {
     }
 }
 
+/// Worker connections opened in the background while the caller still
+/// lists the tree: the workers' logins (4-6 round trips each: connect,
+/// greeting, USER, PASS, TYPE, FEAT) overlap the listing's instead of
+/// following it. A worker takes one with [`Preopen::take`], and opens its
+/// own when none is left.
+pub struct Preopen<C> {
+    handles: Mutex<Vec<std::thread::JoinHandle<Result<C>>>>,
+}
+
+impl<C: Send + 'static> Preopen<C> {
+    /// Starts `n` logins, each on its own thread.
+    pub fn start<O>(n: usize, open: O) -> Preopen<C>
+    where
+        O: Fn() -> Result<C> + Send + Clone + 'static,
+    {
+        let handles = (0..n)
+            .map(|_| {
+                let open = open.clone();
+                std::thread::spawn(open)
+            })
+            .collect();
+        Preopen {
+            handles: Mutex::new(handles),
+        }
+    }
+
+    /// A connection opened ahead (waiting for its login to end), or
+    /// `None` when all are taken.
+    pub fn take(&self) -> Option<Result<C>> {
+        let h = self.handles.lock().unwrap().pop()?;
+        Some(
+            h.join()
+                .unwrap_or_else(|_| Err(ClientError::Bug("a login thread panicked".into()))),
+        )
+    }
+}
+
 /// One file that failed for good.
 #[derive(Debug)]
 pub struct Failure {
@@ -117,6 +154,21 @@ pub struct Outcome {
     /// Every file that arrived: path, bytes, time of its last attempt,
     /// attempts (for `--stats`).
     pub files: Vec<(String, u64, Duration, u32)>,
+    /// When the workers started (the listing had ended), each worker's
+    /// connection was ready, and each file arrived (`--stats`: where a
+    /// job's time goes).
+    pub timeline: Timeline,
+}
+
+/// Times of a job's run, for `--stats`.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// The workers started.
+    pub started: Option<std::time::Instant>,
+    /// A worker's connection was ready (logged in).
+    pub logins: Vec<std::time::Instant>,
+    /// A file arrived.
+    pub ends: Vec<std::time::Instant>,
 }
 
 /// Whether an error may go away when tried again: the network, a
@@ -225,6 +277,9 @@ where
     O: Fn() -> Result<C> + Sync,
     S: Fn(&mut C, &str, &J, u32, &[(&str, &J)]) -> Result<u64> + Sync,
 {
+    let started = std::time::Instant::now();
+    let logins = Mutex::new(Vec::new());
+    let ends = Mutex::new(Vec::new());
     let queue = Mutex::new(jobs.into_iter().collect::<VecDeque<_>>());
     let files = Mutex::new(Vec::new());
     let bytes = AtomicU64::new(0);
@@ -243,7 +298,10 @@ where
         let mut conn: Option<C> = None;
         if extra {
             match open() {
-                Ok(c) => conn = Some(c),
+                Ok(c) => {
+                    logins.lock().unwrap().push(std::time::Instant::now());
+                    conn = Some(c)
+                }
                 Err(e) => {
                     tracing::info!("no more connections for this job: {e}");
                     no_more.store(true, Relaxed);
@@ -290,6 +348,7 @@ where
                 let r = match conn.as_mut() {
                     Some(c) => step(c, &rel, &job, attempt, next),
                     None => open().and_then(|mut c| {
+                        logins.lock().unwrap().push(std::time::Instant::now());
                         let r = step(&mut c, &rel, &job, attempt, next);
                         conn = Some(c);
                         r
@@ -297,6 +356,7 @@ where
                 };
                 match r {
                     Ok(n) => {
+                        ends.lock().unwrap().push(std::time::Instant::now());
                         done.fetch_add(1, Relaxed);
                         bytes.fetch_add(n, Relaxed);
                         files
@@ -375,6 +435,11 @@ where
         untried: queue.into_inner().unwrap().len() as u64,
         done: done.load(Relaxed),
         files: files.into_inner().unwrap(),
+        timeline: Timeline {
+            started: Some(started),
+            logins: logins.into_inner().unwrap(),
+            ends: ends.into_inner().unwrap(),
+        },
         bytes: bytes.into_inner(),
         retries: retries.into_inner(),
         failed: failed.into_inner().unwrap(),
