@@ -227,6 +227,21 @@ def rows(bindir, w):
     ]
 
 
+def with_base(rows, base):
+    """Each Sluice client row again with the `sluice` of directory `base`
+    (a build before a change), named "... [base]", right after it: both
+    builds in one run, under the same load."""
+    if not base:
+        return rows
+    out = []
+    for name, direction, cmd in rows:
+        out.append((name, direction, cmd))
+        if " sluice " in f" {name.removeprefix('diag: ')} " and "sluice" in cmd.split()[0]:
+            first, rest = cmd.split(" ", 1)
+            out.append((f"{name} [base]", direction, f"{os.path.join(base, 'sluice')} {rest}"))
+    return out
+
+
 def resync_rows(bindir):
     """Sync modes: the destination holds the tree before the change."""
     sb = os.path.join(bindir, "sluice")
@@ -297,7 +312,7 @@ def change_one_percent(src, rng):
     return picked
 
 
-def resync(bindir, w, case, rng, results, rep, want):
+def resync(bindir, w, case, rng, results, rep, want, base=None):
     """One re-sync round of case `case`: change 1 %, run every sync row
     from the old state, and the move of just the changed files."""
     src = os.path.join(w["data"], case, "tree")
@@ -326,8 +341,8 @@ def resync(bindir, w, case, rng, results, rep, want):
         target = dst if direction == "down" else os.path.join(w["up"], "t")
         record(results, rep, case, "resync", name, direction, len(picked), tree_bytes(delta),
                lambda: timed(name, line, target, dexp, True))
-    for name, direction, cmd in resync_rows(bindir):
-        if name.startswith("diag:") and not want.search(name):
+    for name, direction, cmd in with_base(resync_rows(bindir), base):
+        if not want.search(name):
             continue
         shutil.rmtree(dst, ignore_errors=True)
         shutil.rmtree(os.path.join(w["up"], "t"), ignore_errors=True)
@@ -429,12 +444,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="directory with release builds of sluice and linkem")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--base", help="directory with an earlier `sluice`: its rows run too, named [base]")
     ap.add_argument("--small", type=int, default=1000, help="64 KiB files of case (a) (the issue: 10,000)")
     ap.add_argument("--large", type=int, default=4, help="32 MiB files of case (b) (the issue: 100)")
     ap.add_argument("--dirs", type=int, default=100, help="directories of case (a)")
     ap.add_argument("--cases", default="a,b,c")
     ap.add_argument("--rows", default="^(?!diag:)", help="regexp of row names to run (diag: rows only when named)")
     ap.add_argument("--no-resync", action="store_true")
+    ap.add_argument("--resync-rows", default="^(?!diag:)", help="regexp of re-sync row names to run")
     ap.add_argument("--smoke", action="store_true", help="tiny trees on a 2 ms path, one run (< 60 s)")
     ap.add_argument("--out", default="lab/results/datasets")
     ap.add_argument("--report-from", metavar="LOG",
@@ -495,14 +512,14 @@ def main():
         rng = random.Random(1015)
         for rep in range(a.repeat):
             for case in cases:
-                for name, direction, cmd in rows(a.bin, work):
+                for name, direction, cmd in with_base(rows(a.bin, work), a.base):
                     if not want.search(name):
                         continue
                     desc, n, nb = meta[case]
                     record(results, rep, case, "copy", name, direction, n, nb,
                            lambda: run_row(name, direction, cmd, case, w, None, expects[case], rep == 0 or a.smoke))
             if not a.no_resync and "a" in cases:
-                resync(a.bin, w, "a", rng, results, rep, want)
+                resync(a.bin, w, "a", rng, results, rep, re.compile(a.resync_rows), a.base)
     finally:
         if srv:
             srv.stop()

@@ -104,7 +104,28 @@ pub fn verify(ctl: &mut Control, remote: &str, local: &std::path::Path) -> Resul
 
 /// The server's FEAT lines (RFC 2389), upper-cased; `None` if it has no FEAT.
 pub fn features(ctl: &mut Control) -> Result<Option<Vec<String>>> {
-    let r = ctl.cmd("FEAT")?;
+    features_after(ctl, &[])
+}
+
+/// [`features`] with the commands `before` (each must succeed: `TYPE I`)
+/// sent in the same round trip: a tree worker's setup costs one round
+/// trip, not one per command.
+pub fn features_after(ctl: &mut Control, before: &[&str]) -> Result<Option<Vec<String>>> {
+    for line in before {
+        ctl.send(line)?;
+    }
+    ctl.send("FEAT")?;
+    let mut failed = None;
+    for line in before {
+        let r = ctl.read_reply()?;
+        if !r.code.is_completion() && failed.is_none() {
+            failed = Some(refused(line, &r));
+        }
+    }
+    let r = ctl.read_reply()?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
     if r.code.0 != 211 {
         return Ok(None);
     }

@@ -58,8 +58,7 @@ pub(super) struct Conn {
 
 pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
     let mut ctl = session::open(u, timeout)?;
-    ctl.expect_ok("TYPE I", "TYPE I")?;
-    let feat = session::features(&mut ctl)?.unwrap_or_default();
+    let feat = session::features_after(&mut ctl, &["TYPE I"])?.unwrap_or_default();
     let has = |name: &str| {
         feat.iter()
             .any(|l| l.split_whitespace().next() == Some(name))

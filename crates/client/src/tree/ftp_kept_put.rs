@@ -126,18 +126,22 @@ pub(super) fn store(
             if c.up.refused {
                 return Ok(None);
             }
+            // Opened before anything goes out: a local failure leaves the
+            // connection in step.
+            let file = open(this.local)?;
+            let mut to = None;
             if !c.up.mode_e {
-                let r = c.ctl.cmd("MODE E")?;
-                if !r.code.is_completion() {
+                // MODE E and EPSV in one round trip.
+                let (r, a) = data::passive_after(&mut c.ctl, &["MODE E"])?;
+                if !r.first().is_some_and(|r| r.code.is_completion()) {
                     c.up.refused = true;
                     return Ok(None);
                 }
                 c.up.mode_e = true;
+                c.up.sock = None;
+                to = Some(a);
             }
-            // Opened before anything goes out: a local failure leaves the
-            // connection in step.
-            let file = open(this.local)?;
-            send_one(c, this, &file, block, stats).map_err(lost)?;
+            send_one(c, this, &file, to, block, stats).map_err(lost)?;
             // Nothing is out behind this file (a worker's first file, or
             // the first after a refusal): its answer comes before the next
             // files' data, so a refused file (a whole tree refused, say)
@@ -163,7 +167,7 @@ pub(super) fn store(
     for n in &upcoming[behind.len()..] {
         // A file that cannot be opened now fails in its own turn.
         let Ok(file) = open(n.local) else { break };
-        send_one(c, n, &file, block, stats).map_err(lost)?;
+        send_one(c, n, &file, None, block, stats).map_err(lost)?;
     }
     finish(c, first, true)
 }
@@ -210,15 +214,24 @@ fn open(p: &Path) -> Result<File> {
 }
 
 /// Sends `f`'s `STOR` (and `MFMT`) and its blocks on the kept connection
-/// (made first when there is none), and notes it pending.
-fn send_one(c: &mut Conn, f: &Upfile, file: &File, block: u64, stats: &Stats) -> Result<()> {
+/// (made first when there is none, to `to` if the passive address is in
+/// already), and notes it pending.
+fn send_one(
+    c: &mut Conn,
+    f: &Upfile,
+    file: &File,
+    to: Option<std::net::SocketAddr>,
+    block: u64,
+    stats: &Stats,
+) -> Result<()> {
     let len = file
         .metadata()
         .map_err(|e| ClientError::local(format!("stat {}", f.local.display()), e))?
         .len();
-    let to = match c.up.sock {
-        Some(_) => None,
-        None => Some(data::passive(&mut c.ctl)?),
+    let to = match (&c.up.sock, to) {
+        (Some(_), _) => None,
+        (None, Some(a)) => Some(a),
+        (None, None) => Some(data::passive(&mut c.ctl)?),
     };
     c.ctl.send(&format!("STOR {}", f.remote))?;
     let mfmt = f.mtime.filter(|_| c.mfmt);
