@@ -126,17 +126,22 @@ pub fn features_after(ctl: &mut Control, before: &[&str]) -> Result<Option<Vec<S
     if let Some(e) = failed {
         return Err(e);
     }
+    Ok(parse_features(&r))
+}
+
+/// The lines of a FEAT reply, upper-cased; `None` if it is not `211`.
+pub fn parse_features(r: &sluice_ftp::reply::Reply) -> Option<Vec<String>> {
     if r.code.0 != 211 {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(
+    Some(
         r.lines
             .iter()
             .skip(1)
             .take(r.lines.len().saturating_sub(2))
             .map(|l| l.trim().to_ascii_uppercase())
             .collect(),
-    ))
+    )
 }
 
 /// `--verify` up front: fail before moving any data if the server's FEAT

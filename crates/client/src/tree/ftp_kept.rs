@@ -51,6 +51,22 @@ pub(super) struct KeptChannel {
 }
 
 impl KeptChannel {
+    /// `MODE E` is set on the control connection.
+    pub(super) fn in_mode_e(&self) -> bool {
+        self.mode_e
+    }
+
+    /// A channel whose `MODE E` (`mode_e`: taken, else refused) and PORT
+    /// (`listener`) the caller sent already.
+    pub(super) fn set_up(mode_e: bool, listener: Option<TcpListener>) -> KeptChannel {
+        KeptChannel {
+            mode_e,
+            refused: !mode_e,
+            listener: listener.filter(|_| mode_e),
+            ..KeptChannel::default()
+        }
+    }
+
     /// Whether small files may go this way on `c`: a GridFTP server (FEAT
     /// `PARALLEL`), MODE E not refused, no TLS on data connections (the
     /// server keeps clear ones only).

@@ -144,6 +144,62 @@ fn walk_local(root: &Path) -> Result<LocalTree> {
 /// bandwidth-delay product over the automatic 4 workers.
 const UPLOADS_AHEAD: usize = 4;
 
+/// Reads the replies of the MKDs of `paths` (a refusal only noted: the
+/// directory may be there already).
+fn mkd_replies(ctl: &mut Control, paths: &[String]) -> Result<()> {
+    for path in paths {
+        let r = ctl.read_reply()?;
+        if !r.code.is_completion() {
+            tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
+        }
+    }
+    Ok(())
+}
+
+/// Sends `TYPE I`, `MODE E` and (IPv4) `PORT` for a pipelined listing
+/// on a kept MODE E channel, without reading their replies
+/// ([`listing_replies`]): the listener.
+fn listing_setup(ctl: &mut Control) -> Result<(std::net::TcpListener, bool)> {
+    let ip = ctl.local.ip();
+    let l = std::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
+        .map_err(|e| ClientError::net("listen for data connections", e))?;
+    let me = l
+        .local_addr()
+        .map_err(|e| ClientError::net("listen for data connections", e))?;
+    ctl.send("TYPE I")?;
+    ctl.send("MODE E")?;
+    let port = match me {
+        std::net::SocketAddr::V4(v4) => {
+            ctl.send(&format!("PORT {}", sluice_ftp::addr::format_port(v4)))?;
+            true
+        }
+        std::net::SocketAddr::V6(_) => false,
+    };
+    Ok((l, port))
+}
+
+/// The replies to [`listing_setup`]'s commands: the kept channel (MODE E
+/// refused: one that says so; PORT refused: the listing asks again).
+fn listing_replies(
+    ctl: &mut Control,
+    (l, port): (std::net::TcpListener, bool),
+) -> Result<super::ftp_kept::KeptChannel> {
+    let t = ctl.read_reply()?;
+    let m = ctl.read_reply()?;
+    let p = match port {
+        true => Some(ctl.read_reply()?),
+        false => None,
+    };
+    if !t.code.is_completion() {
+        return Err(crate::ftp::control::refused("TYPE I", &t));
+    }
+    let ported = p.is_some_and(|p| p.code.is_completion());
+    Ok(super::ftp_kept::KeptChannel::set_up(
+        m.code.is_completion(),
+        ported.then_some(l),
+    ))
+}
+
 /// MKDs sent ahead of their replies.
 const MKD_WINDOW: usize = 32;
 
@@ -174,12 +230,6 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
     };
     let mut ctl = session::open(u, timeout)?;
-    let feat = session::features(&mut ctl)?.unwrap_or_default();
-    let has = |name: &str| {
-        feat.iter()
-            .any(|l| l.split_whitespace().next() == Some(name))
-    };
-    let mfmt = has("MFMT");
     // The target and every directory, parents first. A refusal is not an
     // error yet: the directory may exist; a STOR into it will tell.
     // Pipelined (a window of MKDs out before their replies): a parent's
@@ -190,16 +240,35 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         .map(|rel| remote_join(&u.path, rel))
         .filter(|p| p != "/")
         .collect();
-    for window in mkd.chunks(MKD_WINDOW) {
+    let mut windows = mkd.chunks(MKD_WINDOW);
+    // FEAT, the first window of MKDs and, for --sync, what a pipelined
+    // MODE E listing needs (TYPE I, MODE E, PORT) go out in one round
+    // trip: a re-sync's setup is one round trip after the login, not four.
+    ctl.send("FEAT")?;
+    let first = windows.next().unwrap_or_default();
+    for path in first {
+        ctl.send(&format!("MKD {path}"))?;
+    }
+    let listen = match a.tree.sync && !ctl.is_tls() {
+        true => Some(listing_setup(&mut ctl)?),
+        false => None,
+    };
+    let feat = session::parse_features(&ctl.read_reply()?).unwrap_or_default();
+    mkd_replies(&mut ctl, first)?;
+    let mut kept = match listen {
+        Some(l) => Some(listing_replies(&mut ctl, l)?),
+        None => None,
+    };
+    let has = |name: &str| {
+        feat.iter()
+            .any(|l| l.split_whitespace().next() == Some(name))
+    };
+    let mfmt = has("MFMT");
+    for window in windows {
         for path in window {
             ctl.send(&format!("MKD {path}"))?;
         }
-        for path in window {
-            let r = ctl.read_reply()?;
-            if !r.code.is_completion() {
-                tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
-            }
-        }
+        mkd_replies(&mut ctl, window)?;
     }
     if a.tree.sync {
         let mut there = HashMap::new();
@@ -208,13 +277,18 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
             .collect();
         // A GridFTP server lists them all pipelined on one kept MODE E
         // connection (a round trip per window, not three per directory).
-        let mut listed = match has("PARALLEL") && !ctl.is_tls() {
-            true => {
+        let mut listed = match (has("PARALLEL"), kept.as_mut()) {
+            (true, Some(kept)) => {
                 let paths: Vec<String> = all.iter().map(|d| remote_join(&u.path, d)).collect();
-                let mut kept = super::ftp_kept::KeptChannel::default();
-                super::ftp_kept::list_many(&mut ctl, &mut kept, &paths, MAX_LISTING)?
+                super::ftp_kept::list_many(&mut ctl, kept, &paths, MAX_LISTING)?
             }
-            false => None,
+            (false, Some(kept)) if kept.in_mode_e() => {
+                // A server that took MODE E but is no GridFTP one: its
+                // listings in MODE S.
+                ctl.expect_ok("MODE S", "MODE S")?;
+                None
+            }
+            _ => None,
         };
         for (k, dir) in all.into_iter().enumerate() {
             let path = remote_join(&u.path, &dir);
