@@ -156,50 +156,6 @@ fn mkd_replies(ctl: &mut Control, paths: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Sends `TYPE I`, `MODE E` and (IPv4) `PORT` for a pipelined listing
-/// on a kept MODE E channel, without reading their replies
-/// ([`listing_replies`]): the listener.
-fn listing_setup(ctl: &mut Control) -> Result<(std::net::TcpListener, bool)> {
-    let ip = ctl.local.ip();
-    let l = std::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
-        .map_err(|e| ClientError::net("listen for data connections", e))?;
-    let me = l
-        .local_addr()
-        .map_err(|e| ClientError::net("listen for data connections", e))?;
-    ctl.send("TYPE I")?;
-    ctl.send("MODE E")?;
-    let port = match me {
-        std::net::SocketAddr::V4(v4) => {
-            ctl.send(&format!("PORT {}", sluice_ftp::addr::format_port(v4)))?;
-            true
-        }
-        std::net::SocketAddr::V6(_) => false,
-    };
-    Ok((l, port))
-}
-
-/// The replies to [`listing_setup`]'s commands: the kept channel (MODE E
-/// refused: one that says so; PORT refused: the listing asks again).
-fn listing_replies(
-    ctl: &mut Control,
-    (l, port): (std::net::TcpListener, bool),
-) -> Result<super::ftp_kept::KeptChannel> {
-    let t = ctl.read_reply()?;
-    let m = ctl.read_reply()?;
-    let p = match port {
-        true => Some(ctl.read_reply()?),
-        false => None,
-    };
-    if !t.code.is_completion() {
-        return Err(crate::ftp::control::refused("TYPE I", &t));
-    }
-    let ported = p.is_some_and(|p| p.code.is_completion());
-    Ok(super::ftp_kept::KeptChannel::set_up(
-        m.code.is_completion(),
-        ported.then_some(l),
-    ))
-}
-
 /// MKDs sent ahead of their replies.
 const MKD_WINDOW: usize = 32;
 
@@ -250,13 +206,13 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         ctl.send(&format!("MKD {path}"))?;
     }
     let listen = match a.tree.sync && !ctl.is_tls() {
-        true => Some(listing_setup(&mut ctl)?),
+        true => Some(super::ftp_list::listing_setup(&mut ctl)?),
         false => None,
     };
     let feat = session::parse_features(&ctl.read_reply()?).unwrap_or_default();
     mkd_replies(&mut ctl, first)?;
     let mut kept = match listen {
-        Some(l) => Some(listing_replies(&mut ctl, l)?),
+        Some(l) => Some(super::ftp_list::listing_replies(&mut ctl, l)?),
         None => None,
     };
     let has = |name: &str| {
