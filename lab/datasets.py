@@ -203,6 +203,12 @@ def rows(bindir, w):
         ("diag: sluice get -r --files 1 (FTP)", "down", f"{sb} get -r -q --files 1 ftp://{SA}:{FTP}/CASE/tree/ DST"),
         ("diag: sluice get -r --drs off (FTP)", "down", f"{sb} get -r -q --drs off ftp://{SA}:{FTP}/CASE/tree/ DST"),
         ("diag: sluice get -r --files 1 (HTTP)", "down", f"{sb} get -r -q --files 1 http://{SA}:{HTTP}/CASE/tree/ DST"),
+        # Where a tree's time goes: --stats prints a timeline (listing,
+        # logins, files done by quarter), kept in the row's record.
+        ("diag: sluice get -r --stats (FTP)", "down", f"{sb} get -r -q --stats ftp://{SA}:{FTP}/CASE/tree/ DST"),
+        ("diag: sluice get -r --files 4 (FTP)", "down", f"{sb} get -r -q --files 4 ftp://{SA}:{FTP}/CASE/tree/ DST"),
+        ("diag: sluice get -r --files 32 (FTP)", "down", f"{sb} get -r -q --files 32 ftp://{SA}:{FTP}/CASE/tree/ DST"),
+        ("diag: sluice put -r --stats (FTP)", "up", f"{sb} put -r -q --stats SRC ftp://{SA}:{FTPW}/t/"),
         ("sluice cp -f LIST (FTP)", "down", f"{sb} cp -q -f {w}/cp.list"),
         ("globus-url-copy -r -cc 4 -pp (globus)", "down", f"globus-url-copy -r -cc 4 -pp ftp://{SA}:{GFTP}DATA/CASE/tree/ file://DST/"),
         ("globus-url-copy -r -cc 16 -pp (globus)", "down", f"globus-url-copy -r -cc 16 -pp ftp://{SA}:{GFTP}DATA/CASE/tree/ file://DST/"),
@@ -221,6 +227,21 @@ def rows(bindir, w):
     ]
 
 
+def with_base(rows, base):
+    """Each Sluice client row again with the `sluice` of directory `base`
+    (a build before a change), named "... [base]", right after it: both
+    builds in one run, under the same load."""
+    if not base:
+        return rows
+    out = []
+    for name, direction, cmd in rows:
+        out.append((name, direction, cmd))
+        if " sluice " in f" {name.removeprefix('diag: ')} " and "sluice" in cmd.split()[0]:
+            first, rest = cmd.split(" ", 1)
+            out.append((f"{name} [base]", direction, f"{os.path.join(base, 'sluice')} {rest}"))
+    return out
+
+
 def resync_rows(bindir):
     """Sync modes: the destination holds the tree before the change."""
     sb = os.path.join(bindir, "sluice")
@@ -232,6 +253,7 @@ def resync_rows(bindir):
         ("lftp mirror --parallel=8 (Sluice)", "down", f"lftp -c 'set cmd:fail-exit yes; open ftp://anonymous:x@{SA}:{FTP}; mirror --parallel=8 /CASE/tree DST'"),
         ("rclone copy --transfers 8 (Sluice)", "down", f"{rc} --ftp-port {FTP} :ftp:/CASE/tree DST"),
         ("sluice put -r --sync (FTP)", "up", f"{sb} put -r -q --sync SRC ftp://{SA}:{FTPW}/t/"),
+        ("diag: sluice put -r --sync --stats (FTP)", "up", f"{sb} put -r -q --sync --stats SRC ftp://{SA}:{FTPW}/t/"),
     ]
 
 
@@ -266,6 +288,7 @@ def timed(name, line, target, expect, full_check):
     cpu = Servers.cpu() - c0
     if r.returncode != 0:
         raise RuntimeError(f"{name}: exit {r.returncode}: {(r.stderr or r.stdout)[-400:]}")
+    timed.timeline = [l for l in r.stderr.splitlines() if l.startswith("stats: timeline")]
     got = digest(target) if full_check else dict.fromkeys(
         os.path.relpath(os.path.join(d, f), target) for d, _, fs in os.walk(target) for f in fs
         if not f.startswith("index.html") and not f.startswith("."))
@@ -289,7 +312,7 @@ def change_one_percent(src, rng):
     return picked
 
 
-def resync(bindir, w, case, rng, results, rep):
+def resync(bindir, w, case, rng, results, rep, want, base=None):
     """One re-sync round of case `case`: change 1 %, run every sync row
     from the old state, and the move of just the changed files."""
     src = os.path.join(w["data"], case, "tree")
@@ -318,7 +341,9 @@ def resync(bindir, w, case, rng, results, rep):
         target = dst if direction == "down" else os.path.join(w["up"], "t")
         record(results, rep, case, "resync", name, direction, len(picked), tree_bytes(delta),
                lambda: timed(name, line, target, dexp, True))
-    for name, direction, cmd in resync_rows(bindir):
+    for name, direction, cmd in with_base(resync_rows(bindir), base):
+        if not want.search(name):
+            continue
         shutil.rmtree(dst, ignore_errors=True)
         shutil.rmtree(os.path.join(w["up"], "t"), ignore_errors=True)
         # The destination as the last full copy left it: the old tree,
@@ -332,10 +357,13 @@ def resync(bindir, w, case, rng, results, rep):
 
 def record(results, rep, case, phase, name, direction, files, nbytes, fn):
     try:
+        timed.timeline = []
         secs, cpu = fn()
         r = dict(rep=rep, case=case, phase=phase, row=name, dir=direction, files=files, bytes=nbytes,
                  seconds=secs, files_per_s=files / secs, mb_per_s=nbytes / secs / 1e6,
                  server_cpu_s=cpu, cpu_s_per_gib=cpu / (nbytes / (1 << 30)))
+        if timed.timeline:
+            r["timeline"] = timed.timeline
     except RuntimeError as e:
         r = dict(rep=rep, case=case, phase=phase, row=name, dir=direction, failed=str(e))
     print(json.dumps(r), flush=True)
@@ -416,12 +444,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="directory with release builds of sluice and linkem")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--base", help="directory with an earlier `sluice`: its rows run too, named [base]")
     ap.add_argument("--small", type=int, default=1000, help="64 KiB files of case (a) (the issue: 10,000)")
     ap.add_argument("--large", type=int, default=4, help="32 MiB files of case (b) (the issue: 100)")
     ap.add_argument("--dirs", type=int, default=100, help="directories of case (a)")
     ap.add_argument("--cases", default="a,b,c")
     ap.add_argument("--rows", default="^(?!diag:)", help="regexp of row names to run (diag: rows only when named)")
     ap.add_argument("--no-resync", action="store_true")
+    ap.add_argument("--resync-rows", default="^(?!diag:)", help="regexp of re-sync row names to run")
     ap.add_argument("--smoke", action="store_true", help="tiny trees on a 2 ms path, one run (< 60 s)")
     ap.add_argument("--out", default="lab/results/datasets")
     ap.add_argument("--report-from", metavar="LOG",
@@ -482,14 +512,14 @@ def main():
         rng = random.Random(1015)
         for rep in range(a.repeat):
             for case in cases:
-                for name, direction, cmd in rows(a.bin, work):
+                for name, direction, cmd in with_base(rows(a.bin, work), a.base):
                     if not want.search(name):
                         continue
                     desc, n, nb = meta[case]
                     record(results, rep, case, "copy", name, direction, n, nb,
                            lambda: run_row(name, direction, cmd, case, w, None, expects[case], rep == 0 or a.smoke))
             if not a.no_resync and "a" in cases:
-                resync(a.bin, w, "a", rng, results, rep)
+                resync(a.bin, w, "a", rng, results, rep, re.compile(a.resync_rows), a.base)
     finally:
         if srv:
             srv.stop()

@@ -171,3 +171,115 @@ fn sluice_get_tree_keeps_one_mode_e_connection_per_worker() {
     out.assert_success();
     assert_eq!(sums(&dest), want, "from globus\n{}", out.describe());
 }
+
+fn sluice_put_tree(src: &Path, url: &str, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(sluice_bin());
+    cmd.args(["put", "-r", "-q"]).args(extra).arg(src).arg(url);
+    run(&mut cmd)
+}
+
+fn serve_writable(root: &Path) -> FtpServer {
+    sluice(ServeOptions {
+        root: Some(root.to_path_buf()),
+        writable: true,
+        extra_args: vec!["--log-level".into(), "debug".into()],
+        ..ServeOptions::default()
+    })
+}
+
+/// `sluice put -r` sends every file of a worker on one kept MODE E
+/// connection, STORs and data pipelined ahead of the replies: to `sluice
+/// serve` (one worker: one data connection for 51 files; four workers:
+/// at most four), a `--sync` after one file changed (that file only),
+/// and to globus-gridftp-server; every file's sha256 compared.
+#[test]
+fn sluice_put_tree_keeps_one_mode_e_connection_per_worker() {
+    let top = tempfile::tempdir().unwrap();
+    let src = top.path().join("src");
+    let want = small_tree(&src);
+    let files = want.len();
+    let tree = src.join("tree");
+    for workers in ["1", "4"] {
+        let root = top.path().join(format!("srv-{workers}"));
+        fs::create_dir_all(&root).unwrap();
+        let server = serve_writable(&root);
+        let out = sluice_put_tree(&tree, &server.url("up/"), &["--files", workers]);
+        out.assert_success();
+        assert_eq!(
+            sums(&root.join("up")),
+            want,
+            "--files {workers}\n{}",
+            out.describe()
+        );
+        let (made, reused) = connection_counts(&server);
+        let workers: usize = workers.parse().unwrap();
+        assert!(
+            made <= workers && reused >= files - workers,
+            "--files {workers}: {made} data connections made, {reused} transfers on kept \
+             ones, {files} files\n{}",
+            server.stderr_text()
+        );
+    }
+    // One file changed (same size, another time): the re-sync sends it
+    // alone, on the kept channel.
+    let changed = tree.join("d1/f03");
+    let size = fs::metadata(&changed).unwrap().len();
+    write_pseudo_random(&changed, size, 4242);
+    fs::File::options()
+        .write(true)
+        .open(&changed)
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000))
+        .unwrap();
+    let want = sums(&tree);
+    let root = top.path().join("srv-1");
+    let server = serve_writable(&root);
+    let out = sluice_put_tree(&tree, &server.url("up/"), &["--sync"]);
+    out.assert_success();
+    assert!(
+        out.stderr.contains("1 of 51 files, 50 up to date"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(sums(&root.join("up")), want);
+    if !require_tool("globus-gridftp-server") {
+        return;
+    }
+    let g = crate::harness::servers::gridftp(true);
+    let out = sluice_put_tree(&tree, &g.url("up/"), &["--files", "2"]);
+    out.assert_success();
+    assert_eq!(sums(&g.local("up")), want, "to globus\n{}", out.describe());
+}
+
+/// A refused STOR with files pipelined behind it (their data already on
+/// the kept connection) gives that connection up: the files behind are
+/// sent again on a new one and arrive right, the refused file fails
+/// alone, the exit status says so.
+#[test]
+fn sluice_put_tree_refused_file_in_a_pipelined_run() {
+    let top = tempfile::tempdir().unwrap();
+    let src = top.path().join("src");
+    let mut want = small_tree(&src);
+    let root = top.path().join("srv");
+    // A directory where the tree has d1/f05: its STOR is refused.
+    fs::create_dir_all(root.join("up/d1/f05")).unwrap();
+    want.remove("d1/f05");
+    let server = serve_writable(&root);
+    let out = sluice_put_tree(&src.join("tree"), &server.url("up/"), &["--files", "1"]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("50 of 51 files") && out.stderr.contains("1 failed"),
+        "{}",
+        out.describe()
+    );
+    // Refused with files behind it: retried alone on a new connection.
+    assert!(out.stderr.contains("d1/f05: "), "{}", out.describe());
+    let mut got = BTreeMap::new();
+    for (rel, sum) in want
+        .keys()
+        .map(|k| (k.clone(), sha256_file(&root.join("up").join(k))))
+    {
+        got.insert(rel, sum);
+    }
+    assert_eq!(got, want);
+}

@@ -11,18 +11,33 @@ use sluice_platform::sockbuf::{self, Dir};
 
 use super::control::{is_unsupported, refused, Control};
 use crate::error::{ClientError, Result};
+use sluice_ftp::reply::Reply;
 
 /// Asks the server for a passive address. EPSV first (works for IPv4 and
 /// IPv6); PASV if the server does not know EPSV and we are on IPv4. The
 /// host part of a PASV answer is ignored: we always connect to the control
 /// peer, as curl does, so a server cannot point us elsewhere.
 pub fn passive(ctl: &mut Control) -> Result<SocketAddr> {
+    passive_after(ctl, &[]).map(|(_, a)| a)
+}
+
+/// [`passive`] with the commands `before` (`MODE E`) sent in the same
+/// round trip: their replies, whatever they say, and the address.
+pub fn passive_after(ctl: &mut Control, before: &[&str]) -> Result<(Vec<Reply>, SocketAddr)> {
     let peer_ip = ctl.peer.ip();
-    let r = ctl.cmd("EPSV")?;
+    for line in before {
+        ctl.send(line)?;
+    }
+    ctl.send("EPSV")?;
+    let mut replies = Vec::with_capacity(before.len());
+    for _ in before {
+        replies.push(ctl.read_reply()?);
+    }
+    let r = ctl.read_reply()?;
     if r.code.0 == 229 {
         let port = addr::parse_229(r.text())
             .map_err(|e| ClientError::Protocol(format!("EPSV reply: {e}")))?;
-        return Ok(SocketAddr::new(peer_ip, port));
+        return Ok((replies, SocketAddr::new(peer_ip, port)));
     }
     if !is_unsupported(r.code) || peer_ip.is_ipv6() {
         return Err(refused("EPSV", &r));
@@ -33,7 +48,7 @@ pub fn passive(ctl: &mut Control) -> Result<SocketAddr> {
     }
     let a =
         addr::parse_227(r.text()).map_err(|e| ClientError::Protocol(format!("PASV reply: {e}")))?;
-    Ok(SocketAddr::new(peer_ip, a.port()))
+    Ok((replies, SocketAddr::new(peer_ip, a.port())))
 }
 
 /// Connects to a passive address.
@@ -67,6 +82,42 @@ pub fn connect_receiving(to: SocketAddr, timeout: Duration, drs: bool) -> Result
 /// with PORT (IPv4) or EPRT (IPv6, or when PORT is refused).
 pub fn active(ctl: &mut Control) -> Result<TcpListener> {
     active_receiving(ctl, false)
+}
+
+/// [`active`] with the commands `before` (`TYPE I`, `MODE E`) sent in
+/// the same round trip as PORT (IPv4): their replies, whatever they say,
+/// and the listener.
+pub fn active_after(ctl: &mut Control, before: &[&str]) -> Result<(Vec<Reply>, TcpListener)> {
+    let ip: IpAddr = ctl.local.ip();
+    let l = TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| ClientError::net("listen for data connections", e))?;
+    let me = l
+        .local_addr()
+        .map_err(|e| ClientError::net("listen for data connections", e))?;
+    for line in before {
+        ctl.send(line)?;
+    }
+    let SocketAddr::V4(v4) = me else {
+        let mut replies = Vec::with_capacity(before.len());
+        for _ in before {
+            replies.push(ctl.read_reply()?);
+        }
+        ctl.expect_ok(&format!("EPRT {}", addr::format_eprt(me)), "EPRT")?;
+        return Ok((replies, l));
+    };
+    ctl.send(&format!("PORT {}", addr::format_port(v4)))?;
+    let mut replies = Vec::with_capacity(before.len());
+    for _ in before {
+        replies.push(ctl.read_reply()?);
+    }
+    let r = ctl.read_reply()?;
+    if !r.code.is_completion() {
+        if !is_unsupported(r.code) {
+            return Err(refused("PORT", &r));
+        }
+        ctl.expect_ok(&format!("EPRT {}", addr::format_eprt(me)), "EPRT")?;
+    }
+    Ok((replies, l))
 }
 
 /// [`active`] for a download: with `drs`, accepted connections inherit a

@@ -104,18 +104,44 @@ pub fn verify(ctl: &mut Control, remote: &str, local: &std::path::Path) -> Resul
 
 /// The server's FEAT lines (RFC 2389), upper-cased; `None` if it has no FEAT.
 pub fn features(ctl: &mut Control) -> Result<Option<Vec<String>>> {
-    let r = ctl.cmd("FEAT")?;
-    if r.code.0 != 211 {
-        return Ok(None);
+    features_after(ctl, &[])
+}
+
+/// [`features`] with the commands `before` (each must succeed: `TYPE I`)
+/// sent in the same round trip: a tree worker's setup costs one round
+/// trip, not one per command.
+pub fn features_after(ctl: &mut Control, before: &[&str]) -> Result<Option<Vec<String>>> {
+    for line in before {
+        ctl.send(line)?;
     }
-    Ok(Some(
+    ctl.send("FEAT")?;
+    let mut failed = None;
+    for line in before {
+        let r = ctl.read_reply()?;
+        if !r.code.is_completion() && failed.is_none() {
+            failed = Some(refused(line, &r));
+        }
+    }
+    let r = ctl.read_reply()?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(parse_features(&r))
+}
+
+/// The lines of a FEAT reply, upper-cased; `None` if it is not `211`.
+pub fn parse_features(r: &sluice_ftp::reply::Reply) -> Option<Vec<String>> {
+    if r.code.0 != 211 {
+        return None;
+    }
+    Some(
         r.lines
             .iter()
             .skip(1)
             .take(r.lines.len().saturating_sub(2))
             .map(|l| l.trim().to_ascii_uppercase())
             .collect(),
-    ))
+    )
 }
 
 /// `--verify` up front: fail before moving any data if the server's FEAT

@@ -52,12 +52,13 @@ pub(super) struct Conn {
     pub(super) buf: Vec<u8>,
     /// Small files' MODE E channel kept open between files.
     pub(super) kept: KeptChannel,
+    /// Uploads' MODE E channel kept open between files.
+    pub(super) up: super::ftp_kept_put::KeptUpload,
 }
 
 pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
     let mut ctl = session::open(u, timeout)?;
-    ctl.expect_ok("TYPE I", "TYPE I")?;
-    let feat = session::features(&mut ctl)?.unwrap_or_default();
+    let feat = session::features_after(&mut ctl, &["TYPE I"])?.unwrap_or_default();
     let has = |name: &str| {
         feat.iter()
             .any(|l| l.split_whitespace().next() == Some(name))
@@ -74,6 +75,7 @@ pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn>
         next_passive: None,
         buf: Vec::new(),
         kept: KeptChannel::default(),
+        up: Default::default(),
     })
 }
 
@@ -145,6 +147,12 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     }
     let timeout = Duration::from_secs(a.opts.timeout);
     let t0 = Instant::now();
+    let workers = jobs::Workers::from_flag(a.tree.files);
+    // The first workers log in while the tree is listed.
+    let pre = {
+        let (u, parallel) = (u.clone(), a.opts.parallel);
+        jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
+    };
     let mut ctl = session::open(u, timeout)?;
     let mut files = Vec::new();
     let mut notes = Notes::default();
@@ -204,7 +212,6 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len();
-    let workers = jobs::Workers::from_flag(a.tree.files);
     let mut per_file = a.clone();
     per_file.opts.quiet = true;
     let sizes: Option<u64> = files.iter().map(|(_, f)| f.size).sum();
@@ -212,15 +219,20 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // Pipelining sends the next file's commands early: only when nothing
     // else (CKSM, REST) goes between one file's commands and the next's.
     let lookahead = match !a.tree.checksum && !a.resume && a.opts.parallel <= 1 {
-        true => PIPELINE_DEPTH,
-        false => 0,
+        true => jobs::Lookahead::files(PIPELINE_DEPTH),
+        false => jobs::Lookahead::NONE,
     };
     let out = jobs::run_ahead(
         files,
         workers,
         lookahead,
+        // A file of unknown size is not taken ahead.
+        |f: &Fetch| f.size.unwrap_or(u64::MAX),
         &job.done,
-        || open(u, a.opts.parallel, timeout),
+        || {
+            pre.take()
+                .unwrap_or_else(|| open(u, a.opts.parallel, timeout))
+        },
         |c, rel, f, attempt, next| {
             if a.tree.checksum
                 && same_checksum(c, &remote_join(&u.path, rel), &root.join(rel), f.size)?
@@ -594,6 +606,30 @@ pub(super) fn same_checksum(
     Ok(checksum::same(&theirs, &mine))
 }
 
+/// `--stats`: where the job's time went, in seconds from its start: the
+/// listing's end (workers start), each worker's login, and when the
+/// first, a quarter, half, three quarters and all of the files had
+/// arrived.
+fn timeline(t: &jobs::Timeline, t0: Instant) -> String {
+    let at = |i: &Instant| format!("{:.3}", i.saturating_duration_since(t0).as_secs_f64());
+    let mut ends = t.ends.clone();
+    ends.sort();
+    let mut logins = t.logins.clone();
+    logins.sort();
+    let q = |f: usize| ends.get((ends.len() * f / 4).min(ends.len().saturating_sub(1)));
+    let logins: Vec<String> = logins.iter().map(at).collect();
+    format!(
+        "stats: timeline listed {} logins [{}] files first {} 25% {} 50% {} 75% {} last {}",
+        t.started.as_ref().map_or("-".into(), at),
+        logins.join(" "),
+        ends.first().map_or("-".into(), at),
+        q(1).map_or("-".into(), at),
+        q(2).map_or("-".into(), at),
+        q(3).map_or("-".into(), at),
+        ends.last().map_or("-".into(), at),
+    )
+}
+
 /// Prints the job's summary and failures; an error if any file failed.
 pub(crate) fn finish(
     verb: &str,
@@ -629,6 +665,7 @@ pub(crate) fn finish(
         crate::stats::summary(verb, out.bytes, elapsed, &detail)
     );
     if per_file {
+        eprintln!("{}", timeline(&out.timeline, t0));
         for (rel, bytes, took, attempts) in &out.files {
             eprintln!(
                 "stats: file {} bytes {bytes} seconds {:.3} attempts {attempts}",

@@ -51,6 +51,22 @@ pub(super) struct KeptChannel {
 }
 
 impl KeptChannel {
+    /// `MODE E` is set on the control connection.
+    pub(super) fn in_mode_e(&self) -> bool {
+        self.mode_e
+    }
+
+    /// A channel whose `MODE E` (`mode_e`: taken, else refused) and PORT
+    /// (`listener`) the caller sent already.
+    pub(super) fn set_up(mode_e: bool, listener: Option<TcpListener>) -> KeptChannel {
+        KeptChannel {
+            mode_e,
+            refused: !mode_e,
+            listener: listener.filter(|_| mode_e),
+            ..KeptChannel::default()
+        }
+    }
+
     /// Whether small files may go this way on `c`: a GridFTP server (FEAT
     /// `PARALLEL`), MODE E not refused, no TLS on data connections (the
     /// server keeps clear ones only).
@@ -95,12 +111,15 @@ pub(super) fn fetch(
     stats: &Arc<Stats>,
 ) -> Result<Option<u64>> {
     if c.kept.pending.is_empty() && !c.kept.mode_e {
-        let r = c.ctl.cmd("MODE E")?;
-        if !r.code.is_completion() {
+        // MODE E and PORT in one round trip.
+        let (r, l) = data::active_after(&mut c.ctl, &["MODE E"])?;
+        if !r.first().is_some_and(|r| r.code.is_completion()) {
             c.kept.refused = true;
             return Ok(None);
         }
         c.kept.mode_e = true;
+        c.kept.sock = None;
+        c.kept.listener = Some(l);
     }
     let path = root.join(rel);
     let part = with_ext(&path, ".part");
@@ -377,14 +396,19 @@ pub(super) fn list_many(
         return Ok(None);
     }
     if !kept.mode_e {
-        // GridFTP servers take MODE E in TYPE I only.
-        ctl.expect_ok("TYPE I", "TYPE I")?;
-        let r = ctl.cmd("MODE E")?;
-        if !r.code.is_completion() {
+        // GridFTP servers take MODE E in TYPE I only. TYPE, MODE and PORT
+        // in one round trip.
+        let (r, l) = data::active_after(ctl, &["TYPE I", "MODE E"])?;
+        if !r[0].code.is_completion() {
+            return Err(refused("TYPE I", &r[0]));
+        }
+        if !r[1].code.is_completion() {
             kept.refused = true;
             return Ok(None);
         }
         kept.mode_e = true;
+        kept.sock = None;
+        kept.listener = Some(l);
     }
     let mut out: Vec<Option<Result<Vec<u8>>>> = (0..paths.len()).map(|_| None).collect();
     let mut todo: std::collections::VecDeque<usize> = (0..paths.len()).collect();

@@ -81,13 +81,31 @@ pub(super) struct Lister {
 
 impl Lister {
     pub(super) fn new(ctl: &mut Control) -> Result<Lister> {
-        let feat = session::features(ctl)?.unwrap_or_default();
+        // FEAT and, in case the server is a GridFTP one, what a pipelined
+        // MODE E listing needs (TYPE I, MODE E, PORT), in one round trip.
+        ctl.send("FEAT")?;
+        let listen = match ctl.is_tls() {
+            false => Some(listing_setup(ctl)?),
+            true => None,
+        };
+        let feat = session::parse_features(&ctl.read_reply()?).unwrap_or_default();
+        let kept = match listen {
+            Some(l) => Some(listing_replies(ctl, l)?),
+            None => None,
+        };
         let gridftp = feat
             .iter()
             .any(|l| l.split_whitespace().next() == Some("PARALLEL"));
-        Ok(Lister {
-            kept: (gridftp && !ctl.is_tls()).then(KeptChannel::default),
-        })
+        let kept = match kept {
+            Some(k) if gridftp => Some(k),
+            Some(k) if k.in_mode_e() => {
+                // It took MODE E but is no GridFTP server: MODE S listings.
+                ctl.expect_ok("MODE S", "MODE S")?;
+                None
+            }
+            _ => None,
+        };
+        Ok(Lister { kept })
     }
 
     /// The MLSD listings of the directories `rels` under `u`'s path, in
@@ -104,4 +122,48 @@ impl Lister {
         let paths: Vec<String> = rels.iter().map(|r| remote_join(&u.path, r)).collect();
         ftp_kept::list_many(ctl, kept, &paths, MAX_LISTING)
     }
+}
+
+/// Sends `TYPE I`, `MODE E` and (IPv4) `PORT` for a pipelined listing
+/// on a kept MODE E channel, without reading their replies
+/// ([`listing_replies`]): the listener.
+pub(super) fn listing_setup(ctl: &mut Control) -> Result<(std::net::TcpListener, bool)> {
+    let ip = ctl.local.ip();
+    let l = std::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
+        .map_err(|e| ClientError::net("listen for data connections", e))?;
+    let me = l
+        .local_addr()
+        .map_err(|e| ClientError::net("listen for data connections", e))?;
+    ctl.send("TYPE I")?;
+    ctl.send("MODE E")?;
+    let port = match me {
+        std::net::SocketAddr::V4(v4) => {
+            ctl.send(&format!("PORT {}", sluice_ftp::addr::format_port(v4)))?;
+            true
+        }
+        std::net::SocketAddr::V6(_) => false,
+    };
+    Ok((l, port))
+}
+
+/// The replies to [`listing_setup`]'s commands: the kept channel (MODE E
+/// refused: one that says so; PORT refused: the listing asks again).
+pub(super) fn listing_replies(
+    ctl: &mut Control,
+    (l, port): (std::net::TcpListener, bool),
+) -> Result<KeptChannel> {
+    let t = ctl.read_reply()?;
+    let m = ctl.read_reply()?;
+    let p = match port {
+        true => Some(ctl.read_reply()?),
+        false => None,
+    };
+    if !t.code.is_completion() {
+        return Err(crate::ftp::control::refused("TYPE I", &t));
+    }
+    let ported = p.is_some_and(|p| p.code.is_completion());
+    Ok(KeptChannel::set_up(
+        m.code.is_completion(),
+        ported.then_some(l),
+    ))
 }

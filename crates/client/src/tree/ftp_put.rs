@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress, MAX_LISTING};
+use super::ftp_kept_put::{self, KeptUpload, Upfile};
 use super::jobs;
 use super::plan::{self, Action, Entry, Have, Kind};
 use super::sync::Notes;
@@ -137,6 +138,24 @@ fn walk_local(root: &Path) -> Result<LocalTree> {
     })
 }
 
+/// Files whose STOR and data go out ahead of the current file's replies
+/// on a kept MODE E connection (at most [`jobs::AHEAD_BYTES`] of them):
+/// as for downloads, enough bytes per worker to cover the path's
+/// bandwidth-delay product over the automatic 4 workers.
+const UPLOADS_AHEAD: usize = 4;
+
+/// Reads the replies of the MKDs of `paths` (a refusal only noted: the
+/// directory may be there already).
+fn mkd_replies(ctl: &mut Control, paths: &[String]) -> Result<()> {
+    for path in paths {
+        let r = ctl.read_reply()?;
+        if !r.code.is_completion() {
+            tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
+        }
+    }
+    Ok(())
+}
+
 /// MKDs sent ahead of their replies.
 const MKD_WINDOW: usize = 32;
 
@@ -160,13 +179,13 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         ..Notes::default()
     };
     let timeout = Duration::from_secs(a.opts.timeout);
-    let mut ctl = session::open(u, timeout)?;
-    let feat = session::features(&mut ctl)?.unwrap_or_default();
-    let has = |name: &str| {
-        feat.iter()
-            .any(|l| l.split_whitespace().next() == Some(name))
+    let workers = jobs::Workers::from_flag(a.tree.files);
+    // The first workers log in while the directories are made and listed.
+    let pre = {
+        let (u, parallel) = (u.clone(), a.opts.parallel);
+        jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
     };
-    let mfmt = has("MFMT");
+    let mut ctl = session::open(u, timeout)?;
     // The target and every directory, parents first. A refusal is not an
     // error yet: the directory may exist; a STOR into it will tell.
     // Pipelined (a window of MKDs out before their replies): a parent's
@@ -177,16 +196,35 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         .map(|rel| remote_join(&u.path, rel))
         .filter(|p| p != "/")
         .collect();
-    for window in mkd.chunks(MKD_WINDOW) {
+    let mut windows = mkd.chunks(MKD_WINDOW);
+    // FEAT, the first window of MKDs and, for --sync, what a pipelined
+    // MODE E listing needs (TYPE I, MODE E, PORT) go out in one round
+    // trip: a re-sync's setup is one round trip after the login, not four.
+    ctl.send("FEAT")?;
+    let first = windows.next().unwrap_or_default();
+    for path in first {
+        ctl.send(&format!("MKD {path}"))?;
+    }
+    let listen = match a.tree.sync && !ctl.is_tls() {
+        true => Some(super::ftp_list::listing_setup(&mut ctl)?),
+        false => None,
+    };
+    let feat = session::parse_features(&ctl.read_reply()?).unwrap_or_default();
+    mkd_replies(&mut ctl, first)?;
+    let mut kept = match listen {
+        Some(l) => Some(super::ftp_list::listing_replies(&mut ctl, l)?),
+        None => None,
+    };
+    let has = |name: &str| {
+        feat.iter()
+            .any(|l| l.split_whitespace().next() == Some(name))
+    };
+    let mfmt = has("MFMT");
+    for window in windows {
         for path in window {
             ctl.send(&format!("MKD {path}"))?;
         }
-        for path in window {
-            let r = ctl.read_reply()?;
-            if !r.code.is_completion() {
-                tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(&r));
-            }
-        }
+        mkd_replies(&mut ctl, window)?;
     }
     if a.tree.sync {
         let mut there = HashMap::new();
@@ -195,13 +233,18 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
             .collect();
         // A GridFTP server lists them all pipelined on one kept MODE E
         // connection (a round trip per window, not three per directory).
-        let mut listed = match has("PARALLEL") && !ctl.is_tls() {
-            true => {
+        let mut listed = match (has("PARALLEL"), kept.as_mut()) {
+            (true, Some(kept)) => {
                 let paths: Vec<String> = all.iter().map(|d| remote_join(&u.path, d)).collect();
-                let mut kept = super::ftp_kept::KeptChannel::default();
-                super::ftp_kept::list_many(&mut ctl, &mut kept, &paths, MAX_LISTING)?
+                super::ftp_kept::list_many(&mut ctl, kept, &paths, MAX_LISTING)?
             }
-            false => None,
+            (false, Some(kept)) if kept.in_mode_e() => {
+                // A server that took MODE E but is no GridFTP one: its
+                // listings in MODE S.
+                ctl.expect_ok("MODE S", "MODE S")?;
+                None
+            }
+            _ => None,
         };
         for (k, dir) in all.into_iter().enumerate() {
             let path = remote_join(&u.path, &dir);
@@ -246,30 +289,60 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     ctl.quit();
     let same = AtomicU64::new(0);
     let total = files.len() + notes.uptodate as usize;
-    let workers = jobs::Workers::from_flag(a.tree.files);
     let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
     let job = JobProgress::start(Some(sizes), files.len(), a.opts.quiet);
+    // Without CKSMs or REST between files, a GridFTP server gets the
+    // next files' STORs and data ahead on the kept MODE E connection;
+    // other servers the next upload's EPSV.
+    let lookahead = match !a.tree.checksum && !a.resume {
+        true => jobs::Lookahead::files(UPLOADS_AHEAD),
+        false => jobs::Lookahead::files(1),
+    };
     let out = jobs::run_ahead(
         files,
         workers,
-        1,
+        lookahead,
+        |s: &Send| s.size,
         &job.done,
-        || open(u, a.opts.parallel, timeout),
+        || {
+            pre.take()
+                .unwrap_or_else(|| open(u, a.opts.parallel, timeout))
+        },
         |c, rel, s, attempt, next| {
             let remote = remote_join(&u.path, rel);
             if a.tree.checksum && same_checksum(c, &remote, &s.local, Some(s.size))? {
                 same.fetch_add(1, Relaxed);
                 return Ok(0);
             }
+            let resume = attempt > 0 || a.resume;
+            if !a.tree.checksum && !resume && KeptUpload::usable(c) {
+                let upcoming: Vec<Upfile> =
+                    next.iter().map(|(r, n)| upfile(&u.path, r, n)).collect();
+                let this = upfile(&u.path, rel, s);
+                if let Some(n) =
+                    ftp_kept_put::store(c, &this, &upcoming, a.opts.block_size, &job.stats)?
+                {
+                    return Ok(n);
+                }
+            }
+            KeptUpload::leave(c)?;
             // The next upload's EPSV rides along only when nothing else
             // (CKSM) goes before its STOR.
             let more = !next.is_empty() && !a.tree.checksum;
-            send(c, u, a, rel, s, attempt > 0 || a.resume, more, &job.stats)
+            send(c, u, a, rel, s, resume, more, &job.stats)
         },
     );
     job.progress.finish();
     notes.same = same.into_inner();
     finish("sent", out, total, &notes, t0, a.opts.stats.is_some())
+}
+
+fn upfile<'a>(base: &str, rel: &str, s: &'a Send) -> Upfile<'a> {
+    Upfile {
+        remote: remote_join(base, rel),
+        local: &s.local,
+        mtime: s.mtime,
+    }
 }
 
 /// Uploads one file of the tree on a worker's connection; a retry resumes

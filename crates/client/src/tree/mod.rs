@@ -6,6 +6,7 @@
 //! ([`http_listing`] reads HTTP directory listings).
 pub mod ftp;
 mod ftp_kept;
+mod ftp_kept_put;
 mod ftp_list;
 pub mod ftp_put;
 pub mod http;

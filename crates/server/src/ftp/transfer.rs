@@ -808,6 +808,7 @@ async fn accept_all(
     cached: Vec<TcpStream>,
 ) -> Result<tokio::task::JoinHandle<()>, OpError> {
     if !cached.is_empty() {
+        tracing::debug!(streams = cached.len(), "reusing kept data connections");
         let listener = match (data.channel, job.passive.as_ref()) {
             (DataChannel::Passive, Some(p)) => Some(p.clone()),
             _ => None,
@@ -849,6 +850,7 @@ async fn accept_all(
                 _ = job.cancel.cancelled() => return Err(OpError::Aborted),
             };
             job.engine.prepare_socket_sized(&first, asked_buffer(data));
+            tracing::debug!(streams = 1, "data connections made");
             let _ = tx.send(first).await;
             let engine = job.engine.clone();
             Ok(tokio::spawn(accept_more(
@@ -870,6 +872,7 @@ async fn accept_more(
 ) {
     while let Ok(c) = listener.accept().await {
         engine.prepare_socket_sized(&c, buffer.map(data::clamp_usize));
+        tracing::debug!(streams = 1, "data connections made");
         if tx.send(c).await.is_err() {
             break;
         }
