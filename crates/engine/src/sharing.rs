@@ -406,7 +406,7 @@ impl Engine {
             return false;
         };
         let mut buf = sharing.buffers.take();
-        let keep = sharing.hold == CircusHold::Buffers;
+        let hold = sharing.hold;
         rt.spawn(async move {
             let f = Arc::clone(&shared.file);
             let want = len as usize;
@@ -438,6 +438,12 @@ impl Engine {
                 Ok((buf, Ok(n))) if n == want => {
                     engine.inner.counters.add_disk_read(n as u64);
                     engine.inner.counters.add_shared_read(n as u64);
+                    let keep = match hold {
+                        CircusHold::Buffers => true,
+                        CircusHold::PageCache => false,
+                        // Found in the page cache: it stays there.
+                        CircusHold::Auto => !cached,
+                    };
                     st.blocks.insert(block, keep.then(|| Arc::new(buf)));
                     st.circus.read_done(block);
                     None
