@@ -158,7 +158,9 @@ impl Budget {
     /// Whether `slot` holds more than its share while some file under
     /// its share waits: it should give blocks back.
     pub fn over_share(&self, slot: Slot) -> bool {
-        !self.wanting.is_empty() && !self.wanting.contains(&slot) && self.held(slot) > self.share(slot)
+        !self.wanting.is_empty()
+            && !self.wanting.contains(&slot)
+            && self.held(slot) > self.share(slot)
     }
 
     /// `slot` takes a block (its read is about to be issued).

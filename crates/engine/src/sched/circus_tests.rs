@@ -112,7 +112,7 @@ impl Sim {
     fn batch(&mut self) {
         // The selector's counts of who needs each block match the readers
         // (every 64 ms of the clock: counting is slow for long runs).
-        if self.now.as_millis() % 64 == 0 {
+        if self.now.as_millis().is_multiple_of(64) {
             let mut wanted: HashMap<u64, u32> = HashMap::new();
             for r in self.c.readers.values() {
                 for b in r.need.keys() {

@@ -161,9 +161,10 @@ pub struct TuningArgs {
     #[arg(long, value_name = "SHARE")]
     pub circus_independent: Option<Setting>,
     /// Circus sharing: keep shared blocks in engine `buffers` (one read,
-    /// writev to each reader) or in the `pagecache` (one read, sendfile to
-    /// each reader) [default: buffers].
-    #[arg(long, value_name = "buffers|pagecache")]
+    /// writev to each reader), in the `pagecache` (one read, sendfile to
+    /// each reader), or `auto`: the page cache for a block already cached
+    /// when read, a buffer for one read from the disk [default: auto].
+    #[arg(long, value_name = "auto|buffers|pagecache")]
     pub circus_hold: Option<Setting>,
     /// Least seconds between two TCP_INFO samples of a full socket [default: 0.1].
     #[arg(long, value_name = "SECS")]
