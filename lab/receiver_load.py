@@ -54,6 +54,8 @@ def clients(bindir):
                                              "/dev/null"],
         "sluice get (FTP) -p 1 --drs off": [sl, "get", "-q", "-p", "1", "--drs", "off", f"ftp://{SA}:{FTP}{f}",
                                             "/dev/null"],
+        "sluice get (HTTP) -p auto --drs off": [sl, "get", "-q", "-p", "auto", "--drs", "off",
+                                                f"http://{SA}:{HTTP}{f}", "/dev/null"],
         "sluice get (FTP) -p auto": [sl, "get", "-q", "-p", "auto", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
         "sluice get (HTTP) -p auto": [sl, "get", "-q", "-p", "auto", f"http://{SA}:{HTTP}{f}", "/dev/null"],
     }
