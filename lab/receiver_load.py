@@ -50,6 +50,12 @@ def clients(bindir):
         "sluice get (FTP) --drs off": [sl, "get", "-q", "--drs", "off", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
         "sluice get (HTTP) -p 1": [sl, "get", "-q", "-p", "1", f"http://{SA}:{HTTP}{f}", "/dev/null"],
         "sluice get (HTTP) --drs off": [sl, "get", "-q", "--drs", "off", f"http://{SA}:{HTTP}{f}", "/dev/null"],
+        "sluice get (HTTP) -p 1 --drs off": [sl, "get", "-q", "-p", "1", "--drs", "off", f"http://{SA}:{HTTP}{f}",
+                                             "/dev/null"],
+        "sluice get (FTP) -p 1 --drs off": [sl, "get", "-q", "-p", "1", "--drs", "off", f"ftp://{SA}:{FTP}{f}",
+                                            "/dev/null"],
+        "sluice get (HTTP) -p auto --drs off": [sl, "get", "-q", "-p", "auto", "--drs", "off",
+                                                f"http://{SA}:{HTTP}{f}", "/dev/null"],
         "sluice get (FTP) -p auto": [sl, "get", "-q", "-p", "auto", f"ftp://{SA}:{FTP}{f}", "/dev/null"],
         "sluice get (HTTP) -p auto": [sl, "get", "-q", "-p", "auto", f"http://{SA}:{HTTP}{f}", "/dev/null"],
     }

@@ -64,11 +64,13 @@ fn http_get_p_auto_chooses_its_stream_count() {
 
 #[test]
 fn http_auto_adds_streams_when_each_connection_is_paced() {
-    // Every connection the server makes is paced to 8 MB/s: two streams
-    // move twice as much, and the controller must see it and climb. The
-    // file is written pseudo-randomly so a misplaced range shows.
+    // Every connection the server makes is paced to 4 MB/s: two streams
+    // move twice as much, and the controller must see it and climb (one
+    // stream would take 12 s: long enough for the time gate to let a
+    // probe through). The file is written pseudo-randomly so a misplaced
+    // range shows.
     let server = sluice(ServeOptions {
-        extra_args: vec!["--max-pacing-rate".into(), "8M".into()],
+        extra_args: vec!["--max-pacing-rate".into(), "4M".into()],
         ..Default::default()
     });
     let src = server.root.join("paced.bin");
@@ -115,12 +117,12 @@ fn p_n_forces_n_streams() {
 
 #[test]
 fn ftp_get_p_auto_restarts_on_more_streams_when_each_is_paced() {
-    // As over HTTP, each data connection is paced to 8 MB/s. MODE E fixes
+    // As over HTTP, each data connection is paced to 4 MB/s. MODE E fixes
     // a transfer's parallelism, so every change of count is an ABOR and a
     // RETR with the ranges received as restart marker: the file must come
     // out whole, each byte once.
     let server = sluice(ServeOptions {
-        extra_args: vec!["--max-pacing-rate".into(), "8M".into()],
+        extra_args: vec!["--max-pacing-rate".into(), "4M".into()],
         ..Default::default()
     });
     let src = server.root.join("paced.bin");

@@ -267,10 +267,11 @@ fn open(
 ) -> Result<()> {
     let u = job.u.clone();
     let (size, etag, timeout) = (job.size, job.etag.map(str::to_owned), job.timeout);
+    let drs = job.a.opts.drs;
     std::thread::Builder::new()
         .name("sluice-range".into())
         .spawn(move || {
-            let p = ranged(&u, r, size, etag.as_deref(), timeout);
+            let p = ranged(&u, r, size, etag.as_deref(), timeout, drs);
             let _ = tx.send((id, p));
         })
         .map(|_| ())

@@ -105,11 +105,27 @@ pub fn run(a: &GetArgs) -> Result<()> {
     let t0 = Instant::now();
     let want = a.verify.then_some(WANT_DIGEST);
     let fetch = if streams > 1 {
-        parallel(&u, streams, already, saved_etag.as_deref(), want, timeout)?
+        parallel(
+            &u,
+            streams,
+            already,
+            saved_etag.as_deref(),
+            want,
+            timeout,
+            a.opts.drs,
+        )?
     } else {
         // Automatic streams ask for `bytes=already-` even from 0: a 206
         // says ranges work and gives the size, with no HEAD round trip.
-        single(&u, already, auto, saved_etag.as_deref(), want, timeout)?
+        single(
+            &u,
+            already,
+            auto,
+            saved_etag.as_deref(),
+            want,
+            timeout,
+            a.opts.drs,
+        )?
     };
     already = fetch.already;
     if a.verify && fetch.digest.is_none() {
@@ -245,10 +261,11 @@ fn single(
     etag: Option<&str>,
     want: Option<&'static str>,
     timeout: Duration,
+    drs: bool,
 ) -> Result<Fetch> {
     let ranged = ranged || already > 0;
     let range = ranged.then_some((already, None));
-    let x = exchange::request_with(u, Method::Get, range, etag, want, timeout)?;
+    let x = exchange::request_full(u, Method::Get, range, etag, want, timeout, drs)?;
     check_coding(&x.head)?;
     let h = &x.head;
     let digest = repr_digest(h);
@@ -323,6 +340,7 @@ fn parallel(
     saved_etag: Option<&str>,
     want: Option<&'static str>,
     timeout: Duration,
+    drs: bool,
 ) -> Result<Fetch> {
     let probe = exchange::request_with(u, Method::Head, None, None, want, timeout)?;
     let h = probe.head;
@@ -333,7 +351,7 @@ fn parallel(
     let digest = repr_digest(&h);
     let size = match h.content_length {
         Some(s) if h.accepts_ranges() => s,
-        _ => return single(u, already, false, saved_etag, want, timeout),
+        _ => return single(u, already, false, saved_etag, want, timeout, drs),
     };
     if already > size || (already > 0 && saved_etag.is_some() && saved_etag != etag.as_deref()) {
         // The file changed since the part was written: start over.
@@ -359,13 +377,14 @@ fn parallel(
             etag.as_deref().or(saved_etag),
             want,
             timeout,
+            drs,
         );
     }
     let mut pieces = Vec::new();
     for i in 0..count {
         let a = already + left * i / count;
         let b = already + left * (i + 1) / count;
-        pieces.push(ranged(u, a..b, size, etag.as_deref(), timeout)?);
+        pieces.push(ranged(u, a..b, size, etag.as_deref(), timeout, drs)?);
     }
     Ok(Fetch {
         pieces,
@@ -386,9 +405,18 @@ pub(super) fn ranged(
     size: u64,
     etag: Option<&str>,
     timeout: Duration,
+    drs: bool,
 ) -> Result<Piece> {
     let (a, b) = (r.start, r.end);
-    let x = exchange::request(u, Method::Get, Some((a, Some(b - 1))), etag, timeout)?;
+    let x = exchange::request_full(
+        u,
+        Method::Get,
+        Some((a, Some(b - 1))),
+        etag,
+        None,
+        timeout,
+        drs,
+    )?;
     check_coding(&x.head)?;
     let ok = matches!(x.head.content_range,
         Some(ContentRange::Bytes { first, last, complete })
