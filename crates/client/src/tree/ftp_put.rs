@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress, MAX_LISTING};
+use super::ftp::{
+    finish, mlsd, open_for, remote_join, same_checksum, Conn, JobProgress, Prepare, MAX_LISTING,
+};
 use super::ftp_kept_put::{self, KeptUpload, Upfile};
 use super::jobs;
 use super::plan::{self, Action, Entry, Have, Kind};
@@ -181,11 +183,18 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let timeout = Duration::from_secs(a.opts.timeout);
     let workers = jobs::Workers::from_flag(a.tree.files);
     // The first workers log in while the directories are made and listed.
+    // Their kept MODE E channel too, when every file may go that way.
+    let prep = match !a.tree.checksum && !a.resume {
+        true => Prepare::Put,
+        false => Prepare::Nothing,
+    };
     let pre = {
         let (u, parallel) = (u.clone(), a.opts.parallel);
-        jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
+        jobs::Preopen::start(workers.initial, move || {
+            open_for(&u, parallel, timeout, prep)
+        })
     };
-    let mut ctl = session::open(u, timeout)?;
+    let mut ctl = crate::ftp::control::Control::connect(u, timeout)?;
     // The target and every directory, parents first. A refusal is not an
     // error yet: the directory may exist; a STOR into it will tell.
     // Pipelined (a window of MKDs out before their replies): a parent's
@@ -197,22 +206,32 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         .filter(|p| p != "/")
         .collect();
     let mut windows = mkd.chunks(MKD_WINDOW);
-    // FEAT, the first window of MKDs and, for --sync, what a pipelined
-    // MODE E listing needs (TYPE I, MODE E, PORT) go out in one round
-    // trip: a re-sync's setup is one round trip after the login, not four.
-    ctl.send("FEAT")?;
+    // The login, FEAT, the first window of MKDs and, for --sync, what a
+    // pipelined MODE E listing needs (TYPE I, MODE E, PORT) go out in one
+    // round trip after the greeting.
     let first = windows.next().unwrap_or_default();
-    for path in first {
-        ctl.send(&format!("MKD {path}"))?;
-    }
-    let listen = match a.tree.sync && !ctl.is_tls() {
-        true => Some(super::ftp_list::listing_setup(&mut ctl)?),
+    let setup = match a.tree.sync && !ctl.is_tls() {
+        true => Some(super::ftp_list::listing_setup(&ctl)?),
         false => None,
     };
-    let feat = session::parse_features(&ctl.read_reply()?).unwrap_or_default();
-    mkd_replies(&mut ctl, first)?;
-    let mut kept = match listen {
-        Some(l) => Some(super::ftp_list::listing_replies(&mut ctl, l)?),
+    let mut after = vec!["FEAT".to_string()];
+    after.extend(first.iter().map(|p| format!("MKD {p}")));
+    if let Some((_, lines)) = &setup {
+        after.extend(lines.iter().cloned());
+    }
+    let lines: Vec<&str> = after.iter().map(String::as_str).collect();
+    let replies = ctl.login_pipelined(&u.user, &u.password, &lines)?;
+    let feat = session::parse_features(&replies[0]).unwrap_or_default();
+    for (path, r) in first.iter().zip(&replies[1..]) {
+        if !r.code.is_completion() {
+            tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(r));
+        }
+    }
+    let mut kept = match setup {
+        Some((l, _)) => Some(super::ftp_list::listing_channel(
+            l,
+            &replies[1 + first.len()..],
+        )?),
         None => None,
     };
     let has = |name: &str| {
@@ -306,7 +325,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         &job.done,
         || {
             pre.take()
-                .unwrap_or_else(|| open(u, a.opts.parallel, timeout))
+                .unwrap_or_else(|| open_for(u, a.opts.parallel, timeout, prep))
         },
         |c, rel, s, attempt, next| {
             let remote = remote_join(&u.path, rel);
