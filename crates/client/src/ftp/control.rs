@@ -188,7 +188,23 @@ impl Control {
         password: &str,
         after: &[&str],
     ) -> Result<Vec<Reply>> {
+        self.login_pipelined_then(user, password, after, &[])
+    }
+
+    /// [`Control::login_pipelined`] that also sends `then` right behind
+    /// `after`, in the same round trip, and leaves their replies unread
+    /// (transfers: MLSDs behind their PORT). Clear sessions only.
+    pub fn login_pipelined_then(
+        &mut self,
+        user: &str,
+        password: &str,
+        after: &[&str],
+        then: &[String],
+    ) -> Result<Vec<Reply>> {
         if self.is_tls() {
+            if !then.is_empty() {
+                return Err(ClientError::Bug("commands sent ahead on TLS".into()));
+            }
             self.login(user, password)?;
             return after.iter().map(|l| self.cmd(l)).collect();
         }
@@ -196,7 +212,7 @@ impl Control {
         self.send(&format!("USER {user}"))?;
         tracing::debug!(">> PASS ****");
         self.send(&format!("PASS {password}"))?;
-        for line in after {
+        for line in after.iter().copied().chain(then.iter().map(String::as_str)) {
             tracing::debug!(">> {line}");
             self.send(line)?;
         }

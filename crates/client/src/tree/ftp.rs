@@ -108,15 +108,18 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         })
     };
     let mut ctl = crate::ftp::control::Control::connect(u, timeout)?;
+    let mut marks = vec![("connected", Instant::now())];
     let mut files = Vec::new();
     let mut notes = Notes::default();
     let mut no_mlsd = false;
     let mut lister = Lister::login(&mut ctl, u)?;
+    marks.push(("logged-in", Instant::now()));
     // Breadth first, a level at a time: a GridFTP server gets a level's
     // MLSDs pipelined on one kept MODE E connection.
     let mut level = vec![String::new()];
     while !level.is_empty() {
         let mut listed = lister.list_level(&mut ctl, u, &level)?;
+        marks.push(("level", Instant::now()));
         let mut dirs = Vec::new();
         for (k, dir) in std::mem::take(&mut level).into_iter().enumerate() {
             let path = remote_join(&u.path, &dir);
@@ -242,6 +245,8 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     );
     job.progress.finish();
     notes.same = same.into_inner();
+    let mut out = out;
+    out.timeline.marks = marks;
     finish(
         "received",
         out,

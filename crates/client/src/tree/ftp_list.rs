@@ -163,3 +163,18 @@ pub(super) fn listing_channel(l: std::net::TcpListener, replies: &[Reply]) -> Re
         ported.then_some(l),
     ))
 }
+
+/// [`listing_channel`] for MLSDs sent behind the set-up before its
+/// answers: the listener stays whatever the server said to MODE E.
+pub(super) fn speculative_channel(
+    l: std::net::TcpListener,
+    replies: &[Reply],
+) -> Result<KeptChannel> {
+    let (Some(t), Some(m)) = (replies.first(), replies.get(1)) else {
+        return Err(ClientError::Bug("listing set-up replies missing".into()));
+    };
+    if !t.code.is_completion() {
+        return Err(refused("TYPE I", t));
+    }
+    Ok(KeptChannel::speculative(m.code.is_completion(), l))
+}

@@ -169,6 +169,9 @@ pub struct Timeline {
     pub logins: Vec<std::time::Instant>,
     /// A file arrived.
     pub ends: Vec<std::time::Instant>,
+    /// Steps before the workers started (connected, logged in, a level
+    /// listed), set by the caller.
+    pub marks: Vec<(&'static str, std::time::Instant)>,
 }
 
 /// Whether an error may go away when tried again: the network, a
@@ -442,6 +445,7 @@ where
             started: Some(started),
             logins: logins.into_inner().unwrap(),
             ends: ends.into_inner().unwrap(),
+            marks: Vec::new(),
         },
         bytes: bytes.into_inner(),
         retries: retries.into_inner(),

@@ -53,8 +53,15 @@ fn timeline(t: &jobs::Timeline, t0: Instant) -> String {
     logins.sort();
     let q = |f: usize| ends.get((ends.len() * f / 4).min(ends.len().saturating_sub(1)));
     let logins: Vec<String> = logins.iter().map(at).collect();
+    let marks: Vec<String> = t
+        .marks
+        .iter()
+        .map(|(m, i)| format!("{m} {}", at(i)))
+        .collect();
     format!(
-        "stats: timeline listed {} logins [{}] files first {} 25% {} 50% {} 75% {} last {}",
+        "stats: timeline {}{}workers {} logins [{}] files first {} 25% {} 50% {} 75% {} last {}",
+        marks.join(" "),
+        if marks.is_empty() { "" } else { " " },
         t.started.as_ref().map_or("-".into(), at),
         logins.join(" "),
         ends.first().map_or("-".into(), at),
