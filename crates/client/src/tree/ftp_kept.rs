@@ -502,11 +502,14 @@ pub(super) fn read_sent(
 ) -> Result<Vec<Option<Result<Vec<u8>>>>> {
     let mut out = Vec::with_capacity(paths.len());
     let mut buf = Vec::new();
-    let mut broken = false;
+    let (mut broken, mut no_channel) = (false, false);
     for path in paths {
         let what = format!("MLSD {}", super::plan::shown(path));
         match start(ctl, kept)? {
-            Err(r) if broken && r.code.0 == 425 => {
+            // No data channel (any more): listed again later, on a new
+            // one.
+            Err(r) if r.code.0 == 425 => {
+                no_channel = true;
                 out.push(None);
                 continue;
             }
@@ -555,7 +558,7 @@ pub(super) fn read_sent(
             Err(refused(&what, &last))
         }));
     }
-    if broken || !kept.mode_e {
+    if broken || no_channel || !kept.mode_e {
         kept.listener = None;
         kept.sock = None;
     }
