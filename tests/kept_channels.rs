@@ -249,6 +249,23 @@ fn sluice_put_tree_keeps_one_mode_e_connection_per_worker() {
     let out = sluice_put_tree(&tree, &g.url("up/"), &["--files", "2"]);
     out.assert_success();
     assert_eq!(sums(&g.local("up")), want, "to globus\n{}", out.describe());
+    // A re-sync lists globus's copy with the MLSDs sent behind the login
+    // (no MFMT there: the times differ, so every file goes again).
+    let out = sluice_put_tree(&tree, &g.url("up/"), &["--sync"]);
+    out.assert_success();
+    assert!(out.stderr.contains("of 51 files"), "{}", out.describe());
+    assert_eq!(sums(&g.local("up")), want, "re-sync to globus\n{}", out.describe());
+    // vsftpd refuses MODE E and has no MLSD: the MLSDs sent ahead are
+    // read and dropped, the upload goes the MODE S way.
+    if !require_tool("vsftpd") {
+        return;
+    }
+    let v = crate::harness::servers::vsftpd(true);
+    for _ in 0..2 {
+        let out = sluice_put_tree(&tree, &v.url("up/"), &["--sync"]);
+        out.assert_success();
+        assert_eq!(sums(&v.local("up")), want, "to vsftpd\n{}", out.describe());
+    }
 }
 
 /// A refused STOR with files pipelined behind it (their data already on

@@ -175,6 +175,62 @@ impl Control {
         self.protect_data()
     }
 
+    /// [`Control::login`] with the commands `after` (TYPE I, FEAT, a
+    /// transfer's set-up) sent in the same round trip as USER and PASS:
+    /// their replies, in order. A tree worker is ready one round trip
+    /// after the greeting instead of three or four. With TLS (PBSZ and
+    /// PROT come between) the login goes first, then `after`, each in
+    /// turn. A server that answers USER with 230 gets PASS anyway (its
+    /// answer, 503 or 230, is read and dropped).
+    pub fn login_pipelined(
+        &mut self,
+        user: &str,
+        password: &str,
+        after: &[&str],
+    ) -> Result<Vec<Reply>> {
+        self.login_pipelined_then(user, password, after, &[])
+    }
+
+    /// [`Control::login_pipelined`] that also sends `then` right behind
+    /// `after`, in the same round trip, and leaves their replies unread
+    /// (transfers: MLSDs behind their PORT). Clear sessions only.
+    pub fn login_pipelined_then(
+        &mut self,
+        user: &str,
+        password: &str,
+        after: &[&str],
+        then: &[String],
+    ) -> Result<Vec<Reply>> {
+        if self.is_tls() {
+            if !then.is_empty() {
+                return Err(ClientError::Bug("commands sent ahead on TLS".into()));
+            }
+            self.login(user, password)?;
+            return after.iter().map(|l| self.cmd(l)).collect();
+        }
+        tracing::debug!(">> USER {user}");
+        self.send(&format!("USER {user}"))?;
+        tracing::debug!(">> PASS ****");
+        self.send(&format!("PASS {password}"))?;
+        for line in after.iter().copied().chain(then.iter().map(String::as_str)) {
+            tracing::debug!(">> {line}");
+            self.send(line)?;
+        }
+        let u = self.read_reply()?;
+        if !matches!(u.code.0, 230 | 331 | 332) {
+            return Err(ClientError::Login {
+                reply: one_line(&u),
+            });
+        }
+        let p = self.read_reply()?;
+        if u.code.0 != 230 && !matches!(p.code.0, 230 | 202) {
+            return Err(ClientError::Login {
+                reply: one_line(&p),
+            });
+        }
+        after.iter().map(|_| self.read_reply()).collect()
+    }
+
     /// PBSZ 0 and PROT P on a TLS session: data connections are TLS too.
     fn protect_data(&mut self) -> Result<()> {
         if self.is_protected() {

@@ -10,18 +10,19 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+pub(super) use super::ftp_conn::{open_for, Conn, Prepare};
 use super::ftp_kept::{self, KeptChannel};
 pub(super) use super::ftp_list::{list_entries, mlsd, Lister};
-use super::jobs::{self, Outcome};
+use super::jobs;
 use super::plan::{self, Action};
+pub(crate) use super::summary::{finish, JobProgress};
 use super::sync::{self, Notes};
 use crate::checksum;
 use crate::cli::GetArgs;
 use crate::error::{ClientError, Result};
-use crate::ftp::control::{refused, Control};
+use crate::ftp::control::refused;
 use crate::ftp::get::Dest;
 use crate::ftp::{data, get, session};
-use crate::progress::Progress;
 use crate::stats::Stats;
 use crate::url::FtpUrl;
 use crate::writer::{self, Sink};
@@ -29,55 +30,6 @@ use std::sync::atomic::AtomicU64;
 
 /// Largest MLSD listing we read for one directory.
 pub(super) const MAX_LISTING: usize = 256 << 20;
-
-/// A worker's connection: logged in, TYPE I, MODE E when `-p N` > 1 and
-/// the server has it.
-pub(super) struct Conn {
-    pub(super) ctl: Control,
-    pub(super) extended: bool,
-    pub(super) mfmt: bool,
-    /// The server lists EPSV in FEAT: the next file's `EPSV` and `RETR`
-    /// may go out before the current file's final reply (pipelining).
-    pub(super) epsv: bool,
-    /// The server lists GridFTP's `PARALLEL` in FEAT: it has MODE E (and
-    /// a plain FTP server that answers 200 to anything is not asked).
-    pub(super) gridftp: bool,
-    /// The remote path whose `EPSV` + `RETR` are sent and not yet
-    /// answered: the next replies on the control connection are theirs.
-    pending: Option<String>,
-    /// A passive address the server opened for the next upload (its
-    /// `EPSV` went out with the last upload's end): no round trip for it.
-    pub(super) next_passive: Option<std::net::SocketAddr>,
-    /// Read buffer of inline downloads, kept for the connection's files.
-    pub(super) buf: Vec<u8>,
-    /// Small files' MODE E channel kept open between files.
-    pub(super) kept: KeptChannel,
-    /// Uploads' MODE E channel kept open between files.
-    pub(super) up: super::ftp_kept_put::KeptUpload,
-}
-
-pub(super) fn open(u: &FtpUrl, parallel: u32, timeout: Duration) -> Result<Conn> {
-    let mut ctl = session::open(u, timeout)?;
-    let feat = session::features_after(&mut ctl, &["TYPE I"])?.unwrap_or_default();
-    let has = |name: &str| {
-        feat.iter()
-            .any(|l| l.split_whitespace().next() == Some(name))
-    };
-    let (mfmt, epsv, gridftp) = (has("MFMT"), has("EPSV"), has("PARALLEL"));
-    let extended = parallel > 1 && session::try_mode_e(&mut ctl)?;
-    Ok(Conn {
-        ctl,
-        extended,
-        mfmt,
-        epsv,
-        gridftp,
-        pending: None,
-        next_passive: None,
-        buf: Vec::new(),
-        kept: KeptChannel::default(),
-        up: Default::default(),
-    })
-}
 
 /// `base` (the URL's path) joined with a relative path.
 pub(super) fn remote_join(base: &str, rel: &str) -> String {
@@ -151,18 +103,23 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     // The first workers log in while the tree is listed.
     let pre = {
         let (u, parallel) = (u.clone(), a.opts.parallel);
-        jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
+        jobs::Preopen::start(workers.initial, move || {
+            open_for(&u, parallel, timeout, Prepare::Get)
+        })
     };
-    let mut ctl = session::open(u, timeout)?;
+    let mut ctl = crate::ftp::control::Control::connect(u, timeout)?;
+    let mut marks = vec![("connected", Instant::now())];
     let mut files = Vec::new();
     let mut notes = Notes::default();
     let mut no_mlsd = false;
-    let mut lister = Lister::new(&mut ctl)?;
+    let mut lister = Lister::login(&mut ctl, u)?;
+    marks.push(("logged-in", Instant::now()));
     // Breadth first, a level at a time: a GridFTP server gets a level's
     // MLSDs pipelined on one kept MODE E connection.
     let mut level = vec![String::new()];
     while !level.is_empty() {
         let mut listed = lister.list_level(&mut ctl, u, &level)?;
+        marks.push(("level", Instant::now()));
         let mut dirs = Vec::new();
         for (k, dir) in std::mem::take(&mut level).into_iter().enumerate() {
             let path = remote_join(&u.path, &dir);
@@ -231,7 +188,7 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         &job.done,
         || {
             pre.take()
-                .unwrap_or_else(|| open(u, a.opts.parallel, timeout))
+                .unwrap_or_else(|| open_for(u, a.opts.parallel, timeout, Prepare::Get))
         },
         |c, rel, f, attempt, next| {
             if a.tree.checksum
@@ -288,6 +245,8 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     );
     job.progress.finish();
     notes.same = same.into_inner();
+    let mut out = out;
+    out.timeline.marks = marks;
     finish(
         "received",
         out,
@@ -547,34 +506,6 @@ fn discard_pending(c: &mut Conn) -> Result<()> {
     Ok(())
 }
 
-/// The job-wide counters every transfer of a tree adds to, and the one
-/// progress display that shows them.
-pub(super) struct JobProgress {
-    pub(super) stats: Arc<Stats>,
-    pub(super) done: Arc<AtomicU64>,
-    pub(super) progress: Progress,
-}
-
-impl JobProgress {
-    /// Starts the display (a terminal on stderr and no `-q` only).
-    pub(super) fn start(bytes: Option<u64>, files: usize, quiet: bool) -> JobProgress {
-        let stats = Arc::new(Stats::default());
-        let done = Arc::new(AtomicU64::new(0));
-        let progress = Progress::start_with_files(
-            stats.clone(),
-            bytes,
-            0,
-            Some((done.clone(), files as u64)),
-            quiet,
-        );
-        JobProgress {
-            stats,
-            done,
-            progress,
-        }
-    }
-}
-
 /// Gives a downloaded file the server's modification time (best effort:
 /// a file system that refuses only loses the time).
 pub(super) fn set_mtime(path: &Path, mtime: Option<i64>) {
@@ -604,88 +535,6 @@ pub(super) fn same_checksum(
     let mine = checksum::file(local, algo)
         .map_err(|e| ClientError::local(format!("checksum {}", local.display()), e))?;
     Ok(checksum::same(&theirs, &mine))
-}
-
-/// `--stats`: where the job's time went, in seconds from its start: the
-/// listing's end (workers start), each worker's login, and when the
-/// first, a quarter, half, three quarters and all of the files had
-/// arrived.
-fn timeline(t: &jobs::Timeline, t0: Instant) -> String {
-    let at = |i: &Instant| format!("{:.3}", i.saturating_duration_since(t0).as_secs_f64());
-    let mut ends = t.ends.clone();
-    ends.sort();
-    let mut logins = t.logins.clone();
-    logins.sort();
-    let q = |f: usize| ends.get((ends.len() * f / 4).min(ends.len().saturating_sub(1)));
-    let logins: Vec<String> = logins.iter().map(at).collect();
-    format!(
-        "stats: timeline listed {} logins [{}] files first {} 25% {} 50% {} 75% {} last {}",
-        t.started.as_ref().map_or("-".into(), at),
-        logins.join(" "),
-        ends.first().map_or("-".into(), at),
-        q(1).map_or("-".into(), at),
-        q(2).map_or("-".into(), at),
-        q(3).map_or("-".into(), at),
-        ends.last().map_or("-".into(), at),
-    )
-}
-
-/// Prints the job's summary and failures; an error if any file failed.
-pub(crate) fn finish(
-    verb: &str,
-    out: Outcome,
-    total: usize,
-    notes: &Notes,
-    t0: Instant,
-    per_file: bool,
-) -> Result<()> {
-    let elapsed = t0.elapsed();
-    let moved = out.done - notes.same.min(out.done);
-    let mut detail = format!("{moved} of {total} files");
-    if notes.uptodate + notes.same > 0 {
-        detail.push_str(&format!(", {} up to date", notes.uptodate + notes.same));
-    }
-    if notes.deleted > 0 {
-        detail.push_str(&format!(", {} deleted", notes.deleted));
-    }
-    if notes.skipped > 0 {
-        detail.push_str(&format!(", {} skipped", notes.skipped));
-    }
-    if out.retries > 0 {
-        detail.push_str(&format!(", {} retries", out.retries));
-    }
-    if !out.failed.is_empty() {
-        detail.push_str(&format!(", {} failed", out.failed.len()));
-    }
-    if out.untried > 0 {
-        detail.push_str(&format!(", {} not tried", out.untried));
-    }
-    eprintln!(
-        "{}",
-        crate::stats::summary(verb, out.bytes, elapsed, &detail)
-    );
-    if per_file {
-        eprintln!("{}", timeline(&out.timeline, t0));
-        for (rel, bytes, took, attempts) in &out.files {
-            eprintln!(
-                "stats: file {} bytes {bytes} seconds {:.3} attempts {attempts}",
-                plan::shown(rel),
-                took.as_secs_f64()
-            );
-        }
-    }
-    for f in &out.failed {
-        eprintln!("sluice: failed: {}: {}", plan::shown(&f.rel), f.error);
-    }
-    let failed = out.failed.len() + out.untried as usize;
-    match out.failed.into_iter().next() {
-        None => Ok(()),
-        Some(first) => Err(ClientError::Tree {
-            failed,
-            total,
-            first: Box::new(first.error),
-        }),
-    }
 }
 
 #[cfg(test)]

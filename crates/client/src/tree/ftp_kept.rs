@@ -51,6 +51,18 @@ pub(super) struct KeptChannel {
 }
 
 impl KeptChannel {
+    /// A channel for listings sent behind `MODE E` and PORT before their
+    /// answers: the listener is kept whatever the mode (MODE S listings
+    /// connect to it too, [`read_sent`]).
+    pub(super) fn speculative(mode_e: bool, listener: TcpListener) -> KeptChannel {
+        KeptChannel {
+            mode_e,
+            refused: !mode_e,
+            listener: Some(listener),
+            ..KeptChannel::default()
+        }
+    }
+
     /// `MODE E` is set on the control connection.
     pub(super) fn in_mode_e(&self) -> bool {
         self.mode_e
@@ -473,4 +485,82 @@ pub(super) fn list_many(
             .map(|r| r.unwrap_or_else(|| Err(ClientError::Bug("listing not read".into()))))
             .collect(),
     ))
+}
+
+/// Reads the listings of `paths`, whose MLSDs went out already (behind
+/// the login and a PORT to `kept`'s listener, before the server's FEAT
+/// was known: `put -r --sync`). In MODE E (`kept` took it) as
+/// [`list_many`] reads them; else each came in MODE S on its own
+/// connection to the listener, read to its end. `None` in a path's place:
+/// not listed because an earlier one failed (the server dropped its data
+/// channel: 425), to be listed again.
+pub(super) fn read_sent(
+    ctl: &mut Control,
+    kept: &mut KeptChannel,
+    paths: &[String],
+    max: usize,
+) -> Result<Vec<Option<Result<Vec<u8>>>>> {
+    let mut out = Vec::with_capacity(paths.len());
+    let mut buf = Vec::new();
+    let (mut broken, mut no_channel) = (false, false);
+    for path in paths {
+        let what = format!("MLSD {}", super::plan::shown(path));
+        match start(ctl, kept)? {
+            // No data channel (any more): listed again later, on a new
+            // one.
+            Err(r) if r.code.0 == 425 => {
+                no_channel = true;
+                out.push(None);
+                continue;
+            }
+            Err(r) => {
+                broken = true;
+                out.push(Some(Err(refused(&what, &r))));
+                continue;
+            }
+            Ok(()) => {}
+        }
+        let mut sink = Bounded {
+            bytes: Vec::new(),
+            max,
+        };
+        if kept.mode_e {
+            let (_, closes) = read_blocks(
+                kept.sock.as_mut(),
+                &mut buf,
+                &mut sink,
+                Path::new("(listing)"),
+                None,
+                &Stats::default(),
+            )?;
+            if closes {
+                kept.sock = None;
+            }
+        } else {
+            // MODE S: the listing is the connection's bytes to its end.
+            let mut sock = kept
+                .sock
+                .take()
+                .ok_or_else(|| ClientError::Bug("listing without a connection".into()))?;
+            std::io::copy(&mut sock, &mut sink)
+                .map_err(|e| ClientError::net("read MLSD listing", e))?;
+        }
+        let last = loop {
+            let r = ctl.read_reply()?;
+            if !r.code.is_preliminary() {
+                break r;
+            }
+        };
+        out.push(Some(if last.code.is_completion() {
+            Ok(sink.bytes)
+        } else {
+            broken = true;
+            Err(refused(&what, &last))
+        }));
+    }
+    if broken || no_channel || !kept.mode_e {
+        kept.listener = None;
+        kept.sock = None;
+    }
+    Ok(out)
 }

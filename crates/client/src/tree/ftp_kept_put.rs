@@ -65,6 +65,25 @@ pub(super) struct Upfile<'a> {
 }
 
 impl KeptUpload {
+    /// A channel whose `MODE E` (`mode_e`: taken, else refused) and data
+    /// connection (`sock`, if made) the login set up.
+    pub(super) fn set_up(
+        mode_e: bool,
+        sock: Option<TcpStream>,
+        timeout: std::time::Duration,
+    ) -> KeptUpload {
+        let sock = sock.filter(|_| mode_e);
+        if let Some(s) = &sock {
+            let _ = s.set_write_timeout(Some(timeout));
+        }
+        KeptUpload {
+            mode_e,
+            refused: !mode_e,
+            sock,
+            ..KeptUpload::default()
+        }
+    }
+
     /// Whether files may go this way on `c`: a GridFTP server (FEAT
     /// `PARALLEL`), MODE E not refused, one stream per file (`-p 1`), no
     /// TLS on data connections (kept connections are clear ones).

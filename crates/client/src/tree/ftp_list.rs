@@ -9,6 +9,7 @@ use crate::error::{ClientError, Result};
 use crate::ftp::control::{refused, Control};
 use crate::ftp::{data, session};
 use crate::url::FtpUrl;
+use sluice_ftp::reply::Reply;
 
 /// Reads the MLSD listing of `path`.
 pub(super) fn mlsd(ctl: &mut Control, path: &str) -> Result<Vec<u8>> {
@@ -80,17 +81,22 @@ pub(super) struct Lister {
 }
 
 impl Lister {
-    pub(super) fn new(ctl: &mut Control) -> Result<Lister> {
-        // FEAT and, in case the server is a GridFTP one, what a pipelined
-        // MODE E listing needs (TYPE I, MODE E, PORT), in one round trip.
-        ctl.send("FEAT")?;
-        let listen = match ctl.is_tls() {
+    /// Logs in on `ctl` (connected) with FEAT and, in case the server is
+    /// a GridFTP one, what a pipelined MODE E listing needs (TYPE I, MODE
+    /// E, PORT), all in one round trip after the greeting.
+    pub(super) fn login(ctl: &mut Control, u: &FtpUrl) -> Result<Lister> {
+        let setup = match ctl.is_tls() {
             false => Some(listing_setup(ctl)?),
             true => None,
         };
-        let feat = session::parse_features(&ctl.read_reply()?).unwrap_or_default();
-        let kept = match listen {
-            Some(l) => Some(listing_replies(ctl, l)?),
+        let mut after = vec!["FEAT"];
+        if let Some((_, lines)) = &setup {
+            after.extend(lines.iter().map(String::as_str));
+        }
+        let replies = ctl.login_pipelined(&u.user, &u.password, &after)?;
+        let feat = session::parse_features(&replies[0]).unwrap_or_default();
+        let kept = match setup {
+            Some((l, _)) => Some(listing_channel(l, &replies[1..])?),
             None => None,
         };
         let gridftp = feat
@@ -124,46 +130,51 @@ impl Lister {
     }
 }
 
-/// Sends `TYPE I`, `MODE E` and (IPv4) `PORT` for a pipelined listing
-/// on a kept MODE E channel, without reading their replies
-/// ([`listing_replies`]): the listener.
-pub(super) fn listing_setup(ctl: &mut Control) -> Result<(std::net::TcpListener, bool)> {
+/// The commands a pipelined listing on a kept MODE E channel needs
+/// (`TYPE I`, `MODE E` and, on IPv4, `PORT`), to go out with others, and
+/// the listener PORT names ([`listing_channel`] reads their replies).
+pub(super) fn listing_setup(ctl: &Control) -> Result<(std::net::TcpListener, Vec<String>)> {
     let ip = ctl.local.ip();
     let l = std::net::TcpListener::bind(std::net::SocketAddr::new(ip, 0))
         .map_err(|e| ClientError::net("listen for data connections", e))?;
     let me = l
         .local_addr()
         .map_err(|e| ClientError::net("listen for data connections", e))?;
-    ctl.send("TYPE I")?;
-    ctl.send("MODE E")?;
-    let port = match me {
-        std::net::SocketAddr::V4(v4) => {
-            ctl.send(&format!("PORT {}", sluice_ftp::addr::format_port(v4)))?;
-            true
-        }
-        std::net::SocketAddr::V6(_) => false,
-    };
-    Ok((l, port))
+    let mut lines = vec!["TYPE I".to_string(), "MODE E".to_string()];
+    if let std::net::SocketAddr::V4(v4) = me {
+        lines.push(format!("PORT {}", sluice_ftp::addr::format_port(v4)));
+    }
+    Ok((l, lines))
 }
 
-/// The replies to [`listing_setup`]'s commands: the kept channel (MODE E
-/// refused: one that says so; PORT refused: the listing asks again).
-pub(super) fn listing_replies(
-    ctl: &mut Control,
-    (l, port): (std::net::TcpListener, bool),
-) -> Result<KeptChannel> {
-    let t = ctl.read_reply()?;
-    let m = ctl.read_reply()?;
-    let p = match port {
-        true => Some(ctl.read_reply()?),
-        false => None,
+/// The kept channel from the replies to [`listing_setup`]'s commands
+/// (MODE E refused: one that says so; PORT refused or not sent: the
+/// listing asks again).
+pub(super) fn listing_channel(l: std::net::TcpListener, replies: &[Reply]) -> Result<KeptChannel> {
+    let (Some(t), Some(m)) = (replies.first(), replies.get(1)) else {
+        return Err(ClientError::Bug("listing set-up replies missing".into()));
     };
     if !t.code.is_completion() {
-        return Err(crate::ftp::control::refused("TYPE I", &t));
+        return Err(refused("TYPE I", t));
     }
-    let ported = p.is_some_and(|p| p.code.is_completion());
+    let ported = replies.get(2).is_some_and(|p| p.code.is_completion());
     Ok(KeptChannel::set_up(
         m.code.is_completion(),
         ported.then_some(l),
     ))
+}
+
+/// [`listing_channel`] for MLSDs sent behind the set-up before its
+/// answers: the listener stays whatever the server said to MODE E.
+pub(super) fn speculative_channel(
+    l: std::net::TcpListener,
+    replies: &[Reply],
+) -> Result<KeptChannel> {
+    let (Some(t), Some(m)) = (replies.first(), replies.get(1)) else {
+        return Err(ClientError::Bug("listing set-up replies missing".into()));
+    };
+    if !t.code.is_completion() {
+        return Err(refused("TYPE I", t));
+    }
+    Ok(KeptChannel::speculative(m.code.is_completion(), l))
 }

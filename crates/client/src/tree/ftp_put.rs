@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::ftp::{finish, mlsd, open, remote_join, same_checksum, Conn, JobProgress, MAX_LISTING};
+use super::ftp::{
+    finish, mlsd, open_for, remote_join, same_checksum, Conn, JobProgress, Prepare, MAX_LISTING,
+};
 use super::ftp_kept_put::{self, KeptUpload, Upfile};
 use super::jobs;
 use super::plan::{self, Action, Entry, Have, Kind};
@@ -156,6 +158,10 @@ fn mkd_replies(ctl: &mut Control, paths: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Directories whose MLSDs a re-sync sends with the login (more are
+/// listed after it, pipelined).
+const LIST_AHEAD: usize = 32;
+
 /// MKDs sent ahead of their replies.
 const MKD_WINDOW: usize = 32;
 
@@ -181,11 +187,19 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let timeout = Duration::from_secs(a.opts.timeout);
     let workers = jobs::Workers::from_flag(a.tree.files);
     // The first workers log in while the directories are made and listed.
+    // Their kept MODE E channel too, when every file may go that way.
+    let prep = match !a.tree.checksum && !a.resume {
+        true => Prepare::Put,
+        false => Prepare::Nothing,
+    };
     let pre = {
         let (u, parallel) = (u.clone(), a.opts.parallel);
-        jobs::Preopen::start(workers.initial, move || open(&u, parallel, timeout))
+        jobs::Preopen::start(workers.initial, move || {
+            open_for(&u, parallel, timeout, prep)
+        })
     };
-    let mut ctl = session::open(u, timeout)?;
+    let mut ctl = crate::ftp::control::Control::connect(u, timeout)?;
+    let mut marks = vec![("connected", Instant::now())];
     // The target and every directory, parents first. A refusal is not an
     // error yet: the directory may exist; a STOR into it will tell.
     // Pipelined (a window of MKDs out before their replies): a parent's
@@ -197,23 +211,69 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         .filter(|p| p != "/")
         .collect();
     let mut windows = mkd.chunks(MKD_WINDOW);
-    // FEAT, the first window of MKDs and, for --sync, what a pipelined
-    // MODE E listing needs (TYPE I, MODE E, PORT) go out in one round
-    // trip: a re-sync's setup is one round trip after the login, not four.
-    ctl.send("FEAT")?;
+    // The login, FEAT, the first window of MKDs and, for --sync, what a
+    // pipelined MODE E listing needs (TYPE I, MODE E, PORT) go out in one
+    // round trip after the greeting.
     let first = windows.next().unwrap_or_default();
-    for path in first {
-        ctl.send(&format!("MKD {path}"))?;
-    }
-    let listen = match a.tree.sync && !ctl.is_tls() {
-        true => Some(super::ftp_list::listing_setup(&mut ctl)?),
+    let setup = match a.tree.sync && !ctl.is_tls() {
+        true => Some(super::ftp_list::listing_setup(&ctl)?),
         false => None,
     };
-    let feat = session::parse_features(&ctl.read_reply()?).unwrap_or_default();
-    mkd_replies(&mut ctl, first)?;
-    let mut kept = match listen {
-        Some(l) => Some(super::ftp_list::listing_replies(&mut ctl, l)?),
+    let mut after = vec!["FEAT".to_string()];
+    after.extend(first.iter().map(|p| format!("MKD {p}")));
+    if let Some((_, lines)) = &setup {
+        after.extend(lines.iter().cloned());
+    }
+    // With every directory's MKD in that window and PORT in the set-up,
+    // the re-sync's MLSDs go out too, behind the PORT (read below, in
+    // MODE E or, if the server took no MODE E, MODE S): the listing
+    // arrives a round trip after the login instead of three.
+    let all: Vec<String> = std::iter::once(String::new())
+        .chain(dirs.iter().cloned())
+        .collect();
+    let ahead = match &setup {
+        Some((_, lines)) if lines.len() == 3 && mkd.len() <= MKD_WINDOW => all.len() <= LIST_AHEAD,
+        _ => false,
+    };
+    let mlsds: Vec<String> = match ahead {
+        true => all
+            .iter()
+            .map(|d| format!("MLSD {}", remote_join(&u.path, d)))
+            .collect(),
+        false => Vec::new(),
+    };
+    let lines: Vec<&str> = after.iter().map(String::as_str).collect();
+    let replies = ctl.login_pipelined_then(&u.user, &u.password, &lines, &mlsds)?;
+    marks.push(("logged-in", Instant::now()));
+    let feat = session::parse_features(&replies[0]).unwrap_or_default();
+    for (path, r) in first.iter().zip(&replies[1..]) {
+        if !r.code.is_completion() {
+            tracing::debug!("MKD {path}: {}", crate::ftp::control::one_line(r));
+        }
+    }
+    let mut kept = match setup {
+        Some((l, _)) if ahead => Some(super::ftp_list::speculative_channel(
+            l,
+            &replies[1 + first.len()..],
+        )?),
+        Some((l, _)) => Some(super::ftp_list::listing_channel(
+            l,
+            &replies[1 + first.len()..],
+        )?),
         None => None,
+    };
+    // The listings sent ahead, read now (before any other command).
+    let sent = match (ahead, kept.as_mut()) {
+        (true, Some(k)) => {
+            let paths: Vec<String> = all.iter().map(|d| remote_join(&u.path, d)).collect();
+            Some(super::ftp_kept::read_sent(
+                &mut ctl,
+                k,
+                &paths,
+                MAX_LISTING,
+            )?)
+        }
+        _ => None,
     };
     let has = |name: &str| {
         feat.iter()
@@ -228,15 +288,33 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     }
     if a.tree.sync {
         let mut there = HashMap::new();
-        let all: Vec<String> = std::iter::once(String::new())
-            .chain(dirs.iter().cloned())
-            .collect();
         // A GridFTP server lists them all pipelined on one kept MODE E
-        // connection (a round trip per window, not three per directory).
+        // connection (a round trip per window, not three per directory);
+        // those listed ahead are taken as they came, the others (after a
+        // failure: 425) listed again.
+        let sent = sent.unwrap_or_else(|| all.iter().map(|_| None).collect());
         let mut listed = match (has("PARALLEL"), kept.as_mut()) {
             (true, Some(kept)) => {
-                let paths: Vec<String> = all.iter().map(|d| remote_join(&u.path, d)).collect();
-                super::ftp_kept::list_many(&mut ctl, kept, &paths, MAX_LISTING)?
+                let again: Vec<usize> = (0..all.len()).filter(|&k| sent[k].is_none()).collect();
+                let paths: Vec<String> = again
+                    .iter()
+                    .map(|&k| remote_join(&u.path, &all[k]))
+                    .collect();
+                let mut relisted = match paths.is_empty() {
+                    true => Some(Vec::new()),
+                    false => super::ftp_kept::list_many(&mut ctl, kept, &paths, MAX_LISTING)?,
+                };
+                match relisted.as_mut() {
+                    Some(r) => {
+                        let mut r = std::mem::take(r).into_iter();
+                        Some(
+                            sent.into_iter()
+                                .map(|s| s.unwrap_or_else(|| r.next().unwrap_or(Ok(Vec::new()))))
+                                .collect::<Vec<Result<Vec<u8>>>>(),
+                        )
+                    }
+                    None => None,
+                }
             }
             (false, Some(kept)) if kept.in_mode_e() => {
                 // A server that took MODE E but is no GridFTP one: its
@@ -272,6 +350,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
                 }
             }
         }
+        marks.push(("listed", Instant::now()));
         files.retain(|(rel, s)| {
             let have = there.get(rel).and_then(|e| {
                 e.size.map(|size| Have {
@@ -306,7 +385,7 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
         &job.done,
         || {
             pre.take()
-                .unwrap_or_else(|| open(u, a.opts.parallel, timeout))
+                .unwrap_or_else(|| open_for(u, a.opts.parallel, timeout, prep))
         },
         |c, rel, s, attempt, next| {
             let remote = remote_join(&u.path, rel);
@@ -334,6 +413,8 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     );
     job.progress.finish();
     notes.same = same.into_inner();
+    let mut out = out;
+    out.timeline.marks = marks;
     finish("sent", out, total, &notes, t0, a.opts.stats.is_some())
 }
 

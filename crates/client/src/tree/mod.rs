@@ -5,6 +5,7 @@
 //! files on `--files N` workers with retries, [`ftp`] and [`http`] do the I/O
 //! ([`http_listing`] reads HTTP directory listings).
 pub mod ftp;
+mod ftp_conn;
 mod ftp_kept;
 mod ftp_kept_put;
 mod ftp_list;
@@ -13,4 +14,5 @@ pub mod http;
 pub mod http_listing;
 pub mod jobs;
 pub mod plan;
+mod summary;
 pub mod sync;
