@@ -30,8 +30,6 @@ pub struct Stats {
     pub receive_stalls: AtomicU64,
     /// Total time the drain thread spent in those waits, in microseconds.
     pub stall_micros: AtomicU64,
-    /// Blocks the drain thread placed itself (the writer was idle).
-    pub blocks_inline: AtomicU64,
     /// Bytes currently held between drain and writer.
     pub mem_in_use: AtomicU64,
     /// Highest value `mem_in_use` reached.
@@ -154,7 +152,7 @@ impl Stats {
         self.drs_note.lock().ok().and_then(|n| n.clone())
     }
 
-    fn counters(&self) -> [(&'static str, &AtomicU64); 31] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 30] {
         [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
@@ -164,7 +162,6 @@ impl Stats {
             ("duplicate_bytes", &self.duplicate_bytes),
             ("receive_stalls", &self.receive_stalls),
             ("stall_micros", &self.stall_micros),
-            ("blocks_inline", &self.blocks_inline),
             ("mem_peak", &self.mem_peak),
             ("perf_markers", &self.perf_markers),
             ("restart_markers", &self.restart_markers),

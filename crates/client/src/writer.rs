@@ -6,15 +6,6 @@
 //! [`Budget`]: the drain thread takes bytes from it before handing a block
 //! over, the writer gives them back once they are written. When the budget
 //! is used up the drain thread waits; each wait is a receive stall.
-//!
-//! A block for a positional sink (a file, /dev/null) that finds the
-//! writer idle is placed by the drain thread itself ([`WriterInput::send`]):
-//! with the CPU contended (ten busy loops on the client's core) a block
-//! handed over moves only once both threads have been scheduled, and
-//! Sluice's single stream ran at 0.75x curl's one thread. A write that
-//! takes long (the page cache full of dirty pages, a slow disk) turns
-//! this off for [`INLINE_PAUSE`], so a slow disk still never holds the
-//! reading for long.
 
 use std::fs::File;
 use std::io::Write as _;
@@ -22,11 +13,10 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::{ClientError, Result};
 use crate::reassembly::Reassembly;
@@ -35,14 +25,6 @@ use crate::stats::Stats;
 /// Bytes of newly contiguous data after which the MODE E resume point is
 /// written to the side file (a lost update costs at most this much re-sent).
 const PREFIX_SAVE_STEP: u64 = 16 << 20;
-
-/// An inline write slower than this hands the next blocks back to the
-/// writer thread (a page-cache write of a block takes tens of
-/// microseconds; milliseconds mean the disk is making writers wait).
-const INLINE_SLOW: Duration = Duration::from_millis(2);
-
-/// How long blocks go to the writer thread after a slow inline write.
-pub const INLINE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Buffers the writer may hand back to a drain thread for reuse.
 pub const RECYCLE_SLOTS: usize = 64;
@@ -156,35 +138,6 @@ pub struct Writer {
     tx: Option<mpsc::Sender<Block>>,
     join: Option<JoinHandle<Result<WriterReport>>>,
     budget: Arc<Budget>,
-    shared: Arc<Shared>,
-}
-
-/// What the writer thread and the drain threads share: the placing of
-/// blocks (one at a time), how many blocks wait in the channel, and
-/// whether the drain may place blocks itself.
-struct Shared {
-    placer: Mutex<Placer>,
-    /// Blocks sent to the writer thread and not yet placed.
-    queued: AtomicUsize,
-    /// Drains may place blocks themselves (a positional sink).
-    inline: bool,
-    /// ... but not before this many microseconds after `t0` (a slow write).
-    inline_after: AtomicU64,
-    t0: Instant,
-}
-
-/// The writer's state: blocks in, bytes out at their offsets.
-struct Placer {
-    sink: Sink,
-    prefix_file: Option<PathBuf>,
-    recycle: Option<mpsc::SyncSender<Vec<u8>>>,
-    re: Reassembly,
-    /// The contiguous prefix known to be on disk.
-    safe_prefix: u64,
-    /// The prefix last written to the side file.
-    saved_prefix: u64,
-    /// An inline placement failed: the writer thread reports it.
-    failed: Option<ClientError>,
 }
 
 /// Settings of one writer.
@@ -209,32 +162,11 @@ impl Writer {
     pub fn start(cfg: WriterConfig, stats: Arc<Stats>) -> Result<Writer> {
         let budget = Arc::new(Budget::new(cfg.mem_cap));
         let (tx, rx) = mpsc::channel::<Block>();
-        let re = match cfg.sink {
-            Sink::File(_) => Reassembly::seekable(0..cfg.already, cfg.size),
-            Sink::Stdout | Sink::Device(_) => Reassembly::in_order(cfg.size, cfg.mem_cap),
-        };
-        let prefix = re.prefix();
-        let shared = Arc::new(Shared {
-            inline: !cfg.sink.in_order(),
-            placer: Mutex::new(Placer {
-                sink: cfg.sink,
-                prefix_file: cfg.prefix_file,
-                recycle: cfg.recycle,
-                re,
-                safe_prefix: prefix,
-                saved_prefix: prefix,
-                failed: None,
-            }),
-            queued: AtomicUsize::new(0),
-            inline_after: AtomicU64::new(0),
-            t0: Instant::now(),
-        });
-        let (b, sh) = (budget.clone(), shared.clone());
-        let size = cfg.size;
+        let b = budget.clone();
         let join = std::thread::Builder::new()
             .name("sluice-writer".into())
             .spawn(move || {
-                let r = write_loop(&sh, size, rx, &b, &stats);
+                let r = write_loop(cfg, rx, &b, &stats);
                 // Whatever happened, never leave the drain thread waiting.
                 b.close();
                 r
@@ -244,7 +176,6 @@ impl Writer {
             tx: Some(tx),
             join: Some(join),
             budget,
-            shared,
         })
     }
 
@@ -253,7 +184,6 @@ impl Writer {
         WriterInput {
             tx: self.tx.clone().expect("writer input taken after finish"),
             budget: self.budget.clone(),
-            shared: self.shared.clone(),
         }
     }
 
@@ -273,116 +203,43 @@ impl Writer {
 pub struct WriterInput {
     tx: mpsc::Sender<Block>,
     budget: Arc<Budget>,
-    shared: Arc<Shared>,
 }
 
 impl WriterInput {
-    /// Hands a block to the writer, waiting on the memory cap first, or
-    /// places it here when the writer is idle (see the module's text).
+    /// Hands a block to the writer, waiting on the memory cap first.
     /// Returns false if the writer has stopped (it reports why).
     pub fn send(&self, block: Block, stats: &Stats) -> bool {
-        let block = match self.place_here(block, stats) {
-            Ok(placed) => return placed,
-            Err(block) => block,
-        };
         if !self.budget.acquire(block.data.len() as u64, stats) {
             return false;
         }
-        self.shared.queued.fetch_add(1, Relaxed);
-        if self.tx.send(block).is_err() {
-            self.shared.queued.fetch_sub(1, Relaxed);
-            return false;
-        }
-        true
-    }
-
-    /// Places `block` on this thread if the sink is positional, nothing
-    /// waits for the writer thread (so no block is overtaken) and no
-    /// recent inline write was slow; gives it back otherwise.
-    fn place_here(&self, block: Block, stats: &Stats) -> std::result::Result<bool, Block> {
-        let sh = &*self.shared;
-        if !sh.inline || sh.queued.load(Relaxed) != 0 {
-            return Err(block);
-        }
-        let now = sh.t0.elapsed().as_micros() as u64;
-        if now < sh.inline_after.load(Relaxed) {
-            return Err(block);
-        }
-        // The writer thread placing a block holds the lock: hand over.
-        let Ok(mut p) = sh.placer.try_lock() else {
-            return Err(block);
-        };
-        if sh.queued.load(Relaxed) != 0 {
-            return Err(block);
-        }
-        if p.failed.is_some() {
-            return Ok(false);
-        }
-        let t0 = Instant::now();
-        let r = p.place(block, None, stats);
-        let took = t0.elapsed();
-        Stats::add(&stats.blocks_inline, 1);
-        if took > INLINE_SLOW {
-            // The reading waited for the disk: a writer wait (the
-            // verdict's disk share), and the writer thread takes over.
-            Stats::add(&stats.stall_micros, took.as_micros() as u64);
-            let until = sh.t0.elapsed() + INLINE_PAUSE;
-            sh.inline_after.store(until.as_micros() as u64, Relaxed);
-        }
-        match r {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                p.failed = Some(e);
-                self.budget.close();
-                Ok(false)
-            }
-        }
+        self.tx.send(block).is_ok()
     }
 }
 
 fn write_loop(
-    sh: &Shared,
-    size: Option<u64>,
+    cfg: WriterConfig,
     rx: mpsc::Receiver<Block>,
     budget: &Budget,
     stats: &Stats,
 ) -> Result<WriterReport> {
-    let mut stdout_used = false;
-    for block in rx {
-        let mut p = lock(&sh.placer);
-        stdout_used |= matches!(p.sink, Sink::Stdout);
-        let r = if p.failed.is_some() {
-            Ok(())
-        } else {
-            p.place(block, Some(budget), stats)
-        };
-        sh.queued.fetch_sub(1, Relaxed);
-        if let Err(e) = r {
-            p.failed = Some(e);
-        }
-        if p.failed.is_some() {
-            break;
-        }
-    }
-    let mut p = lock(&sh.placer);
-    if let Some(e) = p.failed.take() {
+    let mut re = match cfg.sink {
+        Sink::File(_) => Reassembly::seekable(0..cfg.already, cfg.size),
+        Sink::Stdout | Sink::Device(_) => Reassembly::in_order(cfg.size, cfg.mem_cap),
+    };
+    // The contiguous prefix known to be on disk.
+    let mut safe_prefix = re.prefix();
+    if let Err(e) = write_blocks(&cfg, rx, budget, stats, &mut re, &mut safe_prefix) {
         // A bad block or a failed write ends the download; record how far
         // the file is good so `--continue` does not start from scratch.
-        if let Some(f) = &p.prefix_file {
-            let _ = save_prefix(f, p.safe_prefix);
+        if let Some(p) = &cfg.prefix_file {
+            let _ = save_prefix(p, safe_prefix);
         }
         return Err(e);
     }
-    if stdout_used {
-        std::io::stdout()
-            .flush()
-            .map_err(|e| ClientError::local("write to stdout", e))?;
+    if let Some(p) = &cfg.prefix_file {
+        save_prefix(p, re.prefix())?;
     }
-    if let Some(f) = &p.prefix_file {
-        save_prefix(f, p.re.prefix())?;
-    }
-    let re = &mut p.re;
-    let gaps = size.map(|s| re.gaps(s)).unwrap_or_default();
+    let gaps = cfg.size.map(|s| re.gaps(s)).unwrap_or_default();
     Ok(WriterReport {
         gaps,
         prefix: re.prefix(),
@@ -390,33 +247,36 @@ fn write_loop(
     })
 }
 
-impl Placer {
-    /// Feeds one block through the reassembly and writes what it frees.
-    /// `budget`: the block's bytes were taken from it (handed over, not
-    /// placed inline) and go back once written.
-    fn place(&mut self, block: Block, budget: Option<&Budget>, stats: &Stats) -> Result<()> {
+fn write_blocks(
+    cfg: &WriterConfig,
+    rx: mpsc::Receiver<Block>,
+    budget: &Budget,
+    stats: &Stats,
+    re: &mut Reassembly,
+    safe_prefix: &mut u64,
+) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    let mut saved_prefix = re.prefix();
+    for block in rx {
         let n = block.data.len() as u64;
-        let placed = self.re.handle_block(block.offset, block.data);
-        if self.sink.in_order() {
+        let placed = re.handle_block(block.offset, block.data);
+        if cfg.sink.in_order() {
             // Held blocks wait in the reassembly window, bounded on its own;
             // keeping them in the budget could wedge the drain thread.
-            if let Some(b) = budget {
-                b.release(n, stats);
-            }
+            budget.release(n, stats);
         }
         placed.map_err(|e| ClientError::Protocol(e.to_string()))?;
-        while let Some(w) = self.re.poll_write() {
+        while let Some(w) = re.poll_write() {
             let len = w.data.len() as u64;
-            match &self.sink {
+            match &cfg.sink {
                 Sink::File(f) => {
                     f.write_all_at(&w.data, w.offset)
                         .map_err(|e| ClientError::local("write", e))?;
-                    if let Some(r) = &self.recycle {
+                    if let Some(r) = &cfg.recycle {
                         let _ = r.try_send(w.data);
                     }
                 }
-                Sink::Stdout => std::io::stdout()
-                    .lock()
+                Sink::Stdout => stdout
                     .write_all(&w.data)
                     .map_err(|e| ClientError::local("write to stdout", e))?,
                 Sink::Device(f) => {
@@ -427,24 +287,25 @@ impl Placer {
             }
             Stats::add(&stats.bytes_written, len);
         }
-        self.safe_prefix = self.re.prefix();
-        if !self.sink.in_order() {
-            if let Some(b) = budget {
-                b.release(n, stats);
-            }
+        *safe_prefix = re.prefix();
+        if !cfg.sink.in_order() {
+            budget.release(n, stats);
         }
-        stats
-            .duplicate_bytes
-            .store(self.re.duplicate_bytes(), Relaxed);
-        if let Some(p) = &self.prefix_file {
-            let prefix = self.re.prefix();
-            if prefix >= self.saved_prefix + PREFIX_SAVE_STEP {
+        stats.duplicate_bytes.store(re.duplicate_bytes(), Relaxed);
+        if let Some(p) = &cfg.prefix_file {
+            let prefix = re.prefix();
+            if prefix >= saved_prefix + PREFIX_SAVE_STEP {
                 save_prefix(p, prefix)?;
-                self.saved_prefix = prefix;
+                saved_prefix = prefix;
             }
         }
-        Ok(())
     }
+    if matches!(cfg.sink, Sink::Stdout) {
+        stdout
+            .flush()
+            .map_err(|e| ClientError::local("write to stdout", e))?;
+    }
+    Ok(())
 }
 
 /// Records the resume point of a MODE E download (whose `.part` file may
@@ -599,72 +460,6 @@ mod tests {
         assert!(rep.gaps.is_empty());
         assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
         assert_eq!(stats.mem_in_use.load(Relaxed), 0);
-    }
-
-    #[test]
-    fn an_idle_writer_lets_the_drain_place_blocks_and_a_busy_one_takes_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let (w, stats) = file_writer(File::create(&path).unwrap(), 9, None);
-        let input = w.input();
-        // Nothing queued, nobody placing: placed here, at once.
-        let b = |offset: u64, d: &[u8]| Block {
-            offset,
-            data: d.to_vec(),
-        };
-        assert!(input.send(b(6, b"ghi"), &stats));
-        assert_eq!(stats.blocks_inline.load(Relaxed), 1);
-        assert_eq!(stats.bytes_written.load(Relaxed), 3);
-        // The writer thread busy with a block (its lock held): handed over,
-        // and so is the next one, which must not overtake it.
-        let held = w.shared.placer.lock().unwrap();
-        assert!(input.send(b(3, b"def"), &stats));
-        assert!(input.send(b(0, b"abc"), &stats));
-        assert_eq!(stats.blocks_inline.load(Relaxed), 1);
-        drop(held);
-        drop(input);
-        let rep = w.finish().unwrap();
-        assert!(rep.gaps.is_empty());
-        assert_eq!(std::fs::read(&path).unwrap(), b"abcdefghi");
-        assert_eq!(stats.mem_in_use.load(Relaxed), 0);
-    }
-
-    #[test]
-    fn an_in_order_sink_is_never_written_by_the_drain() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("fifo");
-        let made = std::process::Command::new("mkfifo").arg(&path).status();
-        if !made.is_ok_and(|s| s.success()) {
-            return; // no mkfifo here
-        }
-        let p2 = path.clone();
-        let reader = std::thread::spawn(move || std::fs::read(p2).unwrap());
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        let stats = Arc::new(Stats::default());
-        let w = Writer::start(
-            WriterConfig {
-                sink: Sink::Device(f),
-                already: 0,
-                size: Some(3),
-                mem_cap: 1 << 20,
-                prefix_file: None,
-                recycle: None,
-            },
-            stats.clone(),
-        )
-        .unwrap();
-        let input = w.input();
-        assert!(input.send(
-            Block {
-                offset: 0,
-                data: b"abc".to_vec()
-            },
-            &stats
-        ));
-        drop(input);
-        w.finish().unwrap();
-        assert_eq!(reader.join().unwrap(), b"abc");
-        assert_eq!(stats.blocks_inline.load(Relaxed), 0);
     }
 
     #[test]
