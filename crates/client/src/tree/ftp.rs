@@ -166,7 +166,9 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
         }
         level = dirs;
     }
-    ctl.quit();
+    // The listing connection's QUIT waits for its 221 (a round trip) on
+    // a thread of its own, not before the workers start.
+    std::thread::spawn(move || ctl.quit());
     let same = AtomicU64::new(0);
     let total = files.len();
     let mut per_file = a.clone();

@@ -365,7 +365,9 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
             send
         });
     }
-    ctl.quit();
+    // The listing connection's QUIT waits for its 221 (a round trip) on
+    // a thread of its own, not before the workers start.
+    std::thread::spawn(move || ctl.quit());
     let same = AtomicU64::new(0);
     let total = files.len() + notes.uptodate as usize;
     let sizes: u64 = files.iter().map(|(_, s)| s.size).sum();
