@@ -1,9 +1,7 @@
 //! Stream counts of `sluice get`: chosen automatically with `-p auto`
 //! (HTTP ranges against `sluice serve`; FTP MODE E against `sluice serve`
 //! and globus-gridftp-server, restarted with the ranges received when the
-//! count changes), forced by `-p N`; one stream when `-p` is not given
-//! (auto still loses to one stream where one fills the path: see
-//! docs/TUNING.md).
+//! count changes), the default when `-p` is not given; forced by `-p N`.
 
 use crate::harness::corpus::write_pseudo_random;
 use crate::harness::servers::{gridftp, sluice, sluice_ro, ServeOptions};
@@ -54,8 +52,13 @@ fn http_get_p_auto_chooses_its_stream_count() {
     assert!(stat(&out, "streams_peak") >= 1);
     // Every connection it opened was a range of the one file.
     assert!(stat(&out, "streams") >= stat(&out, "streams_peak"));
-    // No -p: one stream, not chosen.
+    // No -p: chosen the same way (the default).
     let out = get(&[], &server.http_url(&f.name), &dest);
+    assert_transferred(&out, &dest, f);
+    summary_says(&out, "(HTTP, auto ");
+    assert!(stat(&out, "streams_auto") >= 1, "{}", out.describe());
+    // -p 1: one stream, not chosen.
+    let out = get(&["-p", "1"], &server.http_url(&f.name), &dest);
     assert_transferred(&out, &dest, f);
     summary_says(&out, "(HTTP, 1 stream)");
     assert_eq!(stat(&out, "streams_auto"), 0, "{}", out.describe());
