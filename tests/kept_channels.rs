@@ -254,7 +254,12 @@ fn sluice_put_tree_keeps_one_mode_e_connection_per_worker() {
     let out = sluice_put_tree(&tree, &g.url("up/"), &["--sync"]);
     out.assert_success();
     assert!(out.stderr.contains("of 51 files"), "{}", out.describe());
-    assert_eq!(sums(&g.local("up")), want, "re-sync to globus\n{}", out.describe());
+    assert_eq!(
+        sums(&g.local("up")),
+        want,
+        "re-sync to globus\n{}",
+        out.describe()
+    );
     // vsftpd refuses MODE E and has no MLSD: the MLSDs sent ahead are
     // read and dropped, the upload goes the MODE S way.
     if !require_tool("vsftpd") {

@@ -99,13 +99,14 @@ impl KeptChannel {
     }
 }
 
-/// An error after which the control or data connection is out of step:
-/// the connection is given up (a network error) and the file retried.
-fn lost(e: ClientError) -> ClientError {
+/// An error after which the control or data connection is out of step
+/// (a download or an upload on the kept channel): the connection is given
+/// up (a network error) and the file retried on a new one.
+pub(super) fn lost(e: ClientError) -> ClientError {
     match e {
         ClientError::Network { .. } => e,
         e => ClientError::net(
-            "kept MODE E transfer",
+            "kept MODE E connection",
             std::io::Error::other(format!("dropped out of step: {e}")),
         ),
     }
@@ -182,12 +183,7 @@ pub(super) fn fetch(
     if closes {
         c.kept.sock = None;
     }
-    let last = loop {
-        let r = c.ctl.read_reply().map_err(lost)?;
-        if !r.code.is_preliminary() {
-            break r;
-        }
-    };
+    let last = final_reply(&mut c.ctl).map_err(lost)?;
     if !last.code.is_completion() {
         return Err(lost(refused("transfer", &last)));
     }
@@ -354,12 +350,7 @@ pub(super) fn discard_pending(c: &mut Conn) -> Result<()> {
         if closes {
             c.kept.sock = None;
         }
-        loop {
-            let r = c.ctl.read_reply().map_err(lost)?;
-            if !r.code.is_preliminary() {
-                break;
-            }
-        }
+        final_reply(&mut c.ctl).map_err(lost)?;
     }
     Ok(())
 }
@@ -445,29 +436,10 @@ pub(super) fn list_many(
                     broken = true;
                 }
                 Ok(()) => {
-                    let mut sink = Bounded {
-                        bytes: Vec::new(),
-                        max,
-                    };
-                    let (_, closes) = read_blocks(
-                        kept.sock.as_mut(),
-                        &mut buf,
-                        &mut sink,
-                        Path::new("(listing)"),
-                        None,
-                        &Stats::default(),
-                    )?;
-                    if closes {
-                        kept.sock = None;
-                    }
-                    let last = loop {
-                        let r = ctl.read_reply()?;
-                        if !r.code.is_preliminary() {
-                            break r;
-                        }
-                    };
+                    let bytes = read_mode_e_listing(kept, &mut buf, max)?;
+                    let last = final_reply(ctl)?;
                     out[i] = Some(if last.code.is_completion() {
-                        Ok(sink.bytes)
+                        Ok(bytes)
                     } else {
                         broken = true;
                         Err(refused(&what, &last))
@@ -485,6 +457,37 @@ pub(super) fn list_many(
             .map(|r| r.unwrap_or_else(|| Err(ClientError::Bug("listing not read".into()))))
             .collect(),
     ))
+}
+
+/// One listing's bytes (at most `max`) from the kept MODE E channel, to
+/// its EOD; the channel is forgotten when the server closes it.
+fn read_mode_e_listing(kept: &mut KeptChannel, buf: &mut Vec<u8>, max: usize) -> Result<Vec<u8>> {
+    let mut sink = Bounded {
+        bytes: Vec::new(),
+        max,
+    };
+    let (_, closes) = read_blocks(
+        kept.sock.as_mut(),
+        buf,
+        &mut sink,
+        Path::new("(listing)"),
+        None,
+        &Stats::default(),
+    )?;
+    if closes {
+        kept.sock = None;
+    }
+    Ok(sink.bytes)
+}
+
+/// The reply that ends a transfer, past any preliminary ones.
+fn final_reply(ctl: &mut Control) -> Result<Reply> {
+    loop {
+        let r = ctl.read_reply()?;
+        if !r.code.is_preliminary() {
+            return Ok(r);
+        }
+    }
 }
 
 /// Reads the listings of `paths`, whose MLSDs went out already (behind
@@ -520,39 +523,25 @@ pub(super) fn read_sent(
             }
             Ok(()) => {}
         }
-        let mut sink = Bounded {
-            bytes: Vec::new(),
-            max,
-        };
-        if kept.mode_e {
-            let (_, closes) = read_blocks(
-                kept.sock.as_mut(),
-                &mut buf,
-                &mut sink,
-                Path::new("(listing)"),
-                None,
-                &Stats::default(),
-            )?;
-            if closes {
-                kept.sock = None;
-            }
+        let bytes = if kept.mode_e {
+            read_mode_e_listing(kept, &mut buf, max)?
         } else {
             // MODE S: the listing is the connection's bytes to its end.
             let mut sock = kept
                 .sock
                 .take()
                 .ok_or_else(|| ClientError::Bug("listing without a connection".into()))?;
+            let mut sink = Bounded {
+                bytes: Vec::new(),
+                max,
+            };
             std::io::copy(&mut sock, &mut sink)
                 .map_err(|e| ClientError::net("read MLSD listing", e))?;
-        }
-        let last = loop {
-            let r = ctl.read_reply()?;
-            if !r.code.is_preliminary() {
-                break r;
-            }
+            sink.bytes
         };
+        let last = final_reply(ctl)?;
         out.push(Some(if last.code.is_completion() {
-            Ok(sink.bytes)
+            Ok(bytes)
         } else {
             broken = true;
             Err(refused(&what, &last))

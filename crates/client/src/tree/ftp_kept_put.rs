@@ -29,6 +29,7 @@ use std::sync::Arc;
 use sluice_ftp::mode_e::{BlockHeader, HEADER_LEN};
 
 use super::ftp::Conn;
+use super::ftp_kept::lost;
 use crate::error::{ClientError, Result};
 use crate::ftp::control::{one_line, refused};
 use crate::ftp::data;
@@ -105,18 +106,6 @@ impl KeptUpload {
             c.ctl.expect_ok("MODE S", "MODE S")?;
         }
         Ok(())
-    }
-}
-
-/// An error after which the connections are out of step: given up (a
-/// network error), the file retried on a new one.
-fn lost(e: ClientError) -> ClientError {
-    match e {
-        ClientError::Network { .. } => e,
-        e => ClientError::net(
-            "kept MODE E upload",
-            std::io::Error::other(format!("dropped out of step: {e}")),
-        ),
     }
 }
 
