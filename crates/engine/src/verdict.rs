@@ -120,6 +120,18 @@ pub fn send_queue_drained(i: &TcpInfo) -> bool {
     (i.unacked == 0 && i.notsent_bytes == 0) || i.state == CLOSE
 }
 
+/// The bytes the application has handed the socket so far: sent once
+/// (`bytes_sent` less retransmissions) plus not yet sent. A connection
+/// whose `bytes_acked` reaches this value has had everything written up to
+/// this reading acknowledged, whatever was written after it (a kept MODE E
+/// connection carries the next file at once, so its queue may never drain
+/// between two transfers). `None` where the kernel does not report
+/// `bytes_sent` (before Linux 4.19).
+pub fn written_bytes(i: &TcpInfo) -> Option<u64> {
+    (i.bytes_sent > 0)
+        .then(|| i.bytes_sent.saturating_sub(i.bytes_retrans) + u64::from(i.notsent_bytes))
+}
+
 /// How long to wait before looking at a draining connection again: half
 /// its round trip (an ACK can come no sooner), within 1-50 ms.
 pub fn drain_poll(i: &TcpInfo) -> Duration {
@@ -376,6 +388,21 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn written_bytes_count_each_byte_once_and_what_waits_unsent() {
+        let i = TcpInfo {
+            bytes_sent: 10_000,
+            bytes_retrans: 1_000,
+            notsent_bytes: 500,
+            bytes_acked: 8_000,
+            ..TcpInfo::default()
+        };
+        // 9000 sent once, 500 not yet: acknowledged through 9500.
+        assert_eq!(written_bytes(&i), Some(9_500));
+        // A kernel that does not report bytes_sent: unknown.
+        assert_eq!(written_bytes(&TcpInfo::default()), None);
+    }
 
     #[test]
     fn a_sender_held_by_the_receiver_window() {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice_engine::verdict::{drain_poll, send_queue_drained, SendTally};
+use sluice_engine::verdict::{drain_poll, send_queue_drained, written_bytes, SendTally};
 use sluice_engine::Counters;
 use sluice_ftp::markers::RangeSet;
 use sluice_platform::tcp::{self, TcpInfo};
@@ -35,6 +35,9 @@ struct Pending {
     before: TcpInfo,
     t0: Instant,
     fd: OwnedFd,
+    /// `bytes_acked` at which all this transfer wrote is acknowledged
+    /// ([`written_bytes`] when it finished sending).
+    goal: Option<u64>,
 }
 
 impl Progress {
@@ -67,8 +70,16 @@ impl Progress {
     /// A connection that finished sending: tallied from `before` (read
     /// at `t0`) once its send queue has drained ([`Progress::settle`]).
     pub(crate) fn add_pending(&self, before: TcpInfo, t0: Instant, fd: OwnedFd) {
+        let goal = tcp::tcp_info(fd.as_fd())
+            .ok()
+            .and_then(|i| written_bytes(&i));
         if let Ok(mut p) = self.pending.lock() {
-            p.push(Pending { before, t0, fd });
+            p.push(Pending {
+                before,
+                t0,
+                fd,
+                goal,
+            });
         }
     }
 
@@ -91,7 +102,8 @@ impl Progress {
                 let Ok(now) = tcp::tcp_info(p.fd.as_fd()) else {
                     return false;
                 };
-                if late || send_queue_drained(&now) {
+                let through = p.goal.is_some_and(|g| now.bytes_acked >= g);
+                if late || through || send_queue_drained(&now) {
                     self.add_tally(&SendTally::between(&p.before, &now, drained_for(p, &now)));
                     return false;
                 }
