@@ -57,8 +57,16 @@ mod client_streams;
 
 /// `sluice get -r` / `put -r`: trees up and down against `sluice serve`
 /// (and down from vsftpd, which has no MLSD: LIST fallback)
-/// (sha256 of every file), a server killed mid-tree, hostile listings.
+/// (sha256 of every file), `--sync --delete`, `cp`, peers.
 mod trees;
+
+/// Trees with the server killed mid-job and restarted: `get -r` and
+/// `put -r` retry and resume; `put --continue` commits a full partial.
+mod tree_restarts;
+
+/// `get -r` against scripted servers: hostile listings (FTP and HTTP
+/// JSON) refused, a refused file, pipelining in step, keep-alive HTTP.
+mod tree_fakes;
 
 /// GridFTP data channel caching: globus-url-copy -pp -r (and -cc 4)
 /// downloads a tree of small files on kept MODE E connections (125).
