@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use super::{
-    Action, Answer, Change, ChecksumAlgorithm, DataSetup, ListFormat, ListMatch, NamePattern,
-    Pending, Query, Session, State, StoreKind, Transfer,
+    Action, Answer, Change, ChecksumAlgorithm, ListFormat, Pending, Query, Session, State,
+    StoreKind,
 };
 use crate::command::{Command, Dcau, Epsv, Opts, Prot, Restart, TransferMode, TransferType};
 use crate::limits::{MAX_OFFSET, MAX_PARALLELISM};
@@ -539,7 +539,7 @@ impl Session {
     }
 
     /// Resolves a client path, replying on failure.
-    fn resolve(&mut self, arg: &str) -> Option<VirtualPath> {
+    pub(super) fn resolve(&mut self, arg: &str) -> Option<VirtualPath> {
         match self.cwd.resolve(arg) {
             Ok(p) => Some(p),
             Err(PathError::TooLong) => {
@@ -555,7 +555,12 @@ impl Session {
 
     /// A path the login may write: resolved, and not `/` (which gets
     /// `root_code`/`root_text`). Replies on failure.
-    fn writable_target(&mut self, arg: &str, root_code: C, root_text: &str) -> Option<VirtualPath> {
+    pub(super) fn writable_target(
+        &mut self,
+        arg: &str,
+        root_code: C,
+        root_text: &str,
+    ) -> Option<VirtualPath> {
         if !self.writable() {
             return None;
         }
@@ -590,139 +595,6 @@ impl Session {
         self.state = State::AwaitResult(Pending::Change(change.clone()));
         self.actions.push_back(Action::Change(change));
     }
-
-    /// IP family number as RFC 2428 writes it.
-    fn family(&self) -> u8 {
-        if self.config.local_addr.is_ipv4() {
-            1
-        } else {
-            2
-        }
-    }
-
-    fn passive(&mut self, extended: bool) {
-        if self.epsv_all && !extended {
-            self.reply(C::BAD_SEQUENCE, "EPSV ALL in effect; use EPSV.");
-            return;
-        }
-        self.state = State::AwaitPassive { extended };
-        self.drop_kept();
-        self.actions.push_back(Action::OpenPassive { extended });
-    }
-
-    fn active(&mut self, addr: SocketAddr) {
-        if self.epsv_all {
-            self.reply(C::BAD_SEQUENCE, "EPSV ALL in effect; use EPSV.");
-            return;
-        }
-        let foreign_ok = self.login.is_some_and(|l| l.allow_foreign_data_host);
-        let same_host = canonical(addr) == canonical(self.config.peer_addr);
-        // vsftpd's rule: no FTP bounce. Data goes to the control peer, to
-        // an unprivileged port; third-party transfers lift only the host rule.
-        if (!foreign_ok && !same_host) || addr.port() < 1024 {
-            self.reply(
-                C::BAD_ARGUMENTS,
-                "Data connection only to your own address, port >= 1024.",
-            );
-            return;
-        }
-        if self.data == DataSetup::Passive {
-            self.actions.push_back(Action::ClosePassive);
-        }
-        // A new PORT, even to the same address, is a new listener on the
-        // client's side: what we kept was connected to the old one.
-        self.drop_kept();
-        self.data = DataSetup::Active(addr);
-        self.reply(C::OK, "PORT command successful. Consider using PASV.");
-    }
-
-    fn list(&mut self, arg: Option<String>, format: ListFormat) {
-        let arg = arg.as_deref().map(strip_ls_flags).unwrap_or("");
-        let Some(path) = self.resolve(arg) else {
-            return;
-        };
-        let matching = match self.list_match(arg, format) {
-            Ok(m) => m,
-            Err(()) => return,
-        };
-        self.transfer(|data| Action::List {
-            path,
-            format,
-            data,
-            matching,
-        });
-    }
-
-    /// LIST/NLST of `dir/pattern` with a wildcard in the last component
-    /// (MLSD names a directory, RFC 3659 7.1, and takes none).
-    fn list_match(&mut self, arg: &str, format: ListFormat) -> Result<Option<ListMatch>, ()> {
-        let (prefix, last) = match arg.rfind('/') {
-            Some(i) => arg.split_at(i + 1),
-            None => ("", arg),
-        };
-        let pattern = if matches!(format, ListFormat::Machine(_)) {
-            return Ok(None);
-        } else if crate::glob::is_glob(last) {
-            crate::glob::Glob::new(last).map_or(NamePattern::TooLong, NamePattern::Glob)
-        } else if format == ListFormat::Names && !prefix.is_empty() {
-            NamePattern::Exact
-        } else {
-            return Ok(None);
-        };
-        let dir = self.resolve(prefix).ok_or(())?.without_dir_flag();
-        Ok(Some(ListMatch {
-            dir,
-            pattern,
-            prefix: prefix.to_string(),
-        }))
-    }
-
-    fn retr(&mut self, arg: &str, offset: u64, len: Option<u64>, skip: Vec<std::ops::Range<u64>>) {
-        let Some(path) = self.resolve(arg) else {
-            return;
-        };
-        self.transfer(|data| Action::StartRetr {
-            path,
-            offset,
-            len,
-            skip,
-            data,
-        });
-    }
-
-    fn stor(&mut self, arg: &str, kind: StoreKind) {
-        let Some(path) = self.writable_target(arg, C::BAD_FILE_NAME, "File name not allowed.")
-        else {
-            return;
-        };
-        if path.names_dir() {
-            // `name/` names a directory, which no upload writes (vsftpd:
-            // 553, open(2) gives EISDIR).
-            self.reply(C::BAD_FILE_NAME, "File name not allowed.");
-            return;
-        }
-        self.transfer(|data| Action::StartStor { path, kind, data });
-    }
-
-    /// Starts the transfer `make` describes on the data channel set up
-    /// with PORT/PASV, or answers 425 if there is none.
-    fn transfer(&mut self, make: impl FnOnce(super::DataSpec) -> Action) {
-        let Some(data) = self.data_spec() else {
-            self.reply(C::CANT_OPEN_DATA, "Use PORT or PASV first.");
-            return;
-        };
-        self.begin_transfer();
-        self.actions.push_back(make(data));
-    }
-
-    fn begin_transfer(&mut self) {
-        self.state = State::AwaitTransfer(Transfer {
-            started: false,
-            abort_requested: false,
-            abor_sent: false,
-            quit_after: false,
-        });
-    }
 }
 
 /// 536 (RFC 2228: "Requested PROT level not supported by mechanism").
@@ -754,7 +626,7 @@ fn is_data_command(cmd: &Command) -> bool {
 }
 
 /// IPv4-mapped IPv6 peers compare equal to their IPv4 form.
-fn canonical(a: SocketAddr) -> std::net::IpAddr {
+pub(super) fn canonical(a: SocketAddr) -> std::net::IpAddr {
     match a {
         SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
             Some(v4) => std::net::IpAddr::V4(v4),
@@ -765,7 +637,7 @@ fn canonical(a: SocketAddr) -> std::net::IpAddr {
 }
 
 /// `LIST -la dir` -> `dir`: many clients pass ls flags; we ignore them.
-fn strip_ls_flags(arg: &str) -> &str {
+pub(super) fn strip_ls_flags(arg: &str) -> &str {
     let mut rest = arg.trim_start();
     while rest.starts_with('-') {
         match rest.find(' ') {

@@ -20,6 +20,7 @@
 //! [`Session::poll_action`] until `None`, then [`Session::poll_timeout`].
 
 mod action;
+mod data_setup;
 mod dispatch;
 #[doc(hidden)]
 pub mod internal;
