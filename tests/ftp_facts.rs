@@ -3,7 +3,8 @@
 //! for the directory MLSD lists), MFMT sets a file's time for writable
 //! users (and `sluice put -r` keeps modification times with it), CKSM
 //! answers SHA1 and CRC32C next to ADLER32, MD5 and SHA256, each checked
-//! against a value computed here.
+//! against a value computed here. aioftp, the client that found the
+//! `cdir` bug, removes a directory tree through MLST and MLSD.
 
 use crate::harness::corpus;
 use crate::harness::servers::{sluice_ro, sluice_rw};
@@ -48,6 +49,46 @@ fn mlst_of_a_subdirectory_is_type_dir_and_mlsd_keeps_cdir() {
             .any(|l| l.contains("type=dir;") && l.ends_with(" inner")),
         "{text}"
     );
+}
+
+/// aioftp's `remove` asks MLST what a path is and removes a directory
+/// (its listing's files, then RMD) only when the answer is `type=dir`:
+/// with `cdir` it did nothing and the tree stayed. Against `sluice
+/// serve --writable` the whole tree goes and `exists` says so.
+#[test]
+fn aioftp_sees_a_subdirectory_as_a_directory_and_removes_it() {
+    let Some(python) = require_debian_python_with("aioftp") else {
+        return;
+    };
+    let server = sluice_rw();
+    fs::create_dir_all(server.local("tree/inner")).unwrap();
+    fs::write(server.local("tree/a.txt"), b"a").unwrap();
+    fs::write(server.local("tree/inner/b.txt"), b"b").unwrap();
+    let script = r#"
+import asyncio, sys, aioftp
+async def main(host, port):
+    async with aioftp.Client.context(host, int(port), user="anonymous", password="t@x") as c:
+        print("type", (await c.stat("tree"))["type"])
+        print("is_dir", await c.is_dir("tree"), await c.is_dir("tree/inner"))
+        await c.remove("tree")
+        print("exists", await c.exists("tree"))
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"#;
+    let out = run(Command::new(python).args([
+        "-c",
+        script,
+        &server.host.to_string(),
+        &server.port.to_string(),
+    ]));
+    out.assert_success();
+    assert!(out.stdout.contains("type dir\n"), "{}", out.describe());
+    assert!(
+        out.stdout.contains("is_dir True True\n"),
+        "{}",
+        out.describe()
+    );
+    assert!(out.stdout.contains("exists False\n"), "{}", out.describe());
+    assert!(!server.local("tree").exists(), "{}", out.describe());
 }
 
 #[test]

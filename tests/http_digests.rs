@@ -2,7 +2,9 @@
 //! (RFC 9530) and `Want-Digest` / `Digest` (RFC 3230) from `sluice
 //! serve`, checked against Python's hashlib/zlib; none unasked; and
 //! `sluice get` checking a received file against `Repr-Digest`, with a
-//! fake server whose digest is wrong (exit 8, the file kept as `.part`).
+//! fake server whose digest is wrong (exit 8, the file kept as `.part`);
+//! gfal2's `gfal-sum` (the grid's checksum client, via davix) reading
+//! ADLER32 and MD5 from `Want-Digest`.
 
 use crate::harness::process::ProcessGuard;
 use crate::harness::servers::{self, ServeOptions};
@@ -176,5 +178,44 @@ fn a_wrong_repr_digest_fails_the_download() {
             .filter_map(|e| e.ok())
             .any(|e| e.file_name().to_string_lossy().contains(".part"));
         assert!(part, "what arrived is kept");
+    }
+}
+
+/// gfal2 (`gfal-sum`, the client grid sites check transfers with) asks an
+/// HTTP endpoint for ADLER32 and MD5 with `Want-Digest` and fails
+/// ("checksum calculation ... not supported") when no `Digest` comes
+/// back: against `sluice serve` both come back and match Python's.
+#[test]
+fn gfal_sum_reads_checksums_from_want_digest() {
+    if !require_tool("gfal-sum") {
+        return;
+    }
+    let Some(python) = require_debian_python_with("gfal2") else {
+        return;
+    };
+    let (server, port) = sluice_http();
+    let name = corpus::file_name((1 << 20) + 7);
+    let (_, _, adler) = python_digests(&server.local(&name));
+    let md5 = run(Command::new("python3")
+        .args([
+            "-c",
+            "import hashlib,sys;print(hashlib.md5(open(sys.argv[1],'rb').read()).hexdigest())",
+        ])
+        .arg(server.local(&name)));
+    md5.assert_success();
+    let url = format!("http://127.0.0.1:{port}/{name}");
+    for (alg, want) in [("ADLER32", adler.as_str()), ("MD5", md5.stdout.trim())] {
+        // gfal-sum picks its interpreter from GFAL_PYTHONBIN: Debian's,
+        // where apt put the gfal2 bindings.
+        let out = run(Command::new("gfal-sum")
+            .env("GFAL_PYTHONBIN", python)
+            .args([&url, alg]));
+        out.assert_success();
+        assert_eq!(
+            out.stdout.split_whitespace().nth(1),
+            Some(want),
+            "{alg}: {}",
+            out.describe()
+        );
     }
 }

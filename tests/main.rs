@@ -2,7 +2,8 @@
 //!
 //! Run with `cargo test -p sluice-server --test integration` (or
 //! `cargo test --workspace`). Peer tools (curl, wget, lftp, aria2c,
-//! python3, globus-url-copy, globus-gridftp-server, vsftpd) are installed
+//! python3, globus-url-copy, globus-gridftp-server, vsftpd, tnftp, aioftp,
+//! gfal-sum) are installed
 //! by `.ci/deps`; a test whose tool is missing is skipped with a printed
 //! reason, unless SLUICE_REQUIRE_PEERS=1 (CI), which makes it fail.
 //! SLUICE_ITEST_SERVER=vsftpd runs the server-side suites against vsftpd
@@ -32,16 +33,17 @@ mod uploads;
 
 mod uploads_resume;
 
-/// MLST `type=dir`, MFMT (and `sluice put -r` keeping times with it), CKSM
-/// SHA1 and CRC32C.
+/// MLST `type=dir` (aioftp removes a tree by it), MFMT (and `sluice put
+/// -r` keeping times with it), CKSM SHA1 and CRC32C.
 mod ftp_facts;
 
 /// NLST/LIST wildcards (`mget *.dat`): Python ftplib (also against
 /// vsftpd) and tnftp.
 mod wildcards;
 
-/// HTTP digests on request (Want-Repr-Digest, Want-Digest) with curl, and
-/// `sluice get` checking Repr-Digest (a fake server sends a wrong one).
+/// HTTP digests on request (Want-Repr-Digest, Want-Digest) with curl and
+/// gfal2's gfal-sum, and `sluice get` checking Repr-Digest (a fake server
+/// sends a wrong one).
 mod http_digests;
 
 /// The `sluice get/put/ls` client against vsftpd (MODE S), against

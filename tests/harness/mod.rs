@@ -14,5 +14,8 @@ pub mod servers;
 pub use checks::*;
 pub use control::{Control, Reply, Transfer};
 pub use corpus::{compare_file, corpus, file_name, sha256_file, TestFile, BIG, SIZES};
-pub use process::{python_script, require_tool, run, run_with_timeout, sluice_bin, Output};
+pub use process::{
+    python_script, require_debian_python_with, require_tool, run, run_with_timeout, sluice_bin,
+    Output,
+};
 pub use servers::{FtpServer, Kind};

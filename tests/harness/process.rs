@@ -87,6 +87,28 @@ pub fn require_tool(name: &str) -> bool {
     false
 }
 
+/// Debian's own Python (`/usr/bin/python3`), when it can import `module`:
+/// the peer libraries installed by .ci/deps with apt (aioftp, gfal2) live
+/// there, whatever `python3` comes first on PATH (pyenv, a venv). Skips or,
+/// under SLUICE_REQUIRE_PEERS=1, fails like [`require_tool`].
+#[must_use]
+pub fn require_debian_python_with(module: &str) -> Option<&'static str> {
+    const PY: &str = "/usr/bin/python3";
+    let ok = std::process::Command::new(PY)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(PY);
+    }
+    let missing = format!("{PY} cannot import `{module}` (install it with .ci/deps)");
+    if peers_required() {
+        panic!("required peer: {missing} (SLUICE_REQUIRE_PEERS=1)");
+    }
+    eprintln!("SKIP: {missing}; SLUICE_REQUIRE_PEERS=1 makes this a failure");
+    None
+}
+
 /// What a finished (or killed) client run produced.
 #[derive(Debug)]
 pub struct Output {
