@@ -3,9 +3,9 @@
 //! Run with `cargo test -p sluice-server --test integration` (or
 //! `cargo test --workspace`). Peer tools (curl, wget, lftp, aria2c,
 //! python3, globus-url-copy, globus-gridftp-server, vsftpd, tnftp, aioftp,
-//! gfal-sum) are installed
-//! by `.ci/deps`; a test whose tool is missing is skipped with a printed
-//! reason, unless SLUICE_REQUIRE_PEERS=1 (CI), which makes it fail.
+//! gfal-sum) are installed by `.ci/deps`; a test whose tool is missing is
+//! skipped with a printed reason, unless SLUICE_REQUIRE_PEERS=1 (CI), which
+//! makes it fail.
 //! SLUICE_ITEST_SERVER=vsftpd runs the server-side suites against vsftpd
 //! instead of `sluice serve`, to check the harness against a known server.
 
