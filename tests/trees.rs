@@ -367,7 +367,21 @@ fn cp_server_to_server_between_two_sluice_servers() {
     compare_file(&local, f).unwrap();
     sluice_cmd(&["cp", "-q", local.to_str().unwrap(), &b.url("back.bin")]).assert_success();
     compare_file(&b.local("back.bin"), f).unwrap();
-    let o = sluice_cmd(&["cp", "-p", "4", &a.url(&f.name), &b.url("x")]);
+    // MODE E, four streams from the source to the destination's one
+    // passive port, blocks reassembled there by offset.
+    let o = sluice_cmd(&[
+        "cp",
+        "-p",
+        "4",
+        "--verify",
+        &a.url(&f.name),
+        &b.url("p4.bin"),
+    ]);
+    o.assert_success();
+    assert!(o.stderr.contains("MODE E, 4 streams"), "{}", o.describe());
+    compare_file(&b.local("p4.bin"), f).unwrap();
+    // Trees are not copied server to server (yet): a usage error.
+    let o = sluice_cmd(&["cp", "-r", &a.url(""), &b.url("t/")]);
     assert_exit(&o, 2);
     // A read-only destination: its refusal is the error, not the source's.
     let o = sluice_cmd(&[
@@ -381,7 +395,8 @@ fn cp_server_to_server_between_two_sluice_servers() {
     assert!(o.stderr.contains("STOR (destination)"), "{}", o.describe());
 }
 
-/// Third-party copies with globus-gridftp-server on either side (`-p 1`).
+/// Third-party copies with globus-gridftp-server on either side, `-p 1`
+/// (MODE S) and `-p 4` (MODE E, the source opening four connections).
 #[test]
 fn cp_server_to_server_with_globus_gridftp_server() {
     if !require_tool("globus-gridftp-server") {
@@ -390,12 +405,18 @@ fn cp_server_to_server_with_globus_gridftp_server() {
     let f = corpus().file((1 << 20) + 7);
     let sl = sluice_rw();
     let gw = crate::harness::servers::gridftp(true);
-    let o = sluice_cmd(&["cp", &sl.url(&f.name), &gw.url("from-sluice.bin")]);
-    o.assert_success();
-    compare_file(&gw.local("from-sluice.bin"), f).unwrap();
-    let o = sluice_cmd(&["cp", &gw.url(&f.name), &sl.url("from-globus.bin")]);
-    o.assert_success();
-    compare_file(&sl.local("from-globus.bin"), f).unwrap();
+    for (p, mode) in [("1", "MODE S, 1 stream"), ("4", "MODE E, 4 streams")] {
+        let to_globus = format!("from-sluice-p{p}.bin");
+        let o = sluice_cmd(&["cp", "-p", p, &sl.url(&f.name), &gw.url(&to_globus)]);
+        o.assert_success();
+        assert!(o.stderr.contains(mode), "{}", o.describe());
+        compare_file(&gw.local(&to_globus), f).unwrap();
+        let to_sluice = format!("from-globus-p{p}.bin");
+        let o = sluice_cmd(&["cp", "-p", p, &gw.url(&f.name), &sl.url(&to_sluice)]);
+        o.assert_success();
+        assert!(o.stderr.contains(mode), "{}", o.describe());
+        compare_file(&sl.local(&to_sluice), f).unwrap();
+    }
 }
 
 /// `sluice cp -f LIST`: pairs in both directions, quoted paths with

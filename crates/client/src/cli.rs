@@ -232,7 +232,8 @@ pub struct CpArgs {
     pub src: Option<String>,
     /// Destination: a URL (ftp://) or a local path. With two ftp:// URLs the
     /// servers move the data between them (third party: PASV on the
-    /// destination, PORT on the source); a DST ending in `/` gets SRC's name.
+    /// destination, PORT on the source; with -p N both go to MODE E and the
+    /// source opens N connections); a DST ending in `/` gets SRC's name.
     #[arg(required_unless_present = "list")]
     pub dst: Option<String>,
     /// Read SRC DST pairs from LIST, one pair a line (`#` starts a comment;

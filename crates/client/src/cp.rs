@@ -9,6 +9,12 @@
 //!  dst: STOR path (reply not awaited)  src: RETR path -> 150
 //!  both: ... 226
 //! ```
+//!
+//! With `-p N` (N > 1) both servers go to MODE E first and the source is
+//! told `OPTS RETR Parallelism=N,N,N;`: it opens N connections to the
+//! destination's one passive port, and the destination reassembles the
+//! blocks by offset (GridFTP: the sender of MODE E is the active side, so
+//! the roles are the same as in MODE S).
 
 use std::time::{Duration, Instant};
 
@@ -150,11 +156,9 @@ fn one(src: String, dst: String, a: CpArgs, resume: bool) -> Result<()> {
                     "a server-to-server copy needs two ftp:// URLs".into(),
                 ));
             };
-            if a.tree.recursive || a.opts.parallel > 1 {
+            if a.tree.recursive {
                 return Err(ClientError::Usage(
-                    "server-to-server copies move one file over one stream for now \
-                     (no -r, no -p N)"
-                        .into(),
+                    "server-to-server copies move one file at a time for now (no -r)".into(),
                 ));
             }
             third_party(&s, &d, &a)
@@ -198,6 +202,20 @@ fn third_party(s: &FtpUrl, d: &FtpUrl, a: &CpArgs) -> Result<()> {
         session::require_cksm(&mut dst)?;
     }
     let size = session::size(&mut src, &s.path)?;
+    // `-p auto` cannot choose here (no byte passes through this client to
+    // measure): it is one stream, as `-p 1`.
+    let streams = a.opts.parallel.max(1);
+    if streams > 1 {
+        dst.expect_ok(
+            "MODE E",
+            "MODE E (destination; -p N needs GridFTP's MODE E)",
+        )?;
+        src.expect_ok("MODE E", "MODE E (source; -p N needs GridFTP's MODE E)")?;
+        src.expect_ok(
+            &format!("OPTS RETR Parallelism={streams},{streams},{streams};"),
+            "OPTS RETR Parallelism (source)",
+        )?;
+    }
     let t0 = Instant::now();
     // The destination's address as we reach it: its passive reply's port
     // on the host we connected to (a PASV host could name anything).
@@ -240,7 +258,10 @@ fn third_party(s: &FtpUrl, d: &FtpUrl, a: &CpArgs) -> Result<()> {
         return Err(refused("RETR (source)", &src_last));
     }
     let elapsed = t0.elapsed();
-    let mut detail = "third party, MODE S, 1 stream".to_string();
+    let mut detail = match streams {
+        1 => "third party, MODE S, 1 stream".to_string(),
+        n => format!("third party, MODE E, {n} streams"),
+    };
     if a.verify {
         let (algo, theirs) = session::server_checksum(&mut src, &s.path)?;
         let r = dst.cmd(&format!("CKSM {} 0 -1 {dst_path}", algo.name()))?;
