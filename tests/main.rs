@@ -137,5 +137,9 @@ mod limits;
 
 /// Operating the server: SIGTERM/SIGINT (running transfers finish, new
 /// connections are refused, uploads cut at the timeout stay resumable
-/// partials), SIGHUP reload, SIGUSR1 log reopen, `serve --check-config`.
+/// partials), SIGHUP reload, SIGUSR1 log reopen.
 mod operations;
+
+/// `serve --check-config`, `--run-as`, man pages and completions, the
+/// systemd unit.
+mod operations_install;
