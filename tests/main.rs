@@ -33,6 +33,10 @@ mod uploads;
 
 mod uploads_resume;
 
+/// MODE E uploads cut by kill -9 and resumed by REST ranges (scripted and
+/// globus-url-copy -rst).
+mod uploads_resume_ranges;
+
 /// MLST `type=dir` (aioftp removes a tree by it), MFMT (and `sluice put
 /// -r` keeping times with it), CKSM SHA1 and CRC32C.
 mod ftp_facts;
