@@ -38,6 +38,7 @@ DIR holds release builds of `sluice` and `linkem`. --smoke: N = 2,
 import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
 from labkit import sh, ns
+from svgplot import line_chart
 
 SRV, CLI = "cue-srv", "cue-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
@@ -548,40 +549,6 @@ def caps(a, work):
     return results
 
 
-def svg_lines(title, xs, series, ylabel, path, logx=True):
-    """A small line chart as SVG (no plotting library on the lab hosts)."""
-    import math
-    W, H, L, B = 640, 360, 60, 40
-    ys = [y for _, pts in series for y in pts if y is not None]
-    if not ys:
-        return
-    ymax = max(ys) * 1.1 or 1
-    fx = (lambda x: math.log2(x)) if logx else (lambda x: x)
-    x0, x1 = fx(min(xs)), fx(max(xs)) if max(xs) != min(xs) else fx(min(xs)) + 1
-    px = lambda x: L + (fx(x) - x0) / (x1 - x0) * (W - L - 20)
-    py = lambda y: H - B - y / ymax * (H - B - 30)
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
-           f'<text x="{W/2}" y="15" text-anchor="middle" font-size="13">{title}</text>',
-           f'<line x1="{L}" y1="{H-B}" x2="{W-10}" y2="{H-B}" stroke="black"/>',
-           f'<line x1="{L}" y1="{H-B}" x2="{L}" y2="25" stroke="black"/>',
-           f'<text x="12" y="{H/2}" transform="rotate(-90 12 {H/2})" text-anchor="middle">{ylabel}</text>']
-    for x in xs:
-        out.append(f'<text x="{px(x)}" y="{H-B+15}" text-anchor="middle">{x}</text>')
-    for k in range(5):
-        y = ymax * k / 4
-        out.append(f'<text x="{L-5}" y="{py(y)+4}" text-anchor="end">{y:.3g}</text>')
-    for i, (name, pts) in enumerate(series):
-        c = colors[i % len(colors)]
-        p = [(px(x), py(y)) for x, y in zip(xs, pts) if y is not None]
-        if p:
-            out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="' +
-                       " ".join(f"{a:.1f},{b:.1f}" for a, b in p) + '"/>')
-        out.append(f'<text x="{L+10}" y="{35+14*i}" fill="{c}">{name}</text>')
-    out.append("</svg>")
-    open(path, "w").write("\n".join(out))
-
-
 def report_scaling(results, out):
     rows = [r for r in results if "row" in r]
     med = lambda xs: statistics.median(xs) if xs else None
@@ -613,8 +580,11 @@ def report_scaling(results, out):
         ns_ = sorted({k[2] for k in keys if k[0] == pk})
         names = [n for n in dict.fromkeys(k[1] for k in keys if k[0] == pk)]
         for what, label in (("agg", "aggregate MB/s"), ("jain", "Jain's index (mean of seconds)")):
-            svg_lines(f"{label}, {pk}", ns_, [(n, [agg.get((pk, n, x), {}).get(what) for x in ns_]) for n in names],
-                      label, os.path.join(out, f"{what}-{pk}.svg"))
+            series = [(n, [(x, agg[(pk, n, x)][what]) for x in ns_
+                           if agg.get((pk, n, x), {}).get(what) is not None], False) for n in names]
+            if any(ps for _, ps, _ in series):
+                line_chart(os.path.join(out, f"{what}-{pk}.svg"), f"{label}, {pk}", series,
+                           "clients", label, logx=True)
     return "\n".join(lines)
 
 

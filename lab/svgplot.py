@@ -6,14 +6,24 @@ from xml.sax.saxutils import escape
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#000000"]
 
 
-def line_chart(path, title, lines, xlabel, ylabel, width=640, height=360, ymax=None):
-    """lines: [(label, [(x, y)], bold)]."""
+def line_chart(path, title, lines, xlabel, ylabel, width=640, height=360, ymax=None, logx=False):
+    """lines: [(label, [(x, y)], bold)]. logx: x on a log2 scale (client
+    counts 1, 2, 4 ...), a tick at each x given; otherwise linear from 0."""
+    import math
     ml, mr, mt, mb = 60, 150, 30, 45
     pts = [p for _, ps, _ in lines for p in ps]
     xmax = max((x for x, _ in pts), default=1) or 1
     ytop = ymax or (max((y for _, y in pts), default=1) or 1) * 1.05
     pw, ph = width - ml - mr, height - mt - mb
-    sx = lambda x: ml + pw * x / xmax
+    if logx:
+        xs = sorted({x for x, _ in pts if x > 0}) or [1]
+        lo, hi = math.log2(xs[0]), math.log2(xs[-1])
+        hi = hi if hi > lo else lo + 1
+        sx = lambda x: ml + pw * (math.log2(x) - lo) / (hi - lo)
+        xticks = xs
+    else:
+        sx = lambda x: ml + pw * x / xmax
+        xticks = [xmax * i / 5 for i in range(6)]
     sy = lambda y: mt + ph * (1 - min(y, ytop) / ytop)
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
          f'<rect width="{width}" height="{height}" fill="white"/>',
@@ -23,7 +33,7 @@ def line_chart(path, title, lines, xlabel, ylabel, width=640, height=360, ymax=N
         y = ytop * i / 5
         o.append(f'<line x1="{ml - 4}" x2="{ml + pw}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" stroke="#eee"/>')
         o.append(f'<text x="{ml - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>')
-        x = xmax * i / 5
+    for x in xticks:
         o.append(f'<text x="{sx(x):.1f}" y="{mt + ph + 15}" text-anchor="middle">{x:.3g}</text>')
     o.append(f'<text x="{ml + pw / 2}" y="{height - 8}" text-anchor="middle">{escape(xlabel)}</text>')
     o.append(f'<text transform="translate(14,{mt + ph / 2}) rotate(-90)" text-anchor="middle">{escape(ylabel)}</text>')
