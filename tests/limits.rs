@@ -17,16 +17,7 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
-
-/// Polls `cond` until it holds, for at most `secs` seconds.
-fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
+use std::time::Duration;
 
 /// The `limit=` field of the xferlog line of `path`, as (key, percent)
 /// pairs, largest first.

@@ -10,22 +10,7 @@ use std::fs;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
-
-/// Polls `cond` until it holds, for at most `secs` seconds.
-#[track_caller]
-fn wait_for(what: &str, secs: u64, server: &FtpServer, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            server.log_tail()
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
-}
+use std::time::Duration;
 
 /// Sends `sig` (e.g. "-TERM") to the server.
 fn signal(server: &FtpServer, sig: &str) {
@@ -93,17 +78,17 @@ fn sigterm_lets_running_downloads_finish_and_refuses_new_connections() {
     ]);
     let mut idle = server.connect();
     idle.login_anonymous();
-    wait_for("both downloads to be under way", 60, &server, || {
+    wait_for_server("both downloads to be under way", 60, &server, || {
         len(&ftp_out) > 0 && len(&http_out) > 0
     });
     signal(&server, "-TERM");
     let http_addr = SocketAddr::new(server.host, server.http_port());
-    wait_for("both doors to refuse new connections", 30, &server, || {
+    wait_for_server("both doors to refuse new connections", 30, &server, || {
         refused(server.addr()) && refused(http_addr)
     });
     let reply = idle.read_reply().expect("the idle session's 421");
     assert_eq!(reply.code, 421, "{}", idle.transcript());
-    wait_for("both downloads to end", 120, &server, || {
+    wait_for_server("both downloads to end", 120, &server, || {
         ftp_dl.exited().is_some() && http_dl.exited().is_some()
     });
     for (what, dl, path) in [("ftp", &ftp_dl, &ftp_out), ("http", &http_dl, &http_out)] {
@@ -114,7 +99,7 @@ fn sigterm_lets_running_downloads_finish_and_refuses_new_connections() {
         );
         compare_file(path, f).unwrap_or_else(|e| panic!("{what}: {e}\n{}", server.log_tail()));
     }
-    wait_for("the server to exit", 60, &server, || {
+    wait_for_server("the server to exit", 60, &server, || {
         server.exited().is_some()
     });
     assert!(server.exited().unwrap().success(), "{}", server.log_tail());
@@ -182,18 +167,18 @@ fn sigterm_cuts_uploads_at_the_timeout_and_they_resume() {
         &server.http_url(&big.name),
     ]);
     let partial = |n: &str| root.join(format!(".{n}.sluice-partial"));
-    wait_for(
+    wait_for_server(
         "the uploads and the download to be under way",
         60,
         &server,
         || names.iter().all(|n| len(&partial(n)) > 0) && len(&dl_out) > 0,
     );
     signal(&server, "-TERM");
-    wait_for("the server to exit", 60, &server, || {
+    wait_for_server("the server to exit", 60, &server, || {
         server.exited().is_some()
     });
     assert!(server.exited().unwrap().success(), "{}", server.log_tail());
-    wait_for("the uploads to fail", 60, &server, || {
+    wait_for_server("the uploads to fail", 60, &server, || {
         uploads.iter().all(|u| u.exited().is_some())
     });
     for u in &uploads {
@@ -202,7 +187,7 @@ fn sigterm_cuts_uploads_at_the_timeout_and_they_resume() {
             "a cut upload reported success"
         );
     }
-    wait_for("the download to fail", 60, &server, || {
+    wait_for_server("the download to fail", 60, &server, || {
         dl.exited().is_some()
     });
     assert!(
@@ -285,14 +270,6 @@ fn write_config(path: &Path, pass: &str, log_level: &str) {
     .unwrap();
 }
 
-/// Waits for the `n`th log line containing `pat` (counting from 1).
-#[track_caller]
-pub(crate) fn wait_for_log(server: &FtpServer, pat: &str, n: usize) {
-    wait_for(&format!("log line #{n} {pat:?}"), 60, server, || {
-        server.stderr_text().matches(pat).count() >= n
-    });
-}
-
 /// SIGHUP with alice's password and the log level changed in the file: a
 /// download alice started before runs on to completion (sha256), the old
 /// password is refused and the new one accepted afterwards, and sessions
@@ -316,7 +293,7 @@ fn sighup_reloads_users_without_dropping_a_transfer() {
     let dest = out.path().join("f");
     let url = format!("ftp://alice:old-secret@{}/{}", server.addr(), f.name);
     let dl = curl(&["--limit-rate", "16M", "-o", dest.to_str().unwrap(), &url]);
-    wait_for("the download to be under way", 60, &server, || {
+    wait_for_server("the download to be under way", 60, &server, || {
         len(&dest) > 0
     });
     // The log level changes too: sessions' debug lines appear.
@@ -327,7 +304,7 @@ fn sighup_reloads_users_without_dropping_a_transfer() {
         "info,sluice_server::ftp::session=debug",
     );
     signal(&server, "-HUP");
-    wait_for_log(&server, "configuration reloaded", 1);
+    server.wait_for_log("configuration reloaded", 1);
     let mut c = server.connect();
     assert_eq!(
         c.login("alice", "old-secret").code,
@@ -342,8 +319,8 @@ fn sighup_reloads_users_without_dropping_a_transfer() {
         "{}",
         c.transcript()
     );
-    wait_for_log(&server, "connected", 1);
-    wait_for("the download to end", 120, &server, || {
+    server.wait_for_log("connected", 1);
+    wait_for_server("the download to end", 120, &server, || {
         dl.exited().is_some()
     });
     assert!(dl.exited().unwrap().success(), "{}", server.log_tail());
@@ -357,7 +334,7 @@ fn sighup_reloads_users_without_dropping_a_transfer() {
     // A broken file is refused; the running configuration stays.
     fs::write(&conf, "[[user]]\nname = \"alice\"\npassword_hash = [\n").unwrap();
     signal(&server, "-HUP");
-    wait_for_log(&server, "new configuration refused", 1);
+    server.wait_for_log("new configuration refused", 1);
     let refusal = server
         .stderr_text()
         .lines()
@@ -386,18 +363,18 @@ fn sigusr1_reopens_the_log_file() {
         ..Default::default()
     });
     let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
-    wait_for("the log file to fill", 60, &server, || {
+    wait_for_server("the log file to fill", 60, &server, || {
         read(&log).contains("serving")
     });
     let rotated = dir.path().join("sluice.log.1");
     fs::rename(&log, &rotated).unwrap();
     signal(&server, "-USR1");
-    wait_for("a new log file", 60, &server, || {
+    wait_for_server("a new log file", 60, &server, || {
         read(&log).contains("log file reopened")
     });
     let mut c = server.connect();
     c.login_anonymous();
-    wait_for("the login in the new file", 60, &server, || {
+    wait_for_server("the login in the new file", 60, &server, || {
         read(&log).contains("login user=anonymous")
     });
     assert!(read(&rotated).contains("serving"));
@@ -429,17 +406,17 @@ fn a_second_signal_cuts_at_once() {
         &server.url("up.bin"),
     ]);
     let partial = server.root.join(".up.bin.sluice-partial");
-    wait_for("the upload to be under way", 60, &server, || {
+    wait_for_server("the upload to be under way", 60, &server, || {
         len(&partial) > 0
     });
     signal(&server, "-INT");
-    wait_for_log(&server, "running transfers may finish", 1);
+    server.wait_for_log("running transfers may finish", 1);
     server.assert_running();
     signal(&server, "-INT");
-    wait_for("the server to exit", 60, &server, || {
+    wait_for_server("the server to exit", 60, &server, || {
         server.exited().is_some()
     });
-    wait_for("the upload to fail", 60, &server, || up.exited().is_some());
+    wait_for_server("the upload to fail", 60, &server, || up.exited().is_some());
     let log = server.stderr_text();
     assert!(log.contains("second stop signal"), "{log}");
     assert!(log.contains("upload cut by shutdown"), "{log}");

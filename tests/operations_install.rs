@@ -5,7 +5,6 @@
 
 use crate::harness::servers::{sluice, ServeOptions};
 use crate::harness::*;
-use crate::operations::wait_for_log;
 use std::fs;
 use std::process::Command;
 
@@ -88,7 +87,7 @@ fn run_as_drops_root_and_root_on_a_public_address_is_refused() {
         extra_args: vec!["--run-as".into(), "nobody".into()],
         ..Default::default()
     });
-    wait_for_log(&server, "switched user", 1);
+    server.wait_for_log("switched user", 1);
     let nobody = "65534 65534 65534 65534";
     let uids = thread_uids(server.pid());
     assert!(
@@ -130,7 +129,7 @@ fn run_as_drops_root_and_root_on_a_public_address_is_refused() {
     });
     allowed.assert_running();
     let loopback = sluice(ServeOptions::default());
-    wait_for_log(&loopback, "serving as root on loopback", 1);
+    loopback.wait_for_log("serving as root on loopback", 1);
 }
 
 /// `sluice man` and `sluice completions` come from the same clap

@@ -414,19 +414,6 @@ fn an_expired_certificate_is_refused_with_a_clear_error() {
     server.assert_running();
 }
 
-/// Polls the server's log until `pat` appears `n` times (60 s at most).
-fn wait_for_log(server: &FtpServer, pat: &str, n: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while server.stderr_text().matches(pat).count() < n {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no log line #{n} {pat:?}\n{}",
-            server.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// SIGHUP with a new certificate in the config file: new handshakes on
 /// both doors get it, an HTTPS download started before runs on to the
 /// end; a key that does not load is refused and the certificate in force
@@ -511,7 +498,7 @@ fn sighup_reloads_the_certificate() {
         .status()
         .unwrap();
     assert!(status.success());
-    wait_for_log(&server, "configuration reloaded", 1);
+    server.wait_for_log("configuration reloaded", 1);
     for ftp in [false, true] {
         // The old name is no longer in the certificate...
         let (out, _) = get("localhost", "localhost", ftp);
@@ -537,7 +524,7 @@ fn sighup_reloads_the_certificate() {
         .status()
         .unwrap();
     assert!(status.success());
-    wait_for_log(&server, "new configuration refused", 1);
+    server.wait_for_log("new configuration refused", 1);
     let (out, _) = get("wrong.example", "wrong.example", false);
     out.assert_success();
     server.assert_running();

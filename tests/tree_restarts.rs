@@ -6,7 +6,7 @@ use crate::harness::corpus::write_pseudo_random;
 use crate::harness::process::ProcessGuard;
 use crate::harness::servers::{sluice, sluice_rw, ServeOptions};
 use crate::harness::*;
-use crate::trees::{sluice_cmd, tree_sums, wait_for};
+use crate::trees::{sluice_cmd, tree_sums};
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -15,8 +15,7 @@ use std::fs;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(crate) fn sluice_cmd(args: &[&str]) -> Output {
     run(Command::new(sluice_bin()).args(args))
@@ -221,14 +220,6 @@ fn nginx_autoindex(root: &Path) -> (ProcessGuard, u16, tempfile::TempDir) {
         TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     (proc, port, dir)
-}
-
-pub(crate) fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn inode(p: &Path) -> u64 {

@@ -17,7 +17,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
 
 /// The new file being uploaded, and the old one it replaces.
 const NEW_SIZE: u64 = 20 << 20;
@@ -92,15 +91,6 @@ pub(crate) fn in_progress(root: &Path, name: &str) -> u64 {
                 .unwrap_or(0)
         })
         .unwrap_or(0)
-}
-
-/// Polls `cond` until it holds, for at most `secs` seconds.
-pub(crate) fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `curl -T NEW` at a limited rate, as a process to kill.

@@ -8,7 +8,7 @@ use crate::harness::corpus::sha256_file;
 use crate::harness::process::ProcessGuard;
 use crate::harness::servers::{sluice, ServeOptions};
 use crate::harness::*;
-use crate::uploads_resume::{files, in_progress, server_on, wait_for};
+use crate::uploads_resume::{files, in_progress, server_on};
 use std::fs;
 use std::process::{Command, Stdio};
 

@@ -1,10 +1,11 @@
-//! Assertions shared by the suites: every size through one client, and
-//! "the server still serves a fresh session".
+//! Assertions shared by the suites: every size through one client, "the
+//! server still serves a fresh session", and waiting for a condition.
 
 use super::corpus::{compare_file, corpus, TestFile};
 use super::process::Output;
 use super::servers::FtpServer;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Downloads every corpus file with `fetch(file, dest)` and compares each
 /// result with the original. All sizes are tried; the panic lists every
@@ -163,4 +164,35 @@ pub fn assert_code(c: &super::control::Control, what: &str, got: u16, allowed: &
         "{what}: got reply {got}, expected one of {allowed:?}\ntranscript:\n{}",
         c.transcript()
     );
+}
+
+/// Polls `cond` every 20 ms until it holds, for at most `secs` seconds
+/// (a bound for a wedged test, never a timing under test); panics naming
+/// `what`.
+#[track_caller]
+pub fn wait_for(what: &str, secs: u64, cond: impl FnMut() -> bool) {
+    wait_for_or(what, secs, cond, String::new);
+}
+
+/// [`wait_for`], with the server's log tail in the panic.
+#[track_caller]
+pub fn wait_for_server(what: &str, secs: u64, server: &FtpServer, cond: impl FnMut() -> bool) {
+    wait_for_or(what, secs, cond, || server.log_tail());
+}
+
+/// [`wait_for`], with `detail()` (a server's log tail, say) in the panic.
+#[track_caller]
+pub fn wait_for_or(
+    what: &str,
+    secs: u64,
+    mut cond: impl FnMut() -> bool,
+    detail: impl FnOnce() -> String,
+) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        if Instant::now() >= deadline {
+            panic!("timed out waiting for {what}\n{}", detail());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

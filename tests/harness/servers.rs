@@ -155,6 +155,18 @@ impl FtpServer {
         Control::connect_to(self.addr())
     }
 
+    /// Waits (60 s at most) for the `n`th line of the server's log that
+    /// contains `pat` (counting from 1).
+    #[track_caller]
+    pub fn wait_for_log(&self, pat: &str, n: usize) {
+        super::checks::wait_for_or(
+            &format!("log line #{n} {pat:?}"),
+            60,
+            || self.stderr_text().matches(pat).count() >= n,
+            || self.log_tail(),
+        );
+    }
+
     /// Everything the server wrote to stderr (its log) so far.
     pub fn stderr_text(&self) -> String {
         fs::read(&self.stderr_path)
