@@ -13,21 +13,40 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::thread;
 
-/// A scripted FTP server (any number of sessions) whose MLSD of `/` is
-/// `listing`; RETR of `good` sends "GOOD", anything else is 550.
-fn fake_tree_server(listing: &'static [u8]) -> u16 {
+/// What a scripted FTP server says: its FEAT reply, whether it offers
+/// EPSV (otherwise PASV), and the body of `MLSD` or `RETR path` (`None`:
+/// 550). Anything else is `200 ok`.
+struct Script {
+    feat: &'static [u8],
+    epsv: bool,
+    body: fn(verb: &str, arg: &str, data: &ScriptData) -> Option<Vec<u8>>,
+    data: ScriptData,
+}
+
+/// What a script's `body` reads: a listing, or a count of files.
+enum ScriptData {
+    Listing(&'static [u8]),
+    Files(usize),
+}
+
+/// Serves `script` on a loopback port (any number of sessions, one
+/// thread each). Commands are read line by line and answered in order,
+/// as RFC 959 servers do, so pipelined commands are answered in step.
+fn scripted_ftp(script: Script) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
+    let script = std::sync::Arc::new(script);
     thread::spawn(move || {
         for ctl in l.incoming() {
             let Ok(ctl) = ctl else { return };
-            thread::spawn(move || session(ctl, listing));
+            let script = script.clone();
+            thread::spawn(move || scripted_session(ctl, &script));
         }
     });
     port
 }
 
-fn session(ctl: TcpStream, listing: &[u8]) {
+fn scripted_session(ctl: TcpStream, script: &Script) {
     let mut w = ctl.try_clone().unwrap();
     let mut r = BufReader::new(ctl);
     let _ = w.write_all(b"220 fake\r\n");
@@ -40,28 +59,31 @@ fn session(ctl: TcpStream, listing: &[u8]) {
         }
         let cmd = line.trim_end().to_string();
         let (verb, arg) = cmd.split_once(' ').unwrap_or((&cmd, ""));
-        let reply: Vec<u8> = match verb.to_ascii_uppercase().as_str() {
+        let verb = verb.to_ascii_uppercase();
+        let reply: Vec<u8> = match verb.as_str() {
             "USER" => b"331 pw\r\n".to_vec(),
             "PASS" => b"230 in\r\n".to_vec(),
-            "FEAT" | "EPSV" => b"500 no\r\n".to_vec(),
-            "PASV" => {
+            "FEAT" => script.feat.to_vec(),
+            "EPSV" | "PASV" if (verb == "EPSV") != script.epsv => b"500 no\r\n".to_vec(),
+            "EPSV" | "PASV" => {
                 let dl = TcpListener::bind("127.0.0.1:0").unwrap();
                 let p = dl.local_addr().unwrap().port();
                 pasv = Some(dl);
-                format!("227 Entering (127,0,0,1,{},{})\r\n", p >> 8, p & 255).into_bytes()
+                match script.epsv {
+                    true => format!("229 Entering Extended Passive Mode (|||{p}|)\r\n"),
+                    false => format!("227 Entering (127,0,0,1,{},{})\r\n", p >> 8, p & 255),
+                }
+                .into_bytes()
             }
             "MLSD" | "RETR" => {
-                let body: &[u8] = if verb == "MLSD" {
-                    listing
-                } else if arg.ends_with("/good") {
-                    b"GOOD"
-                } else {
+                let Some(body) = (script.body)(&verb, arg, &script.data) else {
+                    // The passive listener stays; the next EPSV/PASV replaces it.
                     let _ = w.write_all(b"550 no such file\r\n");
                     continue;
                 };
                 let _ = w.write_all(b"150 go\r\n");
-                let (mut d, _) = pasv.take().expect("PASV first").accept().unwrap();
-                let _ = d.write_all(body);
+                let (mut d, _) = pasv.take().expect("EPSV/PASV first").accept().unwrap();
+                let _ = d.write_all(&body);
                 drop(d);
                 b"226 done\r\n".to_vec()
             }
@@ -73,6 +95,47 @@ fn session(ctl: TcpStream, listing: &[u8]) {
         };
         let _ = w.write_all(&reply);
     }
+}
+
+/// A scripted FTP server (PASV only, no FEAT) whose MLSD of `/` is
+/// `listing`; RETR of `good` sends "GOOD", anything else is 550.
+fn fake_tree_server(listing: &'static [u8]) -> u16 {
+    scripted_ftp(Script {
+        feat: b"500 no\r\n",
+        epsv: false,
+        body: |verb, arg, data| match (verb, data) {
+            ("MLSD", ScriptData::Listing(l)) => Some(l.to_vec()),
+            ("RETR", _) if arg.ends_with("/good") => Some(b"GOOD".to_vec()),
+            _ => None,
+        },
+        data: ScriptData::Listing(listing),
+    })
+}
+
+/// `get -r URL` into a fresh directory's `inner/dest`: refused as a whole
+/// (exit 7) with "unsafe name" and `shown` in the message, and nothing
+/// written anywhere under the directory.
+#[track_caller]
+fn get_tree_refused(url: &str, shown: &str) -> Output {
+    let work = tempfile::tempdir().unwrap();
+    let dest = work.path().join("inner/dest");
+    let o = sluice_cmd(&[
+        "get",
+        "-r",
+        "-q",
+        "--timeout",
+        "5",
+        url,
+        dest.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 7);
+    assert!(
+        o.stderr.contains("unsafe name") && o.stderr.contains(shown),
+        "{}",
+        o.describe()
+    );
+    assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
+    o
 }
 
 /// Listings that name a path outside DEST (`..`, an absolute path, a
@@ -101,25 +164,8 @@ fn hostile_tree_listings_are_refused() {
     ];
     for (listing, shown) in cases {
         let port = fake_tree_server(listing);
-        let work = tempfile::tempdir().unwrap();
-        let dest = work.path().join("inner/dest");
-        let o = sluice_cmd(&[
-            "get",
-            "-r",
-            "-q",
-            "--timeout",
-            "5",
-            &format!("ftp://127.0.0.1:{port}/"),
-            dest.to_str().unwrap(),
-        ]);
-        assert_exit(&o, 7);
-        assert!(
-            o.stderr.contains("unsafe name") && o.stderr.contains(shown),
-            "{}",
-            o.describe()
-        );
+        let o = get_tree_refused(&format!("ftp://127.0.0.1:{port}/"), shown);
         assert!(!o.stderr.contains('\x1b'), "{}", o.describe());
-        assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
         assert!(!Path::new("/tmp/sluice-abs-escape").exists());
     }
 }
@@ -161,76 +207,30 @@ fn a_failed_file_is_listed_and_the_tree_goes_on() {
 /// A scripted server that lists EPSV in FEAT (so `sluice get -r`
 /// pipelines: the next file's EPSV and RETR arrive before this one's
 /// 226) and serves `n` files `f00`..: `f` + index repeated, except every
-/// fifth, which is refused with 550. Commands are read line by line and
-/// answered in order, as RFC 959 servers do.
+/// fifth, which is refused with 550.
 fn fake_pipelining_server(n: usize) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for ctl in l.incoming() {
-            let Ok(ctl) = ctl else { return };
-            thread::spawn(move || pipelining_session(ctl, n));
-        }
-    });
-    port
+    scripted_ftp(Script {
+        feat: b"211-Features:\r\n EPSV\r\n MLST type*;size*;\r\n211 End\r\n",
+        epsv: true,
+        body: |verb, arg, data| {
+            let ScriptData::Files(n) = *data else {
+                return None;
+            };
+            if verb == "MLSD" {
+                let listing = (0..n)
+                    .map(|i| format!("type=file;size={}; f{i:02}\r\n", pipelined_body(i).len()))
+                    .collect::<String>();
+                return Some(listing.into_bytes());
+            }
+            let i: usize = arg.trim_start_matches("/f").parse().unwrap();
+            (i % 5 != 3).then(|| pipelined_body(i))
+        },
+        data: ScriptData::Files(n),
+    })
 }
 
 fn pipelined_body(i: usize) -> Vec<u8> {
     format!("f{i:02}").repeat(i * 97 + 1).into_bytes()
-}
-
-fn pipelining_session(ctl: TcpStream, n: usize) {
-    let mut w = ctl.try_clone().unwrap();
-    let mut r = BufReader::new(ctl);
-    let _ = w.write_all(b"220 fake\r\n");
-    let mut pasv: Option<TcpListener> = None;
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let cmd = line.trim_end().to_string();
-        let (verb, arg) = cmd.split_once(' ').unwrap_or((&cmd, ""));
-        let reply: Vec<u8> = match verb.to_ascii_uppercase().as_str() {
-            "USER" => b"331 pw\r\n".to_vec(),
-            "PASS" => b"230 in\r\n".to_vec(),
-            "FEAT" => b"211-Features:\r\n EPSV\r\n MLST type*;size*;\r\n211 End\r\n".to_vec(),
-            "EPSV" => {
-                let dl = TcpListener::bind("127.0.0.1:0").unwrap();
-                let p = dl.local_addr().unwrap().port();
-                pasv = Some(dl);
-                format!("229 Entering Extended Passive Mode (|||{p}|)\r\n").into_bytes()
-            }
-            "MLSD" | "RETR" => {
-                let body = if verb == "MLSD" {
-                    (0..n)
-                        .map(|i| format!("type=file;size={}; f{i:02}\r\n", pipelined_body(i).len()))
-                        .collect::<String>()
-                        .into_bytes()
-                } else {
-                    let i: usize = arg.trim_start_matches("/f").parse().unwrap();
-                    if i % 5 == 3 {
-                        // The passive listener stays; the next EPSV replaces it.
-                        let _ = w.write_all(b"550 no such file\r\n");
-                        continue;
-                    }
-                    pipelined_body(i)
-                };
-                let _ = w.write_all(b"150 go\r\n");
-                let (mut d, _) = pasv.take().expect("EPSV first").accept().unwrap();
-                let _ = d.write_all(&body);
-                drop(d);
-                b"226 done\r\n".to_vec()
-            }
-            "QUIT" => {
-                let _ = w.write_all(b"221 bye\r\n");
-                return;
-            }
-            _ => b"200 ok\r\n".to_vec(),
-        };
-        let _ = w.write_all(&reply);
-    }
 }
 
 /// Pipelined downloads (`get -r` sends the next file's EPSV and RETR
@@ -433,23 +433,6 @@ fn hostile_http_json_listing_is_refused() {
                 .into_boxed_str(),
         );
         let port = fake_json_server(body);
-        let work = tempfile::tempdir().unwrap();
-        let dest = work.path().join("d");
-        let o = sluice_cmd(&[
-            "get",
-            "-r",
-            "-q",
-            "--timeout",
-            "5",
-            &format!("http://127.0.0.1:{port}/"),
-            dest.to_str().unwrap(),
-        ]);
-        assert_exit(&o, 7);
-        assert!(
-            o.stderr.contains("unsafe name") && o.stderr.contains(shown),
-            "{}",
-            o.describe()
-        );
-        assert!(tree_sums(work.path()).is_empty(), "{}", o.describe());
+        get_tree_refused(&format!("http://127.0.0.1:{port}/"), shown);
     }
 }
