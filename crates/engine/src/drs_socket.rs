@@ -96,6 +96,14 @@ pub struct DrsSocket {
 
 /// Least not-sent mark DRS asks for: below it a wake-up moves too little.
 const MARK_MIN: u64 = 256 << 10;
+/// Send memory (in flight + not sent) a connection may always hold: on a
+/// path with a small BDP (a slow reader, a short round trip) most of it is
+/// the not-sent queue, so a wake-up moves more. Measured (lab send-wakeups,
+/// 1000 readers at 1 Mbit/s, 100 ms): with the 256 KiB floor each wake-up
+/// moved ~128 KiB, one loop wake-up per socket wake, 6.6k context switches
+/// per GiB against nginx's 2.8k. At 768 KiB a path whose BDP is 512 kB or
+/// more keeps half its BDP (drs-wan's 625 kB path: 312 kB, as before).
+const CONN_SEND_MEM: u64 = 768 << 10;
 /// The mark holds at least this much time of the connection's rate, so a
 /// short-RTT fast path (loopback) keeps few wake-ups per GiB.
 const MARK_MIN_TIME: f64 = 0.02;
@@ -108,9 +116,14 @@ const MARK_MIN_TIME: f64 = 0.02;
 /// trip to refill. A rate-sized mark of seconds (refill.rs, 8 MiB cap)
 /// kept send memory at the whole buffer: 8 MiB on a 100 Mbit/s 50 ms
 /// path whose BDP is 0.6 MB (lab/results/drs-wan).
+///
+/// Below a BDP of 512 kB the mark may also fill [`CONN_SEND_MEM`] less the
+/// BDP: the kernel's send memory stays within that, and the refill's rate
+/// and share of the host's TCP memory (`refill.rs`) bound it further.
 pub fn notsent_mark(bdp: u64, rate: u64) -> u64 {
     (bdp / 2)
         .max((rate as f64 * MARK_MIN_TIME) as u64)
+        .max(CONN_SEND_MEM.saturating_sub(bdp))
         .max(MARK_MIN)
 }
 
@@ -417,8 +430,13 @@ mod tests {
         assert_eq!(notsent_mark(12_500_000, 125_000_000), 6_250_000);
         // Loopback: tiny BDP, fast rate: 20 ms of the rate.
         assert_eq!(notsent_mark(100_000, 2_000_000_000), 40_000_000);
-        // Slow and short: the least mark.
-        assert_eq!(notsent_mark(10_000, 1_000_000), MARK_MIN);
+        // Slow and short (1 Mbit/s, 80 ms): the connection's send memory
+        // is nearly all not-sent queue, so a wake-up moves ~380 kB.
+        assert_eq!(notsent_mark(10_000, 125_000), CONN_SEND_MEM - 10_000);
+        // Where half the BDP reaches the least mark, the two meet (no step).
+        assert_eq!(notsent_mark(512 << 10, 1_000_000), MARK_MIN);
+        assert_eq!(notsent_mark((512 << 10) - 2, 1_000_000), MARK_MIN + 2);
+        assert_eq!(notsent_mark(2 << 20, 1_000_000), 1 << 20);
     }
 
     #[test]
