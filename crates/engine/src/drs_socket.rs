@@ -127,6 +127,11 @@ pub fn notsent_mark(bdp: u64, rate: u64) -> u64 {
         .max(MARK_MIN)
 }
 
+/// See [`DrsSocket::mark_room`].
+fn mark_room(bdp: u64, cap: u64) -> u64 {
+    (bdp + cap.min(CONN_SEND_MEM)).saturating_mul(3) / 2
+}
+
 impl DrsSocket {
     /// Starts right-sizing the `dir` buffer, or `None` when the limits
     /// cannot be read (DRS then leaves the socket to the kernel).
@@ -226,7 +231,8 @@ impl DrsSocket {
                     busy: Duration::from_micros(info.busy_time_us),
                     buffer,
                     floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
-                        .max(self.floor),
+                        .max(self.floor)
+                        .max(self.mark_room()),
                 };
                 let d = self.drs.on_send_sample(t, &s);
                 self.cap_mark(fd, info.delivery_rate);
@@ -257,6 +263,27 @@ impl DrsSocket {
             }
             .unwrap_or(0) as u64;
             self.apply(fd, want, cur);
+        }
+    }
+
+    /// The send buffer the published mark needs to bind before the buffer
+    /// does: the kernel reports a socket writable only while its free space
+    /// is at least half of what it holds *and* the not-sent bytes are under
+    /// half the mark, so a buffer of 1.5 x (BDP + mark) lets each wake-up
+    /// move half the mark. DRS alone sized a slow reader's buffer from its
+    /// tiny BDP (autotuning's two windows, ~0.5 MB), and each wake-up moved
+    /// a third of that whatever the mark (lab send-wakeups: ~190 kB per
+    /// wake-up with a ~590 kB mark). The mark counts up to [`CONN_SEND_MEM`]
+    /// (a fast path's ceiling of 20 ms of its rate is no mark the refill
+    /// sets; there DRS's own 2 x BDP and the send-buffer-limited doubling
+    /// rule). 0 when this socket publishes no mark.
+    fn mark_room(&self) -> u64 {
+        match &self.mark_cap {
+            Some(cell) => match cell.load(Relaxed) {
+                0 => 0,
+                cap => mark_room(self.drs.bdp(), cap),
+            },
+            None => 0,
         }
     }
 
@@ -437,6 +464,20 @@ mod tests {
         assert_eq!(notsent_mark(512 << 10, 1_000_000), MARK_MIN);
         assert_eq!(notsent_mark((512 << 10) - 2, 1_000_000), MARK_MIN + 2);
         assert_eq!(notsent_mark(2 << 20, 1_000_000), 1 << 20);
+    }
+
+    #[test]
+    fn the_send_buffer_leaves_room_for_the_mark() {
+        // 1 Mbit/s, 100 ms: 12.5 kB in flight and a 774 kB mark; woken at
+        // half the mark, the buffer holds 400 kB and has 800 kB free.
+        let bdp = 12_500;
+        let cap = notsent_mark(bdp, 125_000);
+        let room = mark_room(bdp, cap);
+        assert_eq!(room, (bdp + cap) * 3 / 2);
+        let held = bdp + cap / 2;
+        assert!(room - held >= held / 2);
+        // A fast path's 20 ms of rate counts only up to the send memory.
+        assert_eq!(mark_room(100_000, 40_000_000), (100_000 + CONN_SEND_MEM) * 3 / 2);
     }
 
     #[test]
