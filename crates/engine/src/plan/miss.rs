@@ -57,20 +57,13 @@ impl MissJudge {
     /// At a chunk of `len` bytes of which `missing` data bytes (holes not
     /// counted) are not in the page cache.
     pub fn on_miss(&self, missing: u64, len: u64) -> MissVerdict {
+        // A few pages missing are evicted stragglers: one read fetches them.
+        if missing <= len / 2 {
+            return MissVerdict::Kernel;
+        }
         match self.disk_bound {
-            // The latest read waited for a device: what is missing now will
-            // too, partly missing or not. Left to the kernel, a partly read
-            // range goes on by its read-ahead, which a memory cgroup evicts
-            // before slow sends reach it, and by the disk threads' queue in
-            // arrival order, one read per sender whatever its rate (lab
-            // tpf-mixed-rates, session 11: 2.0 disk bytes per byte sent, the
-            // 1 Mbit/s class at 26.6 % of its rate, 200 kbit/s at 87.6 %:
-            // equal bytes per client). The planner reads in time-to-starvation
-            // order within its budget.
-            Some(true) => MissVerdict::Planner,
-            // A few pages missing are evicted stragglers: one read fetches them.
-            _ if missing <= len / 2 => MissVerdict::Kernel,
             None => MissVerdict::Measure,
+            Some(true) => MissVerdict::Planner,
             Some(false) => MissVerdict::Kernel,
         }
     }
@@ -107,18 +100,6 @@ mod tests {
         // 1 MiB at 40 MB/s: 26 ms.
         j.read(MIB, ms(26));
         assert_eq!(j.on_miss(4 * MIB, 4 * MIB), MissVerdict::Planner);
-    }
-
-    #[test]
-    fn after_a_disk_bound_read_a_partly_missing_range_goes_to_the_planner() {
-        let mut j = MissJudge::default();
-        j.read(MIB, ms(26));
-        // The kernel's read-ahead brought in part of the next range: the
-        // rest still waits for the disk, so the planner takes it.
-        assert_eq!(j.on_miss(MIB / 4, 4 * MIB), MissVerdict::Planner);
-        // A read at memory speed: stragglers stay with the kernel.
-        j.read(MIB, Duration::from_micros(200));
-        assert_eq!(j.on_miss(MIB / 4, 4 * MIB), MissVerdict::Kernel);
     }
 
     #[test]
