@@ -466,18 +466,30 @@ mod tests {
         assert_eq!(notsent_mark(100_000, 100_000, 2_000_000_000), 40_000_000);
         // Slow and short (1 Mbit/s, 80 ms): the connection's send memory
         // is nearly all not-sent queue, so a wake-up moves ~380 kB.
-        assert_eq!(notsent_mark(10_000, 10_000, 125_000), CONN_SEND_MEM - 10_000);
+        assert_eq!(
+            notsent_mark(10_000, 10_000, 125_000),
+            CONN_SEND_MEM - 10_000
+        );
         // Where half the BDP reaches the least mark, the two meet (no step).
         let half_mib = 512 << 10;
         assert_eq!(notsent_mark(half_mib, half_mib, 1_000_000), MARK_MIN);
-        assert_eq!(notsent_mark(half_mib - 2, half_mib - 2, 1_000_000), MARK_MIN + 2);
+        assert_eq!(
+            notsent_mark(half_mib - 2, half_mib - 2, 1_000_000),
+            MARK_MIN + 2
+        );
         assert_eq!(notsent_mark(2 << 20, 2 << 20, 1_000_000), 1 << 20);
         // A reader pacing itself: the estimate saw 800 kB (bursts through
         // each window update), 20 kB are in flight: the send memory is the
         // in-flight bytes' complement, not half the estimate.
-        assert_eq!(notsent_mark(800_000, 20_000, 125_000), CONN_SEND_MEM - 20_000);
+        assert_eq!(
+            notsent_mark(800_000, 20_000, 125_000),
+            CONN_SEND_MEM - 20_000
+        );
         // More in flight than the estimate counts only up to the estimate.
-        assert_eq!(notsent_mark(10_000, 500_000, 125_000), CONN_SEND_MEM - 10_000);
+        assert_eq!(
+            notsent_mark(10_000, 500_000, 125_000),
+            CONN_SEND_MEM - 10_000
+        );
     }
 
     #[test]
@@ -491,7 +503,10 @@ mod tests {
         let held = bdp + cap / 2;
         assert!(room - held >= held / 2);
         // A fast path's 20 ms of rate counts only up to the send memory.
-        assert_eq!(mark_room(100_000, 40_000_000), (100_000 + CONN_SEND_MEM) * 3 / 2);
+        assert_eq!(
+            mark_room(100_000, 40_000_000),
+            (100_000 + CONN_SEND_MEM) * 3 / 2
+        );
     }
 
     #[test]
