@@ -98,11 +98,12 @@ pub struct DrsSocket {
 const MARK_MIN: u64 = 256 << 10;
 /// Send memory (in flight + not sent) a connection may always hold: on a
 /// path with a small BDP (a slow reader, a short round trip) most of it is
-/// the not-sent queue, so a wake-up moves more. Measured (lab send-wakeups,
-/// 1000 readers at 1 Mbit/s, 100 ms): with the 256 KiB floor each wake-up
-/// moved ~128 KiB, one loop wake-up per socket wake, 6.6k context switches
-/// per GiB against nginx's 2.8k. At 768 KiB a path whose BDP is 512 kB or
-/// more keeps half its BDP (drs-wan's 625 kB path: 312 kB, as before).
+/// the not-sent queue, so a wake-up moves more (the kernel wakes a sender
+/// at half its mark). With 512 kB or more in flight a path keeps half its
+/// BDP (drs-wan's 625 kB path: 312 kB, as before). Measured: 40 slow readers
+/// over veth (bench/slow_readers.sh) ~40 % less server CPU; the lab's 1000
+/// readers at 1 Mbit/s (send-wakeups) 6 % fewer wake-ups per GiB, since
+/// their marks are set per piece by the refill (lab/results/send-wakeups).
 const CONN_SEND_MEM: u64 = 768 << 10;
 /// The mark holds at least this much time of the connection's rate, so a
 /// short-RTT fast path (loopback) keeps few wake-ups per GiB.
@@ -130,11 +131,6 @@ pub fn notsent_mark(bdp: u64, in_flight: u64, rate: u64) -> u64 {
         .max((rate as f64 * MARK_MIN_TIME) as u64)
         .max(CONN_SEND_MEM.saturating_sub(in_flight.min(bdp)))
         .max(MARK_MIN)
-}
-
-/// See [`DrsSocket::mark_room`].
-fn mark_room(bdp: u64, cap: u64) -> u64 {
-    (bdp + cap.min(CONN_SEND_MEM)).saturating_mul(3) / 2
 }
 
 impl DrsSocket {
@@ -236,8 +232,7 @@ impl DrsSocket {
                     busy: Duration::from_micros(info.busy_time_us),
                     buffer,
                     floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
-                        .max(self.floor)
-                        .max(self.mark_room()),
+                        .max(self.floor),
                 };
                 let d = self.drs.on_send_sample(t, &s);
                 let in_flight = u64::from(info.unacked) * u64::from(info.snd_mss);
@@ -269,27 +264,6 @@ impl DrsSocket {
             }
             .unwrap_or(0) as u64;
             self.apply(fd, want, cur);
-        }
-    }
-
-    /// The send buffer the published mark needs to bind before the buffer
-    /// does: the kernel reports a socket writable only while its free space
-    /// is at least half of what it holds *and* the not-sent bytes are under
-    /// half the mark, so a buffer of 1.5 x (BDP + mark) lets each wake-up
-    /// move half the mark. DRS alone sized a slow reader's buffer from its
-    /// tiny BDP (autotuning's two windows, ~0.5 MB), and each wake-up moved
-    /// a third of that whatever the mark (lab send-wakeups: ~190 kB per
-    /// wake-up with a ~590 kB mark). The mark counts up to [`CONN_SEND_MEM`]
-    /// (a fast path's ceiling of 20 ms of its rate is no mark the refill
-    /// sets; there DRS's own 2 x BDP and the send-buffer-limited doubling
-    /// rule). 0 when this socket publishes no mark.
-    fn mark_room(&self) -> u64 {
-        match &self.mark_cap {
-            Some(cell) => match cell.load(Relaxed) {
-                0 => 0,
-                cap => mark_room(self.drs.bdp(), cap),
-            },
-            None => 0,
         }
     }
 
@@ -489,23 +463,6 @@ mod tests {
         assert_eq!(
             notsent_mark(10_000, 500_000, 125_000),
             CONN_SEND_MEM - 10_000
-        );
-    }
-
-    #[test]
-    fn the_send_buffer_leaves_room_for_the_mark() {
-        // 1 Mbit/s, 100 ms: 12.5 kB in flight and a 774 kB mark; woken at
-        // half the mark, the buffer holds 400 kB and has 800 kB free.
-        let bdp = 12_500;
-        let cap = notsent_mark(bdp, bdp, 125_000);
-        let room = mark_room(bdp, cap);
-        assert_eq!(room, (bdp + cap) * 3 / 2);
-        let held = bdp + cap / 2;
-        assert!(room - held >= held / 2);
-        // A fast path's 20 ms of rate counts only up to the send memory.
-        assert_eq!(
-            mark_room(100_000, 40_000_000),
-            (100_000 + CONN_SEND_MEM) * 3 / 2
         );
     }
 

@@ -190,8 +190,7 @@ impl Refill<'_> {
         match tcp::set_notsent_lowat(conn.as_fd(), m) {
             Ok(()) => {
                 tracing::trace!(from = self.mark, to = mark, "NOTSENT_LOWAT mark");
-                self.mark = mark;
-                room_for_mark(conn, mark);
+                self.mark = mark
             }
             Err(e) => tracing::debug!("TCP_NOTSENT_LOWAT refused: {e}"),
         }
@@ -207,39 +206,6 @@ impl Drop for Refill<'_> {
 /// Bytes per second that `written` bytes in `since` prove at least.
 fn rate_floor(written: u64, since: Duration) -> f64 {
     written as f64 / since.as_secs_f64().max(1e-6)
-}
-
-/// Marks up to this get a send buffer with room for them (`room_for_mark`);
-/// above it the connection is fast and its buffer is autotuning's or DRS's.
-const ROOM_MARK_MAX: u64 = 1 << 20;
-
-/// The send buffer a mark needs to be what wakes the sender: the kernel
-/// reports a socket writable only while it holds at most two thirds of its
-/// buffer *and* its not-sent bytes are under half the mark; a write stops
-/// at the buffer or at the mark. Twice the mark lets both be the mark's
-/// while less than a mark is in flight (a slow reader's few segments).
-fn buffer_for_mark(mark: u64) -> Option<u64> {
-    (mark <= ROOM_MARK_MAX).then_some(2 * mark)
-}
-
-/// Raises the socket's send buffer to [`buffer_for_mark`] if it is below
-/// (never lowers it: setting a buffer stops the kernel's autotuning, so a
-/// buffer already large enough is left alone). Measured (lab send-wakeups,
-/// 1000 readers at 1 Mbit/s): autotuning gives a receiver-limited socket
-/// about two windows of segments (~350 kB), so with any mark each wake-up
-/// moved ~120-190 kB, and raising the mark alone changed nothing
-/// (5724 against 6095 wake-ups per GiB).
-fn room_for_mark(conn: &TcpStream, mark: u64) {
-    let Some(want) = buffer_for_mark(mark) else {
-        return;
-    };
-    let fd = conn.as_fd();
-    if tcp::send_buffer(fd).is_ok_and(|b| (b as u64) < want) {
-        // The kernel doubles what is asked.
-        if let Err(e) = tcp::set_send_buffer(fd, (want / 2) as usize) {
-            tracing::debug!("SO_SNDBUF for the mark refused: {e}");
-        }
-    }
 }
 
 /// `2 x rate x time`: the kernel wakes at half the mark, so one wake-up
@@ -272,31 +238,6 @@ mod tests {
     fn the_mark_covers_the_refill_time_twice() {
         assert_eq!(mark_for(125_000.0, Duration::from_secs(4)), 1_000_000);
         assert_eq!(mark_for(0.0, Duration::from_secs(4)), 0);
-    }
-
-    #[test]
-    fn a_slow_connections_mark_gets_a_buffer_twice_its_size() {
-        assert_eq!(buffer_for_mark(600_000), Some(1_200_000));
-        assert_eq!(buffer_for_mark(ROOM_MARK_MAX), Some(2 * ROOM_MARK_MAX));
-        // A fast connection's buffer stays autotuning's (or DRS's).
-        assert_eq!(buffer_for_mark(ROOM_MARK_MAX + 1), None);
-    }
-
-    #[tokio::test]
-    async fn applying_a_small_mark_raises_a_smaller_send_buffer_only() {
-        let e = Engine::new(EngineConfig::default());
-        let (tx, _rx) = pair().await;
-        if !e.features().notsent_lowat.is_supported() {
-            return;
-        }
-        let _ = tcp::set_send_buffer(tx.as_fd(), 64 << 10);
-        room_for_mark(&tx, 512 << 10);
-        assert!(tcp::send_buffer(tx.as_fd()).unwrap() as u64 >= 1 << 20);
-        // Already larger: left alone.
-        let _ = tcp::set_send_buffer(tx.as_fd(), 2 << 20);
-        let before = tcp::send_buffer(tx.as_fd()).unwrap();
-        room_for_mark(&tx, 256 << 10);
-        assert_eq!(tcp::send_buffer(tx.as_fd()).unwrap(), before);
     }
 
     #[test]
