@@ -96,6 +96,15 @@ pub struct DrsSocket {
 
 /// Least not-sent mark DRS asks for: below it a wake-up moves too little.
 const MARK_MIN: u64 = 256 << 10;
+/// Send memory (in flight + not sent) a connection may always hold: on a
+/// path with a small BDP (a slow reader, a short round trip) most of it is
+/// the not-sent queue, so a wake-up moves more (the kernel wakes a sender
+/// at half its mark). With 512 kB or more in flight a path keeps half its
+/// BDP (drs-wan's 625 kB path: 312 kB, as before). Measured: 40 slow readers
+/// over veth (bench/slow_readers.sh) ~40 % less server CPU; the lab's 1000
+/// readers at 1 Mbit/s (send-wakeups) 6 % fewer wake-ups per GiB, since
+/// their marks are set per piece by the refill (lab/results/send-wakeups).
+const CONN_SEND_MEM: u64 = 768 << 10;
 /// The mark holds at least this much time of the connection's rate, so a
 /// short-RTT fast path (loopback) keeps few wake-ups per GiB.
 const MARK_MIN_TIME: f64 = 0.02;
@@ -108,9 +117,19 @@ const MARK_MIN_TIME: f64 = 0.02;
 /// trip to refill. A rate-sized mark of seconds (refill.rs, 8 MiB cap)
 /// kept send memory at the whole buffer: 8 MiB on a 100 Mbit/s 50 ms
 /// path whose BDP is 0.6 MB (lab/results/drs-wan).
-pub fn notsent_mark(bdp: u64, rate: u64) -> u64 {
+///
+/// The mark may also fill [`CONN_SEND_MEM`] less what is in flight now (at
+/// most the BDP): the kernel's send memory stays within that, and the
+/// refill's rate and share of the host's TCP memory (`refill.rs`) bound it
+/// further. In flight, not the BDP estimate: a reader that paces itself
+/// keeps the window small, while the estimate (windowed-max delivery rate
+/// x RTT) takes in the bursts each window update lets through (lab
+/// send-wakeups, 1000 readers at 1 Mbit/s over 100 ms: wake-ups per GiB
+/// the same with the BDP in this term, as if every mark were ~400 kB).
+pub fn notsent_mark(bdp: u64, in_flight: u64, rate: u64) -> u64 {
     (bdp / 2)
         .max((rate as f64 * MARK_MIN_TIME) as u64)
+        .max(CONN_SEND_MEM.saturating_sub(in_flight.min(bdp)))
         .max(MARK_MIN)
 }
 
@@ -216,7 +235,8 @@ impl DrsSocket {
                         .max(self.floor),
                 };
                 let d = self.drs.on_send_sample(t, &s);
-                self.cap_mark(fd, info.delivery_rate);
+                let in_flight = u64::from(info.unacked) * u64::from(info.snd_mss);
+                self.cap_mark(fd, in_flight, info.delivery_rate);
                 d
             }
             Dir::Recv => {
@@ -250,14 +270,14 @@ impl DrsSocket {
     /// Publishes the mark's ceiling, and lowers a mark already on the
     /// socket that is above it (the refill resizes only at wake-ups, and a
     /// fixed `--notsent-lowat` never does).
-    fn cap_mark(&mut self, fd: BorrowedFd<'_>, rate: u64) {
+    fn cap_mark(&mut self, fd: BorrowedFd<'_>, in_flight: u64, rate: u64) {
         let (Some(cell), bdp) = (&self.mark_cap, self.drs.bdp()) else {
             return;
         };
         if bdp == 0 {
             return;
         }
-        let cap = notsent_mark(bdp, rate);
+        let cap = notsent_mark(bdp, in_flight, rate);
         cell.store(cap, Relaxed);
         if let Ok(cur) = tcp::notsent_lowat(fd) {
             // 0 is the kernel's "no mark": unlimited.
@@ -411,14 +431,39 @@ mod tests {
 
     #[test]
     fn the_not_sent_mark_is_half_a_bdp_with_floors() {
-        // 100 Mbit/s, 50 ms: BDP 625 kB, so 312 kB, not the 8 MiB cap.
-        assert_eq!(notsent_mark(625_000, 12_500_000), 312_500);
+        // 100 Mbit/s, 50 ms, a window in flight: BDP 625 kB, so 312 kB,
+        // not the 8 MiB cap.
+        assert_eq!(notsent_mark(625_000, 625_000, 12_500_000), 312_500);
         // 1 Gbit/s, 100 ms.
-        assert_eq!(notsent_mark(12_500_000, 125_000_000), 6_250_000);
+        assert_eq!(notsent_mark(12_500_000, 12_500_000, 125_000_000), 6_250_000);
         // Loopback: tiny BDP, fast rate: 20 ms of the rate.
-        assert_eq!(notsent_mark(100_000, 2_000_000_000), 40_000_000);
-        // Slow and short: the least mark.
-        assert_eq!(notsent_mark(10_000, 1_000_000), MARK_MIN);
+        assert_eq!(notsent_mark(100_000, 100_000, 2_000_000_000), 40_000_000);
+        // Slow and short (1 Mbit/s, 80 ms): the connection's send memory
+        // is nearly all not-sent queue, so a wake-up moves ~380 kB.
+        assert_eq!(
+            notsent_mark(10_000, 10_000, 125_000),
+            CONN_SEND_MEM - 10_000
+        );
+        // Where half the BDP reaches the least mark, the two meet (no step).
+        let half_mib = 512 << 10;
+        assert_eq!(notsent_mark(half_mib, half_mib, 1_000_000), MARK_MIN);
+        assert_eq!(
+            notsent_mark(half_mib - 2, half_mib - 2, 1_000_000),
+            MARK_MIN + 2
+        );
+        assert_eq!(notsent_mark(2 << 20, 2 << 20, 1_000_000), 1 << 20);
+        // A reader pacing itself: the estimate saw 800 kB (bursts through
+        // each window update), 20 kB are in flight: the send memory is the
+        // in-flight bytes' complement, not half the estimate.
+        assert_eq!(
+            notsent_mark(800_000, 20_000, 125_000),
+            CONN_SEND_MEM - 20_000
+        );
+        // More in flight than the estimate counts only up to the estimate.
+        assert_eq!(
+            notsent_mark(10_000, 500_000, 125_000),
+            CONN_SEND_MEM - 10_000
+        );
     }
 
     #[test]
