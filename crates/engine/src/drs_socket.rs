@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 use sluice_platform::sockbuf::{self, BufferLimits, Dir};
 use sluice_platform::tcp;
 
-use crate::drs::{receiver_autotune, sender_autotune, Drs, DrsConfig, RecvSample, SendSample};
+use crate::drs::{
+    receiver_autotune, sender_autotune, Drs, DrsConfig, RecvSample, SendSample,
+    RECV_BUFFER_PER_WINDOW, RECV_START_WINDOW,
+};
 
 /// Limits of each direction, read once (the namespace's sysctls do not
 /// change under a running process, and a sample must not open files).
@@ -92,26 +95,30 @@ pub struct DrsSocket {
     /// Sender only: where the not-sent mark's ceiling is published for
     /// the connection's refill (`refill.rs`); 0 until a BDP is known.
     mark_cap: Option<Arc<AtomicU64>>,
+    /// Receiver only: the window clamp set last (0: none), and the largest.
+    window: u64,
+    peak_window: u64,
 }
 
 /// Least not-sent mark DRS asks for: below it a wake-up moves too little.
 const MARK_MIN: u64 = 256 << 10;
-/// The mark holds at least this much time of the connection's rate, so a
-/// short-RTT fast path (loopback) keeps few wake-ups per GiB.
-const MARK_MIN_TIME: f64 = 0.02;
+/// The mark holds this much time of the connection's rate: the kernel
+/// wakes the sender at half the mark, so the sender has 10 ms to refill
+/// before the connection runs dry; a short-RTT fast path (loopback) keeps
+/// few wake-ups per GiB.
+const MARK_TIME: f64 = 0.02;
 
-/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this BDP
-/// and delivery rate. The kernel's send memory is the data in flight
-/// (about a BDP, by necessity) plus the data not sent yet, which only
-/// needs to last until the sender's next wake-up: the kernel wakes it at
-/// half the mark, so a mark of half a BDP leaves a quarter of a round
-/// trip to refill. A rate-sized mark of seconds (refill.rs, 8 MiB cap)
-/// kept send memory at the whole buffer: 8 MiB on a 100 Mbit/s 50 ms
-/// path whose BDP is 0.6 MB (lab/results/drs-wan).
-pub fn notsent_mark(bdp: u64, rate: u64) -> u64 {
-    (bdp / 2)
-        .max((rate as f64 * MARK_MIN_TIME) as u64)
-        .max(MARK_MIN)
+/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this
+/// delivery rate. The kernel's send memory is the data in flight
+/// (at least a BDP, by necessity: what is unacknowledged) plus the data
+/// not sent yet, which only needs to last until the sender's next
+/// wake-up: a rate-sized piece, whatever the round trip. A rate-sized
+/// mark of seconds (refill.rs, 8 MiB cap) kept send memory at the whole
+/// buffer (8 MiB on a 100 Mbit/s 50 ms path whose BDP is 0.6 MB), and
+/// half a BDP (session 9) was 2.5 MB of unsent data at 400 Mbit/s
+/// 100 ms where 20 ms of the rate is 1 MB (lab/results/drs-wan, s12).
+pub fn notsent_mark(rate: u64) -> u64 {
+    ((rate as f64 * MARK_TIME) as u64).max(MARK_MIN)
 }
 
 impl DrsSocket {
@@ -139,6 +146,8 @@ impl DrsSocket {
             short: None,
             floor: 0,
             mark_cap: None,
+            window: 0,
+            peak_window: 0,
         })
     }
 
@@ -178,13 +187,28 @@ impl DrsSocket {
     }
 
     /// Right after the handshake of a socket made with
-    /// [`DrsSocket::before_connect`]: down to autotuning's start
-    /// (`tcp_rmem[1]`), from where the samples grow it.
+    /// [`DrsSocket::before_connect`]: the window clamped to
+    /// [`RECV_START_WINDOW`] and the buffer down to a few of it (at least
+    /// autotuning's start, `tcp_rmem[1]`), from where the samples grow
+    /// them. The window scale the SYN offered still allows the largest.
     pub fn after_connect(&mut self, fd: BorrowedFd<'_>) {
-        let start = self.limits.auto_start.max(DrsConfig::default().min);
-        self.apply(fd, start, start);
-        // The window may grow up to what we may ever set.
-        let _ = sockbuf::set_window_clamp(fd, self.before_connect());
+        let start = (RECV_START_WINDOW * RECV_BUFFER_PER_WINDOW)
+            .max(self.limits.auto_start)
+            .max(DrsConfig::default().min);
+        self.apply(fd, start);
+        self.set_window(fd, RECV_START_WINDOW);
+    }
+
+    /// Receiver: clamps the window offered to `bytes`.
+    fn set_window(&mut self, fd: BorrowedFd<'_>, bytes: u64) {
+        match sockbuf::set_window_clamp(fd, bytes) {
+            Ok(()) => {
+                self.window = bytes;
+                self.peak_window = self.peak_window.max(bytes);
+                tracing::trace!(bytes, "DRS window");
+            }
+            Err(e) => tracing::debug!("DRS: TCP_WINDOW_CLAMP refused: {e}"),
+        }
     }
 
     /// Whether a sample is due.
@@ -232,18 +256,17 @@ impl DrsSocket {
                         self.limits.auto_max,
                     )
                     .max(self.floor),
+                    window: self.window,
                 };
                 self.drs.on_recv_sample(t, &s)
             }
         };
+        if let Some(w) = dec.window {
+            self.set_window(fd, w);
+        }
         self.next = now + dec.next_sample;
         if let Some(want) = dec.set {
-            let cur = match self.dir {
-                Dir::Send => tcp::send_buffer(fd),
-                Dir::Recv => tcp::recv_buffer(fd),
-            }
-            .unwrap_or(0) as u64;
-            self.apply(fd, want, cur);
+            self.apply(fd, want);
         }
     }
 
@@ -257,7 +280,7 @@ impl DrsSocket {
         if bdp == 0 {
             return;
         }
-        let cap = notsent_mark(bdp, rate);
+        let cap = notsent_mark(rate);
         cell.store(cap, Relaxed);
         if let Ok(cur) = tcp::notsent_lowat(fd) {
             // 0 is the kernel's "no mark": unlimited.
@@ -267,16 +290,11 @@ impl DrsSocket {
         }
     }
 
-    fn apply(&mut self, fd: BorrowedFd<'_>, want: u64, cur: u64) {
+    fn apply(&mut self, fd: BorrowedFd<'_>, want: u64) {
         match sockbuf::set_buffer(fd, self.dir, want, &self.limits) {
             Ok(a) => {
                 self.changes += 1;
                 self.peak = self.peak.max(a.effective);
-                if self.dir == Dir::Recv && a.effective > cur {
-                    // The kernel fixed the window clamp at the handshake
-                    // and raises it only while it autotunes itself.
-                    let _ = sockbuf::set_window_clamp(fd, a.effective);
-                }
                 if a.limited {
                     self.short = Some((want, a.effective));
                     self.say_once(want, a.effective);
@@ -332,6 +350,11 @@ impl DrsSocket {
         self.peak
     }
 
+    /// Receiver: largest window clamp set so far, bytes (0: none).
+    pub fn peak_window(&self) -> u64 {
+        self.peak_window
+    }
+
     /// Buffer changes made so far.
     pub fn changes(&self) -> u64 {
         self.changes
@@ -356,7 +379,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     #[test]
-    fn a_receiver_starts_big_for_the_handshake_then_at_autotunings_start() {
+    fn a_receiver_starts_big_for_the_handshake_then_at_its_start_window() {
         let mut d = DrsSocket::new(Dir::Recv).unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let (mut c, _) = sockbuf::connect_with_recv_buffer(
@@ -367,8 +390,11 @@ mod tests {
         )
         .unwrap();
         d.after_connect(c.as_fd());
-        let start = d.limits().auto_start.max(DrsConfig::default().min);
+        let start = (RECV_START_WINDOW * RECV_BUFFER_PER_WINDOW)
+            .max(d.limits().auto_start)
+            .max(DrsConfig::default().min);
         assert_eq!(tcp::recv_buffer(c.as_fd()).unwrap() as u64, start);
+        assert_eq!(d.peak_window(), RECV_START_WINDOW);
         // Data flows and samples keep the buffer at least at the start.
         let (mut s, _) = l.accept().unwrap();
         let w = std::thread::spawn(move || s.write_all(&vec![1u8; 8 << 20]).unwrap());
@@ -410,15 +436,16 @@ mod tests {
     }
 
     #[test]
-    fn the_not_sent_mark_is_half_a_bdp_with_floors() {
-        // 100 Mbit/s, 50 ms: BDP 625 kB, so 312 kB, not the 8 MiB cap.
-        assert_eq!(notsent_mark(625_000, 12_500_000), 312_500);
-        // 1 Gbit/s, 100 ms.
-        assert_eq!(notsent_mark(12_500_000, 125_000_000), 6_250_000);
-        // Loopback: tiny BDP, fast rate: 20 ms of the rate.
-        assert_eq!(notsent_mark(100_000, 2_000_000_000), 40_000_000);
-        // Slow and short: the least mark.
-        assert_eq!(notsent_mark(10_000, 1_000_000), MARK_MIN);
+    fn the_not_sent_mark_is_20_ms_of_the_rate_whatever_the_round_trip() {
+        // 400 Mbit/s (100 ms: BDP 5 MB): 1 MB, not half the BDP.
+        assert_eq!(notsent_mark(50_000_000), 1_000_000);
+        // 1 Gbit/s.
+        assert_eq!(notsent_mark(125_000_000), 2_500_000);
+        // Loopback: fast rate, few wake-ups per GiB.
+        assert_eq!(notsent_mark(2_000_000_000), 40_000_000);
+        // Slow (100 Mbit/s, 20 ms of it is 250 kB): the least mark.
+        assert_eq!(notsent_mark(12_500_000), MARK_MIN);
+        assert_eq!(notsent_mark(1_000_000), MARK_MIN);
     }
 
     #[test]
