@@ -34,10 +34,10 @@
 //! receiver at most a window of data after a loss or a late read). The
 //! paper's rule, a window of 2x the bytes received per round trip, while
 //! full windows keep coming (slow start: it doubles per round trip), then
-//! `recv_window_factor` x BDP with the BDP from the lowest round trip, not
-//! from one inflated by the queue the window itself builds (kernel
-//! autotuning sizes from `rcv_space`, bytes per *smoothed* receiver RTT,
-//! which grows with the queue: lab/results/drs-wan, session 12). The
+//! `recv_window_factor` x BDP with the BDP from the lowest round trip of
+//! the last second, not from one inflated by the queue the window itself
+//! builds (kernel autotuning sizes from `rcv_space`, bytes per *smoothed*
+//! receiver RTT, which grows with the queue: lab/results/drs-wan, s12). The
 //! buffer stays a ceiling `RECV_BUFFER_PER_WINDOW` times the window and
 //! never below autotuning's: a buffer costs nothing until data waits in it.
 
@@ -167,13 +167,14 @@ const RECV_SHRINK_BELOW: f64 = 0.8;
 pub const RECV_BUFFER_PER_WINDOW: u64 = 4;
 /// Window a receiver starts with, before a round trip is known.
 pub const RECV_START_WINDOW: u64 = 256 << 10;
-/// A receiver whose lowest round trip over the last second is this many
-/// times the lowest over `rtt_window` is on a path whose delay grew (its
-/// own window, at most about 2.5 BDPs in slow start, inflates the round
-/// trip less): it sizes from the new delay at once. Without this a
-/// window sized for 20 ms held a path that went to 150 ms to an eighth
-/// of its rate until the old minimum aged out.
-const RTT_JUMP: u64 = 3;
+/// A receiver sizes its window from the lowest round trip of the last
+/// second, not of `rtt_window`: a BBR sender empties the queue at least
+/// once per probe cycle (8 round trips), so on its own the window sees
+/// the path's delay; a queue that stays (a loss-based competitor keeps
+/// it full) is part of the round trip every flow through it must cover,
+/// and a window sized without it would shrink the connection's rate,
+/// then its window from the lower rate, down to nothing. It also
+/// follows a path whose delay grew (20 -> 150 ms) within a second.
 const RTT_RECENT: Duration = Duration::from_secs(1);
 /// Least receive window: this much time of the rate (a reader that is
 /// late by a scheduler tick must not stop a fast local sender; on
@@ -289,8 +290,7 @@ impl Drs {
         };
         self.prev = Some((now, s.bytes_received));
         let bw = self.rate.push(now, rate, self.cfg.rate_window);
-        let rtt = self.push_rtt(now, s.rcv_rtt);
-        let rtt = self.follow_delay_jump(now, s.rcv_rtt).or(rtt);
+        let rtt = self.push_recent_rtt(now, s.rcv_rtt);
         let have = if self.window > 0 { self.window } else { s.window };
         let Some(r) = rtt.filter(|_| have > 0) else {
             // No round trip yet (a receiver's `tcpi_rcv_rtt` stays 0 until
@@ -352,21 +352,15 @@ impl Drs {
         Some(Duration::from_micros(u64::MAX - inv))
     }
 
-    /// Receiver: when the last second's lowest round trip is
-    /// [`RTT_JUMP`] times the windowed minimum, the path's delay grew:
-    /// the minimum starts over from the recent one.
-    fn follow_delay_jump(&mut self, now: Duration, rtt: Duration) -> Option<Duration> {
+    /// Receiver: the lowest round trip of the last [`RTT_RECENT`].
+    fn push_recent_rtt(&mut self, now: Duration, rtt: Duration) -> Option<Duration> {
         if rtt.is_zero() {
-            return None;
+            let v = self.rtt_recent.get();
+            return (v > 0).then(|| Duration::from_micros(u64::MAX - v));
         }
         let us = rtt.as_micros().min(u128::from(u64::MAX - 1)) as u64;
-        let recent = u64::MAX - self.rtt_recent.push(now, u64::MAX - us, RTT_RECENT);
-        let long = u64::MAX - self.rtt.get();
-        if recent < long.saturating_mul(RTT_JUMP) {
-            return None;
-        }
-        self.rtt = self.rtt_recent.clone();
-        Some(Duration::from_micros(recent))
+        let inv = self.rtt_recent.push(now, u64::MAX - us, RTT_RECENT);
+        Some(Duration::from_micros(u64::MAX - inv))
     }
 
     fn decide(

@@ -341,6 +341,48 @@ fn a_receiver_follows_the_delay_20_150_50_within_seconds() {
 }
 
 #[test]
+fn a_receiver_behind_a_standing_queue_keeps_its_share() {
+    // 400 Mbit/s, 50 ms, alone for 10 s; then a loss-based competitor
+    // keeps a queue of 3 BDP (200 ms round trips for every packet) and
+    // takes half the link. A window sized from the round trip seen before
+    // the queue would cut this flow's rate, and then the window from the
+    // lower rate, for as long as that round trip is remembered.
+    let (rate, base) = (50_000_000u64, 50 * MS);
+    let mut d = Drs::new(DrsConfig::default());
+    let mut window = RECV_START_WINDOW;
+    let mut received = 0u64;
+    let mut now = Duration::ZERO;
+    let mut dt = 10 * MS;
+    let (mut moved, mut span) = (0.0, 0.0);
+    while now < Duration::from_secs(30) {
+        now += dt;
+        let crowded = now > Duration::from_secs(10);
+        let (share, rtt) = if crowded { (rate / 2, 4 * base) } else { (rate, base) };
+        let got = (window as f64 / rtt.as_secs_f64()).min(share as f64);
+        received += (got * dt.as_secs_f64()) as u64;
+        if now > Duration::from_secs(12) && now < Duration::from_secs(17) {
+            moved += got * dt.as_secs_f64();
+            span += dt.as_secs_f64();
+        }
+        let s = RecvSample {
+            rcv_rtt: rtt,
+            bytes_received: received,
+            buffer: window * RECV_BUFFER_PER_WINDOW,
+            floor: 128 << 10,
+            window,
+            ..RecvSample::default()
+        };
+        let dec = d.on_recv_sample(now, &s);
+        if let Some(w) = dec.window {
+            window = w;
+        }
+        dt = dec.next_sample;
+    }
+    let mean = moved / span;
+    assert!(mean >= 0.95 * (rate / 2) as f64, "{mean} of {}, window {window}", rate / 2);
+}
+
+#[test]
 fn a_fast_local_receiver_keeps_at_least_20_ms_of_its_rate() {
     // Loopback: 2 GB/s, 50 us: the BDP is 100 kB, a reader late by a tick
     // would stop the sender.
