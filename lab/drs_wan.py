@@ -286,6 +286,7 @@ def one(row, path, size, bindir, work, data, events):
                 peak_server_tb=smp.peak_tb, peak_client_rb=smp.peak_rb,
                 retrans=retrans if retrans is not None else smp.retrans, server_limit=xl.group(1) if xl else None,
                 client_limit=stats.get("limit", {}).get("text"), drs_peak_client=stats.get("drs_peak_buffer"),
+                drs_peak_window=stats.get("drs_peak_window"),
                 t90=time_to_90(smp.recv, rate), drs_note=stats.get("drs_note"),
                 ss_at_peak_w=smp.at_peak_w, ss_at_peak_r=smp.at_peak_r)
 
