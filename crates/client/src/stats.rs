@@ -155,7 +155,7 @@ impl Stats {
         self.drs_note.lock().ok().and_then(|n| n.clone())
     }
 
-    fn counters(&self) -> [(&'static str, &AtomicU64); 30] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 31] {
         [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
