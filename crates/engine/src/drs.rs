@@ -47,7 +47,8 @@ use std::time::Duration;
 /// Tuning of the estimator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DrsConfig {
-    /// Buffer = `factor` x BDP.
+    /// Sender: the buffer holds `factor` x BDP in flight, plus the unsent
+    /// data of [`notsent_mark`], in the kernel's units.
     pub factor: f64,
     /// Least buffer ever asked for, bytes.
     pub min: u64,
@@ -66,7 +67,7 @@ pub struct DrsConfig {
 impl Default for DrsConfig {
     fn default() -> Self {
         DrsConfig {
-            factor: 2.0,
+            factor: SEND_IN_FLIGHT,
             min: 64 << 10,
             max: 256 << 20,
             // Several probe cycles of BBR (8 RTTs each) on a 100 ms path.
@@ -91,6 +92,9 @@ pub struct SendSample {
     pub app_limited: bool,
     /// `tcpi_rtt`: smoothed round trip.
     pub rtt: Duration,
+    /// `tcpi_min_rtt`: the lowest round trip the kernel has seen (zero:
+    /// unknown).
+    pub min_rtt: Duration,
     /// `tcpi_snd_cwnd` x `tcpi_snd_mss`, bytes.
     pub cwnd_bytes: u64,
     /// `tcpi_notsent_bytes`.
@@ -153,10 +157,27 @@ const RECV_FULL_SHARE: f64 = 0.8;
 /// receiver's CPU is: doubling there grew buffers to the maximum and cost
 /// ~15 % of a 1 GiB loopback download's rate).
 const LIMITED_MAX_BDPS: u64 = 4;
+/// Sender: BDPs in flight the send buffer allows (BBR's probe sends 1.25x
+/// its rate for a round trip; more in flight is queue, not rate).
+pub const SEND_IN_FLIGHT: f64 = 1.25;
+/// Sender: the kernel's memory per byte of data queued (skb and page
+/// overhead of TSO-sized skbs; more after SACKs split them).
+const SEND_TRUESIZE: f64 = 1.1;
+/// Sender: a smoothed RTT below this many path RTTs means no queue.
+const SEND_QUEUE_FREE: f64 = 1.15;
+/// Sender: the delivery rate fell below this share of the best recent.
+const SEND_RATE_FELL: f64 = 0.9;
+/// Sender: a queue of the connection's own making inflates the RTT by at
+/// most this (see [`Drs::path_rtt`]): [`SEND_IN_FLIGHT`] BDPs, doubled
+/// once by a growth that overshot (slow start doubles the buffer).
+const SEND_OWN_QUEUE: f64 = 2.5;
 /// Growth is at least this factor (fewer `setsockopt`s).
 const GROW_MIN: f64 = 1.25;
-/// Shrink only when the need is below this share of the buffer.
-const SHRINK_BELOW: f64 = 0.5;
+/// Shrink only when the need is below this share of the buffer. A send
+/// buffer above the need lets the sender keep a queue of its own, which
+/// raises the RTT the need is measured from: at a half, a buffer left at
+/// 3 BDPs after the delay fell (150 -> 50 ms) held itself there.
+const SHRINK_BELOW: f64 = 0.75;
 /// A receive window shrinks when the need is below this share of it (a
 /// window is the memory of both ends; lowering it costs one `setsockopt`).
 const RECV_SHRINK_BELOW: f64 = 0.8;
@@ -274,8 +295,17 @@ impl Drs {
         // An app-limited rate is a lower bound: it may raise the max, and
         // a windowed max is never lowered by one sample anyway.
         let bw = self.rate.push(now, s.delivery_rate, self.cfg.rate_window);
-        let rtt = self.push_rtt(now, s.rtt);
-        self.decide(now, bw, rtt, limited, s.buffer, s.floor)
+        let windowed = self.push_rtt(now, s.rtt);
+        let rtt = Self::path_rtt(s.min_rtt, windowed);
+        // A buffer that limits only the queue the connection keeps (the
+        // smoothed RTT well above the path's, the rate at its best) costs
+        // nothing: growing it only lets the sender hold more (BBR's
+        // startup keeps up to 2.9 BDPs in flight if the buffer lets it).
+        // It limits the transfer when the path is not full (no queue) or
+        // the rate fell (the delay grew, or less fits in flight).
+        let costs = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE)
+            || (s.delivery_rate as f64) < bw as f64 * SEND_RATE_FELL;
+        self.decide(now, bw, rtt, s.rtt, limited && costs, s.buffer, s.floor)
     }
 
     /// Folds in a receiver-side sample: the window to offer, and the
@@ -363,11 +393,30 @@ impl Drs {
         Some(Duration::from_micros(u64::MAX - inv))
     }
 
+    /// Sender: the path's own round trip. The kernel's `tcpi_min_rtt`
+    /// remembers minutes, so a path whose delay grew would be sized for
+    /// the old one; the windowed minimum of the smoothed RTT follows a
+    /// change but includes the queue the connection itself keeps (a BBR
+    /// flow here stayed in startup, 2.9 BDPs in flight, 300 ms round trips
+    /// on a 100 ms path: lab/results/drs-wan/s12). A send buffer of
+    /// [`SEND_IN_FLIGHT`] BDPs (doubled once at most) inflates the round
+    /// trip by at most [`SEND_OWN_QUEUE`], so a windowed minimum beyond
+    /// that times the kernel's is the path's delay having grown; a
+    /// smaller growth shows as a rate that fell, which grows the buffer.
+    fn path_rtt(min_rtt: Duration, windowed: Option<Duration>) -> Option<Duration> {
+        match (min_rtt.is_zero(), windowed) {
+            (true, w) => w,
+            (false, None) => Some(min_rtt),
+            (false, Some(w)) => Some(min_rtt.max(w.div_f64(SEND_OWN_QUEUE))),
+        }
+    }
+
     fn decide(
         &mut self,
         now: Duration,
         bw: u64,
         rtt: Option<Duration>,
+        srtt: Duration,
         limited: bool,
         current: u64,
         floor: u64,
@@ -375,8 +424,17 @@ impl Drs {
         let cfg = &self.cfg;
         self.bdp = rtt.map_or(0, |r| (bw as f64 * r.as_secs_f64()) as u64);
         let have = if self.set > 0 { self.set } else { current };
-        let mut need = (self.bdp as f64 * cfg.factor) as u64;
-        if limited && have < self.bdp.saturating_mul(LIMITED_MAX_BDPS) {
+        // What must be in flight, what waits unsent for the next wake-up
+        // (no more than a BDP of it: on a short fast path, loopback, the
+        // mark is tens of MB of wake-up economy that the buffer need not
+        // hold), in the kernel's units.
+        let need_data = self.bdp as f64 * cfg.factor + notsent_mark(bw).min(self.bdp) as f64;
+        let mut need = (need_data * SEND_TRUESIZE) as u64;
+        // The guard against doubling a buffer far above the path (4 BDPs)
+        // counts the BDP at the smoothed RTT too: right after the delay
+        // grew, the windowed minimum still holds the old one.
+        let bdp_now = self.bdp.max((bw as f64 * srtt.as_secs_f64()) as u64);
+        if limited && have < bdp_now.saturating_mul(LIMITED_MAX_BDPS) {
             need = need.max(have.saturating_mul(2));
         }
         let capped = need > cfg.max;
@@ -432,6 +490,27 @@ impl Drs {
             None
         }
     }
+}
+
+/// Least not-sent mark: below it a wake-up moves too little.
+const MARK_MIN: u64 = 256 << 10;
+/// The mark holds this much time of the connection's rate: the kernel
+/// wakes the sender at half the mark, so the sender has 10 ms to refill
+/// before the connection runs dry; a short-RTT fast path (loopback) keeps
+/// few wake-ups per GiB.
+const MARK_TIME: f64 = 0.02;
+
+/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this
+/// delivery rate. The kernel's send memory is the data in flight (at
+/// least a BDP, by necessity: what is unacknowledged) plus the data not
+/// sent yet, which only needs to last until the sender's next wake-up: a
+/// rate-sized piece, whatever the round trip. A rate-sized mark of seconds
+/// (refill.rs, 8 MiB cap) kept send memory at the whole buffer (8 MiB on a
+/// 100 Mbit/s 50 ms path whose BDP is 0.6 MB), and half a BDP (session 9)
+/// was 2.5 MB of unsent data at 400 Mbit/s 100 ms where 20 ms of the rate
+/// is 1 MB (lab/results/drs-wan, s12).
+pub fn notsent_mark(rate: u64) -> u64 {
+    ((rate as f64 * MARK_TIME) as u64).max(MARK_MIN)
 }
 
 /// The send buffer Linux's autotuning (`tcp_sndbuf_expand`) gives a

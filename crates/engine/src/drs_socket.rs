@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use sluice_platform::sockbuf::{self, BufferLimits, Dir};
 use sluice_platform::tcp;
 
+pub use crate::drs::notsent_mark;
 use crate::drs::{
     receiver_autotune, sender_autotune, Drs, DrsConfig, RecvSample, SendSample,
     RECV_BUFFER_PER_WINDOW, RECV_START_WINDOW,
@@ -98,27 +99,6 @@ pub struct DrsSocket {
     /// Receiver only: the window clamp set last (0: none), and the largest.
     window: u64,
     peak_window: u64,
-}
-
-/// Least not-sent mark DRS asks for: below it a wake-up moves too little.
-const MARK_MIN: u64 = 256 << 10;
-/// The mark holds this much time of the connection's rate: the kernel
-/// wakes the sender at half the mark, so the sender has 10 ms to refill
-/// before the connection runs dry; a short-RTT fast path (loopback) keeps
-/// few wake-ups per GiB.
-const MARK_TIME: f64 = 0.02;
-
-/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this
-/// delivery rate. The kernel's send memory is the data in flight
-/// (at least a BDP, by necessity: what is unacknowledged) plus the data
-/// not sent yet, which only needs to last until the sender's next
-/// wake-up: a rate-sized piece, whatever the round trip. A rate-sized
-/// mark of seconds (refill.rs, 8 MiB cap) kept send memory at the whole
-/// buffer (8 MiB on a 100 Mbit/s 50 ms path whose BDP is 0.6 MB), and
-/// half a BDP (session 9) was 2.5 MB of unsent data at 400 Mbit/s
-/// 100 ms where 20 ms of the rate is 1 MB (lab/results/drs-wan, s12).
-pub fn notsent_mark(rate: u64) -> u64 {
-    ((rate as f64 * MARK_TIME) as u64).max(MARK_MIN)
 }
 
 impl DrsSocket {
@@ -231,6 +211,7 @@ impl DrsSocket {
                     delivery_rate: info.delivery_rate,
                     app_limited: info.delivery_rate_app_limited,
                     rtt: Duration::from_micros(u64::from(info.rtt_us)),
+                    min_rtt: Duration::from_micros(u64::from(info.min_rtt_us)),
                     cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
                     notsent: u64::from(info.notsent_bytes),
                     sndbuf_limited: Duration::from_micros(info.sndbuf_limited_us),
@@ -444,8 +425,8 @@ mod tests {
         // Loopback: fast rate, few wake-ups per GiB.
         assert_eq!(notsent_mark(2_000_000_000), 40_000_000);
         // Slow (100 Mbit/s, 20 ms of it is 250 kB): the least mark.
-        assert_eq!(notsent_mark(12_500_000), MARK_MIN);
-        assert_eq!(notsent_mark(1_000_000), MARK_MIN);
+        assert_eq!(notsent_mark(12_500_000), 256 << 10);
+        assert_eq!(notsent_mark(1_000_000), 256 << 10);
     }
 
     #[test]
