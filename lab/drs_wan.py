@@ -64,6 +64,8 @@ ROWS = [
     ("globus-url-copy -p 4 (gridftp server)", LAB, "gridftp", "guc-p4"),
     ("curl (nginx)", LAB, "nginx", "curl"),
     ("aria2c -x 8 (nginx)", LAB, "nginx", "aria2c"),
+    # The default client chooses its streams (-p auto); this is one stream.
+    ("sluice, client -p 1", LAB, [], ["-p", "1"]),
 ]
 
 PATHS = {
@@ -163,10 +165,11 @@ def nstat_retrans():
     return int(m.group(1)) if m else None
 
 
-def wait_listening(port, proc, secs=10):
+def wait_listening(port, proc, secs=10, log=None):
     for _ in range(int(secs / 0.05)):
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode})")
+            tail = open(log).read()[-600:] if log else ""
+            raise RuntimeError(f"server exited ({proc.returncode}): {tail}")
         out = ns(SRV, "ss", "-ltnH", check=False).stdout
         if f":{port} " in out:
             return
@@ -177,7 +180,8 @@ def wait_listening(port, proc, secs=10):
 def start_peer(kind, work, data):
     """globus-gridftp-server or nginx in the server namespace, as
     crates/lab/src/servers.rs starts them. Returns (process, URL prefix)."""
-    err = open(os.path.join(work, "server.err"), "w")
+    log = os.path.join(work, f"server-{kind}.err")
+    err = open(log, "w")
     if kind == "gridftp":
         empty = os.path.join(work, "empty.conf")
         open(empty, "w").close()
@@ -197,8 +201,8 @@ def start_peer(kind, work, data):
             f" scgi_temp_path {w}/sc;\n server {{ listen {SA}:{PORT}; root {data}; location / {{ }} }}\n}}\n")
         argv = ["nginx", "-p", w, "-c", conf, "-e", f"{w}/error.log"]
         url = f"http://{SA}:{PORT}"
-    p = subprocess.Popen(["ip", "netns", "exec", SRV] + argv, stdout=err, stderr=err)
-    wait_listening(PORT, p)
+    p = subprocess.Popen(["ip", "netns", "exec", SRV] + argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+    wait_listening(PORT, p, log=log)
     return p, url
 
 
@@ -280,7 +284,7 @@ def one(row, path, size, bindir, work, data, events):
     # trips: ~0.5 s at 100 ms, said in the README).
     nbytes, secs = (int(m.group(1)), float(m.group(2))) if m else (parse_size(size), wall)
     rate = nbytes / secs
-    xfer = open(os.path.join(work, "server.err")).read()
+    xfer = "" if peer else open(os.path.join(work, "server.err")).read()
     xl = re.search(r"xferlog: .* (limit=\S+) retrans=(\d+) rtt_ms=([\d.]+)", xfer)
     return dict(row=name, mbps=rate / 1e6, seconds=secs, wall=wall, peak_server_w=smp.peak_w, peak_client_r=smp.peak_r,
                 peak_server_tb=smp.peak_tb, peak_client_rb=smp.peak_rb,
