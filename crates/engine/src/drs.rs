@@ -4,29 +4,28 @@
 //! buffer size to set out; the caller reads the socket and calls
 //! `setsockopt` (`DataConn` on the server, the client's drain).
 //!
-//! The rule is the paper's: keep the buffer near `factor` x the path's
-//! bandwidth-delay product (BDP), with `factor` = 2 by default. Sizes are
+//! The rule is the paper's, sized to what each end must hold. Sizes are
 //! in the kernel's units (what `getsockopt(SO_SNDBUF/SO_RCVBUF)` returns).
 //! - Bandwidth: the highest rate seen over the last `rate_window` (a
 //!   windowed max, as BBR keeps it), from `tcpi_delivery_rate` at the
 //!   sender and from bytes received per interval at the receiver.
-//! - Delay: the lowest smoothed RTT over the last `rtt_window`
-//!   (`tcpi_rtt` at the sender, `tcpi_rcv_rtt` at the receiver). Not the
-//!   kernel's `tcpi_min_rtt`: that is a minimum over five minutes, so a
-//!   path whose delay grows (20 -> 150 ms) would be sized for the old one.
-//! - A buffer that limits the connection (the sender's
-//!   `tcpi_sndbuf_limited` grew, or the receiver got a full window per
-//!   round trip) measures only itself: then the buffer at least doubles,
-//!   as the paper does while TCP may still be in slow start.
+//! - Delay: at the sender the path's RTT, `tcpi_min_rtt` unless the lowest
+//!   smoothed RTT over `rtt_window` is [`SEND_OWN_QUEUE`] times it (the
+//!   delay grew: the kernel's minimum remembers minutes); at the receiver
+//!   the lowest `tcpi_rcv_rtt` of the last second.
+//! - Sender: a buffer of `factor` (1.25) BDPs in flight plus the not-sent
+//!   mark. One the kernel reports as the limit (`tcpi_sndbuf_limited`
+//!   grew) at least doubles, as the paper does while TCP may still be in
+//!   slow start, but only when that costs rate (no queue, or the rate
+//!   fell): a buffer that only holds back the sender's own queue stays.
 //! - Never below what kernel autotuning would give the socket (`floor`,
 //!   computed by the caller with [`sender_autotune`] / [`receiver_autotune`]),
 //!   never above `max` (the caller's limit: the sysctl ceiling, or more
 //!   with `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE`).
 //! - Hysteresis: grow at once (a small buffer costs throughput now), by at
-//!   least a quarter; shrink only when the need stayed below half the
+//!   least a quarter; shrink only when the need stayed below 3/4 of the
 //!   buffer for `shrink_hold`, and then to the largest need seen in that
-//!   time (a shrinking buffer costs nothing but memory, and thrashing it
-//!   costs system calls).
+//!   time (thrashing it costs system calls).
 //!
 //! The receiver sizes its *window* (`TCP_WINDOW_CLAMP`), not only its
 //! buffer: the window is what the sender may have in flight, so it is the
