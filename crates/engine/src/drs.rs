@@ -10,7 +10,7 @@
 //!   windowed max, as BBR keeps it), from `tcpi_delivery_rate` at the
 //!   sender and from bytes received per interval at the receiver.
 //! - Delay: at the sender the path's RTT, `tcpi_min_rtt` unless the lowest
-//!   smoothed RTT over `rtt_window` is [`SEND_OWN_QUEUE`] times it (the
+//!   smoothed RTT over `rtt_window` is 2.5 times it (the
 //!   delay grew: the kernel's minimum remembers minutes); at the receiver
 //!   the lowest `tcpi_rcv_rtt` of the last second.
 //! - Sender: a buffer of `factor` (1.25) BDPs in flight plus the not-sent
