@@ -304,7 +304,8 @@ impl Drs {
         // the rate fell (the delay grew, or less fits in flight).
         let costs = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE)
             || (s.delivery_rate as f64) < bw as f64 * SEND_RATE_FELL;
-        self.decide(now, bw, rtt, s.rtt, limited && costs, s.buffer, s.floor)
+        let limited = (limited && costs).then_some(s.rtt);
+        self.decide(now, bw, rtt, limited, s.buffer, s.floor)
     }
 
     /// Folds in a receiver-side sample: the window to offer, and the
@@ -320,7 +321,11 @@ impl Drs {
         self.prev = Some((now, s.bytes_received));
         let bw = self.rate.push(now, rate, self.cfg.rate_window);
         let rtt = self.push_recent_rtt(now, s.rcv_rtt);
-        let have = if self.window > 0 { self.window } else { s.window };
+        let have = if self.window > 0 {
+            self.window
+        } else {
+            s.window
+        };
         let Some(r) = rtt.filter(|_| have > 0) else {
             // No round trip yet (a receiver's `tcpi_rcv_rtt` stays 0 until
             // a window has come in): nothing to size from; the buffer only
@@ -415,8 +420,8 @@ impl Drs {
         now: Duration,
         bw: u64,
         rtt: Option<Duration>,
-        srtt: Duration,
-        limited: bool,
+        // The buffer limited the connection at this smoothed RTT.
+        limited: Option<Duration>,
         current: u64,
         floor: u64,
     ) -> DrsDecision {
@@ -432,9 +437,11 @@ impl Drs {
         // The guard against doubling a buffer far above the path (4 BDPs)
         // counts the BDP at the smoothed RTT too: right after the delay
         // grew, the windowed minimum still holds the old one.
-        let bdp_now = self.bdp.max((bw as f64 * srtt.as_secs_f64()) as u64);
-        if limited && have < bdp_now.saturating_mul(LIMITED_MAX_BDPS) {
-            need = need.max(have.saturating_mul(2));
+        if let Some(srtt) = limited {
+            let bdp_now = self.bdp.max((bw as f64 * srtt.as_secs_f64()) as u64);
+            if have < bdp_now.saturating_mul(LIMITED_MAX_BDPS) {
+                need = need.max(have.saturating_mul(2));
+            }
         }
         let capped = need > cfg.max;
         let lo = floor.max(cfg.min).min(cfg.max);
@@ -467,7 +474,13 @@ impl Drs {
     /// Grow to `need` at once (by at least [`GROW_MIN`]); shrink only when
     /// it stayed below `shrink_below` of `have` for `shrink_hold`, then to
     /// the largest need seen meanwhile. The new size, if it changes.
-    fn hysteresis(&mut self, now: Duration, need: u64, have: u64, shrink_below: f64) -> Option<u64> {
+    fn hysteresis(
+        &mut self,
+        now: Duration,
+        need: u64,
+        have: u64,
+        shrink_below: f64,
+    ) -> Option<u64> {
         let cfg = &self.cfg;
         if need > have {
             self.low_since = None;

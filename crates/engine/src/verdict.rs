@@ -520,7 +520,10 @@ mod tests {
         // 145 ms on a 100 ms path: the path was full, the buffer held a queue.
         let t = SendTally::between(&before, &after(145_000, 100_000), 1000 * MS);
         assert_eq!(t.sndbuf_limited, Duration::ZERO);
-        assert_eq!(Verdict::of_sender(&t, Duration::ZERO).share_of(Limit::Network), 100.0);
+        assert_eq!(
+            Verdict::of_sender(&t, Duration::ZERO).share_of(Limit::Network),
+            100.0
+        );
     }
 
     #[test]

@@ -261,7 +261,8 @@ impl RecvPath {
     fn step(&mut self, dt: Duration) -> u64 {
         let bdp = bdp(self.rate, self.rtt) as f64;
         self.t += dt;
-        self.cwnd = (self.cwnd * 2f64.powf(dt.as_secs_f64() / self.rtt.as_secs_f64())).min(1.25 * bdp);
+        self.cwnd =
+            (self.cwnd * 2f64.powf(dt.as_secs_f64() / self.rtt.as_secs_f64())).min(1.25 * bdp);
         let inflight = self.inflight();
         let got = (inflight / self.rtt.as_secs_f64()).min(self.rate as f64);
         self.received += (got * dt.as_secs_f64()) as u64;
@@ -287,7 +288,12 @@ impl RecvPath {
 
 /// Runs the receiver for `secs`; returns the clock, the largest window,
 /// and when the delivery rate first reached 95 % of the path's.
-fn run_recv(d: &mut Drs, p: &mut RecvPath, start: Duration, secs: f64) -> (Duration, u64, Option<Duration>) {
+fn run_recv(
+    d: &mut Drs,
+    p: &mut RecvPath,
+    start: Duration,
+    secs: f64,
+) -> (Duration, u64, Option<Duration>) {
     let mut now = start;
     let mut dt = 10 * MS;
     let mut peak = p.window;
@@ -334,12 +340,20 @@ fn a_receiver_window_doubles_through_slow_start_then_holds_one_and_a_half_bdp() 
     assert!(peak <= b * 26 / 10, "peak window {peak} vs BDP {b}");
     // Then 1.5 BDP (enough for BBR's 1.25 probe), within the shrink
     // hysteresis (a window shrinks once the need is below 0.8 of it).
-    assert!(p.window >= b * 14 / 10 && p.window <= b * 19 / 10, "window {} vs BDP {b}", p.window);
+    assert!(
+        p.window >= b * 14 / 10 && p.window <= b * 19 / 10,
+        "window {} vs BDP {b}",
+        p.window
+    );
     assert_eq!(p.buffer, p.window * RECV_BUFFER_PER_WINDOW);
     // Steady: the window stays and the path stays full.
     let (_, _, at95) = run_recv(&mut d, &mut p, now, 10.0);
     assert!(at95.is_some_and(|t| t < Duration::from_secs(1)));
-    assert!(p.window >= b * 14 / 10 && p.window <= b * 19 / 10, "window {} vs BDP {b}", p.window);
+    assert!(
+        p.window >= b * 14 / 10 && p.window <= b * 19 / 10,
+        "window {} vs BDP {b}",
+        p.window
+    );
 }
 
 #[test]
@@ -381,7 +395,11 @@ fn a_receiver_behind_a_standing_queue_keeps_its_share() {
     while now < Duration::from_secs(30) {
         now += dt;
         let crowded = now > Duration::from_secs(10);
-        let (share, rtt) = if crowded { (rate / 2, 4 * base) } else { (rate, base) };
+        let (share, rtt) = if crowded {
+            (rate / 2, 4 * base)
+        } else {
+            (rate, base)
+        };
         let got = (window as f64 / rtt.as_secs_f64()).min(share as f64);
         received += (got * dt.as_secs_f64()) as u64;
         if now > Duration::from_secs(12) && now < Duration::from_secs(17) {
@@ -403,7 +421,11 @@ fn a_receiver_behind_a_standing_queue_keeps_its_share() {
         dt = dec.next_sample;
     }
     let mean = moved / span;
-    assert!(mean >= 0.95 * (rate / 2) as f64, "{mean} of {}, window {window}", rate / 2);
+    assert!(
+        mean >= 0.95 * (rate / 2) as f64,
+        "{mean} of {}, window {window}",
+        rate / 2
+    );
 }
 
 #[test]
