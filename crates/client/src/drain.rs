@@ -316,6 +316,7 @@ impl Watch {
         self.tally = RecvTally::default();
         if let Some(d) = self.drs.take() {
             stats.drs_peak_buffer.fetch_max(d.peak(), Relaxed);
+            stats.drs_peak_window.fetch_max(d.peak_window(), Relaxed);
             Stats::add(&stats.drs_changes, d.changes());
             if let Some(n) = d.limit_note() {
                 if let Ok(mut mine) = stats.drs_note.lock() {

@@ -60,6 +60,9 @@ pub struct Stats {
     pub rcv_rtt_micros: AtomicU64,
     /// `--drs on`: largest socket buffer set, bytes.
     pub drs_peak_buffer: AtomicU64,
+    /// `--drs on`: largest receive window clamp set, bytes (what the
+    /// sender may have had in flight: the memory of both ends).
+    pub drs_peak_window: AtomicU64,
     /// `--drs on`: socket buffer changes made.
     pub drs_changes: AtomicU64,
     /// `--drs on`: the system's limit held a buffer below the path's need
@@ -152,7 +155,7 @@ impl Stats {
         self.drs_note.lock().ok().and_then(|n| n.clone())
     }
 
-    fn counters(&self) -> [(&'static str, &AtomicU64); 30] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 31] {
         [
             ("bytes", &self.bytes),
             ("bytes_written", &self.bytes_written),
@@ -174,6 +177,7 @@ impl Stats {
             ("window_full_micros", &self.window_full_micros),
             ("rcv_rtt_micros", &self.rcv_rtt_micros),
             ("drs_peak_buffer", &self.drs_peak_buffer),
+            ("drs_peak_window", &self.drs_peak_window),
             ("drs_changes", &self.drs_changes),
             ("rcv_ooo_packets", &self.rcv_ooo_packets),
             ("rcv_loss_events", &self.rcv_loss_events),

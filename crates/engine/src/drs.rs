@@ -4,29 +4,41 @@
 //! buffer size to set out; the caller reads the socket and calls
 //! `setsockopt` (`DataConn` on the server, the client's drain).
 //!
-//! The rule is the paper's: keep the buffer near `factor` x the path's
-//! bandwidth-delay product (BDP), with `factor` = 2 by default. Sizes are
+//! The rule is the paper's, sized to what each end must hold. Sizes are
 //! in the kernel's units (what `getsockopt(SO_SNDBUF/SO_RCVBUF)` returns).
 //! - Bandwidth: the highest rate seen over the last `rate_window` (a
 //!   windowed max, as BBR keeps it), from `tcpi_delivery_rate` at the
 //!   sender and from bytes received per interval at the receiver.
-//! - Delay: the lowest smoothed RTT over the last `rtt_window`
-//!   (`tcpi_rtt` at the sender, `tcpi_rcv_rtt` at the receiver). Not the
-//!   kernel's `tcpi_min_rtt`: that is a minimum over five minutes, so a
-//!   path whose delay grows (20 -> 150 ms) would be sized for the old one.
-//! - A buffer that limits the connection (the sender's
-//!   `tcpi_sndbuf_limited` grew, or the receiver got a full window per
-//!   round trip) measures only itself: then the buffer at least doubles,
-//!   as the paper does while TCP may still be in slow start.
+//! - Delay: at the sender the path's RTT, `tcpi_min_rtt` unless the lowest
+//!   smoothed RTT over `rtt_window` is 2.5 times it (the
+//!   delay grew: the kernel's minimum remembers minutes); at the receiver
+//!   the lowest `tcpi_rcv_rtt` of the last second.
+//! - Sender: a buffer of `factor` (1.25) BDPs in flight plus the not-sent
+//!   mark. One the kernel reports as the limit (`tcpi_sndbuf_limited`
+//!   grew) at least doubles, as the paper does while TCP may still be in
+//!   slow start, but only when that costs rate (no queue, or the rate
+//!   fell): a buffer that only holds back the sender's own queue stays.
 //! - Never below what kernel autotuning would give the socket (`floor`,
 //!   computed by the caller with [`sender_autotune`] / [`receiver_autotune`]),
 //!   never above `max` (the caller's limit: the sysctl ceiling, or more
 //!   with `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE`).
 //! - Hysteresis: grow at once (a small buffer costs throughput now), by at
-//!   least a quarter; shrink only when the need stayed below half the
+//!   least a quarter; shrink only when the need stayed below 3/4 of the
 //!   buffer for `shrink_hold`, and then to the largest need seen in that
-//!   time (a shrinking buffer costs nothing but memory, and thrashing it
-//!   costs system calls).
+//!   time (thrashing it costs system calls).
+//!
+//! The receiver sizes its *window* (`TCP_WINDOW_CLAMP`), not only its
+//! buffer: the window is what the sender may have in flight, so it is the
+//! memory of both ends (the sender holds what is unacknowledged, the
+//! receiver at most a window of data after a loss or a late read). The
+//! paper's rule, a window of 2x the bytes received per round trip, while
+//! full windows keep coming (slow start: it doubles per round trip), then
+//! `recv_window_factor` x BDP with the BDP from the lowest round trip of
+//! the last second, not from one inflated by the queue the window itself
+//! builds (kernel autotuning sizes from `rcv_space`, bytes per *smoothed*
+//! receiver RTT, which grows with the queue: lab/results/drs-wan, s12). The
+//! buffer stays a ceiling `RECV_BUFFER_PER_WINDOW` times the window and
+//! never below autotuning's: a buffer costs nothing until data waits in it.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -34,7 +46,8 @@ use std::time::Duration;
 /// Tuning of the estimator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DrsConfig {
-    /// Buffer = `factor` x BDP.
+    /// Sender: the buffer holds `factor` x BDP in flight, plus the unsent
+    /// data of [`notsent_mark`], in the kernel's units.
     pub factor: f64,
     /// Least buffer ever asked for, bytes.
     pub min: u64,
@@ -46,12 +59,14 @@ pub struct DrsConfig {
     pub rtt_window: Duration,
     /// How long the need must stay below half the buffer before it shrinks.
     pub shrink_hold: Duration,
+    /// Receiver: the window once the rate has stopped growing, x BDP.
+    pub recv_window_factor: f64,
 }
 
 impl Default for DrsConfig {
     fn default() -> Self {
         DrsConfig {
-            factor: 2.0,
+            factor: SEND_IN_FLIGHT,
             min: 64 << 10,
             max: 256 << 20,
             // Several probe cycles of BBR (8 RTTs each) on a 100 ms path.
@@ -60,6 +75,9 @@ impl Default for DrsConfig {
             // that a path whose delay fell is sized down within seconds.
             rtt_window: Duration::from_secs(5),
             shrink_hold: Duration::from_secs(3),
+            // BBR's probing phase sends 1.25x its rate for a round trip;
+            // a quarter more covers the receiver's RTT estimate being low.
+            recv_window_factor: 1.5,
         }
     }
 }
@@ -73,6 +91,9 @@ pub struct SendSample {
     pub app_limited: bool,
     /// `tcpi_rtt`: smoothed round trip.
     pub rtt: Duration,
+    /// `tcpi_min_rtt`: the lowest round trip the kernel has seen (zero:
+    /// unknown).
+    pub min_rtt: Duration,
     /// `tcpi_snd_cwnd` x `tcpi_snd_mss`, bytes.
     pub cwnd_bytes: u64,
     /// `tcpi_notsent_bytes`.
@@ -101,6 +122,8 @@ pub struct RecvSample {
     pub buffer: u64,
     /// What autotuning would give this socket now ([`receiver_autotune`]).
     pub floor: u64,
+    /// The window clamp in force (what DRS set last, or at the start).
+    pub window: u64,
 }
 
 /// What to do after a sample.
@@ -108,6 +131,8 @@ pub struct RecvSample {
 pub struct DrsDecision {
     /// Set the buffer to this many bytes (`None`: leave it).
     pub set: Option<u64>,
+    /// Receiver: set the window clamp to this many bytes (`None`: leave it).
+    pub window: Option<u64>,
     /// The path wants more than `max`: the caller says so (once).
     pub capped: bool,
     /// When to take the next sample.
@@ -131,10 +156,52 @@ const RECV_FULL_SHARE: f64 = 0.8;
 /// receiver's CPU is: doubling there grew buffers to the maximum and cost
 /// ~15 % of a 1 GiB loopback download's rate).
 const LIMITED_MAX_BDPS: u64 = 4;
+/// Sender: BDPs in flight the send buffer allows (BBR's probe sends 1.25x
+/// its rate for a round trip; more in flight is queue, not rate).
+pub const SEND_IN_FLIGHT: f64 = 1.25;
+/// Sender: the kernel's memory per byte of data queued (skb and page
+/// overhead of TSO-sized skbs; more after SACKs split them).
+const SEND_TRUESIZE: f64 = 1.1;
+/// Sender: a smoothed RTT below this many path RTTs means no queue.
+const SEND_QUEUE_FREE: f64 = 1.15;
+/// Sender: the delivery rate fell below this share of the best recent.
+const SEND_RATE_FELL: f64 = 0.9;
+/// Sender: a queue of the connection's own making inflates the RTT by at
+/// most this (see [`Drs::path_rtt`]): [`SEND_IN_FLIGHT`] BDPs, doubled
+/// once by a growth that overshot (slow start doubles the buffer).
+const SEND_OWN_QUEUE: f64 = 2.5;
 /// Growth is at least this factor (fewer `setsockopt`s).
 const GROW_MIN: f64 = 1.25;
-/// Shrink only when the need is below this share of the buffer.
-const SHRINK_BELOW: f64 = 0.5;
+/// Shrink only when the need is below this share of the buffer. A send
+/// buffer above the need lets the sender keep a queue of its own, which
+/// raises the RTT the need is measured from: at a half, a buffer left at
+/// 3 BDPs after the delay fell (150 -> 50 ms) held itself there.
+const SHRINK_BELOW: f64 = 0.75;
+/// A receive window shrinks when the need is below this share of it (a
+/// window is the memory of both ends; lowering it costs one `setsockopt`).
+const RECV_SHRINK_BELOW: f64 = 0.8;
+/// The receive buffer is this many windows: the kernel offers the buffer
+/// times its payload-to-truesize ratio (a half by default, less for small
+/// packets), so the buffer must not be what limits the window; it holds
+/// no memory until data waits in it, and then at most a window of data.
+pub const RECV_BUFFER_PER_WINDOW: u64 = 4;
+/// Window a receiver starts with, before a round trip is known.
+pub const RECV_START_WINDOW: u64 = 256 << 10;
+/// A receiver sizes its window from the lowest round trip of the last
+/// second, not of `rtt_window`: a BBR sender empties the queue at least
+/// once per probe cycle (8 round trips), so on its own the window sees
+/// the path's delay; a queue that stays (a loss-based competitor keeps
+/// it full) is part of the round trip every flow through it must cover,
+/// and a window sized without it would shrink the connection's rate,
+/// then its window from the lower rate, down to nothing. It also
+/// follows a path whose delay grew (20 -> 150 ms) within a second.
+const RTT_RECENT: Duration = Duration::from_secs(1);
+/// Least receive window: this much time of the rate (a reader that is
+/// late by a scheduler tick must not stop a fast local sender; on
+/// loopback the round trip is microseconds and a BDP-sized window is
+/// a few packets) and at least this many bytes.
+const RECV_MIN_WINDOW_TIME: f64 = 0.02;
+const RECV_MIN_WINDOW: u64 = 64 << 10;
 
 /// A windowed max (or min, by negation) over `(time, value)` samples:
 /// a monotone deque, O(1) amortised.
@@ -171,6 +238,8 @@ pub struct Drs {
     rate: WindowedMax,
     /// Windowed min of the RTT in µs, kept as a max of `u64::MAX - rtt`.
     rtt: WindowedMax,
+    /// Receiver: the same over the last [`RTT_RECENT`].
+    rtt_recent: WindowedMax,
     /// Previous sample: time, cumulative sndbuf-limited time (sender) or
     /// bytes received (receiver).
     prev: Option<(Duration, u64)>,
@@ -181,8 +250,8 @@ pub struct Drs {
     low_since: Option<(Duration, u64)>,
     /// Last BDP estimate, bytes.
     bdp: u64,
-    /// A change was made at the last sample (sample again soon).
-    changing: bool,
+    /// Receiver: the window clamp we set (0: none yet).
+    window: u64,
 }
 
 impl Drs {
@@ -192,11 +261,12 @@ impl Drs {
             cfg,
             rate: WindowedMax::default(),
             rtt: WindowedMax::default(),
+            rtt_recent: WindowedMax::default(),
             prev: None,
             set: 0,
             low_since: None,
             bdp: 0,
-            changing: true,
+            window: 0,
         }
     }
 
@@ -224,11 +294,22 @@ impl Drs {
         // An app-limited rate is a lower bound: it may raise the max, and
         // a windowed max is never lowered by one sample anyway.
         let bw = self.rate.push(now, s.delivery_rate, self.cfg.rate_window);
-        let rtt = self.push_rtt(now, s.rtt);
+        let windowed = self.push_rtt(now, s.rtt);
+        let rtt = Self::path_rtt(s.min_rtt, windowed);
+        // A buffer that limits only the queue the connection keeps (the
+        // smoothed RTT well above the path's, the rate at its best) costs
+        // nothing: growing it only lets the sender hold more (BBR's
+        // startup keeps up to 2.9 BDPs in flight if the buffer lets it).
+        // It limits the transfer when the path is not full (no queue) or
+        // the rate fell (the delay grew, or less fits in flight).
+        let costs = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE)
+            || (s.delivery_rate as f64) < bw as f64 * SEND_RATE_FELL;
+        let limited = (limited && costs).then_some(s.rtt);
         self.decide(now, bw, rtt, limited, s.buffer, s.floor)
     }
 
-    /// Folds in a receiver-side sample.
+    /// Folds in a receiver-side sample: the window to offer, and the
+    /// buffer under it.
     pub fn on_recv_sample(&mut self, now: Duration, s: &RecvSample) -> DrsDecision {
         let rate = match self.prev {
             Some((t, before)) if now > t => {
@@ -239,18 +320,59 @@ impl Drs {
         };
         self.prev = Some((now, s.bytes_received));
         let bw = self.rate.push(now, rate, self.cfg.rate_window);
-        let rtt = self.push_rtt(now, s.rcv_rtt);
-        // The window offered is about half the buffer (the rest is the
-        // kernel's overhead, tcp_adv_win_scale); a round trip that
-        // brought nearly all of it says the window is what limits.
-        let per_rtt = rtt.map_or(0, |r| (rate as f64 * r.as_secs_f64()) as u64);
-        let window = s.buffer / 2;
-        let limited = window > 0 && per_rtt as f64 >= window as f64 * RECV_FULL_SHARE;
-        // The receiver's memory is about twice its window: size the
-        // window to factor x BDP, the buffer to twice that.
-        let d = self.decide(now, bw.saturating_mul(2), rtt, limited, s.buffer, s.floor);
-        self.bdp /= 2;
-        d
+        let rtt = self.push_recent_rtt(now, s.rcv_rtt);
+        let have = if self.window > 0 {
+            self.window
+        } else {
+            s.window
+        };
+        let Some(r) = rtt.filter(|_| have > 0) else {
+            // No round trip yet (a receiver's `tcpi_rcv_rtt` stays 0 until
+            // a window has come in): nothing to size from; the buffer only
+            // keeps up with autotuning's floor.
+            let set = (s.floor > s.buffer).then_some(s.floor.min(self.cfg.max));
+            return DrsDecision {
+                set,
+                window: None,
+                capped: false,
+                next_sample: SAMPLE_MIN * 4,
+            };
+        };
+        self.bdp = (bw as f64 * r.as_secs_f64()) as u64;
+        // A round trip that brought nearly the whole window says the
+        // window is what limits: double it, as slow start doubles.
+        let per_rtt = (rate as f64 * r.as_secs_f64()) as u64;
+        let limited = per_rtt as f64 >= have as f64 * RECV_FULL_SHARE;
+        let mut need = (self.bdp as f64 * self.cfg.recv_window_factor) as u64;
+        if limited {
+            need = need.max(have.saturating_mul(2));
+        }
+        let most = self.cfg.max / 2;
+        let capped = need > most;
+        let least = ((bw as f64 * RECV_MIN_WINDOW_TIME) as u64).max(RECV_MIN_WINDOW);
+        let need = need.max(least).min(most);
+        let window = self.hysteresis(now, need, have, RECV_SHRINK_BELOW);
+        if let Some(w) = window {
+            self.window = w;
+        }
+        let w = if self.window > 0 { self.window } else { have };
+        // The buffer: a ceiling of several windows, never below autotuning's.
+        let buffer = w
+            .saturating_mul(RECV_BUFFER_PER_WINDOW)
+            .max(s.floor)
+            .max(self.cfg.min)
+            .min(self.cfg.max);
+        let set = (buffer != s.buffer && (window.is_some() || buffer > s.buffer)).then_some(buffer);
+        if let Some(b) = set {
+            self.set = b;
+        }
+        let changing = window.is_some() || set.is_some() || self.low_since.is_some();
+        DrsDecision {
+            set,
+            window,
+            capped,
+            next_sample: Self::next_sample(rtt, changing),
+        }
     }
 
     /// The windowed-min RTT after this sample, `None` while none is known
@@ -264,62 +386,165 @@ impl Drs {
         Some(Duration::from_micros(u64::MAX - inv))
     }
 
+    /// Receiver: the lowest round trip of the last [`RTT_RECENT`].
+    fn push_recent_rtt(&mut self, now: Duration, rtt: Duration) -> Option<Duration> {
+        if rtt.is_zero() {
+            let v = self.rtt_recent.get();
+            return (v > 0).then(|| Duration::from_micros(u64::MAX - v));
+        }
+        let us = rtt.as_micros().min(u128::from(u64::MAX - 1)) as u64;
+        let inv = self.rtt_recent.push(now, u64::MAX - us, RTT_RECENT);
+        Some(Duration::from_micros(u64::MAX - inv))
+    }
+
+    /// Sender: the path's own round trip. The kernel's `tcpi_min_rtt`
+    /// remembers minutes, so a path whose delay grew would be sized for
+    /// the old one; the windowed minimum of the smoothed RTT follows a
+    /// change but includes the queue the connection itself keeps (a BBR
+    /// flow here stayed in startup, 2.9 BDPs in flight, 300 ms round trips
+    /// on a 100 ms path: lab/results/drs-wan/s12). A send buffer of
+    /// [`SEND_IN_FLIGHT`] BDPs (doubled once at most) inflates the round
+    /// trip by at most [`SEND_OWN_QUEUE`], so a windowed minimum beyond
+    /// that times the kernel's is the path's delay having grown; a
+    /// smaller growth shows as a rate that fell, which grows the buffer.
+    fn path_rtt(min_rtt: Duration, windowed: Option<Duration>) -> Option<Duration> {
+        match (min_rtt.is_zero(), windowed) {
+            (true, w) => w,
+            (false, None) => Some(min_rtt),
+            (false, Some(w)) => Some(min_rtt.max(w.div_f64(SEND_OWN_QUEUE))),
+        }
+    }
+
     fn decide(
         &mut self,
         now: Duration,
         bw: u64,
         rtt: Option<Duration>,
-        limited: bool,
+        // The buffer limited the connection at this smoothed RTT.
+        limited: Option<Duration>,
         current: u64,
         floor: u64,
     ) -> DrsDecision {
         let cfg = &self.cfg;
         self.bdp = rtt.map_or(0, |r| (bw as f64 * r.as_secs_f64()) as u64);
         let have = if self.set > 0 { self.set } else { current };
-        let mut need = (self.bdp as f64 * cfg.factor) as u64;
-        if limited && have < self.bdp.saturating_mul(LIMITED_MAX_BDPS) {
-            need = need.max(have.saturating_mul(2));
+        // What must be in flight, what waits unsent for the next wake-up
+        // (no more than a BDP of it: on a short fast path, loopback, the
+        // mark is tens of MB of wake-up economy that the buffer need not
+        // hold), in the kernel's units.
+        let need_data = self.bdp as f64 * cfg.factor + rate_mark(bw).min(self.bdp) as f64;
+        let mut need = (need_data * SEND_TRUESIZE) as u64;
+        // The guard against doubling a buffer far above the path (4 BDPs)
+        // counts the BDP at the smoothed RTT too: right after the delay
+        // grew, the windowed minimum still holds the old one.
+        if let Some(srtt) = limited {
+            let bdp_now = self.bdp.max((bw as f64 * srtt.as_secs_f64()) as u64);
+            if have < bdp_now.saturating_mul(LIMITED_MAX_BDPS) {
+                need = need.max(have.saturating_mul(2));
+            }
         }
         let capped = need > cfg.max;
         let lo = floor.max(cfg.min).min(cfg.max);
         let need = need.clamp(lo, cfg.max);
-        let mut set = None;
-        if need > have {
-            self.low_since = None;
-            let grown = ((have as f64 * GROW_MIN) as u64).max(need).min(cfg.max);
-            set = Some(grown);
-        } else if (need as f64) < have as f64 * SHRINK_BELOW {
-            let (since, peak) = match self.low_since {
-                Some((t, p)) => (t, p.max(need)),
-                None => (now, need),
-            };
-            if now.saturating_sub(since) >= cfg.shrink_hold {
-                self.low_since = None;
-                set = Some(peak);
-            } else {
-                self.low_since = Some((since, peak));
-            }
-        } else {
-            self.low_since = None;
-        }
+        let set = self.hysteresis(now, need, have, SHRINK_BELOW);
         if let Some(b) = set {
             self.set = b;
         }
         // A limit that changed nothing (a buffer far above the BDP) is steady.
         let changing = set.is_some() || self.low_since.is_some();
-        self.changing = changing;
+        DrsDecision {
+            set,
+            window: None,
+            capped,
+            next_sample: Self::next_sample(rtt, changing),
+        }
+    }
+
+    /// About a round trip while sizes change, a few round trips (at most
+    /// a second) once steady.
+    fn next_sample(rtt: Option<Duration>, changing: bool) -> Duration {
         let base = rtt.unwrap_or(SAMPLE_MIN).max(SAMPLE_MIN);
-        let next_sample = if changing {
+        if changing {
             base.min(SAMPLE_STEADY_MAX / 4)
         } else {
             (base * 4).clamp(SAMPLE_MIN, SAMPLE_STEADY_MAX)
-        };
-        DrsDecision {
-            set,
-            capped,
-            next_sample,
         }
     }
+
+    /// Grow to `need` at once (by at least [`GROW_MIN`]); shrink only when
+    /// it stayed below `shrink_below` of `have` for `shrink_hold`, then to
+    /// the largest need seen meanwhile. The new size, if it changes.
+    fn hysteresis(
+        &mut self,
+        now: Duration,
+        need: u64,
+        have: u64,
+        shrink_below: f64,
+    ) -> Option<u64> {
+        let cfg = &self.cfg;
+        if need > have {
+            self.low_since = None;
+            return Some(((have as f64 * GROW_MIN) as u64).max(need).min(cfg.max));
+        }
+        if (need as f64) >= have as f64 * shrink_below {
+            self.low_since = None;
+            return None;
+        }
+        let (since, peak) = match self.low_since {
+            Some((t, p)) => (t, p.max(need)),
+            None => (now, need),
+        };
+        if now.saturating_sub(since) >= cfg.shrink_hold {
+            self.low_since = None;
+            Some(peak)
+        } else {
+            self.low_since = Some((since, peak));
+            None
+        }
+    }
+}
+
+/// Least not-sent mark: below it a wake-up moves too little.
+const MARK_MIN: u64 = 256 << 10;
+/// Send memory (in flight + not sent) a connection may always hold: on a
+/// path with a small BDP (a slow reader, a short round trip) most of it is
+/// the not-sent queue, so a wake-up moves more. Measured (lab send-wakeups,
+/// 1000 readers at 1 Mbit/s, 100 ms): with the 256 KiB floor each wake-up
+/// moved ~128 KiB, one loop wake-up per socket wake, 6.6k context switches
+/// per GiB against nginx's 2.8k.
+pub const CONN_SEND_MEM: u64 = 768 << 10;
+/// The mark holds this much time of the connection's rate: the kernel
+/// wakes the sender at half the mark, so the sender has 10 ms to refill
+/// before the connection runs dry; a short-RTT fast path (loopback) keeps
+/// few wake-ups per GiB.
+const MARK_TIME: f64 = 0.02;
+
+/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this
+/// delivery rate. The kernel's send memory is the data in flight (at
+/// least a BDP, by necessity: what is unacknowledged) plus the data not
+/// sent yet, which only needs to last until the sender's next wake-up: a
+/// rate-sized piece, whatever the round trip. A rate-sized mark of seconds
+/// (refill.rs, 8 MiB cap) kept send memory at the whole buffer (8 MiB on a
+/// 100 Mbit/s 50 ms path whose BDP is 0.6 MB), and half a BDP (session 9)
+/// was 2.5 MB of unsent data at 400 Mbit/s 100 ms where 20 ms of the rate
+/// is 1 MB (lab/results/drs-wan, s12).
+///
+/// The mark may also fill [`CONN_SEND_MEM`] less what is in flight now (at
+/// most the BDP): the kernel's send memory stays within that, and the
+/// refill's rate and share of the host's TCP memory (`refill.rs`) bound it
+/// further. In flight, not the BDP estimate: a reader that paces itself
+/// keeps the window small, while the estimate (windowed-max delivery rate
+/// x RTT) takes in the bursts each window update lets through (lab
+/// send-wakeups, 1000 readers at 1 Mbit/s over 100 ms: wake-ups per GiB
+/// the same with the BDP in this term, as if every mark were ~400 kB).
+pub fn notsent_mark(bdp: u64, in_flight: u64, rate: u64) -> u64 {
+    rate_mark(rate).max(CONN_SEND_MEM.saturating_sub(in_flight.min(bdp)))
+}
+
+/// The rate's part of [`notsent_mark`]: 20 ms of it, at least the least
+/// mark. What DRS sizes the send buffer for.
+fn rate_mark(rate: u64) -> u64 {
+    ((rate as f64 * MARK_TIME) as u64).max(MARK_MIN)
 }
 
 /// The send buffer Linux's autotuning (`tcp_sndbuf_expand`) gives a
@@ -346,267 +571,4 @@ pub fn receiver_autotune(rcv_space: u64, start: u64, tcp_rmem_max: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    /// A sender on a path of `rate` bytes/s and `rtt`, whose buffer is
-    /// whatever the estimator last set: the connection delivers at most
-    /// what the buffer (half of it in flight) allows per round trip, and
-    /// reports send-buffer-limited time when that is below the path.
-    struct Path {
-        rate: u64,
-        rtt: Duration,
-        buffer: u64,
-        limited: Duration,
-    }
-
-    impl Path {
-        fn sample(&mut self, dt: Duration) -> SendSample {
-            let by_buffer = (self.buffer as f64 / 2.0 / self.rtt.as_secs_f64()) as u64;
-            let got = by_buffer.min(self.rate);
-            if by_buffer < self.rate {
-                self.limited += dt;
-            }
-            SendSample {
-                delivery_rate: got,
-                rtt: self.rtt,
-                cwnd_bytes: (got as f64 * self.rtt.as_secs_f64()) as u64,
-                sndbuf_limited: self.limited,
-                buffer: self.buffer,
-                floor: 64 << 10,
-                ..SendSample::default()
-            }
-        }
-    }
-
-    /// Runs the sender for `secs` of virtual time; returns the clock.
-    fn run(d: &mut Drs, p: &mut Path, start: Duration, secs: u64) -> (Duration, usize) {
-        let mut now = start;
-        let mut changes = 0;
-        let end = start + Duration::from_secs(secs);
-        let mut dt = 10 * MS;
-        while now < end {
-            now += dt;
-            let s = p.sample(dt);
-            let dec = d.on_send_sample(now, &s);
-            if let Some(b) = dec.set {
-                p.buffer = b;
-                changes += 1;
-            }
-            dt = dec.next_sample;
-        }
-        (now, changes)
-    }
-
-    fn bdp(rate: u64, rtt: Duration) -> u64 {
-        (rate as f64 * rtt.as_secs_f64()) as u64
-    }
-
-    #[test]
-    fn a_steady_path_settles_near_twice_its_bdp_and_stays() {
-        // 100 Mbit/s, 50 ms: BDP 625 kB.
-        let rate = 12_500_000;
-        let rtt = 50 * MS;
-        let mut d = Drs::new(DrsConfig::default());
-        let mut p = Path {
-            rate,
-            rtt,
-            buffer: 128 << 10,
-            limited: Duration::ZERO,
-        };
-        let (now, _) = run(&mut d, &mut p, Duration::ZERO, 10);
-        let want = 2 * bdp(rate, rtt);
-        assert!(p.buffer >= want, "{} < {want}", p.buffer);
-        assert!(p.buffer <= want * 3, "{} > 3x{want}", p.buffer);
-        assert_eq!(d.bdp(), bdp(rate, rtt));
-        // Steady: no more changes, and samples spaced out.
-        let (_, changes) = run(&mut d, &mut p, now, 30);
-        assert_eq!(changes, 0, "thrashing on a steady path");
-        let s = p.sample(Duration::from_secs(1));
-        let dec = d.on_send_sample(now + Duration::from_secs(41), &s);
-        assert!(dec.next_sample >= 200 * MS, "{:?}", dec.next_sample);
-    }
-
-    #[test]
-    fn a_limiting_buffer_grows_by_doubling_within_a_few_round_trips() {
-        // 1 Gbit/s, 100 ms: BDP 12.5 MB, from a 4 MiB buffer.
-        let rate = 125_000_000;
-        let rtt = 100 * MS;
-        let mut d = Drs::new(DrsConfig::default());
-        let mut p = Path {
-            rate,
-            rtt,
-            buffer: 4 << 20,
-            limited: Duration::ZERO,
-        };
-        run(&mut d, &mut p, Duration::ZERO, 2);
-        assert!(p.buffer >= 2 * bdp(rate, rtt), "{}", p.buffer);
-    }
-
-    #[test]
-    fn a_buffer_far_above_the_bdp_is_not_doubled_for_being_limited() {
-        // Loopback-like: 1 GB/s, 50 us, an 8 MiB buffer that the kernel
-        // still reports as limiting (the receiver's CPU is the limit).
-        let mut d = Drs::new(DrsConfig::default());
-        let mut limited = Duration::ZERO;
-        for i in 1..100u32 {
-            limited += 10 * MS;
-            let s = SendSample {
-                delivery_rate: 1_000_000_000,
-                rtt: Duration::from_micros(50),
-                sndbuf_limited: limited,
-                buffer: 8 << 20,
-                floor: 8 << 20,
-                ..SendSample::default()
-            };
-            assert_eq!(d.on_send_sample(10 * MS * i, &s).set, None, "sample {i}");
-        }
-    }
-
-    #[test]
-    fn rtt_change_20_150_50_grows_then_shrinks() {
-        let rate = 12_500_000;
-        let mut d = Drs::new(DrsConfig::default());
-        let mut p = Path {
-            rate,
-            rtt: 20 * MS,
-            buffer: 64 << 10,
-            limited: Duration::ZERO,
-        };
-        let (now, _) = run(&mut d, &mut p, Duration::ZERO, 10);
-        let at20 = p.buffer;
-        assert!(at20 >= 2 * bdp(rate, 20 * MS) && at20 <= 6 * bdp(rate, 20 * MS));
-        p.rtt = 150 * MS;
-        let (now, _) = run(&mut d, &mut p, now, 10);
-        let at150 = p.buffer;
-        assert!(at150 >= 2 * bdp(rate, 150 * MS), "{at150}");
-        assert!(at150 <= 3 * bdp(rate, 150 * MS), "{at150}");
-        p.rtt = 50 * MS;
-        // The old RTT is remembered for rtt_window, then the buffer waits
-        // shrink_hold before it shrinks.
-        let (_, _) = run(&mut d, &mut p, now, 20);
-        let at50 = p.buffer;
-        assert!(at50 < at150 / 2, "{at50} vs {at150}");
-        assert!(at50 >= 2 * bdp(rate, 50 * MS), "{at50}");
-    }
-
-    #[test]
-    fn rate_change_moves_the_buffer_both_ways() {
-        let mut d = Drs::new(DrsConfig::default());
-        let rtt = 50 * MS;
-        let mut p = Path {
-            rate: 12_500_000,
-            rtt,
-            buffer: 64 << 10,
-            limited: Duration::ZERO,
-        };
-        let (now, _) = run(&mut d, &mut p, Duration::ZERO, 10);
-        let slow = p.buffer;
-        p.rate = 50_000_000;
-        let (now, _) = run(&mut d, &mut p, now, 10);
-        let fast = p.buffer;
-        assert!(fast >= 2 * bdp(50_000_000, rtt), "{fast}");
-        assert!(fast > 3 * slow);
-        p.rate = 5_000_000;
-        run(&mut d, &mut p, now, 20);
-        assert!(p.buffer < fast / 4, "{} vs {fast}", p.buffer);
-        assert!(p.buffer >= 2 * bdp(5_000_000, rtt));
-    }
-
-    #[test]
-    fn never_below_autotuning_or_min_never_above_max() {
-        let cfg = DrsConfig {
-            max: 8 << 20,
-            ..DrsConfig::default()
-        };
-        let mut d = Drs::new(cfg);
-        let tiny = SendSample {
-            delivery_rate: 1000,
-            rtt: MS,
-            buffer: 1 << 20,
-            floor: 3 << 20,
-            ..SendSample::default()
-        };
-        let dec = d.on_send_sample(MS, &tiny);
-        assert_eq!(dec.set, Some(3 << 20), "raised to the autotuning floor");
-        let huge = SendSample {
-            delivery_rate: 1 << 33,
-            buffer: 3 << 20,
-            ..tiny
-        };
-        let dec = d.on_send_sample(20 * MS, &huge);
-        assert_eq!(dec.set, Some(8 << 20));
-        assert!(dec.capped);
-        // And a need far below the floor never shrinks past it.
-        for i in 0..100 {
-            let dec = d.on_send_sample(Duration::from_secs(i), &tiny);
-            if let Some(b) = dec.set {
-                assert!(b >= 3 << 20);
-            }
-        }
-        assert_eq!(d.buffer(), 3 << 20);
-    }
-
-    #[test]
-    fn a_receiver_grows_while_it_gets_full_windows() {
-        // 400 Mbit/s, 100 ms: BDP 5 MB. The receiver gets at most half its
-        // buffer per round trip.
-        let rate = 50_000_000u64;
-        let rtt = 100 * MS;
-        let mut d = Drs::new(DrsConfig::default());
-        let mut buffer = 256u64 << 10;
-        let mut received = 0u64;
-        let mut now = Duration::ZERO;
-        let mut dt = 10 * MS;
-        for _ in 0..200 {
-            now += dt;
-            let per_sec = ((buffer / 2) as f64 / rtt.as_secs_f64()) as u64;
-            received += (per_sec.min(rate) as f64 * dt.as_secs_f64()) as u64;
-            let s = RecvSample {
-                rcv_rtt: rtt,
-                rcv_space: 0,
-                bytes_received: received,
-                buffer,
-                floor: 128 << 10,
-            };
-            let dec = d.on_recv_sample(now, &s);
-            if let Some(b) = dec.set {
-                buffer = b;
-            }
-            dt = dec.next_sample;
-        }
-        // Window (half the buffer) at least 2 x BDP.
-        assert!(buffer / 2 >= 2 * bdp(rate, rtt), "{buffer}");
-        assert!(buffer / 2 <= 4 * bdp(rate, rtt), "{buffer}");
-        assert_eq!(d.bdp(), bdp(rate, rtt));
-    }
-
-    #[test]
-    fn a_receiver_without_an_rtt_yet_keeps_the_floor() {
-        let mut d = Drs::new(DrsConfig::default());
-        for i in 1..50u64 {
-            let s = RecvSample {
-                bytes_received: i * (1 << 20),
-                buffer: 128 << 10,
-                floor: 128 << 10,
-                ..RecvSample::default()
-            };
-            let dec = d.on_recv_sample(10 * MS * i as u32, &s);
-            assert_eq!(dec.set, None, "sample {i}");
-        }
-        assert_eq!(d.bdp(), 0);
-    }
-
-    #[test]
-    fn autotuning_floors_follow_the_kernel() {
-        // mss 1448: 1448 + 640 -> 4096, + 256 = 4352 per segment.
-        assert_eq!(sender_autotune(10, 1448, 4 << 20), 2 * 10 * 4352);
-        assert_eq!(sender_autotune(1000, 1448, 4 << 20), 4 << 20);
-        assert_eq!(sender_autotune(0, 0, 4 << 20), 2 * 10 * (2048 + 256));
-        assert_eq!(receiver_autotune(0, 131072, 6 << 20), 131072);
-        assert_eq!(receiver_autotune(1 << 20, 131072, 6 << 20), 4 << 20);
-        assert_eq!(receiver_autotune(4 << 20, 131072, 6 << 20), 6 << 20);
-    }
-}
+mod tests;

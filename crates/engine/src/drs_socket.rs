@@ -19,7 +19,13 @@ use std::time::{Duration, Instant};
 use sluice_platform::sockbuf::{self, BufferLimits, Dir};
 use sluice_platform::tcp;
 
-use crate::drs::{receiver_autotune, sender_autotune, Drs, DrsConfig, RecvSample, SendSample};
+pub use crate::drs::notsent_mark;
+#[cfg(test)]
+use crate::drs::CONN_SEND_MEM;
+use crate::drs::{
+    receiver_autotune, sender_autotune, Drs, DrsConfig, RecvSample, SendSample,
+    RECV_BUFFER_PER_WINDOW, RECV_START_WINDOW,
+};
 
 /// Limits of each direction, read once (the namespace's sysctls do not
 /// change under a running process, and a sample must not open files).
@@ -92,45 +98,9 @@ pub struct DrsSocket {
     /// Sender only: where the not-sent mark's ceiling is published for
     /// the connection's refill (`refill.rs`); 0 until a BDP is known.
     mark_cap: Option<Arc<AtomicU64>>,
-}
-
-/// Least not-sent mark DRS asks for: below it a wake-up moves too little.
-const MARK_MIN: u64 = 256 << 10;
-/// Send memory (in flight + not sent) a connection may always hold: on a
-/// path with a small BDP (a slow reader, a short round trip) most of it is
-/// the not-sent queue, so a wake-up moves more (the kernel wakes a sender
-/// at half its mark). With 512 kB or more in flight a path keeps half its
-/// BDP (drs-wan's 625 kB path: 312 kB, as before). Measured: 40 slow readers
-/// over veth (bench/slow_readers.sh) ~40 % less server CPU; the lab's 1000
-/// readers at 1 Mbit/s (send-wakeups) 6 % fewer wake-ups per GiB, since
-/// their marks are set per piece by the refill (lab/results/send-wakeups).
-const CONN_SEND_MEM: u64 = 768 << 10;
-/// The mark holds at least this much time of the connection's rate, so a
-/// short-RTT fast path (loopback) keeps few wake-ups per GiB.
-const MARK_MIN_TIME: f64 = 0.02;
-
-/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this BDP
-/// and delivery rate. The kernel's send memory is the data in flight
-/// (about a BDP, by necessity) plus the data not sent yet, which only
-/// needs to last until the sender's next wake-up: the kernel wakes it at
-/// half the mark, so a mark of half a BDP leaves a quarter of a round
-/// trip to refill. A rate-sized mark of seconds (refill.rs, 8 MiB cap)
-/// kept send memory at the whole buffer: 8 MiB on a 100 Mbit/s 50 ms
-/// path whose BDP is 0.6 MB (lab/results/drs-wan).
-///
-/// The mark may also fill [`CONN_SEND_MEM`] less what is in flight now (at
-/// most the BDP): the kernel's send memory stays within that, and the
-/// refill's rate and share of the host's TCP memory (`refill.rs`) bound it
-/// further. In flight, not the BDP estimate: a reader that paces itself
-/// keeps the window small, while the estimate (windowed-max delivery rate
-/// x RTT) takes in the bursts each window update lets through (lab
-/// send-wakeups, 1000 readers at 1 Mbit/s over 100 ms: wake-ups per GiB
-/// the same with the BDP in this term, as if every mark were ~400 kB).
-pub fn notsent_mark(bdp: u64, in_flight: u64, rate: u64) -> u64 {
-    (bdp / 2)
-        .max((rate as f64 * MARK_MIN_TIME) as u64)
-        .max(CONN_SEND_MEM.saturating_sub(in_flight.min(bdp)))
-        .max(MARK_MIN)
+    /// Receiver only: the window clamp set last (0: none), and the largest.
+    window: u64,
+    peak_window: u64,
 }
 
 impl DrsSocket {
@@ -158,6 +128,8 @@ impl DrsSocket {
             short: None,
             floor: 0,
             mark_cap: None,
+            window: 0,
+            peak_window: 0,
         })
     }
 
@@ -197,13 +169,28 @@ impl DrsSocket {
     }
 
     /// Right after the handshake of a socket made with
-    /// [`DrsSocket::before_connect`]: down to autotuning's start
-    /// (`tcp_rmem[1]`), from where the samples grow it.
+    /// [`DrsSocket::before_connect`]: the window clamped to
+    /// [`RECV_START_WINDOW`] and the buffer down to a few of it (at least
+    /// autotuning's start, `tcp_rmem[1]`), from where the samples grow
+    /// them. The window scale the SYN offered still allows the largest.
     pub fn after_connect(&mut self, fd: BorrowedFd<'_>) {
-        let start = self.limits.auto_start.max(DrsConfig::default().min);
-        self.apply(fd, start, start);
-        // The window may grow up to what we may ever set.
-        let _ = sockbuf::set_window_clamp(fd, self.before_connect());
+        let start = (RECV_START_WINDOW * RECV_BUFFER_PER_WINDOW)
+            .max(self.limits.auto_start)
+            .max(DrsConfig::default().min);
+        self.apply(fd, start);
+        self.set_window(fd, RECV_START_WINDOW);
+    }
+
+    /// Receiver: clamps the window offered to `bytes`.
+    fn set_window(&mut self, fd: BorrowedFd<'_>, bytes: u64) {
+        match sockbuf::set_window_clamp(fd, bytes) {
+            Ok(()) => {
+                self.window = bytes;
+                self.peak_window = self.peak_window.max(bytes);
+                tracing::trace!(bytes, "DRS window");
+            }
+            Err(e) => tracing::debug!("DRS: TCP_WINDOW_CLAMP refused: {e}"),
+        }
     }
 
     /// Whether a sample is due.
@@ -226,6 +213,7 @@ impl DrsSocket {
                     delivery_rate: info.delivery_rate,
                     app_limited: info.delivery_rate_app_limited,
                     rtt: Duration::from_micros(u64::from(info.rtt_us)),
+                    min_rtt: Duration::from_micros(u64::from(info.min_rtt_us)),
                     cwnd_bytes: u64::from(info.snd_cwnd) * u64::from(info.snd_mss),
                     notsent: u64::from(info.notsent_bytes),
                     sndbuf_limited: Duration::from_micros(info.sndbuf_limited_us),
@@ -252,18 +240,17 @@ impl DrsSocket {
                         self.limits.auto_max,
                     )
                     .max(self.floor),
+                    window: self.window,
                 };
                 self.drs.on_recv_sample(t, &s)
             }
         };
+        if let Some(w) = dec.window {
+            self.set_window(fd, w);
+        }
         self.next = now + dec.next_sample;
         if let Some(want) = dec.set {
-            let cur = match self.dir {
-                Dir::Send => tcp::send_buffer(fd),
-                Dir::Recv => tcp::recv_buffer(fd),
-            }
-            .unwrap_or(0) as u64;
-            self.apply(fd, want, cur);
+            self.apply(fd, want);
         }
     }
 
@@ -287,16 +274,11 @@ impl DrsSocket {
         }
     }
 
-    fn apply(&mut self, fd: BorrowedFd<'_>, want: u64, cur: u64) {
+    fn apply(&mut self, fd: BorrowedFd<'_>, want: u64) {
         match sockbuf::set_buffer(fd, self.dir, want, &self.limits) {
             Ok(a) => {
                 self.changes += 1;
                 self.peak = self.peak.max(a.effective);
-                if self.dir == Dir::Recv && a.effective > cur {
-                    // The kernel fixed the window clamp at the handshake
-                    // and raises it only while it autotunes itself.
-                    let _ = sockbuf::set_window_clamp(fd, a.effective);
-                }
                 if a.limited {
                     self.short = Some((want, a.effective));
                     self.say_once(want, a.effective);
@@ -352,6 +334,11 @@ impl DrsSocket {
         self.peak
     }
 
+    /// Receiver: largest window clamp set so far, bytes (0: none).
+    pub fn peak_window(&self) -> u64 {
+        self.peak_window
+    }
+
     /// Buffer changes made so far.
     pub fn changes(&self) -> u64 {
         self.changes
@@ -376,7 +363,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     #[test]
-    fn a_receiver_starts_big_for_the_handshake_then_at_autotunings_start() {
+    fn a_receiver_starts_big_for_the_handshake_then_at_its_start_window() {
         let mut d = DrsSocket::new(Dir::Recv).unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let (mut c, _) = sockbuf::connect_with_recv_buffer(
@@ -387,8 +374,11 @@ mod tests {
         )
         .unwrap();
         d.after_connect(c.as_fd());
-        let start = d.limits().auto_start.max(DrsConfig::default().min);
+        let start = (RECV_START_WINDOW * RECV_BUFFER_PER_WINDOW)
+            .max(d.limits().auto_start)
+            .max(DrsConfig::default().min);
         assert_eq!(tcp::recv_buffer(c.as_fd()).unwrap() as u64, start);
+        assert_eq!(d.peak_window(), RECV_START_WINDOW);
         // Data flows and samples keep the buffer at least at the start.
         let (mut s, _) = l.accept().unwrap();
         let w = std::thread::spawn(move || s.write_all(&vec![1u8; 8 << 20]).unwrap());
@@ -430,31 +420,26 @@ mod tests {
     }
 
     #[test]
-    fn the_not_sent_mark_is_half_a_bdp_with_floors() {
-        // 100 Mbit/s, 50 ms, a window in flight: BDP 625 kB, so 312 kB,
-        // not the 8 MiB cap.
-        assert_eq!(notsent_mark(625_000, 625_000, 12_500_000), 312_500);
-        // 1 Gbit/s, 100 ms.
-        assert_eq!(notsent_mark(12_500_000, 12_500_000, 125_000_000), 6_250_000);
-        // Loopback: tiny BDP, fast rate: 20 ms of the rate.
+    fn the_not_sent_mark_is_20_ms_of_the_rate_or_the_connections_send_memory() {
+        // 400 Mbit/s (100 ms: BDP 5 MB, a window in flight): 1 MB, not
+        // half the BDP.
+        assert_eq!(notsent_mark(5_000_000, 5_000_000, 50_000_000), 1_000_000);
+        // 1 Gbit/s.
+        assert_eq!(notsent_mark(12_500_000, 12_500_000, 125_000_000), 2_500_000);
+        // Loopback: fast rate, few wake-ups per GiB.
         assert_eq!(notsent_mark(100_000, 100_000, 2_000_000_000), 40_000_000);
+        // 100 Mbit/s 50 ms (20 ms of it is 250 kB; 768 KiB less the 625 kB
+        // in flight is less): the least mark.
+        assert_eq!(notsent_mark(625_000, 625_000, 12_500_000), 256 << 10);
         // Slow and short (1 Mbit/s, 80 ms): the connection's send memory
-        // is nearly all not-sent queue, so a wake-up moves ~380 kB.
+        // is nearly all not-sent queue, so a wake-up moves ~760 kB.
         assert_eq!(
             notsent_mark(10_000, 10_000, 125_000),
             CONN_SEND_MEM - 10_000
         );
-        // Where half the BDP reaches the least mark, the two meet (no step).
-        let half_mib = 512 << 10;
-        assert_eq!(notsent_mark(half_mib, half_mib, 1_000_000), MARK_MIN);
-        assert_eq!(
-            notsent_mark(half_mib - 2, half_mib - 2, 1_000_000),
-            MARK_MIN + 2
-        );
-        assert_eq!(notsent_mark(2 << 20, 2 << 20, 1_000_000), 1 << 20);
         // A reader pacing itself: the estimate saw 800 kB (bursts through
         // each window update), 20 kB are in flight: the send memory is the
-        // in-flight bytes' complement, not half the estimate.
+        // in-flight bytes' complement.
         assert_eq!(
             notsent_mark(800_000, 20_000, 125_000),
             CONN_SEND_MEM - 20_000

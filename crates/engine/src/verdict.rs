@@ -88,11 +88,24 @@ impl SendTally {
     /// The tally between two `TCP_INFO` readings `elapsed` apart.
     pub fn between(before: &TcpInfo, after: &TcpInfo, elapsed: Duration) -> SendTally {
         let us = |a: u64, b: u64| Duration::from_micros(a.saturating_sub(b));
+        // The kernel counts as send-buffer-limited every moment the
+        // congestion control wanted more in flight than the buffer holds.
+        // With a queue standing at the bottleneck (the smoothed RTT above
+        // the least by QUEUE_RTT) that cost no rate: the path was full and
+        // the buffer only kept the sender from queueing more, which DRS
+        // does on purpose (drs.rs: BBR's startup wants 2.9 BDPs in flight).
+        // That time is the network's.
+        let queued = after.min_rtt_us > 0
+            && f64::from(after.rtt_us) > f64::from(after.min_rtt_us) * QUEUE_RTT;
         SendTally {
             elapsed,
             busy: us(after.busy_time_us, before.busy_time_us),
             rwnd_limited: us(after.rwnd_limited_us, before.rwnd_limited_us),
-            sndbuf_limited: us(after.sndbuf_limited_us, before.sndbuf_limited_us),
+            sndbuf_limited: if queued {
+                Duration::ZERO
+            } else {
+                us(after.sndbuf_limited_us, before.sndbuf_limited_us)
+            },
             retransmits: u64::from(after.total_retrans.saturating_sub(before.total_retrans)),
             rtt: Duration::from_micros(u64::from(after.rtt_us)),
         }
@@ -108,6 +121,10 @@ impl SendTally {
         self.rtt = self.rtt.max(o.rtt);
     }
 }
+
+/// A smoothed RTT this many times the least says a queue stands at the
+/// bottleneck (the path is full).
+const QUEUE_RTT: f64 = 1.15;
 
 /// Whether a sending connection has nothing left in the kernel: every
 /// byte (and the FIN) acknowledged, nothing unsent, or the connection
@@ -485,6 +502,28 @@ mod tests {
         assert_eq!(t.elapsed, 2000 * MS);
         assert_eq!(t.retransmits, 10);
         assert_eq!(t.rtt, 20 * MS);
+    }
+
+    #[test]
+    fn a_send_buffer_that_only_held_back_a_queue_is_the_networks_time() {
+        let before = TcpInfo::default();
+        let after = |rtt_us, min_rtt_us| TcpInfo {
+            busy_time_us: 1_000_000,
+            sndbuf_limited_us: 600_000,
+            rtt_us,
+            min_rtt_us,
+            ..TcpInfo::default()
+        };
+        // No queue (RTT at its least): the buffer kept the path from filling.
+        let t = SendTally::between(&before, &after(100_000, 100_000), 1000 * MS);
+        assert_eq!(t.sndbuf_limited, 600 * MS);
+        // 145 ms on a 100 ms path: the path was full, the buffer held a queue.
+        let t = SendTally::between(&before, &after(145_000, 100_000), 1000 * MS);
+        assert_eq!(t.sndbuf_limited, Duration::ZERO);
+        assert_eq!(
+            Verdict::of_sender(&t, Duration::ZERO).share_of(Limit::Network),
+            100.0
+        );
     }
 
     #[test]
