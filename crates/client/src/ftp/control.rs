@@ -209,13 +209,13 @@ impl Control {
             return after.iter().map(|l| self.cmd(l)).collect();
         }
         tracing::debug!(">> USER {user}");
-        self.send(&format!("USER {user}"))?;
         tracing::debug!(">> PASS ****");
-        self.send(&format!("PASS {password}"))?;
+        let mut lines = vec![format!("USER {user}"), format!("PASS {password}")];
         for line in after.iter().copied().chain(then.iter().map(String::as_str)) {
             tracing::debug!(">> {line}");
-            self.send(line)?;
+            lines.push(line.to_string());
         }
+        self.send_lines(&lines)?;
         let u = self.read_reply()?;
         if !matches!(u.code.0, 230 | 331 | 332) {
             return Err(ClientError::Login {
@@ -266,9 +266,24 @@ impl Control {
 
     /// Writes one command line.
     pub fn send(&mut self, line: &str) -> Result<()> {
-        let mut buf = Vec::with_capacity(line.len() + 2);
-        buf.extend_from_slice(line.as_bytes());
-        buf.extend_from_slice(b"\r\n");
+        self.send_lines(&[line])
+    }
+
+    /// Writes command lines sent ahead of their replies in one write, so
+    /// they leave in as few segments as their bytes need. Each its own
+    /// write (TCP_NODELAY) is a segment each: a batch of 20 short
+    /// commands then used up a new connection's initial window of 10
+    /// segments and the rest waited a round trip for its ACKs (traced on
+    /// linkem at 50 ms: `put -r --sync`'s login, MKDs and MLSDs).
+    pub fn send_lines<S: AsRef<str>>(&mut self, lines: &[S]) -> Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::with_capacity(lines.iter().map(|l| l.as_ref().len() + 2).sum());
+        for line in lines {
+            buf.extend_from_slice(line.as_ref().as_bytes());
+            buf.extend_from_slice(b"\r\n");
+        }
         self.stream
             .write_all(&buf)
             .and_then(|()| self.stream.flush())

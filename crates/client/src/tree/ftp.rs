@@ -456,8 +456,8 @@ fn fetch_inline(
 /// Sends `EPSV` and `RETR remote` without waiting between them (the
 /// server answers `RETR` once it has the passive listener up).
 fn request(c: &mut Conn, remote: &str) -> Result<()> {
-    c.ctl.send("EPSV")?;
-    c.ctl.send(&format!("RETR {remote}"))
+    c.ctl
+        .send_lines(&["EPSV".to_string(), format!("RETR {remote}")])
 }
 
 /// Reads the `229` of a pipelined `EPSV`: the address to connect to. A

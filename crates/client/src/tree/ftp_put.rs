@@ -281,9 +281,8 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     };
     let mfmt = has("MFMT");
     for window in windows {
-        for path in window {
-            ctl.send(&format!("MKD {path}"))?;
-        }
+        let lines: Vec<String> = window.iter().map(|p| format!("MKD {p}")).collect();
+        ctl.send_lines(&lines)?;
         mkd_replies(&mut ctl, window)?;
     }
     if a.tree.sync {
@@ -529,16 +528,17 @@ fn send_pipelined(
     sock.finish();
     drop(sock);
     let mfmt = mtime.filter(|_| c.mfmt);
+    let mut lines = Vec::new();
     if let Some(t) = mfmt {
         // Keeps the modification time on the server (a later --sync
         // compares it); a refusal only costs that.
-        c.ctl
-            .send(&format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)))?;
+        lines.push(format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)));
     }
     let ahead = more && c.epsv;
     if ahead {
-        c.ctl.send("EPSV")?;
+        lines.push("EPSV".to_string());
     }
+    c.ctl.send_lines(&lines)?;
     let last = loop {
         let r = c.ctl.read_reply()?;
         if !r.code.is_preliminary() {
