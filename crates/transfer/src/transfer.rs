@@ -538,15 +538,19 @@ mod tests {
         t.send_piece(&mut conn, b"blk", Framing::Block { offset: 3 })
             .await
             .unwrap();
-        t.end_blocks(&mut conn, Some(1)).await.unwrap();
+        t.end_blocks(&mut conn, Some((b"last", 6)), Some(1))
+            .await
+            .unwrap();
         let mut got = Vec::new();
         peer.read_to_end(&mut got).await.unwrap();
         let mut want = b"raw".to_vec();
         want.extend_from_slice(&BlockHeader::data(3, 3).encode());
         want.extend_from_slice(b"blk");
+        want.extend_from_slice(&BlockHeader::data(6, 4).encode());
+        want.extend_from_slice(b"last");
         want.extend_from_slice(&BlockHeader::end(Some(1), true).encode());
         assert_eq!(got, want);
-        assert_eq!(t.progress().bytes(), 6);
+        assert_eq!(t.progress().bytes(), 10);
     }
 
     #[tokio::test]
