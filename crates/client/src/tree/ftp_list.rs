@@ -83,8 +83,13 @@ pub(super) struct Lister {
 impl Lister {
     /// Logs in on `ctl` (connected) with FEAT and, in case the server is
     /// a GridFTP one, what a pipelined MODE E listing needs (TYPE I, MODE
-    /// E, PORT), all in one round trip after the greeting.
-    pub(super) fn login(ctl: &mut Control, u: &FtpUrl) -> Result<Lister> {
+    /// E, PORT), all in one round trip after the greeting. The MLSD of
+    /// `u`'s own directory goes out with them (behind the PORT, before
+    /// the server is known): its listing, when it came whole, is the
+    /// second value, a round trip sooner than a listing asked for after
+    /// the login. (Refused or not sent: `None`, and the directory is
+    /// listed the usual way, which says why or falls back to LIST.)
+    pub(super) fn login(ctl: &mut Control, u: &FtpUrl) -> Result<(Lister, Option<Vec<u8>>)> {
         let setup = match ctl.is_tls() {
             false => Some(listing_setup(ctl)?),
             true => None,
@@ -93,11 +98,24 @@ impl Lister {
         if let Some((_, lines)) = &setup {
             after.extend(lines.iter().map(String::as_str));
         }
-        let replies = ctl.login_pipelined(&u.user, &u.password, &after)?;
+        // Only behind a PORT (IPv4): EPRT's answer is read before.
+        let ahead = matches!(&setup, Some((_, lines)) if lines.len() == 3);
+        let top = remote_join(&u.path, "");
+        let then: Vec<String> = match ahead {
+            true => vec![format!("MLSD {top}")],
+            false => Vec::new(),
+        };
+        let replies = ctl.login_pipelined_then(&u.user, &u.password, &after, &then)?;
         let feat = session::parse_features(&replies[0]).unwrap_or_default();
-        let kept = match setup {
-            Some((l, _)) => Some(listing_channel(l, &replies[1..])?),
-            None => None,
+        let (kept, listed) = match setup {
+            Some((l, _)) if ahead => {
+                let mut k = speculative_channel(l, &replies[1..])?;
+                let sent = ftp_kept::read_sent(ctl, &mut k, &[top], MAX_LISTING)?;
+                let listed = sent.into_iter().next().flatten().and_then(|r| r.ok());
+                (Some(k), listed)
+            }
+            Some((l, _)) => (Some(listing_channel(l, &replies[1..])?), None),
+            None => (None, None),
         };
         let gridftp = feat
             .iter()
@@ -111,7 +129,7 @@ impl Lister {
             }
             _ => None,
         };
-        Ok(Lister { kept })
+        Ok((Lister { kept }, listed))
     }
 
     /// The MLSD listings of the directories `rels` under `u`'s path, in
