@@ -23,6 +23,8 @@ pub struct Control {
     pub local: SocketAddr,
     /// The server's end (PASV/EPSV answers are checked against its IP).
     pub peer: SocketAddr,
+    /// The text of the server's 220 greeting.
+    pub greeting: String,
 }
 
 impl Control {
@@ -76,6 +78,7 @@ impl Control {
             timeout,
             local,
             peer,
+            greeting: String::new(),
         };
         let started = Instant::now();
         loop {
@@ -90,7 +93,10 @@ impl Control {
                         std::io::Error::new(ErrorKind::TimedOut, "timed out"),
                     ))
                 }
-                220 => break,
+                220 => {
+                    c.greeting = r.text().to_string();
+                    break;
+                }
                 _ => return Err(refused("greeting", &r)),
             }
         }
@@ -346,6 +352,18 @@ impl Control {
     pub fn quit(mut self) {
         let _ = self.send("QUIT");
         let _ = self.poll_reply(Duration::from_millis(500));
+    }
+
+    /// Whether the greeting names a GridFTP server (globus-gridftp-server:
+    /// "HOST GridFTP Server 13.x ... ready.", Sluice: "Sluice FTP server
+    /// ready."), before FEAT says so: transfers sent behind a PORT before
+    /// the login's answers (a listing a round trip sooner) go only to
+    /// these. Another server may take PORT and never connect (a client
+    /// behind NAT, a firewall): its listing then waits for the server's
+    /// connect timeout, where a passive one would just work.
+    pub fn greets_as_gridftp(&self) -> bool {
+        let g = self.greeting.to_ascii_lowercase();
+        g.contains("gridftp") || g.starts_with("sluice ")
     }
 
     /// The idle timeout this connection was opened with.

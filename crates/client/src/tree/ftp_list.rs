@@ -98,8 +98,10 @@ impl Lister {
         if let Some((_, lines)) = &setup {
             after.extend(lines.iter().map(String::as_str));
         }
-        // Only behind a PORT (IPv4): EPRT's answer is read before.
-        let ahead = matches!(&setup, Some((_, lines)) if lines.len() == 3);
+        // Only behind a PORT (IPv4: EPRT's answer is read before) and to
+        // a server that greets as a GridFTP one.
+        let ahead =
+            ctl.greets_as_gridftp() && matches!(&setup, Some((_, lines)) if lines.len() == 3);
         let top = remote_join(&u.path, "");
         let then: Vec<String> = match ahead {
             true => vec![format!("MLSD {top}")],

@@ -231,8 +231,12 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let all: Vec<String> = std::iter::once(String::new())
         .chain(dirs.iter().cloned())
         .collect();
+    // Only to a server that greets as a GridFTP one (the others may take
+    // PORT and never connect: `Control::greets_as_gridftp`).
     let ahead = match &setup {
-        Some((_, lines)) if lines.len() == 3 && mkd.len() <= MKD_WINDOW => all.len() <= LIST_AHEAD,
+        Some((_, lines)) if lines.len() == 3 && mkd.len() <= MKD_WINDOW => {
+            all.len() <= LIST_AHEAD && ctl.greets_as_gridftp()
+        }
         _ => false,
     };
     let mlsds: Vec<String> = match ahead {
