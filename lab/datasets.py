@@ -283,7 +283,7 @@ def run_row(name, direction, cmd, case, w, srcs, expect, full_check):
 
 def timed(name, line, target, expect, full_check):
     c0, t0 = Servers.cpu(), time.monotonic()
-    if timed.limit:
+    if timed.limit and timed.limited.search(name):
         return stopped(name, line, target, expect, c0, t0)
     r = subprocess.run(["ip", "netns", "exec", CLI, "bash", "-c", line], capture_output=True, text=True)
     secs = time.monotonic() - t0
@@ -326,7 +326,7 @@ def stopped(name, line, target, expect, c0, t0):
     return secs, cpu, len(expect)
 
 
-timed.limit = None
+timed.limit, timed.limited = None, re.compile("")
 
 
 def change_one_percent(src, rng):
@@ -500,6 +500,7 @@ def main():
     ap.add_argument("--resync-rows", default="^(?!diag:)", help="regexp of re-sync row names to run")
     ap.add_argument("--row-limit", type=float, metavar="SECONDS",
                     help="stop a row after SECONDS; its rate is the files that arrived whole by then (marked in the table)")
+    ap.add_argument("--limit-rows", default="", help="regexp of the row names --row-limit applies to (default: all)")
     ap.add_argument("--smoke", action="store_true", help="tiny trees on a 2 ms path, one run (< 60 s)")
     ap.add_argument("--out", default="lab/results/datasets")
     ap.add_argument("--report-from", metavar="LOG",
@@ -521,7 +522,7 @@ def main():
     for t in ("globus-url-copy", "lftp", "rclone", "wget"):
         if not shutil.which(t):
             raise SystemExit(f"datasets: needs {t}")
-    timed.limit = a.row_limit
+    timed.limit, timed.limited = a.row_limit, re.compile(a.limit_rows)
     if a.smoke:
         a.repeat, path, out = 1, PATHS["100m2"], os.path.join(a.out, "smoke")
         small, large, large_size, dirs = 20, 2, 1 * MIB, 4
