@@ -362,8 +362,7 @@ impl Control {
     /// behind NAT, a firewall): its listing then waits for the server's
     /// connect timeout, where a passive one would just work.
     pub fn greets_as_gridftp(&self) -> bool {
-        let g = self.greeting.to_ascii_lowercase();
-        g.contains("gridftp") || g.starts_with("sluice ")
+        greets_as_gridftp(&self.greeting)
     }
 
     /// The idle timeout this connection was opened with.
@@ -402,9 +401,28 @@ pub fn is_unsupported(code: ReplyCode) -> bool {
     matches!(code.0, 500 | 501 | 502 | 504 | 522)
 }
 
+/// [`Control::greets_as_gridftp`] on a 220's text.
+fn greets_as_gridftp(greeting: &str) -> bool {
+    let g = greeting.to_ascii_lowercase();
+    g.contains("gridftp") || g.starts_with("sluice ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn greetings_of_gridftp_servers_are_told_apart() {
+        assert!(greets_as_gridftp(
+            "host.example GridFTP Server 13.25 (gcc64, 1704983466-1) [Globus Toolkit 6.2] ready."
+        ));
+        assert!(greets_as_gridftp("Sluice FTP server ready."));
+        assert!(!greets_as_gridftp("(vsFTPd 3.0.3)"));
+        assert!(!greets_as_gridftp(
+            "ProFTPD Server (Debian) [::ffff:10.0.0.1]"
+        ));
+        assert!(!greets_as_gridftp(""));
+    }
 
     #[test]
     fn printable_drops_terminal_escapes_and_clips() {
