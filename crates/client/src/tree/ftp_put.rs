@@ -224,6 +224,11 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     if let Some((_, lines)) = &setup {
         after.extend(lines.iter().cloned());
     }
+    let set_up = 1 + first.len()..1 + first.len() + setup.as_ref().map_or(0, |(_, l)| l.len());
+    if a.tree.sync {
+        // After the set-up, whose replies are read by place.
+        after.push(super::ftp_list::LISTING_FACTS.to_string());
+    }
     // With every directory's MKD in that window and PORT in the set-up,
     // the re-sync's MLSDs go out too, behind the PORT (read below, in
     // MODE E or, if the server took no MODE E, MODE S): the listing
@@ -258,11 +263,11 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let mut kept = match setup {
         Some((l, _)) if ahead => Some(super::ftp_list::speculative_channel(
             l,
-            &replies[1 + first.len()..],
+            &replies[set_up.clone()],
         )?),
         Some((l, _)) => Some(super::ftp_list::listing_channel(
             l,
-            &replies[1 + first.len()..],
+            &replies[set_up.clone()],
         )?),
         None => None,
     };
