@@ -283,6 +283,8 @@ def run_row(name, direction, cmd, case, w, srcs, expect, full_check):
 
 def timed(name, line, target, expect, full_check):
     c0, t0 = Servers.cpu(), time.monotonic()
+    if timed.limit and timed.limited.search(name):
+        return stopped(name, line, target, expect, c0, t0)
     r = subprocess.run(["ip", "netns", "exec", CLI, "bash", "-c", line], capture_output=True, text=True)
     secs = time.monotonic() - t0
     cpu = Servers.cpu() - c0
@@ -296,6 +298,35 @@ def timed(name, line, target, expect, full_check):
         raise RuntimeError(f"{name}: copy differs ({len(got)} of {len(expect)} files"
                            f"{', sha256 differs' if set(got) == set(expect) else ''})")
     return secs, cpu
+
+
+def stopped(name, line, target, expect, c0, t0):
+    """--row-limit: a row still running after the limit is stopped (its
+    process group killed); its rate is the files that arrived whole (the
+    sha256 they should have) in that time. A row done sooner is a full
+    run, checked as always. Returns (seconds, server CPU s, files)."""
+    p = subprocess.Popen(["ip", "netns", "exec", CLI, "bash", "-c", line], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=timed.limit)
+    except subprocess.TimeoutExpired:
+        secs, cpu = time.monotonic() - t0, Servers.cpu() - c0
+        os.killpg(p.pid, 9)
+        p.communicate()
+        got = digest(target)
+        whole = sum(1 for rel, h in got.items() if expect.get(rel) == h)
+        return secs, cpu, whole
+    secs, cpu = time.monotonic() - t0, Servers.cpu() - c0
+    if p.returncode != 0:
+        raise RuntimeError(f"{name}: exit {p.returncode}: {err[-400:]}")
+    timed.timeline = [l for l in err.splitlines() if l.startswith("stats: timeline")]
+    got = digest(target)
+    if got != expect:
+        raise RuntimeError(f"{name}: copy differs ({len(got)} of {len(expect)} files)")
+    return secs, cpu, len(expect)
+
+
+timed.limit, timed.limited = None, re.compile("")
 
 
 def change_one_percent(src, rng):
@@ -358,12 +389,19 @@ def resync(bindir, w, case, rng, results, rep, want, base=None):
 def record(results, rep, case, phase, name, direction, files, nbytes, fn):
     try:
         timed.timeline = []
-        secs, cpu = fn()
+        secs, cpu, *done = fn()
+        partial = bool(done) and done[0] < files
+        if partial:
+            # Stopped at --row-limit: the rate of what arrived whole.
+            nbytes = nbytes * done[0] // files
+            files = done[0]
         r = dict(rep=rep, case=case, phase=phase, row=name, dir=direction, files=files, bytes=nbytes,
                  seconds=secs, files_per_s=files / secs, mb_per_s=nbytes / secs / 1e6,
                  server_cpu_s=cpu, cpu_s_per_gib=cpu / (nbytes / (1 << 30)))
         if timed.timeline:
             r["timeline"] = timed.timeline
+        if partial:
+            r["stopped_at_limit"] = True
     except RuntimeError as e:
         r = dict(rep=rep, case=case, phase=phase, row=name, dir=direction, failed=str(e))
     print(json.dumps(r), flush=True)
@@ -408,6 +446,10 @@ def report(a, cases, results, out, path):
             rs = [r for r in results if r["case"] == case and r["phase"] == "copy" and r["row"] == name]
             ok = [r for r in rs if "failed" not in r]
             note = "" if len(ok) == len(rs) else f" ({len(rs) - len(ok)} failed: {[r['failed'] for r in rs if 'failed' in r][-1][:120]})"
+            stop = [r for r in ok if r.get("stopped_at_limit")]
+            if stop:
+                note += (f" (stopped at {stop[0]['seconds']:.0f} s with {stop[0]['files']} files whole:"
+                         " the rate over that time)")
             lines.append(f"| {name}{note} | {med([r['files_per_s'] for r in ok])} | {med([r['mb_per_s'] for r in ok])} | "
                          f"{med([r['cpu_s_per_gib'] for r in ok], '{:.2f}')} |")
             if ok:
@@ -424,6 +466,10 @@ def report(a, cases, results, out, path):
             rs = [r for r in rs_all if r["row"] == name]
             ok = [r for r in rs if "failed" not in r]
             note = "" if len(ok) == len(rs) else f" ({len(rs) - len(ok)} failed: {[r['failed'] for r in rs if 'failed' in r][-1][:120]})"
+            stop = [r for r in ok if r.get("stopped_at_limit")]
+            if stop:
+                note += (f" (stopped at {stop[0]['seconds']:.0f} s with {stop[0]['files']} files whole:"
+                         " the rate over that time)")
             lines.append(f"| {name}{note} | {med([r['seconds'] for r in ok], '{:.2f}')} | "
                          f"{med([r['files_per_s'] for r in ok])} | {med([r['server_cpu_s'] for r in ok], '{:.2f}')} |")
         lines.append("")
@@ -452,6 +498,9 @@ def main():
     ap.add_argument("--rows", default="^(?!diag:)", help="regexp of row names to run (diag: rows only when named)")
     ap.add_argument("--no-resync", action="store_true")
     ap.add_argument("--resync-rows", default="^(?!diag:)", help="regexp of re-sync row names to run")
+    ap.add_argument("--row-limit", type=float, metavar="SECONDS",
+                    help="stop a row after SECONDS; its rate is the files that arrived whole by then (marked in the table)")
+    ap.add_argument("--limit-rows", default="", help="regexp of the row names --row-limit applies to (default: all)")
     ap.add_argument("--smoke", action="store_true", help="tiny trees on a 2 ms path, one run (< 60 s)")
     ap.add_argument("--out", default="lab/results/datasets")
     ap.add_argument("--report-from", metavar="LOG",
@@ -473,6 +522,7 @@ def main():
     for t in ("globus-url-copy", "lftp", "rclone", "wget"):
         if not shutil.which(t):
             raise SystemExit(f"datasets: needs {t}")
+    timed.limit, timed.limited = a.row_limit, re.compile(a.limit_rows)
     if a.smoke:
         a.repeat, path, out = 1, PATHS["100m2"], os.path.join(a.out, "smoke")
         small, large, large_size, dirs = 20, 2, 1 * MIB, 4

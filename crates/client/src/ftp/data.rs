@@ -25,10 +25,9 @@ pub fn passive(ctl: &mut Control) -> Result<SocketAddr> {
 /// round trip: their replies, whatever they say, and the address.
 pub fn passive_after(ctl: &mut Control, before: &[&str]) -> Result<(Vec<Reply>, SocketAddr)> {
     let peer_ip = ctl.peer.ip();
-    for line in before {
-        ctl.send(line)?;
-    }
-    ctl.send("EPSV")?;
+    let mut lines = before.to_vec();
+    lines.push("EPSV");
+    ctl.send_lines(&lines)?;
     let mut replies = Vec::with_capacity(before.len());
     for _ in before {
         replies.push(ctl.read_reply()?);
@@ -94,10 +93,12 @@ pub fn active_after(ctl: &mut Control, before: &[&str]) -> Result<(Vec<Reply>, T
     let me = l
         .local_addr()
         .map_err(|e| ClientError::net("listen for data connections", e))?;
-    for line in before {
-        ctl.send(line)?;
+    let mut lines: Vec<String> = before.iter().map(|l| l.to_string()).collect();
+    if let SocketAddr::V4(v4) = me {
+        lines.push(format!("PORT {}", addr::format_port(v4)));
     }
-    let SocketAddr::V4(v4) = me else {
+    ctl.send_lines(&lines)?;
+    let SocketAddr::V4(_) = me else {
         let mut replies = Vec::with_capacity(before.len());
         for _ in before {
             replies.push(ctl.read_reply()?);
@@ -105,7 +106,6 @@ pub fn active_after(ctl: &mut Control, before: &[&str]) -> Result<(Vec<Reply>, T
         ctl.expect_ok(&format!("EPRT {}", addr::format_eprt(me)), "EPRT")?;
         return Ok((replies, l));
     };
-    ctl.send(&format!("PORT {}", addr::format_port(v4)))?;
     let mut replies = Vec::with_capacity(before.len());
     for _ in before {
         replies.push(ctl.read_reply()?);

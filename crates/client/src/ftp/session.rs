@@ -111,10 +111,9 @@ pub fn features(ctl: &mut Control) -> Result<Option<Vec<String>>> {
 /// sent in the same round trip: a tree worker's setup costs one round
 /// trip, not one per command.
 pub fn features_after(ctl: &mut Control, before: &[&str]) -> Result<Option<Vec<String>>> {
-    for line in before {
-        ctl.send(line)?;
-    }
-    ctl.send("FEAT")?;
+    let mut lines = before.to_vec();
+    lines.push("FEAT");
+    ctl.send_lines(&lines)?;
     let mut failed = None;
     for line in before {
         let r = ctl.read_reply()?;

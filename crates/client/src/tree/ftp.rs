@@ -112,13 +112,17 @@ pub fn get_tree(u: &FtpUrl, a: &GetArgs) -> Result<()> {
     let mut files = Vec::new();
     let mut notes = Notes::default();
     let mut no_mlsd = false;
-    let mut lister = Lister::login(&mut ctl, u)?;
+    let (mut lister, mut top) = Lister::login(&mut ctl, u)?;
     marks.push(("logged-in", Instant::now()));
     // Breadth first, a level at a time: a GridFTP server gets a level's
     // MLSDs pipelined on one kept MODE E connection.
     let mut level = vec![String::new()];
     while !level.is_empty() {
-        let mut listed = lister.list_level(&mut ctl, u, &level)?;
+        let mut listed = match top.take() {
+            // The first level, listed with the login.
+            Some(raw) => Some(vec![Ok(raw)]),
+            None => lister.list_level(&mut ctl, u, &level)?,
+        };
         marks.push(("level", Instant::now()));
         let mut dirs = Vec::new();
         for (k, dir) in std::mem::take(&mut level).into_iter().enumerate() {
@@ -456,8 +460,8 @@ fn fetch_inline(
 /// Sends `EPSV` and `RETR remote` without waiting between them (the
 /// server answers `RETR` once it has the passive listener up).
 fn request(c: &mut Conn, remote: &str) -> Result<()> {
-    c.ctl.send("EPSV")?;
-    c.ctl.send(&format!("RETR {remote}"))
+    c.ctl
+        .send_lines(&["EPSV".to_string(), format!("RETR {remote}")])
 }
 
 /// Reads the `229` of a pipelined `EPSV`: the address to connect to. A

@@ -173,10 +173,14 @@ pub(super) fn fetch(
             "pipelined RETRs are not the files due next".into(),
         ));
     }
-    for n in &upcoming[c.kept.pending.len()..] {
-        c.ctl.send(&format!("RETR {n}"))?;
-        c.kept.pending.push_back(n.clone());
-    }
+    let ahead: Vec<String> = upcoming[c.kept.pending.len()..]
+        .iter()
+        .map(|n| format!("RETR {n}"))
+        .collect();
+    c.ctl.send_lines(&ahead)?;
+    c.kept
+        .pending
+        .extend(upcoming[c.kept.pending.len()..].iter().cloned());
     let sock = c.kept.sock.as_mut();
     let (got, closes) =
         read_blocks(sock, &mut c.buf, &mut file, &part, f.size, stats).map_err(lost)?;
@@ -422,9 +426,11 @@ pub(super) fn list_many(
             kept.listener = Some(data::active(ctl)?);
         }
         let batch: Vec<usize> = todo.drain(..todo.len().min(LIST_WINDOW)).collect();
-        for &i in &batch {
-            ctl.send(&format!("MLSD {}", paths[i]))?;
-        }
+        let lines: Vec<String> = batch
+            .iter()
+            .map(|&i| format!("MLSD {}", paths[i]))
+            .collect();
+        ctl.send_lines(&lines)?;
         let mut broken = false;
         for &i in &batch {
             let what = format!("MLSD {}", super::plan::shown(&paths[i]));

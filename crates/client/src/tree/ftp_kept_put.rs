@@ -241,15 +241,16 @@ fn send_one(
         (None, Some(a)) => Some(a),
         (None, None) => Some(data::passive(&mut c.ctl)?),
     };
-    c.ctl.send(&format!("STOR {}", f.remote))?;
+    let mut lines = vec![format!("STOR {}", f.remote)];
     let mfmt = f.mtime.filter(|_| c.mfmt);
     if let Some(t) = mfmt {
-        c.ctl.send(&format!(
+        lines.push(format!(
             "MFMT {} {}",
             sluice_ftp::listing::mdtm(t),
             f.remote
-        ))?;
+        ));
     }
+    c.ctl.send_lines(&lines)?;
     if let Some(to) = to {
         let tcp = data::connect(to, c.ctl.timeout())?;
         let _ = tcp.set_write_timeout(Some(c.ctl.timeout()));

@@ -73,6 +73,13 @@ fn read_listing(ctl: &mut Control, verb: &str, path: &str) -> Result<Vec<u8>> {
     Ok(raw)
 }
 
+/// The MLSD facts a tree job reads (RFC 3659 7.9), asked for with its
+/// login: a line is about a third shorter without `perm`, `UNIX.mode`
+/// and the like, and the listings of a level on a new data connection
+/// are past its initial window sooner (an answer other than 200 changes
+/// nothing: the server lists what it lists).
+pub(super) const LISTING_FACTS: &str = "OPTS MLST type;size;modify;";
+
 /// Lists directories on the tree's control connection: pipelined on a
 /// kept MODE E channel when the server is a GridFTP one (FEAT
 /// `PARALLEL`) in clear, else one MLSD (or LIST) at a time.
@@ -83,8 +90,13 @@ pub(super) struct Lister {
 impl Lister {
     /// Logs in on `ctl` (connected) with FEAT and, in case the server is
     /// a GridFTP one, what a pipelined MODE E listing needs (TYPE I, MODE
-    /// E, PORT), all in one round trip after the greeting.
-    pub(super) fn login(ctl: &mut Control, u: &FtpUrl) -> Result<Lister> {
+    /// E, PORT), all in one round trip after the greeting. The MLSD of
+    /// `u`'s own directory goes out with them (behind the PORT, before
+    /// the server is known): its listing, when it came whole, is the
+    /// second value, a round trip sooner than a listing asked for after
+    /// the login. (Refused or not sent: `None`, and the directory is
+    /// listed the usual way, which says why or falls back to LIST.)
+    pub(super) fn login(ctl: &mut Control, u: &FtpUrl) -> Result<(Lister, Option<Vec<u8>>)> {
         let setup = match ctl.is_tls() {
             false => Some(listing_setup(ctl)?),
             true => None,
@@ -93,11 +105,29 @@ impl Lister {
         if let Some((_, lines)) = &setup {
             after.extend(lines.iter().map(String::as_str));
         }
-        let replies = ctl.login_pipelined(&u.user, &u.password, &after)?;
+        // After the set-up, whose replies are read by place.
+        after.push(LISTING_FACTS);
+        let set_up = 1..1 + setup.as_ref().map_or(0, |(_, lines)| lines.len());
+        // Only behind a PORT (IPv4: EPRT's answer is read before) and to
+        // a server that greets as a GridFTP one.
+        let ahead =
+            ctl.greets_as_gridftp() && matches!(&setup, Some((_, lines)) if lines.len() == 3);
+        let top = remote_join(&u.path, "");
+        let then: Vec<String> = match ahead {
+            true => vec![format!("MLSD {top}")],
+            false => Vec::new(),
+        };
+        let replies = ctl.login_pipelined_then(&u.user, &u.password, &after, &then)?;
         let feat = session::parse_features(&replies[0]).unwrap_or_default();
-        let kept = match setup {
-            Some((l, _)) => Some(listing_channel(l, &replies[1..])?),
-            None => None,
+        let (kept, listed) = match setup {
+            Some((l, _)) if ahead => {
+                let mut k = speculative_channel(l, &replies[set_up])?;
+                let sent = ftp_kept::read_sent(ctl, &mut k, &[top], MAX_LISTING)?;
+                let listed = sent.into_iter().next().flatten().and_then(|r| r.ok());
+                (Some(k), listed)
+            }
+            Some((l, _)) => (Some(listing_channel(l, &replies[set_up])?), None),
+            None => (None, None),
         };
         let gridftp = feat
             .iter()
@@ -111,7 +141,7 @@ impl Lister {
             }
             _ => None,
         };
-        Ok(Lister { kept })
+        Ok((Lister { kept }, listed))
     }
 
     /// The MLSD listings of the directories `rels` under `u`'s path, in

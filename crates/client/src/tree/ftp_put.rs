@@ -224,6 +224,11 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     if let Some((_, lines)) = &setup {
         after.extend(lines.iter().cloned());
     }
+    let set_up = 1 + first.len()..1 + first.len() + setup.as_ref().map_or(0, |(_, l)| l.len());
+    if a.tree.sync {
+        // After the set-up, whose replies are read by place.
+        after.push(super::ftp_list::LISTING_FACTS.to_string());
+    }
     // With every directory's MKD in that window and PORT in the set-up,
     // the re-sync's MLSDs go out too, behind the PORT (read below, in
     // MODE E or, if the server took no MODE E, MODE S): the listing
@@ -231,8 +236,12 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let all: Vec<String> = std::iter::once(String::new())
         .chain(dirs.iter().cloned())
         .collect();
+    // Only to a server that greets as a GridFTP one (the others may take
+    // PORT and never connect: `Control::greets_as_gridftp`).
     let ahead = match &setup {
-        Some((_, lines)) if lines.len() == 3 && mkd.len() <= MKD_WINDOW => all.len() <= LIST_AHEAD,
+        Some((_, lines)) if lines.len() == 3 && mkd.len() <= MKD_WINDOW => {
+            all.len() <= LIST_AHEAD && ctl.greets_as_gridftp()
+        }
         _ => false,
     };
     let mlsds: Vec<String> = match ahead {
@@ -254,11 +263,11 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     let mut kept = match setup {
         Some((l, _)) if ahead => Some(super::ftp_list::speculative_channel(
             l,
-            &replies[1 + first.len()..],
+            &replies[set_up.clone()],
         )?),
         Some((l, _)) => Some(super::ftp_list::listing_channel(
             l,
-            &replies[1 + first.len()..],
+            &replies[set_up.clone()],
         )?),
         None => None,
     };
@@ -281,9 +290,8 @@ pub fn put_tree(u: &FtpUrl, a: &PutArgs) -> Result<()> {
     };
     let mfmt = has("MFMT");
     for window in windows {
-        for path in window {
-            ctl.send(&format!("MKD {path}"))?;
-        }
+        let lines: Vec<String> = window.iter().map(|p| format!("MKD {p}")).collect();
+        ctl.send_lines(&lines)?;
         mkd_replies(&mut ctl, window)?;
     }
     if a.tree.sync {
@@ -529,16 +537,17 @@ fn send_pipelined(
     sock.finish();
     drop(sock);
     let mfmt = mtime.filter(|_| c.mfmt);
+    let mut lines = Vec::new();
     if let Some(t) = mfmt {
         // Keeps the modification time on the server (a later --sync
         // compares it); a refusal only costs that.
-        c.ctl
-            .send(&format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)))?;
+        lines.push(format!("MFMT {} {remote}", sluice_ftp::listing::mdtm(t)));
     }
     let ahead = more && c.epsv;
     if ahead {
-        c.ctl.send("EPSV")?;
+        lines.push("EPSV".to_string());
     }
+    c.ctl.send_lines(&lines)?;
     let last = loop {
         let r = c.ctl.read_reply()?;
         if !r.code.is_preliminary() {

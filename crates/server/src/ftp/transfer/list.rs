@@ -81,6 +81,9 @@ pub(super) async fn list(
     let write_all = async {
         let mut conns = secured.into_iter();
         if let Some(mut conn) = conns.next() {
+            // MODE E: the last piece is held back to go out with the EOD
+            // in one write (a small listing is then one segment, not three).
+            let mut held: Option<(Vec<u8>, u64)> = None;
             loop {
                 let piece = match (&mut lister, whole.take()) {
                     (_, Some(b)) => b,
@@ -97,19 +100,25 @@ pub(super) async fn list(
                 if piece.is_empty() {
                     continue;
                 }
-                let framing = match mode_e {
-                    true => Framing::Block { offset: sent },
-                    false => Framing::Raw,
-                };
-                t.send_piece(&mut conn, &piece, framing)
-                    .await
-                    .map_err(|e| transfer_error(&e, &job.cancel))?;
-                sent += piece.len() as u64;
+                let len = piece.len() as u64;
+                if mode_e {
+                    if let Some((before, offset)) = held.replace((piece, sent)) {
+                        t.send_piece(&mut conn, &before, Framing::Block { offset })
+                            .await
+                            .map_err(|e| transfer_error(&e, &job.cancel))?;
+                    }
+                } else {
+                    t.send_piece(&mut conn, &piece, Framing::Raw)
+                        .await
+                        .map_err(|e| transfer_error(&e, &job.cancel))?;
+                }
+                sent += len;
             }
-            kept.extend(finish_list_conn(&t, conn, mode_e, keep, Some(count)).await?);
+            let last = held.as_ref().map(|(b, o)| (b.as_slice(), *o));
+            kept.extend(finish_list_conn(&t, conn, mode_e, keep, last, Some(count)).await?);
         }
         for conn in conns {
-            kept.extend(finish_list_conn(&t, conn, mode_e, keep, None).await?);
+            kept.extend(finish_list_conn(&t, conn, mode_e, keep, None, None).await?);
         }
         Ok::<(), OpError>(())
     };
@@ -123,28 +132,31 @@ pub(super) async fn list(
     Ok(sent)
 }
 
-/// Ends one listing data connection: MODE E's EOD (with EOF on the first),
-/// then close; with `keep`, a clear MODE E connection stays open (no
-/// CLOSE) and comes back.
+/// Ends one listing data connection: MODE E's `last` block (bytes,
+/// offset) and EOD (with EOF on the first) in one write, then close; with
+/// `keep`, a clear MODE E connection stays open (no CLOSE) and comes back.
 pub(super) async fn finish_list_conn(
     t: &Transfer,
     mut conn: Conn,
     mode_e: bool,
     keep: bool,
+    last: Option<(&[u8], u64)>,
     eof: Option<u64>,
 ) -> Result<Option<TcpStream>, OpError> {
     let fail = |e: TransferError| transfer_error(&e, t.cancel());
     match conn {
         Conn::Plain(c) if mode_e && keep => {
             let mut conn = Conn::Plain(c);
-            t.end_blocks_open(&mut conn, eof).await.map_err(fail)?;
+            t.end_blocks_open(&mut conn, last, eof)
+                .await
+                .map_err(fail)?;
             match conn {
                 Conn::Plain(c) => Ok(Some(c.into_stream())),
                 _ => Ok(None),
             }
         }
         _ if mode_e => {
-            t.end_blocks(&mut conn, eof).await.map_err(fail)?;
+            t.end_blocks(&mut conn, last, eof).await.map_err(fail)?;
             Ok(None)
         }
         _ => {
