@@ -110,12 +110,9 @@ impl Engine {
                 // The judge has no measured read at the first miss: one
                 // buffer goes by the copy path below (a timed disk-thread
                 // read), and the next turn of the loop asks again.
-                let verdict = if auto {
-                    self.miss_ahead(file, pos, pos + want as u64, turn)
-                } else {
-                    MissVerdict::Kernel
-                };
-                if verdict == MissVerdict::Planner {
+                if auto
+                    && self.miss_ahead(file, pos, pos + want as u64, turn) == MissVerdict::Planner
+                {
                     feed = self.feed(flow, file, pos, end, false, counters);
                     if feed.is_some() {
                         ready_until = pos;
@@ -142,21 +139,6 @@ impl Engine {
                     )
                     .await?;
                 turn.waited();
-                // The measured read cost a disk's: the planner takes the
-                // rest of the send now. Waiting for the next miss left the
-                // send to the kernel's read-ahead the copy read had started,
-                // which kept each next chunk just resident (so no miss came)
-                // and, in a memory cgroup, was evicted before slow sends
-                // reached it (lab tpf-mixed-rates s12-final-step2: `auto`
-                // 14.3 MB/s, 1.94 disk bytes per byte sent, the 1 Mbit/s
-                // class at 32 %; `--prefetch tcp` 30.0 MB/s, 1.08, every
-                // class at 100 %).
-                if verdict == MissVerdict::Measure && pos < end && turn.reads.disk_bound() {
-                    feed = self.feed(flow, file, pos, end, false, counters);
-                    if feed.is_some() {
-                        ready_until = pos;
-                    }
-                }
                 continue;
             }
             let mut off = pos;

@@ -54,11 +54,6 @@ impl MissJudge {
         self.disk_bound = Some(took > memory);
     }
 
-    /// Whether the latest read waited for a device.
-    pub fn disk_bound(&self) -> bool {
-        self.disk_bound == Some(true)
-    }
-
     /// At a chunk of `len` bytes of which `missing` data bytes (holes not
     /// counted) are not in the page cache.
     pub fn on_miss(&self, missing: u64, len: u64) -> MissVerdict {
@@ -105,16 +100,6 @@ mod tests {
         // 1 MiB at 40 MB/s: 26 ms.
         j.read(MIB, ms(26));
         assert_eq!(j.on_miss(4 * MIB, 4 * MIB), MissVerdict::Planner);
-    }
-
-    #[test]
-    fn a_measured_disk_read_says_so() {
-        let mut j = MissJudge::default();
-        assert!(!j.disk_bound(), "nothing measured yet");
-        j.read(MIB, ms(26));
-        assert!(j.disk_bound());
-        j.read(MIB, Duration::from_micros(200));
-        assert!(!j.disk_bound());
     }
 
     #[test]
