@@ -28,6 +28,11 @@ use crate::upload::{PartialPolicy, Upload};
 use crate::xferlog::{Direction, XferRecord};
 use sluice_engine::verdict::Verdict;
 
+/// The log target of a transfer's lines, in this file and the files of
+/// its parts alike (as before they were split: operators' filters and
+/// log searches match `sluice_server::ftp::transfer: ...`).
+const LOG_TARGET: &str = "sluice_server::ftp::transfer";
+
 /// Getting the data connections: passive accepts, active connects, TLS.
 mod data_conns;
 /// LIST/NLST/MLSD as transfers.

@@ -5,6 +5,11 @@
 
 use super::*;
 
+/// The log target of the control task's lines, as before these actions
+/// had a file of their own (operators' filters and log searches match
+/// `sluice_server::ftp::session: login user=...`).
+const LOG_TARGET: &str = "sluice_server::ftp::session";
+
 impl Driver {
     /// Performs one action; false for Close.
     pub(super) async fn perform(&mut self, action: Action) -> bool {
@@ -27,7 +32,7 @@ impl Driver {
                         .ok()
                         .flatten(),
                         _ => {
-                            tracing::warn!(user = %user, "login refused: password checks busy");
+                            tracing::warn!(target: LOG_TARGET, user = %user, "login refused: password checks busy");
                             None
                         }
                     }
@@ -39,19 +44,19 @@ impl Driver {
                     Some((Ok(r), l)) => Some((l, r)),
                     Some((Err(e), _)) if sluice_platform::sys::is_out_of_descriptors(&e) => {
                         // Not the client's fault: "try later", not 530.
-                        tracing::warn!(error = %e, "login deferred: out of file descriptors");
+                        tracing::warn!(target: LOG_TARGET, error = %e, "login deferred: out of file descriptors");
                         self.session
                             .handle_unavailable("Out of resources, try again later.");
                         return true;
                     }
                     Some((Err(e), l)) => {
-                        tracing::error!(error = %e, root = %l.root.display(), "cannot open the login's root");
+                        tracing::error!(target: LOG_TARGET, error = %e, root = %l.root.display(), "cannot open the login's root");
                         None
                     }
                 };
                 match login {
                     Some((l, root)) => {
-                        tracing::info!(user = %user, writable = l.writable, "login");
+                        tracing::info!(target: LOG_TARGET, user = %user, writable = l.writable, "login");
                         let grant = LoginGrant {
                             writable: l.writable,
                             allow_foreign_data_host: self.cfg.allow_foreign_data_host
@@ -61,7 +66,7 @@ impl Driver {
                         self.session.handle_login(Some(grant));
                     }
                     None => {
-                        tracing::info!(user = %user, "login refused");
+                        tracing::info!(target: LOG_TARGET, user = %user, "login refused");
                         tokio::time::sleep(FAILED_LOGIN_DELAY).await;
                         self.session.handle_login(None);
                     }
@@ -91,7 +96,7 @@ impl Driver {
                         self.session.handle_passive(addr);
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot open passive listener");
+                        tracing::warn!(target: LOG_TARGET, error = %e, "cannot open passive listener");
                         self.session.handle_passive(None);
                     }
                 }
@@ -116,7 +121,7 @@ impl Driver {
                         .blocking(IoClass::Meta, move |root, _| ops::change(root, &c))
                         .await;
                     if r.is_ok() {
-                        tracing::info!(change = %desc, "changed");
+                        tracing::info!(target: LOG_TARGET, change = %desc, "changed");
                     }
                     r
                 } else {
@@ -226,7 +231,7 @@ impl Driver {
         if dir == Direction::Outgoing
             && (conns.len() != data.parallelism as usize || !conns.iter().all(still_open))
         {
-            tracing::debug!("kept data connections dropped: closed, or another stream count");
+            tracing::debug!(target: LOG_TARGET, "kept data connections dropped: closed, or another stream count");
             return Vec::new();
         }
         conns

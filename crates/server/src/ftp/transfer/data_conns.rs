@@ -16,7 +16,7 @@ pub(super) async fn accept_all(
     cached: Vec<TcpStream>,
 ) -> Result<tokio::task::JoinHandle<()>, OpError> {
     if !cached.is_empty() {
-        tracing::debug!(streams = cached.len(), "reusing kept data connections");
+        tracing::debug!(target: LOG_TARGET, streams = cached.len(), "reusing kept data connections");
         let listener = match (data.channel, job.passive.as_ref()) {
             (DataChannel::Passive, Some(p)) => Some(p.clone()),
             _ => None,
@@ -58,7 +58,7 @@ pub(super) async fn accept_all(
                 _ = job.cancel.cancelled() => return Err(OpError::Aborted),
             };
             job.engine.prepare_socket_sized(&first, asked_buffer(data));
-            tracing::debug!(streams = 1, "data connections made");
+            tracing::debug!(target: LOG_TARGET, streams = 1, "data connections made");
             let _ = tx.send(first).await;
             let engine = job.engine.clone();
             Ok(tokio::spawn(accept_more(
@@ -80,7 +80,7 @@ pub(super) async fn accept_more(
 ) {
     while let Ok(c) = listener.accept().await {
         engine.prepare_socket_sized(&c, buffer.map(data::clamp_usize));
-        tracing::debug!(streams = 1, "data connections made");
+        tracing::debug!(target: LOG_TARGET, streams = 1, "data connections made");
         if tx.send(c).await.is_err() {
             break;
         }
@@ -101,12 +101,12 @@ pub(super) async fn handshake_data(
     job.engine.prepare_socket_sized(&conn, asked_buffer(data));
     let tls = tokio::select! {
         r = crate::tls::handshake(config, conn) => r.map_err(|e| {
-            tracing::info!(error = %e, "TLS handshake on a data connection failed");
+            tracing::info!(target: LOG_TARGET, error = %e, "TLS handshake on a data connection failed");
             OpError::DataConnection
         })?,
         _ = job.cancel.cancelled() => return Err(OpError::Aborted),
     };
-    tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
+    tracing::debug!(target: LOG_TARGET, resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
     Ok(job.engine.tls_conn_in(tls.into(), job.cue.clone()))
 }
 
@@ -120,9 +120,9 @@ pub(super) fn protect_data(job: &Job) -> Result<Protect, OpError> {
         let (config, engine) = (Arc::clone(&config), engine.clone());
         Box::pin(async move {
             let tls = crate::tls::handshake(config, conn).await.inspect_err(|e| {
-                tracing::info!(error = %e, "TLS handshake on a MODE E data connection failed");
+                tracing::info!(target: LOG_TARGET, error = %e, "TLS handshake on a MODE E data connection failed");
             })?;
-            tracing::debug!(resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
+            tracing::debug!(target: LOG_TARGET, resumed = ?tls.get_ref().1.handshake_kind(), "data connection protected");
             Ok(engine.tls_conn(tls.into()))
         })
     }))
@@ -161,10 +161,10 @@ pub(super) async fn open_data_inner(
     // Each caller applies the engine's settings once, as a `DataConn`
     // (downloads, listings) or before receiving (uploads).
     if let Ok(c) = &conns {
-        tracing::debug!(streams = c.len(), "data connections made");
+        tracing::debug!(target: LOG_TARGET, streams = c.len(), "data connections made");
     }
     conns.map_err(|e| {
-        tracing::debug!(error = %e, "data connection failed");
+        tracing::debug!(target: LOG_TARGET, error = %e, "data connection failed");
         OpError::DataConnection
     })
 }

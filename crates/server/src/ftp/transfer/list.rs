@@ -31,7 +31,7 @@ pub(super) async fn list(
     };
     let conns = match reusing {
         true => {
-            tracing::debug!(streams = cached.len(), "reusing kept data connections");
+            tracing::debug!(target: LOG_TARGET, streams = cached.len(), "reusing kept data connections");
             cached
         }
         false => open_data(job, data, n).await?,
@@ -91,7 +91,7 @@ pub(super) async fn list(
                         Ok(Some(p)) => p.bytes,
                         Ok(None) => break,
                         Err(e) => {
-                            tracing::warn!(error = %e, "listing stopped");
+                            tracing::warn!(target: LOG_TARGET, error = %e, "listing stopped");
                             return Err(OpError::Local);
                         }
                     },

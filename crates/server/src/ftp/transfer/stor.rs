@@ -19,7 +19,7 @@ pub(super) async fn prepare_upload(
         match blocking(job, move || Upload::prepare(&root, &p, kind, &policy)).await? {
             Err(OpError::Busy) if Instant::now() + pause < deadline => {
                 if !said {
-                    tracing::info!(path = %path, "upload waits for another upload of this name to let go");
+                    tracing::info!(target: LOG_TARGET, path = %path, "upload waits for another upload of this name to let go");
                     said = true;
                 }
                 tokio::select! {
