@@ -12,7 +12,7 @@
 //! memory cap between it and the writer is reached (a receive stall).
 
 use std::io::ErrorKind;
-use std::net::{IpAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -23,7 +23,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use sluice_engine::verdict::RecvTally;
 use sluice_engine::DrsSocket;
 use sluice_ftp::mode_e::StreamDecoder;
-use sluice_platform::sockbuf::Dir;
+use sluice_platform::sockbuf::{self, Dir};
 use sluice_platform::tcp;
 
 use crate::error::{ClientError, Result};
@@ -43,6 +43,28 @@ const ROUND_BYTES: usize = 8 << 20;
 
 /// How long one `poll` waits before the thread checks cancel and idle time.
 const POLL_TICK: u16 = 200;
+
+/// Connects a socket a drain will read (an FTP data connection in
+/// passive mode, an HTTP download's connection). With `drs` its receive
+/// buffer is set large before the SYN, so the window scale we offer can
+/// cover any buffer DRS may set later, and brought down at once
+/// (`DrsSocket::after_connect`): a window grown on the big buffer cannot
+/// be taken back later (the kernel never shrinks an offered window; data
+/// beyond a shrunk buffer is dropped and retransmitted, measured: 127
+/// retransmits in 32 MiB). TCP_NODELAY is set either way.
+pub fn connect_sized(to: SocketAddr, timeout: Duration, drs: bool) -> std::io::Result<TcpStream> {
+    let s = match drs.then(|| DrsSocket::new(Dir::Recv)).flatten() {
+        Some(mut d) => {
+            let (s, _) =
+                sockbuf::connect_with_recv_buffer(to, timeout, d.before_connect(), d.limits())?;
+            d.after_connect(s.as_fd());
+            s
+        }
+        None => TcpStream::connect_timeout(&to, timeout)?,
+    };
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
 
 /// How data on the connections is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

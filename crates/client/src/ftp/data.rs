@@ -2,7 +2,6 @@
 //! connect, active (PORT / EPRT) where the server connects to us.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::time::Duration;
 
 use sluice_engine::DrsSocket;
@@ -52,29 +51,14 @@ pub fn passive_after(ctl: &mut Control, before: &[&str]) -> Result<(Vec<Reply>, 
 
 /// Connects to a passive address.
 pub fn connect(to: SocketAddr, timeout: Duration) -> Result<TcpStream> {
-    let s = TcpStream::connect_timeout(&to, timeout)
-        .map_err(|e| ClientError::net(format!("data connection to {to}"), e))?;
-    let _ = s.set_nodelay(true);
-    Ok(s)
+    connect_receiving(to, timeout, false)
 }
 
-/// Connects to a passive address for a download; with `drs` the receive
-/// buffer is set large before the SYN so the window scale we offer can
-/// cover any buffer DRS may set later (the drain brings it down at once,
-/// `DrsSocket::after_connect`).
+/// Connects to a passive address for a download (with `drs`, sized for
+/// DRS before the SYN: `drain::connect_sized`).
 pub fn connect_receiving(to: SocketAddr, timeout: Duration, drs: bool) -> Result<TcpStream> {
-    let Some(mut d) = drs.then(|| DrsSocket::new(Dir::Recv)).flatten() else {
-        return connect(to, timeout);
-    };
-    let (s, _) = sockbuf::connect_with_recv_buffer(to, timeout, d.before_connect(), d.limits())
-        .map_err(|e| ClientError::net(format!("data connection to {to}"), e))?;
-    // Down to autotuning's start before the transfer command: a window
-    // grown on the big buffer cannot be taken back later (the kernel
-    // never shrinks an offered window; data beyond a shrunk buffer is
-    // dropped and retransmitted, measured: 127 retransmits in 32 MiB).
-    d.after_connect(s.as_fd());
-    let _ = s.set_nodelay(true);
-    Ok(s)
+    crate::drain::connect_sized(to, timeout, drs)
+        .map_err(|e| ClientError::net(format!("data connection to {to}"), e))
 }
 
 /// Listens on the control connection's local address and tells the server

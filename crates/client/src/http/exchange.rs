@@ -5,12 +5,9 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::fd::AsFd;
 use std::time::Duration;
 
-use sluice_engine::DrsSocket;
 use sluice_http::{parse_response_head, ClientRequest, HttpUrl, Method, ResponseHead};
-use sluice_platform::{sockbuf, sockbuf::Dir};
 
 use crate::error::{ClientError, Result};
 use crate::tls::DataSock;
@@ -52,22 +49,8 @@ pub fn connect_receiving(u: &HttpUrl, timeout: Duration, drs: bool) -> Result<Tc
         .map_err(|e| ClientError::net(format!("resolve {}", u.host), e))?;
     let mut last = std::io::Error::new(ErrorKind::NotFound, "no address");
     for a in addrs {
-        let r = match drs.then(|| DrsSocket::new(Dir::Recv)).flatten() {
-            Some(mut d) => {
-                sockbuf::connect_with_recv_buffer(a, timeout, d.before_connect(), d.limits()).map(
-                    |(s, _)| {
-                        d.after_connect(s.as_fd());
-                        s
-                    },
-                )
-            }
-            None => TcpStream::connect_timeout(&a, timeout),
-        };
-        match r {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
+        match crate::drain::connect_sized(a, timeout, drs) {
+            Ok(s) => return Ok(s),
             Err(e) => last = e,
         }
     }
