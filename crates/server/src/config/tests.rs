@@ -1,5 +1,19 @@
 use super::*;
 
+/// A served directory holding `c.toml` with `text`, and the flags that
+/// name both (the directory is dropped with the returned guard).
+fn args_with_file(text: &str) -> (tempfile::TempDir, ServeArgs) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, text).unwrap();
+    let args = ServeArgs {
+        config: Some(path),
+        dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    (dir, args)
+}
+
 #[test]
 fn unknown_key_is_an_error_naming_it() {
     let err = parse_file("writeable = true\n").unwrap_err().to_string();
@@ -57,14 +71,7 @@ fn users_need_phc_hashes() {
 #[test]
 fn sharing_comes_from_the_flag_or_the_file() {
     use sluice_engine::SharingMode;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(&path, "sharing = \"off\"\n").unwrap();
-    let base = ServeArgs {
-        config: Some(path),
-        dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    let (_dir, base) = args_with_file("sharing = \"off\"\n");
     let c = ServeConfig::load(&base).unwrap();
     assert_eq!(c.sharing, SharingMode::Off);
     let e = c.engine_config(sluice_engine::EngineConfig::default());
@@ -86,14 +93,7 @@ fn sharing_comes_from_the_flag_or_the_file() {
 
 #[test]
 fn prefetch_and_cancel_come_from_flags_or_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(&path, "prefetch = \"fixed\"\ncancel = false\n").unwrap();
-    let base = ServeArgs {
-        config: Some(path),
-        dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
-    };
+    let (_dir, base) = args_with_file("prefetch = \"fixed\"\ncancel = false\n");
     let c = ServeConfig::load(&base).unwrap();
     assert_eq!(
         (c.prefetch, c.cancel),
@@ -123,14 +123,7 @@ fn prefetch_and_cancel_come_from_flags_or_file() {
 
 #[test]
 fn runtime_and_workers_flag_over_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(&path, "runtime = \"shared\"\nworkers = 3\n").unwrap();
-    let base = ServeArgs {
-        dir: Some(dir.path().to_path_buf()),
-        config: Some(path),
-        ..Default::default()
-    };
+    let (dir, base) = args_with_file("runtime = \"shared\"\nworkers = 3\n");
     let c = ServeConfig::merge(&base).unwrap();
     assert_eq!(c.runtime, crate::runtime::RuntimeKind::Shared);
     assert_eq!(c.workers, Some(3));
@@ -149,18 +142,9 @@ fn runtime_and_workers_flag_over_key() {
 
 #[test]
 fn blocking_data_path_and_send_knobs_parse() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(
-        &path,
+    let (_dir, base) = args_with_file(
         "data_path = \"blocking\"\nnotsent_lowat = 131072\nsend_buffer = \"auto\"\n",
-    )
-    .unwrap();
-    let base = ServeArgs {
-        dir: Some(dir.path().to_path_buf()),
-        config: Some(path),
-        ..Default::default()
-    };
+    );
     let c = ServeConfig::merge(&base).unwrap();
     assert_eq!(c.data_path, DataPath::Blocking);
     assert_eq!(c.notsent_lowat, Some(Some(128 << 10)));
