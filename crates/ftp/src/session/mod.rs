@@ -22,6 +22,7 @@
 mod action;
 mod data_setup;
 mod dispatch;
+mod file_ops;
 #[doc(hidden)]
 pub mod internal;
 #[cfg(test)]
