@@ -37,6 +37,8 @@ mod tests;
 mod tls_tests;
 /// Transfer started, markers, transfer done.
 mod transfer_events;
+#[cfg(test)]
+mod transfer_tests;
 
 pub use action::{
     Action, Answer, Change, ChecksumAlgorithm, DataChannel, DataSpec, ListFormat, ListMatch,
