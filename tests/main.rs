@@ -87,9 +87,13 @@ mod fake_gridftp;
 /// urllib, `sluice get http://` (also against nginx), headless Chromium.
 mod http;
 
-/// HTTP/1.1 on raw sockets: ranges, conditionals, keep-alive, timeouts,
-/// the connection limit and hostile requests.
+/// HTTP/1.1 on raw sockets: ranges, conditionals, keep-alive, listings,
+/// the open-file cache.
 mod http_requests;
+
+/// HTTP/1.1 on raw sockets, hostile and over the limits: bad requests,
+/// stalled heads and readers, 503 over the connection limit, HTTP off.
+mod http_hostile;
 
 /// The `auto` data path: copy to a client on this host, sendfile to one in
 /// another network namespace (root only).
