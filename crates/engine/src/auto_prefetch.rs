@@ -14,6 +14,13 @@ use crate::Engine;
 /// A file as the judge knows it.
 type Key = (u64, u64);
 
+/// The most of a send's rest that is asked up front. A send's next 64 MiB
+/// (a MODE S piece) is where the evidence is; a longer range costs its
+/// `cachestat` walk per send and, in a finely fragmented sparse file, more
+/// extents than `missing_data_bytes` walks (past its 8th the rest counts
+/// as data, i.e. as missing). Later misses are the judge's.
+const UP_FRONT_MAX: u64 = 64 << 20;
+
 /// What reads of each file cost, for every reader of it (one per engine).
 #[derive(Debug)]
 pub(crate) struct ReadCosts {
@@ -47,7 +54,8 @@ fn key(file: &File) -> Option<Key> {
 /// Which question [`Engine::auto_verdict`] asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ahead {
-    /// At the start of a send: the whole rest of its range.
+    /// At the start of a send: the rest of its range (at most
+    /// [`UP_FRONT_MAX`]).
     Rest,
     /// Later in a send: the next `chunk_size`.
     Chunk,
@@ -73,7 +81,7 @@ impl Engine {
             return MissVerdict::Kernel;
         }
         let len = match ahead {
-            Ahead::Rest => end - pos,
+            Ahead::Rest => (end - pos).min(UP_FRONT_MAX),
             Ahead::Chunk => (end - pos).min(self.config().chunk_size as u64),
         };
         let Some(missing) = missing_data_bytes(file, pos, len) else {
