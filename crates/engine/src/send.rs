@@ -27,12 +27,12 @@ use std::time::{Duration, Instant};
 use sluice_platform::{fadvise, fileio};
 use tokio::net::TcpStream;
 
+use crate::auto_prefetch::Ahead;
 use crate::buffers::PoolBuf;
 use crate::conn::Link;
 use crate::counters::{Counters, Tally};
 use crate::disk::{IoClass, Ticket};
 use crate::flow::Flow;
-use crate::auto_prefetch::Ahead;
 use crate::plan::MissVerdict;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
@@ -331,12 +331,8 @@ impl Engine {
             .disk
             .submit(IoClass::Transfer, cancel, move || {
                 if exact {
-                    let _ = fadvise::fadvise(
-                        f.as_fd(),
-                        pos,
-                        want as u64,
-                        fadvise::Advice::WillNeed,
-                    );
+                    let _ =
+                        fadvise::fadvise(f.as_fd(), pos, want as u64, fadvise::Advice::WillNeed);
                 }
                 let r = read_full_at(&f, &mut buf[..want], pos);
                 (buf, r)

@@ -22,9 +22,9 @@ use sluice_platform::{sendfile, tcp};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use crate::auto_prefetch::Ahead;
 use crate::counters::Counters;
 use crate::flow::Flow;
-use crate::auto_prefetch::Ahead;
 use crate::plan::MissVerdict;
 use crate::prefetch::pagecache::missing_data_bytes;
 use crate::send::{check, wait_writable, Turn};

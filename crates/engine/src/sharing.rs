@@ -28,8 +28,8 @@ use sluice_platform::{fadvise, fileio};
 use tokio::sync::Notify;
 
 use crate::buffers::{BufferPool, PoolBuf};
-use crate::prefetch::pagecache::missing_data_bytes;
 use crate::disk::IoClass;
+use crate::prefetch::pagecache::missing_data_bytes;
 use crate::sched::budget::{Budget, Slot};
 use crate::sched::circus::{Action, Circus, CircusConfig, Piece, ReaderId};
 use crate::send::read_full_at;

@@ -101,9 +101,15 @@ impl<K: Hash + Eq + Copy> FileJudge<K> {
     pub fn read(&mut self, key: K, bytes: u64, took: Duration, now: Duration) {
         if self.seen.len() >= MAX_FILES && !self.seen.contains_key(&key) {
             let hold = self.hold;
-            self.seen.retain(|_, (_, at)| now.saturating_sub(*at) < hold);
+            self.seen
+                .retain(|_, (_, at)| now.saturating_sub(*at) < hold);
             if self.seen.len() >= MAX_FILES {
-                if let Some(oldest) = self.seen.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k) {
+                if let Some(oldest) = self
+                    .seen
+                    .iter()
+                    .min_by_key(|(_, (_, at))| *at)
+                    .map(|(k, _)| *k)
+                {
                     self.seen.remove(&oldest);
                 }
             }
@@ -180,7 +186,10 @@ mod tests {
     fn a_send_whose_rest_is_not_in_memory_is_planned_from_its_start() {
         // No read measured yet: the evidence is the whole range.
         let j = FileJudge::<u32>::default();
-        assert_eq!(j.up_front(A, 60 * MIB, 64 * MIB, s(0)), MissVerdict::Planner);
+        assert_eq!(
+            j.up_front(A, 60 * MIB, 64 * MIB, s(0)),
+            MissVerdict::Planner
+        );
     }
 
     #[test]
@@ -189,7 +198,10 @@ mod tests {
         j.read(A, MIB, Duration::from_micros(150), s(0));
         assert_eq!(j.up_front(A, 64 * MIB, 64 * MIB, s(1)), MissVerdict::Kernel);
         // Another file is not judged by it.
-        assert_eq!(j.up_front(B, 64 * MIB, 64 * MIB, s(1)), MissVerdict::Planner);
+        assert_eq!(
+            j.up_front(B, 64 * MIB, 64 * MIB, s(1)),
+            MissVerdict::Planner
+        );
     }
 
     #[test]
