@@ -9,8 +9,8 @@
 //! blocks in order from the same selector as the MODE E clients.
 //!
 //! `--sharing auto` (the default) shares a download only while another
-//! download of the same file is in flight: a lone reader reads for
-//! itself.
+//! download of the same file is in flight and the file is not in the page
+//! cache: a lone reader, or a reader of a warm file, reads for itself.
 //!
 //! Each data socket is paced (`--max-pacing-rate`) so the downloads last
 //! seconds and overlap although the clients start one after another; the
@@ -195,6 +195,11 @@ fn auto_shares_a_download_only_while_another_reads_the_file() {
         );
         std::thread::yield_now();
     }
+    // Out of the page cache (the lone read had it all there): sharing
+    // saves disk reads only for a file not in memory, and `auto` shares
+    // only then (a warm file's readers read for themselves: the engine's
+    // `sharing::tests::auto_lets_readers_of_a_file_in_memory_read_for_themselves`).
+    make_cold(f);
     assert!(
         child.try_wait().unwrap().is_none(),
         "the first download ended before the second started"

@@ -78,10 +78,11 @@ pub enum SharingMode {
     /// bodies and MODE S in file order (in-order readers).
     Circus,
     /// Circus for a download that starts while another download of the
-    /// same file is in flight; a lone reader reads for
-    /// itself. Sharing costs a lone reader ~15 % of its rate and ~20 %
-    /// more CPU per GiB on loopback (bench/dlcost.py, case 4s) and saves
-    /// nothing for it.
+    /// same file is in flight and whose range is mostly not in the page
+    /// cache (`sharing::auto_shares`); a lone reader, or a reader of a
+    /// file in memory, reads for itself. Sharing costs a lone reader ~15 %
+    /// of its rate and ~20 % more CPU per GiB on loopback (bench/dlcost.py,
+    /// case 4s) and saves nothing for it.
     Auto,
 }
 

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod auto_prefetch;
 mod buffers;
 mod cancel;
 mod config;
@@ -100,6 +101,8 @@ struct Inner {
     sharing: Option<sharing::Sharing>,
     /// Cue: fairness and pacing across connections; `None` when off.
     cue: Option<std::sync::Arc<cue_hub::CueHub>>,
+    /// `--prefetch auto` and `--sharing auto`: what reads of each file cost.
+    read_costs: auto_prefetch::ReadCosts,
 }
 
 impl Engine {
@@ -145,6 +148,7 @@ impl Engine {
                 limits: verdict::LimitTotals::default(),
                 sharing,
                 cue,
+                read_costs: auto_prefetch::ReadCosts::default(),
             }),
         })
     }

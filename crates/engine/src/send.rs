@@ -24,16 +24,16 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_platform::fileio;
+use sluice_platform::{fadvise, fileio};
 use tokio::net::TcpStream;
 
+use crate::auto_prefetch::Ahead;
 use crate::buffers::PoolBuf;
 use crate::conn::Link;
 use crate::counters::{Counters, Tally};
 use crate::disk::{IoClass, Ticket};
 use crate::flow::Flow;
-use crate::plan::{MissJudge, MissVerdict};
-use crate::prefetch::pagecache::missing_data_bytes;
+use crate::plan::MissVerdict;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
@@ -106,6 +106,7 @@ impl Engine {
                     turn,
                     flow,
                     refill.as_mut(),
+                    true,
                 );
                 counted(f, t).await
             }
@@ -139,6 +140,9 @@ impl Engine {
     /// The copy path. `refill` is the connection's rate-sized mark
     /// (`refill.rs`), resized after each wait; the sendfile path passes its
     /// own when it copies a cold range, so the mark is not started again.
+    /// `up_front`: `auto` may plan the whole send from its start when its
+    /// range is mostly not in memory (false for the sendfile path's
+    /// measuring read of one buffer, which must go to a disk thread).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn send_copy(
         &self,
@@ -152,11 +156,18 @@ impl Engine {
         turn: &mut Turn,
         flow: &Flow,
         mut refill: Option<&mut Refill<'_>>,
+        up_front: bool,
     ) -> Result<u64, EngineError> {
-        // `auto` starts on the inline path and hands the rest of the send to
-        // the planner at the first chunk that had to come from the disk.
+        // `auto` plans a send whose range is mostly not in memory from its
+        // start; one that is starts on the inline path and hands the rest
+        // of the send to the planner at the first chunk that had to come
+        // from a disk.
         let auto = self.config().prefetch == PrefetchMode::Auto;
-        if !auto {
+        let end = offset + len;
+        if !auto
+            || (up_front
+                && self.auto_verdict(file, offset, end, Ahead::Rest) == MissVerdict::Planner)
+        {
             if let Some(mut feed) = self.feed(flow, file, offset, offset + len, true, counters) {
                 return self
                     .send_copy_planned(
@@ -166,7 +177,6 @@ impl Engine {
             }
         }
         let t = self.tally(counters);
-        let end = offset + len;
         let mut prefix = prefix;
         let mut pos = offset;
         let mut next = Some(self.start_read(file, pos, end - pos, t, cancel).await?);
@@ -175,8 +185,9 @@ impl Engine {
             let cold = matches!(pending, PendingRead::Disk(_));
             let (buf, n) = self.finish_read(pending, pos, t).await?;
             if cold && auto {
-                // What this miss really cost decides `auto`'s choice below.
-                turn.reads.read(n as u64, started.elapsed());
+                // What this miss really cost decides `auto`'s choice below,
+                // for every reader of the file.
+                self.read_cost(file, n as u64, started.elapsed());
             }
             let after = pos + n as u64;
             // Double buffering after a disk read: the next chunk's read is
@@ -208,7 +219,7 @@ impl Engine {
             if pos < end
                 && cold
                 && auto
-                && self.miss_ahead(file, pos, end, turn) == MissVerdict::Planner
+                && self.auto_verdict(file, pos, end, Ahead::Chunk) == MissVerdict::Planner
             {
                 // A miss: the range is not (all) in memory; the planner
                 // reads the rest ahead at this connection's rate.
@@ -240,34 +251,6 @@ impl Engine {
             }
         }
         Ok(pos - offset)
-    }
-
-    /// `auto`: what to do at `pos` of a send ending at `end`. An
-    /// `RWF_NOWAIT` read can fail on cached pages (a read-ahead marker, a
-    /// page under writeback), and handing a warm file to the planner on
-    /// such a read halved a warm loopback download (bench/dlcost.py 1s:
-    /// 1518 against 3141 MB/s, 656 against 20 context switches per GiB). So
-    /// the next `chunk_size` is asked of `cachestat` (holes not counted),
-    /// and the connection's [`MissJudge`] says whether its reads cost a
-    /// disk; without `cachestat` nothing tells, and the kernel keeps it.
-    pub(crate) fn miss_ahead(
-        &self,
-        file: &Arc<File>,
-        pos: u64,
-        end: u64,
-        turn: &Turn,
-    ) -> MissVerdict {
-        let len = (end - pos).min(self.config().chunk_size as u64);
-        if !self.features().cachestat.is_supported() {
-            return MissVerdict::Kernel;
-        }
-        match missing_data_bytes(file, pos, len) {
-            Some(missing) if !self.config().prefetch_miss_timing && missing > len / 2 => {
-                MissVerdict::Planner
-            }
-            Some(missing) => turn.reads.on_miss(missing, len),
-            None => MissVerdict::Kernel,
-        }
     }
 
     /// The copy path under the prefetch planner: chunks arrive in pooled
@@ -336,10 +319,21 @@ impl Engine {
             }
         }
         let f = Arc::clone(file);
+        // `auto` times this read to judge the file, and may hand the rest
+        // to the planner: it must not start the kernel's read-ahead, whose
+        // marks the planner's reads would then keep running into (each
+        // one reading the next window ahead, for the memory cgroup to
+        // evict). WILLNEED reads exactly the range and leaves no marks (as
+        // the planner's own reads do, `pagecache::read_range`).
+        let exact = self.config().prefetch == PrefetchMode::Auto;
         let ticket = self
             .inner
             .disk
             .submit(IoClass::Transfer, cancel, move || {
+                if exact {
+                    let _ =
+                        fadvise::fadvise(f.as_fd(), pos, want as u64, fadvise::Advice::WillNeed);
+                }
                 let r = read_full_at(&f, &mut buf[..want], pos);
                 (buf, r)
             })
@@ -418,10 +412,6 @@ pub(crate) struct Turn {
     /// told the turn's bytes when a turn ends, and deciding the next
     /// quantum (scaled by the connection's weight).
     cue: Option<crate::cue_hub::CueTicket>,
-    /// `--prefetch auto`: what this connection's disk-thread reads cost,
-    /// kept across its sends (a file's holes read at memory speed every
-    /// time; a cold file at the disk's).
-    pub(crate) reads: MissJudge,
 }
 
 impl Turn {
@@ -430,7 +420,6 @@ impl Turn {
             used: 0,
             quantum: quantum.max(1) as u64,
             cue: None,
-            reads: MissJudge::default(),
         }
     }
 

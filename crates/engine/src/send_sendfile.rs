@@ -22,6 +22,7 @@ use sluice_platform::{sendfile, tcp};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use crate::auto_prefetch::Ahead;
 use crate::counters::Counters;
 use crate::flow::Flow;
 use crate::plan::MissVerdict;
@@ -71,13 +72,17 @@ impl Engine {
             }
         }
         let mut pump = self.splice_pump();
-        // `auto`: sendfile over the kernel's read-ahead while the range is
-        // in the page cache; the planner takes the rest of the send from the
-        // first chunk that is not (without `cachestat` nothing tells: the
-        // planner from the start).
+        // `auto`: a send whose range is mostly not in memory is planned
+        // from its start; otherwise sendfile over the kernel's read-ahead
+        // while the range is in the page cache, and the planner takes the
+        // rest of the send from the first chunk that is not (without
+        // `cachestat` nothing tells: the planner from the start).
         let auto = cfg.prefetch == PrefetchMode::Auto;
         let can_tell = self.features().cachestat.is_supported();
-        let mut feed = if auto && can_tell {
+        let mut feed = if auto
+            && can_tell
+            && self.auto_verdict(file, offset, end, Ahead::Rest) == MissVerdict::Kernel
+        {
             None
         } else {
             self.feed(flow, file, offset, end, false, counters)
@@ -110,9 +115,12 @@ impl Engine {
                 // The judge has no measured read at the first miss: one
                 // buffer goes by the copy path below (a timed disk-thread
                 // read), and the next turn of the loop asks again.
-                if auto
-                    && self.miss_ahead(file, pos, pos + want as u64, turn) == MissVerdict::Planner
-                {
+                let verdict = if auto {
+                    self.auto_verdict(file, pos, pos + want as u64, Ahead::Chunk)
+                } else {
+                    MissVerdict::Kernel
+                };
+                if verdict == MissVerdict::Planner {
                     feed = self.feed(flow, file, pos, end, false, counters);
                     if feed.is_some() {
                         ready_until = pos;
@@ -136,9 +144,23 @@ impl Engine {
                         turn,
                         flow,
                         refill.as_mut(),
+                        false,
                     )
                     .await?;
                 turn.waited();
+                // The measuring read cost a disk's: the planner takes the
+                // rest of the send now, not at a next miss (the next chunk
+                // may be just resident, and evicted before a slow send
+                // reaches the one after).
+                if verdict == MissVerdict::Measure
+                    && pos < end
+                    && self.judged_disk_bound(file) == Some(true)
+                {
+                    feed = self.feed(flow, file, pos, end, false, counters);
+                    if feed.is_some() {
+                        ready_until = pos;
+                    }
+                }
                 continue;
             }
             let mut off = pos;
@@ -190,6 +212,7 @@ impl Engine {
                             turn,
                             flow,
                             refill.as_mut(),
+                            true,
                         )
                         .await?;
                     return Ok(pos + rest - offset);

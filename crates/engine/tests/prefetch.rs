@@ -421,3 +421,42 @@ async fn auto_does_not_plan_the_holes_of_a_sparse_file() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_plans_a_send_of_a_cold_range_from_its_start() {
+    // With the read-cost judge on (the default): a range mostly not in the
+    // page cache is the evidence, so the planner takes the whole send at
+    // once, with no read of the kernel's before it (that read's read-ahead
+    // kept later chunks just resident, and the planner never came: lab
+    // tpf-mixed-rates, session 12). Holds on any disk: nothing is timed.
+    use sluice_platform::fadvise::{fadvise, Advice};
+    let data = pattern(6 << 20);
+    let file = temp_file(&data);
+    for path in [DataPath::Copy, DataPath::Sendfile] {
+        let e = Engine::new(config(path, PrefetchMode::Auto));
+        if !e.features().cachestat.is_supported() {
+            return; // nothing tells a cold range
+        }
+        file.sync_all().unwrap();
+        fadvise(file.as_fd(), 0, 0, Advice::DontNeed).unwrap();
+        let (mut rx, tx) = pair().await;
+        let mut conn = e.data_conn(tx);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        let c = Counters::new();
+        conn.send_range(&file, 0, data.len() as u64, b"", &c, &Cancel::new())
+            .await
+            .unwrap();
+        drop(conn);
+        assert!(reader.await.unwrap() == data, "{path}: bytes differ");
+        let s = c.snapshot();
+        assert_eq!(
+            s.prefetch_bytes_planned,
+            data.len() as u64,
+            "{path}: every byte planned: {s:?}"
+        );
+    }
+}

@@ -25,7 +25,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use counters::TpfCounters;
-pub use miss::{MissJudge, MissVerdict};
+pub use miss::{read_cost_is_disk, FileJudge, MissVerdict};
 pub use planner::{PlanConfig, Planner};
 pub use sampler::{CaState, FlowEvents, FlowSample, FlowState, Sampler};
 

@@ -221,6 +221,13 @@ async fn in_order_downloads_get_their_bytes_in_file_order_and_share_reads() {
     assert_eq!(e.inner.sharing.as_ref().unwrap().open_files(), 0);
 }
 
+/// Written back and dropped from the page cache: every page is missing.
+fn cold(file: &File) {
+    use sluice_platform::fadvise::{fadvise, Advice};
+    file.sync_all().unwrap();
+    fadvise(file.as_fd(), 0, 0, Advice::DontNeed).unwrap();
+}
+
 #[test]
 fn auto_shares_an_in_order_reader_only_while_another_reads_the_file() {
     let e = Engine::new(EngineConfig {
@@ -229,10 +236,11 @@ fn auto_shares_an_in_order_reader_only_while_another_reads_the_file() {
         ..EngineConfig::default()
     });
     let file = temp_file(&pattern(1 << 20));
+    cold(&file);
     let all = [(0u64, 1u64 << 20)];
     let first = e.join_readers_in_order(&file, &all).unwrap();
     assert!(matches!(first, Readers::Alone(_)), "{first:?}");
-    // A MODE E or in-order reader meanwhile: shared.
+    // A MODE E or in-order reader meanwhile, of a file not in memory: shared.
     let second = e.join_readers_in_order(&file, &all).unwrap();
     assert!(matches!(second, Readers::Shared(_)), "{second:?}");
     let third = e.join_readers(&file, &all, 4).unwrap();
@@ -241,6 +249,50 @@ fn auto_shares_an_in_order_reader_only_while_another_reads_the_file() {
     // Everybody gone: alone again.
     let again = e.join_readers_in_order(&file, &all).unwrap();
     assert!(matches!(again, Readers::Alone(_)), "{again:?}");
+}
+
+#[test]
+fn auto_lets_readers_of_a_file_in_memory_read_for_themselves() {
+    let e = Engine::new(EngineConfig {
+        sharing: SharingMode::Auto,
+        circus_block: 64 << 10,
+        ..EngineConfig::default()
+    });
+    if !e.features().cachestat.is_supported() {
+        return; // nothing tells what is in memory: shared when busy, as before
+    }
+    // Just written: every page is in the page cache.
+    let file = temp_file(&pattern(1 << 20));
+    let all = [(0u64, 1u64 << 20)];
+    let first = e.join_readers_in_order(&file, &all).unwrap();
+    let second = e.join_readers_in_order(&file, &all).unwrap();
+    assert!(matches!(second, Readers::Alone(_)), "{second:?}");
+    let third = e.join_readers(&file, &all, 4).unwrap();
+    assert!(matches!(third, Readers::Alone(_)), "{third:?}");
+    drop((second, third));
+    // Evicted meanwhile: the next reader of the busy file shares.
+    cold(&file);
+    let fourth = e.join_readers(&file, &all, 4).unwrap();
+    assert!(matches!(fourth, Readers::Shared(_)), "{fourth:?}");
+    drop((first, fourth));
+}
+
+#[test]
+fn auto_shares_only_a_busy_file_not_in_memory() {
+    use Residency::*;
+    assert!(auto_shares(true, NotInMemory));
+    assert!(
+        !auto_shares(true, InMemory),
+        "a warm file saves no disk read"
+    );
+    assert!(
+        !auto_shares(false, NotInMemory),
+        "a lone reader has nobody to share with"
+    );
+    assert!(!auto_shares(false, InMemory));
+    // Without cachestat: as before, shared while another reads.
+    assert!(auto_shares(true, Unknown));
+    assert!(!auto_shares(false, Unknown));
 }
 
 #[test]
