@@ -11,7 +11,7 @@
 //!
 //! So each connection's mark is `2 x rate x refill_time` (one wake-up per
 //! `refill_time`), at least [`MIN_MARK`], at most the configured
-//! `notsent_lowat`, and at most an equal share of a budget of half the
+//! `notsent_lowat`, and at most an equal share of a budget of 3/4 of the
 //! kernel's no-pressure TCP memory (`tcp_mem[0]`) among the connections
 //! sending. The rate is bytes acknowledged per second since the last
 //! measurement, taken at a wake-up at least two round trips later (one
@@ -53,7 +53,7 @@ pub(crate) const START_MARK: u64 = 1 << 20;
 const RATE_SPAN_MIN: Duration = Duration::from_millis(20);
 /// ... and at most this, whatever the round trip.
 const RATE_SPAN_MAX: Duration = Duration::from_millis(500);
-/// Budget when `tcp_mem` cannot be read.
+/// Budget when neither `tcp_mem` nor the memory size can be read.
 const FALLBACK_BUDGET: u64 = 256 << 20;
 /// A new mark is applied only when it differs from the old by more than
 /// this fraction (one `setsockopt` less on most wake-ups).
@@ -263,18 +263,52 @@ fn mark_for(rate: f64, time: Duration) -> u64 {
     (2.0 * rate * time.as_secs_f64()).min(u64::MAX as f64 / 2.0) as u64
 }
 
-/// Half of `tcp_mem[0]` in bytes, read once: the host's TCP memory below
-/// which the kernel applies no pressure; half, for the receive side and
-/// everything else on the host.
+/// Three quarters of `tcp_mem[0]` in bytes, read once: the host's TCP
+/// memory below which the kernel applies no pressure. A socket's unsent
+/// data lies between half its mark and its mark (the kernel wakes the
+/// sender at half), ~3/4 of it on average, so marks summing to this keep
+/// ~56 % of that memory unsent on average and never all of it: the rest
+/// for data in flight, the receive side and everything else on the host.
 fn budget() -> u64 {
     static BUDGET: OnceLock<u64> = OnceLock::new();
-    *BUDGET.get_or_init(|| match tcp::tcp_mem_pages() {
-        Ok(p) => p[0].saturating_mul(sluice_platform::fadvise::page_size() as u64) / 2,
-        Err(e) => {
-            tracing::debug!("cannot read tcp_mem: {e}");
-            FALLBACK_BUDGET
+    *BUDGET.get_or_init(|| {
+        let page = sluice_platform::fadvise::page_size() as u64;
+        let pages = match tcp::tcp_mem_pages() {
+            Ok(p) => Some(p[0]),
+            // `tcp_mem` is host-wide and shown only in the host's network
+            // namespace: a server in another (the lab's, a container's)
+            // cannot read it, and the 256 MiB fallback gave the lab's
+            // 1000 slow readers 268 kB marks whatever their rate (a
+            // wake-up per ~160 kB, send-wakeups s12/s13). The kernel's own
+            // default is a fixed share of the memory, which it can read.
+            Err(e) => {
+                tracing::debug!("cannot read tcp_mem ({e}); taking the kernel's default");
+                std::fs::read_to_string("/proc/meminfo")
+                    .ok()
+                    .and_then(|m| default_tcp_mem0(&m, page))
+            }
+        };
+        match pages {
+            Some(p) => p.saturating_mul(page) / 4 * 3,
+            None => FALLBACK_BUDGET,
         }
     })
+}
+
+/// The kernel's default `tcp_mem[0]` in pages for a machine whose
+/// `/proc/meminfo` is `meminfo` (`tcp_init`: a sixteenth of the buffer
+/// pages is `tcp_mem[1]`, three quarters of that `tcp_mem[0]`; the buffer
+/// pages are about `MemTotal`).
+fn default_tcp_mem0(meminfo: &str, page: u64) -> Option<u64> {
+    let kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let limit = (kb * 1024 / page.max(1) / 16).max(128);
+    Some(limit / 4 * 3)
 }
 
 #[cfg(test)]
@@ -327,6 +361,17 @@ mod tests {
         assert!(fixed.refill(&flow).is_none());
         fixed.prepare_socket(&tx);
         assert_eq!(tcp::notsent_lowat(tx.as_fd()).unwrap(), 8 << 20);
+    }
+
+    #[test]
+    fn the_budget_is_found_outside_the_hosts_network_namespace_too() {
+        // This machine: MemTotal 24684084 kB, tcp_mem[0] 287898 pages.
+        let m = "MemTotal:       24684084 kB\nMemFree:        21681568 kB\n";
+        let p = default_tcp_mem0(m, 4096).unwrap();
+        assert!((280_000..=295_000).contains(&p), "{p}");
+        assert_eq!(default_tcp_mem0("MemFree: 1 kB\n", 4096), None);
+        assert_eq!(default_tcp_mem0("MemTotal: 4 kB\n", 4096), Some(96));
+        assert!(budget() > FALLBACK_BUDGET / 8);
     }
 
     #[test]
