@@ -426,9 +426,12 @@ impl Engine {
                 && missing_data_bytes(&f, offset, len) == Some(0);
             // A block in the page cache is read here on the loop
             // (`RWF_NOWAIT` never waits for the disk), a cold one on a
-            // disk thread.
+            // disk thread; one `cachestat` says is cold is not tried with
+            // `RWF_NOWAIT` (which starts the kernel's read-ahead, and the
+            // memory cgroup's reclaim, on the loop: `Engine::start_read`).
             let cached = resident
                 || engine.config().inline_cached_reads
+                    && !engine.surely_cold(&f, offset, len)
                     && matches!(
                         fileio::pread_nowait(f.as_fd(), &mut buf[..want], offset),
                         Ok(n) if n == want
