@@ -393,10 +393,7 @@ mod tests {
             (590_000, Some((5_000_000, t0)), span)
         );
         // DRS's ceiling fell under the mark meanwhile: the socket has it.
-        assert_eq!(
-            resume(Some(carry(590_000, at)), 400_000, at).0,
-            400_000
-        );
+        assert_eq!(resume(Some(carry(590_000, at)), 400_000, at).0, 400_000);
         // After a pause the anchor is dropped (the socket may have run
         // empty) but the mark on the socket is still known.
         let (mark, anchor, _) = resume(Some(carry(590_000, at)), 0, at + CARRY_GAP);
