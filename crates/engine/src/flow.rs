@@ -35,6 +35,22 @@ pub(crate) struct Carry {
     pub(crate) at: Instant,
 }
 
+/// The refill's mark and rate anchor handed from one send to the next on
+/// the same connection (`refill.rs`): a piece (a shared 1 MiB block, a
+/// MODE E block, a keep-alive response) starts from the mark the last one
+/// measured instead of guessing one from the kernel's delivery-rate sample.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RefillCarry {
+    /// The mark the refill last set on the socket.
+    pub(crate) mark: u64,
+    /// `tcpi_bytes_acked` and when it was read.
+    pub(crate) anchor: Option<(u64, Instant)>,
+    /// The rate's measuring span (two round trips, bounded).
+    pub(crate) span: Duration,
+    /// When the send that kept it ended.
+    pub(crate) at: Instant,
+}
+
 /// The connection's `TCP_INFO`, read at most once per wake-up.
 #[derive(Debug, Default)]
 pub(crate) struct Flow {
@@ -43,6 +59,8 @@ pub(crate) struct Flow {
     /// next one (front doors send a stream in pieces: MODE S 64 MiB
     /// pieces, MODE E one block per send, HTTP one response per request).
     carry: Mutex<Option<Carry>>,
+    /// What the refill of the connection's last send measured.
+    refill: Mutex<Option<RefillCarry>>,
     /// `getsockopt(TCP_INFO)` calls made (for tests and counters).
     reads: AtomicU64,
     /// Ceiling of the not-sent mark set by the send side's DRS from its
@@ -81,6 +99,16 @@ impl Flow {
     /// Keeps the planner's rate state for the connection's next feed.
     pub(crate) fn keep_carry(&self, carry: Carry) {
         *self.carry.lock().unwrap_or_else(|p| p.into_inner()) = Some(carry);
+    }
+
+    /// The refill state left by the connection's last send.
+    pub(crate) fn take_refill(&self) -> Option<RefillCarry> {
+        self.refill.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Keeps the refill state for the connection's next send.
+    pub(crate) fn keep_refill(&self, carry: RefillCarry) {
+        *self.refill.lock().unwrap_or_else(|p| p.into_inner()) = Some(carry);
     }
 
     /// `TCP_INFO` reads so far.

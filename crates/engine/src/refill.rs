@@ -11,7 +11,7 @@
 //!
 //! So each connection's mark is `2 x rate x refill_time` (one wake-up per
 //! `refill_time`), at least [`MIN_MARK`], at most the configured
-//! `notsent_lowat`, and at most an equal share of a budget of half the
+//! `notsent_lowat`, and at most an equal share of a budget of 3/4 of the
 //! kernel's no-pressure TCP memory (`tcp_mem[0]`) among the connections
 //! sending. The rate is bytes acknowledged per second since the last
 //! measurement, taken at a wake-up at least two round trips later (one
@@ -23,6 +23,15 @@
 //! that never waits makes no system call for it (measured: resetting the
 //! mark at each 64 MiB piece cost a 2 GiB loopback download ~35 % of its
 //! rate and 6x its context switches).
+//!
+//! The refill's own state (the mark it set, the acked-bytes anchor of its
+//! rate, the span) is carried on the connection's [`Flow`] from one send
+//! to the next ([`RefillCarry`]). Without it each shared 1 MiB piece of a
+//! slow in-order reader started blind: its first wake-up took the kernel's
+//! delivery-rate sample (low and bursty for a receiver that paces itself)
+//! and set the mark from it, and a measured rate came only two round trips
+//! later, so the lab's 1000 slow readers sat at 300-430 kB marks where
+//! their share allowed ~590 kB (send-wakeups s12-final, `ss` samples).
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -32,7 +41,7 @@ use std::time::{Duration, Instant};
 use sluice_platform::tcp;
 use tokio::net::TcpStream;
 
-use crate::flow::Flow;
+use crate::flow::{Flow, RefillCarry};
 use crate::Engine;
 
 /// Smallest mark: below this the per-wake-up work is tiny anyway.
@@ -44,11 +53,16 @@ pub(crate) const START_MARK: u64 = 1 << 20;
 const RATE_SPAN_MIN: Duration = Duration::from_millis(20);
 /// ... and at most this, whatever the round trip.
 const RATE_SPAN_MAX: Duration = Duration::from_millis(500);
-/// Budget when `tcp_mem` cannot be read.
+/// Budget when neither `tcp_mem` nor the memory size can be read.
 const FALLBACK_BUDGET: u64 = 256 << 20;
 /// A new mark is applied only when it differs from the old by more than
 /// this fraction (one `setsockopt` less on most wake-ups).
 const HYSTERESIS: f64 = 0.25;
+/// A rate anchor carried over a pause between two sends longer than this
+/// is dropped: the socket may have run empty meanwhile, and the bytes
+/// acked since would understate the rate. (A slow reader's socket holds
+/// seconds of data at its mark, so a pause this short never empties it.)
+const CARRY_GAP: Duration = RATE_SPAN_MAX;
 
 /// Connections currently sending with rate-sized marks (engine-wide).
 #[derive(Debug, Default)]
@@ -83,16 +97,19 @@ impl Engine {
         // No system call here: a response that fits the socket without a
         // wait (a small file on a keep-alive connection) costs nothing, and
         // a connection sending in pieces (MODE S pieces, MODE E blocks)
-        // keeps the mark its last piece left on the socket.
+        // keeps the mark its last piece left on the socket, and what its
+        // last piece measured.
+        let now = Instant::now();
+        let (mark, anchor, span) = resume(flow.take_refill(), flow.mark_cap.load(Relaxed), now);
         Some(Refill {
             senders,
             flow,
             time,
             cap,
-            mark: 0,
-            anchor: None,
-            span: RATE_SPAN_MAX,
-            last_wake: Instant::now(),
+            mark,
+            anchor,
+            span,
+            last_wake: now,
             written: 0,
         })
     }
@@ -140,8 +157,12 @@ impl Refill<'_> {
                 let dt = now.duration_since(at).as_secs_f64();
                 Some(info.bytes_acked.saturating_sub(acked) as f64 / dt)
             }
-            // First look in this send: the kernel's latest delivery-rate
-            // sample, if it has one yet (no acks yet: keep the mark).
+            // A mark carried from the connection's last send stands until
+            // this send has measured a rate of its own.
+            None if self.mark > 0 => None,
+            // First look on this connection: the kernel's latest
+            // delivery-rate sample, if it has one yet (no acks yet: keep
+            // the mark).
             None => (info.delivery_rate > 0).then_some(info.delivery_rate as f64),
         };
         if let Some(rate) = rate {
@@ -200,7 +221,35 @@ impl Refill<'_> {
 impl Drop for Refill<'_> {
     fn drop(&mut self) {
         self.senders.0.fetch_sub(1, Relaxed);
+        self.flow.keep_refill(RefillCarry {
+            mark: self.mark,
+            anchor: self.anchor,
+            span: self.span,
+            at: Instant::now(),
+        });
     }
+}
+
+/// A send's starting mark, rate anchor and span from what the connection's
+/// last send left (`carried`), `now`. The mark is what that send set,
+/// under DRS's ceiling `drs_cap` (0: none): DRS lowers a socket's mark
+/// above its ceiling itself (`drs_socket::cap_mark`). 0: not known.
+fn resume(
+    carried: Option<RefillCarry>,
+    drs_cap: u64,
+    now: Instant,
+) -> (u64, Option<(u64, Instant)>, Duration) {
+    let Some(c) = carried else {
+        return (0, None, RATE_SPAN_MAX);
+    };
+    let mark = match drs_cap {
+        0 => c.mark,
+        cap => c.mark.min(cap),
+    };
+    let anchor = c
+        .anchor
+        .filter(|_| now.saturating_duration_since(c.at) < CARRY_GAP);
+    (mark, anchor, c.span)
 }
 
 /// Bytes per second that `written` bytes in `since` prove at least.
@@ -214,18 +263,52 @@ fn mark_for(rate: f64, time: Duration) -> u64 {
     (2.0 * rate * time.as_secs_f64()).min(u64::MAX as f64 / 2.0) as u64
 }
 
-/// Half of `tcp_mem[0]` in bytes, read once: the host's TCP memory below
-/// which the kernel applies no pressure; half, for the receive side and
-/// everything else on the host.
+/// Three quarters of `tcp_mem[0]` in bytes, read once: the host's TCP
+/// memory below which the kernel applies no pressure. A socket's unsent
+/// data lies between half its mark and its mark (the kernel wakes the
+/// sender at half), ~3/4 of it on average, so marks summing to this keep
+/// ~56 % of that memory unsent on average and never all of it: the rest
+/// for data in flight, the receive side and everything else on the host.
 fn budget() -> u64 {
     static BUDGET: OnceLock<u64> = OnceLock::new();
-    *BUDGET.get_or_init(|| match tcp::tcp_mem_pages() {
-        Ok(p) => p[0].saturating_mul(sluice_platform::fadvise::page_size() as u64) / 2,
-        Err(e) => {
-            tracing::debug!("cannot read tcp_mem: {e}");
-            FALLBACK_BUDGET
+    *BUDGET.get_or_init(|| {
+        let page = sluice_platform::fadvise::page_size() as u64;
+        let pages = match tcp::tcp_mem_pages() {
+            Ok(p) => Some(p[0]),
+            // `tcp_mem` is host-wide and shown only in the host's network
+            // namespace: a server in another (the lab's, a container's)
+            // cannot read it, and the 256 MiB fallback gave the lab's
+            // 1000 slow readers 268 kB marks whatever their rate (a
+            // wake-up per ~160 kB, send-wakeups s12/s13). The kernel's own
+            // default is a fixed share of the memory, which it can read.
+            Err(e) => {
+                tracing::debug!("cannot read tcp_mem ({e}); taking the kernel's default");
+                std::fs::read_to_string("/proc/meminfo")
+                    .ok()
+                    .and_then(|m| default_tcp_mem0(&m, page))
+            }
+        };
+        match pages {
+            Some(p) => p.saturating_mul(page) / 4 * 3,
+            None => FALLBACK_BUDGET,
         }
     })
+}
+
+/// The kernel's default `tcp_mem[0]` in pages for a machine whose
+/// `/proc/meminfo` is `meminfo` (`tcp_init`: a sixteenth of the buffer
+/// pages is `tcp_mem[1]`, three quarters of that `tcp_mem[0]`; the buffer
+/// pages are about `MemTotal`).
+fn default_tcp_mem0(meminfo: &str, page: u64) -> Option<u64> {
+    let kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let limit = (kb * 1024 / page.max(1) / 16).max(128);
+    Some(limit / 4 * 3)
 }
 
 #[cfg(test)]
@@ -278,6 +361,60 @@ mod tests {
         assert!(fixed.refill(&flow).is_none());
         fixed.prepare_socket(&tx);
         assert_eq!(tcp::notsent_lowat(tx.as_fd()).unwrap(), 8 << 20);
+    }
+
+    #[test]
+    fn the_budget_is_found_outside_the_hosts_network_namespace_too() {
+        // This machine: MemTotal 24684084 kB, tcp_mem[0] 287898 pages.
+        let m = "MemTotal:       24684084 kB\nMemFree:        21681568 kB\n";
+        let p = default_tcp_mem0(m, 4096).unwrap();
+        assert!((280_000..=295_000).contains(&p), "{p}");
+        assert_eq!(default_tcp_mem0("MemFree: 1 kB\n", 4096), None);
+        assert_eq!(default_tcp_mem0("MemTotal: 4 kB\n", 4096), Some(96));
+        assert!(budget() > FALLBACK_BUDGET / 8);
+    }
+
+    #[test]
+    fn a_send_resumes_the_mark_and_rate_of_the_last_one() {
+        let t0 = Instant::now();
+        let span = Duration::from_millis(200);
+        let carry = |mark, at| RefillCarry {
+            mark,
+            anchor: Some((5_000_000, t0)),
+            span,
+            at,
+        };
+        // A fresh connection: nothing known.
+        assert_eq!(resume(None, 0, t0), (0, None, RATE_SPAN_MAX));
+        // The next piece right after: the mark, the anchor and the span.
+        let at = t0 + Duration::from_secs(3);
+        assert_eq!(
+            resume(Some(carry(590_000, at)), 0, at + Duration::from_millis(1)),
+            (590_000, Some((5_000_000, t0)), span)
+        );
+        // DRS's ceiling fell under the mark meanwhile: the socket has it.
+        assert_eq!(resume(Some(carry(590_000, at)), 400_000, at).0, 400_000);
+        // After a pause the anchor is dropped (the socket may have run
+        // empty) but the mark on the socket is still known.
+        let (mark, anchor, _) = resume(Some(carry(590_000, at)), 0, at + CARRY_GAP);
+        assert_eq!((mark, anchor), (590_000, None));
+    }
+
+    #[tokio::test]
+    async fn the_next_send_on_a_connection_starts_from_the_last_mark() {
+        let e = Engine::new(EngineConfig::default());
+        let (tx, _rx) = pair().await;
+        if !e.features().notsent_lowat.is_supported() {
+            return;
+        }
+        e.prepare_socket(&tx);
+        let flow = Flow::new();
+        let mut r = e.refill(&flow).unwrap();
+        r.apply(&tx, 300_000);
+        drop(r);
+        let r = e.refill(&flow).unwrap();
+        assert_eq!(r.mark(), 300_000);
+        assert_eq!(tcp::notsent_lowat(tx.as_fd()).unwrap(), 300_000);
     }
 
     #[test]

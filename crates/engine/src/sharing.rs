@@ -465,14 +465,28 @@ impl Engine {
             // The page-cache holder reads through a buffer too (the pages
             // must be resident before a `sendfile` on the event loop) and
             // lets the buffer go.
+            // A block already in the page cache, where it will be held
+            // (`auto`, `pagecache`), is not read at all: `cachestat` says
+            // it is resident without copying a byte. Reading it with
+            // `RWF_NOWAIT` copied 1 MiB into a buffer that was then let go:
+            // 64 % of the event loop's CPU in circus-load at 40 % (the
+            // kernel's read-ahead had brought most blocks in; profile
+            // s13-cost-profile-a).
+            let resident = hold != CircusHold::Buffers
+                && engine.features().cachestat.is_supported()
+                && missing_data_bytes(&f, offset, len) == Some(0);
             // A block in the page cache is read here on the loop
             // (`RWF_NOWAIT` never waits for the disk), a cold one on a
-            // disk thread.
-            let cached = engine.config().inline_cached_reads
-                && matches!(
-                    fileio::pread_nowait(f.as_fd(), &mut buf[..want], offset),
-                    Ok(n) if n == want
-                );
+            // disk thread; one `cachestat` says is cold is not tried with
+            // `RWF_NOWAIT` (which starts the kernel's read-ahead, and the
+            // memory cgroup's reclaim, on the loop: `Engine::start_read`).
+            let cached = resident
+                || engine.config().inline_cached_reads
+                    && !engine.surely_cold(&f, offset, len)
+                    && matches!(
+                        fileio::pread_nowait(f.as_fd(), &mut buf[..want], offset),
+                        Ok(n) if n == want
+                    );
             let r = if cached {
                 Ok((buf, Ok(want)))
             } else {

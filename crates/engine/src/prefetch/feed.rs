@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_platform::{fadvise, tcp};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -23,6 +24,13 @@ use crate::{Cancel, Engine, EngineError};
 /// Longest nap of a sender waiting for disk data: a reset connection is
 /// still seen (and its reads cancelled) within this.
 const MAX_NAP: Duration = Duration::from_secs(1);
+
+/// Nap of a sender whose socket has run dry while it waits for disk data
+/// (a reset wakes it through the socket's error readiness, a completed read
+/// through its notify): only a look that lets the planner's time-driven
+/// parts (the budget growing back after memory pressure) act for a lone
+/// connection that no other connection's event pumps.
+const DRY_NAP: Duration = Duration::from_secs(2);
 
 /// A sender's handle on the hub for one range; closing it (drop) cancels
 /// what is left and adds its counters to the transfer's.
@@ -96,8 +104,11 @@ impl Feed<'_> {
     ) -> Result<Chunk, EngineError> {
         let idle = self.engine.config().idle_timeout;
         let deadline = tokio::time::Instant::now() + idle;
-        // Naps in a row while this chunk is awaited: each twice the last.
+        // Naps in a row while this chunk is awaited and the socket still
+        // holds data: each twice the last.
         let mut naps = 0u32;
+        // Whether the socket's error readiness still tells a reset (see below).
+        let mut watch_reset = true;
         loop {
             match self.hub.take(self.id, pos) {
                 Take::Ready(mut c) => {
@@ -116,19 +127,51 @@ impl Feed<'_> {
                 Take::Wait => self.starved = true,
             }
             // Starving: a fresh sample shows the planner the drained socket.
+            let before = self.last_sample;
             self.sample(conn, true)?;
-            // The disk job's completion wakes us (`notify`); the nap only
-            // re-samples a socket that waits long, so a reset is still seen.
-            // Napping at the starving sample rate woke 300 disk-bound senders
-            // ~20 000 times a second (lab tpf-abort: 500k wake-ups per GiB).
-            // The first look after the socket ran dry told the planner; a
-            // read queued behind a slow disk does not come sooner for more
-            // looks, so later naps grow to MAX_NAP.
-            let nap = (self.nap(conn) * 2u32.saturating_pow(naps)).min(MAX_NAP);
-            naps = naps.saturating_add(1).min(16);
+            let told = self.last_sample != before;
+            // The disk job's completion wakes us (`notify`). While the
+            // socket still holds unsent data a nap looks again before it
+            // runs dry, so the planner sees that. Once it is dry the first
+            // look has told the planner, and a read queued behind a slow
+            // disk does not come sooner for more looks: the sender sleeps
+            // until its data comes (at most [`DRY_NAP`]), and a reset wakes
+            // it through the socket's error readiness (EPOLLERR), not a
+            // timer. Napping at
+            // the starving sample rate woke 300 disk-bound senders ~20 000
+            // times a second (lab tpf-abort: 500k wake-ups per GiB); naps
+            // doubling to MAX_NAP still woke them ~4 times per read (15k
+            // wake-ups per GiB for ~4k reads).
+            let (nap, dry) = self.nap(conn);
+            // Only once the planner has a rate and has seen the socket dry:
+            // it plans this connection's next read from that sample (a
+            // sample showing the socket full, skipped or not yet passed on,
+            // would leave it waiting for one).
+            let long = dry && watch_reset && self.rated;
+            if long && !told {
+                self.last_sample = None;
+                self.sample(conn, true)?;
+            }
+            let nap = if long {
+                DRY_NAP
+            } else {
+                naps = naps.saturating_add(1).min(16);
+                (nap * 2u32.saturating_pow(naps - 1)).min(MAX_NAP)
+            };
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(nap) => {}
+                r = conn.ready(Interest::ERROR), if watch_reset => {
+                    if let Some(e) = conn.take_error().ok().flatten() {
+                        return Err(EngineError::Connection(e));
+                    }
+                    if let Err(e) = r {
+                        return Err(EngineError::Connection(e));
+                    }
+                    // Error readiness without an error (a kernel or runtime
+                    // quirk): back to naps rather than spinning on it.
+                    watch_reset = false;
+                }
                 _ = tokio::time::sleep_until(deadline) => return Err(EngineError::Idle),
                 _ = cancel.cancelled() => return Err(EngineError::Cancelled),
             }
@@ -143,18 +186,22 @@ impl Feed<'_> {
     /// fixed `sample_every` nap, 480 rate-limited readers of a throttled
     /// disk woke ~4,800 times a second (lab tpf-mixed-rates: 114k wake-ups
     /// per GiB against nginx's 6.9k context switches).
-    fn nap(&self, conn: &TcpStream) -> Duration {
+    ///
+    /// Also says whether the socket has run dry (nothing unsent): then
+    /// there is nothing left for a look to see before the data comes.
+    fn nap(&self, conn: &TcpStream) -> (Duration, bool) {
         let every = self.hub.sample_every;
-        let (Some(rate), Some((_, info))) = (self.last_rate, self.flow.info(conn)) else {
-            return every;
+        let Some((_, info)) = self.flow.info(conn) else {
+            return (every, false);
         };
-        if rate == 0 {
-            return every;
-        }
+        let dry = info.notsent_bytes == 0;
+        let Some(rate) = self.last_rate.filter(|&r| r > 0) else {
+            return (every, dry);
+        };
         let queued = Duration::from_secs_f64(f64::from(info.notsent_bytes) / rate as f64);
         // Wake while half of it is still queued: the planner then sees the
         // socket before it runs dry.
-        (queued / 2).clamp(every, MAX_NAP)
+        ((queued / 2).clamp(every, MAX_NAP), dry)
     }
 
     /// `n` bytes of the range went into the socket.
