@@ -34,6 +34,7 @@ use crate::counters::{Counters, Tally};
 use crate::disk::{IoClass, Ticket};
 use crate::flow::Flow;
 use crate::plan::MissVerdict;
+use crate::prefetch::pagecache::missing_data_bytes;
 use crate::prefetch::Feed;
 use crate::refill::Refill;
 use crate::wake::{counted, yield_turn};
