@@ -17,7 +17,8 @@
 //!   mark. One the kernel reports as the limit (`tcpi_sndbuf_limited`
 //!   grew) at least doubles, as the paper does while TCP may still be in
 //!   slow start, but only when that costs rate (no queue, or the rate
-//!   fell): a buffer that only holds back the sender's own queue stays.
+//!   fell and stayed down for a few round trips, not BBR's ProbeRTT dip):
+//!   a buffer that only holds back the sender's own queue stays.
 //! - Never below what kernel autotuning would give the socket (`floor`,
 //!   computed by the caller with [`sender_autotune`] / [`receiver_autotune`]),
 //!   never above `max` (the caller's limit: the sysctl ceiling, or more
@@ -166,6 +167,17 @@ const SEND_TRUESIZE: f64 = 1.1;
 const SEND_QUEUE_FREE: f64 = 1.15;
 /// Sender: the delivery rate fell below this share of the best recent.
 const SEND_RATE_FELL: f64 = 0.9;
+/// Sender: a buffer must have limited at a cost (no queue, or the rate
+/// below [`SEND_RATE_FELL`] of the best) for this many path round trips
+/// (and at least [`SEND_COSTLY_HOLD_MIN`]) before it grows. BBR drains its queue every 10 s (ProbeRTT:
+/// 4 packets in flight for 200 ms and a round trip), and the rate samples
+/// of that dip and of the round trips after it read far below the
+/// windowed max while the buffer is, as always, the limit: taken at once,
+/// one such dip doubled a settled buffer (lab drs-wan s12-final, 400 Mbit/s
+/// 100 ms: 10.9 MiB where 6.3 moved the same). A longer path delay (the
+/// case the rule is for) keeps the rate down until the buffer grows.
+const SEND_COSTLY_HOLD_RTTS: u32 = 4;
+const SEND_COSTLY_HOLD_MIN: Duration = Duration::from_millis(500);
 /// Sender: a queue of the connection's own making inflates the RTT by at
 /// most this (see [`Drs::path_rtt`]): [`SEND_IN_FLIGHT`] BDPs, doubled
 /// once by a growth that overshot (slow start doubles the buffer).
@@ -252,6 +264,9 @@ pub struct Drs {
     bdp: u64,
     /// Receiver: the window clamp we set (0: none yet).
     window: u64,
+    /// Sender: since when the buffer has limited at a cost (`None`: it
+    /// does not now).
+    costly_since: Option<Duration>,
 }
 
 impl Drs {
@@ -267,6 +282,7 @@ impl Drs {
             low_since: None,
             bdp: 0,
             window: 0,
+            costly_since: None,
         }
     }
 
@@ -304,6 +320,16 @@ impl Drs {
         // the rate fell (the delay grew, or less fits in flight).
         let costs = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE)
             || (s.delivery_rate as f64) < bw as f64 * SEND_RATE_FELL;
+        // It must have cost for a while ([`SEND_COSTLY_HOLD_RTTS`]): BBR's
+        // ProbeRTT and the round trips after it read as "no queue" and
+        // "the rate fell" while the buffer, as ever, is the limit.
+        let hold = rtt
+            .map_or(Duration::ZERO, |r| r * SEND_COSTLY_HOLD_RTTS)
+            .max(SEND_COSTLY_HOLD_MIN);
+        self.costly_since = (limited && costs).then(|| self.costly_since.unwrap_or(now));
+        let costs = self
+            .costly_since
+            .is_some_and(|t| now.saturating_sub(t) >= hold);
         let limited = (limited && costs).then_some(s.rtt);
         self.decide(now, bw, rtt, limited, s.buffer, s.floor)
     }

@@ -434,3 +434,25 @@ fn utility_charges_streams_and_loss() {
     assert!(utility(100.0, 0.0, 8) > utility(100.0, 0.01, 8));
     assert!(utility(100.0, 0.0, 1) < utility(200.0, 0.0, 2));
 }
+
+#[test]
+fn a_restarting_transfer_probes_only_with_long_enough_left() {
+    // FTP at 100 Mbit/s 50 ms: 160 MB at the 12 MB/s one stream gets is
+    // 13 s, where a probe that restarts twice costs 10 % (lab drs-wan
+    // s12-final): never probed. The time-only gate would have let it.
+    let mut c = Controller::new(64)
+        .with_todo(160_000_000, MIN_LEFT_TIME)
+        .restarting();
+    let (trace, _) = ramped(&mut c, 12.0 * MB, 12.0 * MB, 0.0, 14);
+    assert!(trace.iter().all(|&n| n == 1), "{trace:?}");
+    let mut c = Controller::new(64).with_todo(160_000_000, MIN_LEFT_TIME);
+    let (trace, _) = ramped(&mut c, 12.0 * MB, 12.0 * MB, 0.0, 14);
+    assert!(trace.iter().any(|&n| n > 1), "{trace:?}");
+    // A 2 GB file where one stream gets a third of the path (4 MB/s,
+    // loss-limited) still gets its streams.
+    let mut c = Controller::new(64)
+        .with_todo(2_000_000_000, MIN_LEFT_TIME)
+        .restarting();
+    let (trace, _) = ramped(&mut c, 4.0 * MB, 12.0 * MB, 0.0, 14);
+    assert!(*trace.iter().max().unwrap() >= 3, "{trace:?}");
+}
