@@ -28,7 +28,7 @@ SA, CA = "10.89.0.1", "10.89.0.2"
 FTP, HTTP = 2121, 8080
 SYSCTLS = LAB_SYSCTLS
 # Flags added to every server / `sluice get` command line (--server-args, --client-args).
-EXTRA = {"server": [], "client": []}
+EXTRA = {"server": [], "client": [], "cc": "cubic"}
 PATH = dict(name="400 Mbit/s, 50 ms", rate="400mbit", delay="25ms", limit="5000000B")
 
 
@@ -60,7 +60,7 @@ class Link:
             time.sleep(0.05)
         self.srv = subprocess.Popen(["ip", "netns", "exec", SRV, os.path.join(bindir, "sluice"), "serve",
                                      os.path.join(work, "data"), "--ftp", f"{SA}:{FTP}", "--http", f"{SA}:{HTTP}",
-                                     "--congestion", "cubic"] + EXTRA["server"],
+                                     "--congestion", EXTRA["cc"]] + EXTRA["server"],
                                     stdout=subprocess.PIPE, stderr=open(os.path.join(work, "server.err"), "w"),
                                     text=True)
         self.srv.stdout.readline()
@@ -318,8 +318,10 @@ def main():
                     help="write results.md and the plots again from OUT/results.json (no runs)")
     ap.add_argument("--server-args", default="", help="extra flags of `sluice serve` (e.g. '--drs off')")
     ap.add_argument("--client-args", default="", help="extra flags of `sluice get`")
+    ap.add_argument("--congestion", default="cubic", help="the server's congestion control ('system': the host's, bbr here)")
     a = ap.parse_args()
     EXTRA["server"], EXTRA["client"] = a.server_args.split(), a.client_args.split()
+    EXTRA["cc"] = a.congestion
     if a.rerender:
         d = json.load(open(os.path.join(a.out, "results.json")))
         render(a.out, d["runs"], d["compete"], d["command"], d["when"], d["load"])
@@ -373,7 +375,7 @@ def render(out, runs, comps, command, when, load):
     secs = round(max((r["series"][-1][0] for r in runs if r["series"]), default=0))
     losses = sorted({r["loss"] for r in runs}, key=lambda l: l != "0")
     protos = list(dict.fromkeys(r["proto"] for r in runs))
-    lines = [f"# auto-streams: {PATH['name']}, about {secs} s per download, server cubic", "",
+    lines = [f"# auto-streams: {PATH['name']}, about {secs} s per download, server {EXTRA['cc']}", "",
              f"Command: `{command}`  ", f"When: {when}, load average at the end {load.split()[:3]}. "
              "Cells are median (min–max, n=runs). \"vs best\": the row's median over the best fixed count's. "
              "\"t90\": first 1 s bin at 90 % of the best fixed count's mean rate.", ""]
