@@ -598,3 +598,6 @@ pub fn receiver_autotune(rcv_space: u64, start: u64, tcp_rmem_max: u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod compete_tests;
