@@ -135,7 +135,8 @@ impl DrsSocket {
 
     /// Never sizes the buffer below `bytes` (a buffer the configuration
     /// fixed, e.g. the server's `send_buffer_max`: DRS then only grows it
-    /// for paths that need more, and takes it back down to this).
+    /// for paths that need more, and takes it back down to this) while the
+    /// path is short; on a long one DRS sizes it (`drs::FIXED_FLOOR_BDPS`).
     pub fn with_floor(mut self, bytes: u64) -> DrsSocket {
         self.floor = bytes;
         self
@@ -219,8 +220,8 @@ impl DrsSocket {
                     sndbuf_limited: Duration::from_micros(info.sndbuf_limited_us),
                     busy: Duration::from_micros(info.busy_time_us),
                     buffer,
-                    floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
-                        .max(self.floor),
+                    floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max),
+                    fixed: self.floor,
                 };
                 let d = self.drs.on_send_sample(t, &s);
                 let in_flight = u64::from(info.unacked) * u64::from(info.snd_mss);

@@ -224,6 +224,35 @@ fn a_rate_that_stays_down_still_grows_the_buffer() {
 }
 
 #[test]
+fn a_configured_floor_holds_on_short_paths_and_gives_way_on_long_ones() {
+    // The server's 8 MiB (`send_buffer_max`): kept at 100 Mbit/s 50 ms
+    // (BDP 625 kB) and on loopback-like paths, where it saves wake-ups;
+    // at 400 Mbit/s 50 ms (BDP 2.5 MB) DRS sizes the buffer itself.
+    for (rate, rtt, kept) in [
+        (12_500_000u64, 50 * MS, true),
+        (1_000_000_000, Duration::from_micros(100), true),
+        (50_000_000, 50 * MS, false),
+    ] {
+        let mut d = Drs::new(DrsConfig::default());
+        let mut p = Path::new(rate, rtt, 8 << 20);
+        let mut now = Duration::ZERO;
+        let mut dt = 10 * MS;
+        while now < Duration::from_secs(20) {
+            now += dt;
+            let mut s = p.sample(dt);
+            s.fixed = 8 << 20;
+            let dec = d.on_send_sample(now, &s);
+            if let Some(b) = dec.set {
+                p.buffer = b;
+            }
+            dt = dec.next_sample;
+        }
+        assert_eq!(p.buffer >= 8 << 20, kept, "{rate} B/s, {rtt:?}: {}", p.buffer);
+        assert_eq!(p.delivers(), rate, "{rate} B/s, {rtt:?}: {}", p.buffer);
+    }
+}
+
+#[test]
 fn rate_change_moves_the_buffer_both_ways() {
     let mut d = Drs::new(DrsConfig::default());
     let rtt = 50 * MS;
