@@ -107,8 +107,10 @@ pub struct SendSample {
     pub buffer: u64,
     /// What autotuning would give this socket now ([`sender_autotune`]).
     pub floor: u64,
-    /// A buffer the configuration fixed (`send_buffer_max`, `--send-buffer`,
-    /// SBUF; 0: none): a floor while the path is short ([`FIXED_FLOOR_BDPS`]).
+    /// A buffer the configuration fixed as a default (the server's
+    /// `send_buffer_max`; 0: none): a floor while the path is short
+    /// ([`FIXED_FLOOR_BDPS`]). Sizes asked for (SBUF, `--send-buffer N`)
+    /// are in `floor`.
     pub fixed: u64,
 }
 
@@ -181,8 +183,8 @@ const SEND_RATE_FELL: f64 = 0.9;
 /// case the rule is for) keeps the rate down until the buffer grows.
 const SEND_COSTLY_HOLD_RTTS: u32 = 4;
 const SEND_COSTLY_HOLD_MIN: Duration = Duration::from_millis(500);
-/// Sender: a buffer the configuration fixed stays the floor while the
-/// path's BDP is below this share of it. It is there for short fast paths
+/// Sender: the default fixed buffer (`send_buffer_max`) stays the floor
+/// while the path's BDP is below this share of it. It is there for short fast paths
 /// (loopback: a wake-up finds twice the room, ~40 % fewer context switches
 /// per GiB, `send_buffer_max`), where the BDP is a few packets; on a long
 /// path it only lets a loss-based sender keep a standing queue of its
