@@ -484,7 +484,11 @@ fn a_first_stream_that_left_slow_start_early_is_probed_while_it_grows() {
         }
     }
     let first = first.unwrap_or_else(|| panic!("never probed: {:?}", c.history()));
-    assert!(first <= Duration::from_secs(4), "probed at {first:?}: {:?}", c.history());
+    assert!(
+        first <= Duration::from_secs(4),
+        "probed at {first:?}: {:?}",
+        c.history()
+    );
     // A slow start (doubling per round trip) is still waited out.
     let mut c = Controller::new(64);
     let (mut at, mut bytes) = (Duration::ZERO, 0f64);

@@ -81,7 +81,8 @@ impl Flow {
         if self.cwnd < self.ssthresh {
             // Slow start: doubles per round trip. Hystart leaves it when the
             // round trip grew by an eighth of the least (4-16 ms).
-            let thresh = (self.min_rtt / 8).clamp(Duration::from_millis(4), Duration::from_millis(16));
+            let thresh =
+                (self.min_rtt / 8).clamp(Duration::from_millis(4), Duration::from_millis(16));
             if self.cwnd >= 16.0 * MSS && rtt > self.min_rtt + thresh {
                 self.ssthresh = self.cwnd;
                 self.w_max = self.cwnd;
@@ -178,7 +179,7 @@ impl Bottleneck {
                 };
                 f.received += f.rate * STEP.as_secs_f64();
                 let since = now.saturating_sub(f.start);
-                if since.as_millis() % 1000 == 0 {
+                if since.as_millis().is_multiple_of(1000) {
                     f.per_sec.push(f.received);
                 }
                 let by_cwnd = f.cwnd <= f.buffer_room().min(f.rwnd as f64);
@@ -309,5 +310,10 @@ fn a_late_transfer_is_held_by_its_congestion_window_not_by_drs() {
     );
     // With the server's 8 MiB floor kept on this path the first flow held
     // 2.4 BDPs in flight and the split stayed at 45/5 MB/s (Jain 0.62).
-    assert!(j[j.len() / 2] >= 0.8, "Jain median {:.2}: {}", j[j.len() / 2], show(&rates));
+    assert!(
+        j[j.len() / 2] >= 0.8,
+        "Jain median {:.2}: {}",
+        j[j.len() / 2],
+        show(&rates)
+    );
 }

@@ -202,7 +202,11 @@ fn bbrs_probe_rtt_dip_does_not_grow_a_settled_buffer() {
                 s.rtt = rtt;
             }
             let dec = d.on_send_sample(now, &s);
-            assert_eq!(dec.set.filter(|&b| b > settled), None, "cycle {cycle} at {now:?}");
+            assert_eq!(
+                dec.set.filter(|&b| b > settled),
+                None,
+                "cycle {cycle} at {now:?}"
+            );
             dt = dec.next_sample;
         }
     }
@@ -247,7 +251,12 @@ fn a_configured_floor_holds_on_short_paths_and_gives_way_on_long_ones() {
             }
             dt = dec.next_sample;
         }
-        assert_eq!(p.buffer >= 8 << 20, kept, "{rate} B/s, {rtt:?}: {}", p.buffer);
+        assert_eq!(
+            p.buffer >= 8 << 20,
+            kept,
+            "{rate} B/s, {rtt:?}: {}",
+            p.buffer
+        );
         assert_eq!(p.delivers(), rate, "{rate} B/s, {rtt:?}: {}", p.buffer);
     }
 }
