@@ -66,6 +66,9 @@ ROWS = [
     ("aria2c -x 8 (nginx)", LAB, "nginx", "aria2c"),
     # The default client chooses its streams (-p auto); this is one stream.
     ("sluice, client -p 1", LAB, [], ["-p", "1"]),
+    # The peers as they come, no flags (the "every peer's default").
+    ("globus-url-copy, no flags (gridftp server)", LAB, "gridftp", "guc"),
+    ("aria2c, no flags (nginx)", LAB, "nginx", "aria2c-1"),
 ]
 
 PATHS = {
@@ -223,8 +226,13 @@ def peer_client(kind, url, path):
         return ["globus-url-copy", "-tcp-bs", str(path["bdp"]), f, "file:///dev/null"]
     if kind == "guc-p4":
         return ["globus-url-copy", "-p", "4", f, "file:///dev/null"]
+    if kind == "guc":
+        return ["globus-url-copy", f, "file:///dev/null"]
     if kind == "curl":
         return ["curl", "-sS", "-o", "/dev/null", f]
+    if kind == "aria2c-1":
+        return ["aria2c", "-q", "--allow-overwrite=true", "--file-allocation=none",
+                "-d", "/dev/shm", "-o", "drs-wan-aria2c.out", f]
     return ["aria2c", "-q", "-x", "8", "-s", "8", "--allow-overwrite=true", "--file-allocation=none",
             "-d", "/dev/shm", "-o", "drs-wan-aria2c.out", f]
 
