@@ -134,10 +134,10 @@ pub const LEFT_RTTS: u32 = 100;
 /// drs-wan s12-final, 160 MB at 100 Mbit/s 50 ms, 13 s at one stream):
 /// one such probe cost 10 % of the download (10.3 MB/s against `-p 1`'s
 /// 11.4); at 400 round trips the rest is long enough to earn a probe back.
+/// In round trips, not seconds: a restart's handshakes and slow start
+/// take round trips, and on a short path a restart costs next to nothing
+/// (a paced loopback transfer of 12 s still pays for its streams).
 pub const RESTART_LEFT_RTTS: u32 = 400;
-
-/// The least time left for a count to go up on a restarting transfer.
-pub const RESTART_MIN_LEFT_TIME: Duration = Duration::from_secs(20);
 
 /// The least time left for a count to go up (see [`Controller::with_todo`]):
 /// a probe's cost (a new connection's slow start, an FTP restart's
@@ -281,9 +281,8 @@ impl Controller {
 
     /// Every change of count restarts the transfer (FTP: GridFTP fixes
     /// a transfer's connections when it starts): a count goes up only
-    /// with [`RESTART_MIN_LEFT_TIME`] and [`RESTART_LEFT_RTTS`] left.
+    /// with [`RESTART_LEFT_RTTS`] round trips left.
     pub fn restarting(mut self) -> Controller {
-        self.min_left = self.min_left.max(RESTART_MIN_LEFT_TIME);
         self.left_rtts = self.left_rtts.max(RESTART_LEFT_RTTS);
         self
     }
@@ -295,7 +294,14 @@ impl Controller {
     fn time_left(&self, e: &Epoch, bytes: u64) -> bool {
         let Some(todo) = self.todo else { return true };
         let left = todo.saturating_sub(bytes) as f64;
-        let need = self.min_left.max(e.rtt * self.left_rtts).as_secs_f64();
+        // A restart's round trips are the path's: the least seen, not the
+        // epoch's (a paced sender's queue lengthens the receiver's estimate:
+        // 4 MB/s pacing on loopback read as tens of ms).
+        let rtt = match self.rtt_min {
+            Some(min) if self.left_rtts > LEFT_RTTS => min,
+            _ => e.rtt,
+        };
+        let need = self.min_left.max(rtt * self.left_rtts).as_secs_f64();
         let rate = self.rate_max.max(e.rate);
         rate > 0.0 && left / rate >= need
     }

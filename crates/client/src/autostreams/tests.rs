@@ -455,6 +455,23 @@ fn a_restarting_transfer_probes_only_with_long_enough_left() {
         .restarting();
     let (trace, _) = ramped(&mut c, 4.0 * MB, 12.0 * MB, 0.0, 14);
     assert!(*trace.iter().max().unwrap() >= 3, "{trace:?}");
+    // On a short path a restart costs little: 48 MiB at 4 MB/s a stream
+    // (paced, 15 ms round trips: tests/client_streams.rs) is probed.
+    let mut c = Controller::new(64)
+        .with_todo(48 << 20, MIN_LEFT_TIME)
+        .restarting();
+    let (mut at, mut bytes, mut trace) = (Duration::ZERO, 0f64, Vec::new());
+    while bytes < (48 << 20) as f64 {
+        at += TICK;
+        bytes += 4.0 * MB * f64::from(c.streams()) * TICK.as_secs_f64();
+        trace.push(c.on_sample(Sample {
+            at,
+            bytes: bytes as u64,
+            lost: 0,
+            rtt: Duration::from_millis(15),
+        }));
+    }
+    assert!(trace.iter().any(|&n| n > 1), "{trace:?}");
 }
 
 #[test]
