@@ -104,7 +104,7 @@ const SLOW_START_GROWTH: f64 = 1.25;
 /// ones included) after which the first stream is taken as past its slow
 /// start even though its rate still grows. One more than [`FIRST_FLAT`]:
 /// the epoch in which a slow start meets the path's rate grows by less
-/// than [`SLOW_START_GROWTH`] per round trip, and the sender's slow start
+/// than `SLOW_START_GROWTH` per round trip, and the sender's slow start
 /// is not over then (the receiver sees the link's rate first).
 ///
 /// Why (lab auto-streams s13, `--trace`, two transfers 10 s apart at
@@ -113,7 +113,7 @@ const SLOW_START_GROWTH: f64 = 1.25;
 /// an eighth, the first transfer's queue already standing), then grew 5 %
 /// per round trip (cubic before its first loss), 2.6 -> 9.5 MB/s in 5 s;
 /// its rate never held still, so the controller waited its
-/// [`FIRST_TRIES`], and by then a loss had closed the room: it stayed at
+/// `FIRST_TRIES`, and by then a loss had closed the room: it stayed at
 /// one stream with a fifth of the path for the rest of the run (Jain
 /// 0.79), its window held near cubic's remembered maximum. The same with
 /// the server's DRS off (0.80), so not the buffers; bbr 0.95.
