@@ -27,6 +27,8 @@ SRV, CLI = "as-srv", "as-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
 FTP, HTTP = 2121, 8080
 SYSCTLS = LAB_SYSCTLS
+# Flags added to every server / `sluice get` command line (--server-args, --client-args).
+EXTRA = {"server": [], "client": [], "cc": "cubic"}
 PATH = dict(name="400 Mbit/s, 50 ms", rate="400mbit", delay="25ms", limit="5000000B")
 
 
@@ -58,7 +60,7 @@ class Link:
             time.sleep(0.05)
         self.srv = subprocess.Popen(["ip", "netns", "exec", SRV, os.path.join(bindir, "sluice"), "serve",
                                      os.path.join(work, "data"), "--ftp", f"{SA}:{FTP}", "--http", f"{SA}:{HTTP}",
-                                     "--congestion", "cubic"],
+                                     "--congestion", EXTRA["cc"]] + EXTRA["server"],
                                     stdout=subprocess.PIPE, stderr=open(os.path.join(work, "server.err"), "w"),
                                     text=True)
         self.srv.stdout.readline()
@@ -117,10 +119,30 @@ class Sampler(threading.Thread):
             time.sleep(0.2)
 
 
+class Tracer(threading.Thread):
+    """Raw `ss -tinm` of both namespaces every 100 ms into `path` (what
+    holds a flow back: cwnd, send buffer, not-sent bytes, the receiver's
+    window and buffer, RTTs). Each record: `# t=SECONDS ns=NAME`, then ss's lines."""
+
+    def __init__(self, path, t0):
+        super().__init__(daemon=True)
+        self.stop = False
+        self.f = open(path, "w")
+        self.t0 = t0
+
+    def run(self):
+        while not self.stop:
+            for n in (SRV, CLI):
+                out = ns(n, "ss", "-tinmH", "state", "established", check=False).stdout
+                self.f.write(f"# t={time.monotonic() - self.t0:.2f} ns={n}\n{out}")
+            time.sleep(0.1)
+        self.f.close()
+
+
 def start_get(bindir, proto, p, secs):
     url = f"ftp://{SA}:{FTP}/big.bin" if proto == "ftp" else f"http://{SA}:{HTTP}/big.bin"
     argv = ["ip", "netns", "exec", CLI, "timeout", "-s", "INT", str(secs),
-            os.path.join(bindir, "sluice"), "get", "-q", "--stats=json", "-p", p, url, "/dev/null"]
+            os.path.join(bindir, "sluice"), "get", "-q", "--stats=json", "-p", p] + EXTRA["client"] + [url, "/dev/null"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -197,13 +219,17 @@ def one_run(bindir, work, loss, proto, p, secs):
                 streams_peak=max((n for _, n in st), default=None), stats=stats or None)
 
 
-def compete(bindir, work, loss, proto, n, gap, secs, settle=10):
+def compete(bindir, work, loss, proto, n, gap, secs, settle=10, trace=None):
     """n automatic transfers, started gap s apart, each running until the
     last has had `secs` s."""
     link = Link(bindir, work, loss)
+    tr = None
     try:
         smp = Sampler()
         smp.start()
+        if trace:
+            tr = Tracer(f"{trace}-{n}-{loss or 0}.txt", smp.t0)
+            tr.start()
         procs, starts = [], []
         total = gap * (n - 1) + secs
         for i in range(n):
@@ -216,6 +242,9 @@ def compete(bindir, work, loss, proto, n, gap, secs, settle=10):
         errs = [g.communicate()[1] for g, _ in procs]
         smp.stop = True
         smp.join()
+        if tr:
+            tr.stop = True
+            tr.join()
     finally:
         link.close()
     # Rates per second of each transfer over the whole run.
@@ -283,9 +312,16 @@ def main():
     ap.add_argument("--losses", default="0,0.1%")
     ap.add_argument("--compete", default="2,4", help="transfer counts of the competing runs ('' for none)")
     ap.add_argument("--gap", type=int, default=10)
+    ap.add_argument("--secs-compete", type=int, default=30, help="seconds every competing transfer shares the path")
+    ap.add_argument("--trace", help="write ss -tinm of both namespaces every 100 ms to TRACE-N-LOSS.txt (competing runs)")
     ap.add_argument("--rerender", action="store_true",
                     help="write results.md and the plots again from OUT/results.json (no runs)")
+    ap.add_argument("--server-args", default="", help="extra flags of `sluice serve` (e.g. '--drs off')")
+    ap.add_argument("--client-args", default="", help="extra flags of `sluice get`")
+    ap.add_argument("--congestion", default="cubic", help="the server's congestion control ('system': the host's, bbr here)")
     a = ap.parse_args()
+    EXTRA["server"], EXTRA["client"] = a.server_args.split(), a.client_args.split()
+    EXTRA["cc"] = a.congestion
     if a.rerender:
         d = json.load(open(os.path.join(a.out, "results.json")))
         render(a.out, d["runs"], d["compete"], d["command"], d["when"], d["load"])
@@ -314,7 +350,8 @@ def main():
     comps = []
     for n in [int(x) for x in a.compete.split(",") if x]:
         for loss in losses[:1] if a.smoke else losses:
-            c = compete(a.bin, work, loss, "http", n, a.gap, 6 if a.smoke else 30, 2 if a.smoke else 10)
+            c = compete(a.bin, work, loss, "http", n, a.gap, 6 if a.smoke else a.secs_compete, 2 if a.smoke else 10,
+                        trace=a.trace)
             print(json.dumps({k: v for k, v in c.items() if k != "timeline"}), flush=True)
             comps.append(c)
     load = open("/proc/loadavg").read().strip()
@@ -338,7 +375,7 @@ def render(out, runs, comps, command, when, load):
     secs = round(max((r["series"][-1][0] for r in runs if r["series"]), default=0))
     losses = sorted({r["loss"] for r in runs}, key=lambda l: l != "0")
     protos = list(dict.fromkeys(r["proto"] for r in runs))
-    lines = [f"# auto-streams: {PATH['name']}, about {secs} s per download, server cubic", "",
+    lines = [f"# auto-streams: {PATH['name']}, about {secs} s per download, server {EXTRA['cc']}", "",
              f"Command: `{command}`  ", f"When: {when}, load average at the end {load.split()[:3]}. "
              "Cells are median (min–max, n=runs). \"vs best\": the row's median over the best fixed count's. "
              "\"t90\": first 1 s bin at 90 % of the best fixed count's mean rate.", ""]

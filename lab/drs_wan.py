@@ -66,6 +66,9 @@ ROWS = [
     ("aria2c -x 8 (nginx)", LAB, "nginx", "aria2c"),
     # The default client chooses its streams (-p auto); this is one stream.
     ("sluice, client -p 1", LAB, [], ["-p", "1"]),
+    # The peers as they come, no flags (the "every peer's default").
+    ("globus-url-copy, no flags (gridftp server)", LAB, "gridftp", "guc"),
+    ("aria2c, no flags (nginx)", LAB, "nginx", "aria2c-1"),
 ]
 
 PATHS = {
@@ -223,8 +226,13 @@ def peer_client(kind, url, path):
         return ["globus-url-copy", "-tcp-bs", str(path["bdp"]), f, "file:///dev/null"]
     if kind == "guc-p4":
         return ["globus-url-copy", "-p", "4", f, "file:///dev/null"]
+    if kind == "guc":
+        return ["globus-url-copy", f, "file:///dev/null"]
     if kind == "curl":
         return ["curl", "-sS", "-o", "/dev/null", f]
+    if kind == "aria2c-1":
+        return ["aria2c", "-q", "--allow-overwrite=true", "--file-allocation=none",
+                "-d", "/dev/shm", "-o", "drs-wan-aria2c.out", f]
     return ["aria2c", "-q", "-x", "8", "-s", "8", "--allow-overwrite=true", "--file-allocation=none",
             "-d", "/dev/shm", "-o", "drs-wan-aria2c.out", f]
 
@@ -300,6 +308,9 @@ def one(row, path, size, bindir, work, data, events):
                 retrans=retrans if retrans is not None else smp.retrans, server_limit=xl.group(1) if xl else None,
                 client_limit=stats.get("limit", {}).get("text"), drs_peak_client=stats.get("drs_peak_buffer"),
                 drs_peak_window=stats.get("drs_peak_window"),
+                # Automatic streams: the count at the end, the most, how often it changed
+                # (an FTP change is a restart).
+                streams=[stats.get("streams_auto"), stats.get("streams_peak"), stats.get("streams_changes")],
                 t90=time_to_90(smp.recv, rate), drs_note=stats.get("drs_note"),
                 ss_at_peak_w=smp.at_peak_w, ss_at_peak_r=smp.at_peak_r)
 
@@ -380,13 +391,13 @@ def main():
               + fmt([float(r["load"]) for r in runs if "load" in r]) + ".", "",
               "| row | MB/s | server peak send mem MiB | client peak recv mem MiB | server peak sndbuf MiB | "
               "client peak rcvbuf MiB | MB/s per MiB of memory (both sides) | retrans | time to 90 % of rate s | "
-              "client's verdict (last run) | server's verdict (last run) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "client's verdict (last run) | server's verdict (last run) | streams: end/most/changes (each run) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label in dict.fromkeys(r["row"] for r in runs):
         rs = [r for r in runs if r["row"] == label and "failed" not in r]
         bad = [r for r in runs if r["row"] == label and "failed" in r]
         if not rs:
-            lines.append(f"| {label} | failed: {bad[-1]['failed'][:120]!r} |" + " |" * 9)
+            lines.append(f"| {label} | failed: {bad[-1]['failed'][:120]!r} |" + " |" * 10)
             continue
         lines.append("| " + " | ".join([
             label + (f" ({len(bad)} failed)" if bad else ""), fmt([r["mbps"] for r in rs]),
@@ -397,7 +408,9 @@ def main():
             fmt([r["mbps"] / max((r["peak_server_w"] + r["peak_client_r"]) / mib, 0.01) for r in rs], "{:.2f}"),
             fmt([r["retrans"] for r in rs], "{:.0f}"),
             fmt([r["t90"] for r in rs], "{:.1f}"),
-            str(rs[-1]["client_limit"]), str(rs[-1]["server_limit"])]) + " |")
+            str(rs[-1]["client_limit"]), str(rs[-1]["server_limit"]),
+            " ".join("/".join(str(x) for x in r["streams"]) for r in rs if r.get("streams") and r["streams"][0] is not None)])
+            + " |")
     open(os.path.join(a.out, f"{tag}.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
     if failed:

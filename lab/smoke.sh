@@ -50,5 +50,6 @@ py_smoke receiver-load lab/receiver_load.py --out lab/results/receiver-load
 py_smoke cue-scaling lab/cue.py scaling
 py_smoke cue-caps lab/cue.py caps
 py_smoke datasets lab/datasets.py --out lab/results/datasets
+py_smoke drs-wan lab/drs_wan.py --out lab/results/drs-wan
 echo "lab-smoke: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

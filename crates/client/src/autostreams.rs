@@ -44,7 +44,9 @@
 //!   the first one's slow start overflows the bottleneck queue together
 //!   with it (the receiver sees the link's rate before the sender's slow
 //!   start is over, so one flat epoch is not enough; it cannot read the
-//!   sender's ssthresh).
+//!   sender's ssthresh), or grown more slowly than a slow start for
+//!   [`FIRST_SLOW`] epochs (a window growing after slow start ended
+//!   early: a late transfer's, behind another's queue).
 //! - No count goes up when what is left of the file would be done in
 //!   less than [`Controller::with_todo`]'s time at the rate seen: a probe
 //!   on a full path costs a slow start and a queue overflow (an FTP count
@@ -93,6 +95,30 @@ const SEGMENT: f64 = 1448.0;
 /// taken as past its slow start.
 pub const FIRST_FLAT: u32 = 2;
 
+/// A rate growing by more than this factor per round trip is a slow
+/// start (which doubles it every round trip); slower growth is a window
+/// growing after slow start ended.
+const SLOW_START_GROWTH: f64 = 1.25;
+
+/// Epochs in a row whose rate grew more slowly than a slow start (flat
+/// ones included) after which the first stream is taken as past its slow
+/// start even though its rate still grows. One more than [`FIRST_FLAT`]:
+/// the epoch in which a slow start meets the path's rate grows by less
+/// than `SLOW_START_GROWTH` per round trip, and the sender's slow start
+/// is not over then (the receiver sees the link's rate first).
+///
+/// Why (lab auto-streams s13, `--trace`, two transfers 10 s apart at
+/// 400 Mbit/s 50 ms, server cubic): the late transfer's connection left
+/// slow start at 176 segments (cubic's HyStart: the round trip grew by
+/// an eighth, the first transfer's queue already standing), then grew 5 %
+/// per round trip (cubic before its first loss), 2.6 -> 9.5 MB/s in 5 s;
+/// its rate never held still, so the controller waited its
+/// `FIRST_TRIES`, and by then a loss had closed the room: it stayed at
+/// one stream with a fifth of the path for the rest of the run (Jain
+/// 0.79), its window held near cubic's remembered maximum. The same with
+/// the server's DRS off (0.80), so not the buffers; bbr 0.95.
+pub const FIRST_SLOW: u32 = FIRST_FLAT + 1;
+
 /// Most epochs the first stream is measured before a decision, flat or
 /// not (a path whose rate swings more than [`SETTLED`] every epoch).
 const FIRST_TRIES: u32 = 16;
@@ -100,6 +126,18 @@ const FIRST_TRIES: u32 = 16;
 /// The time gate of [`Controller::with_todo`] in round trips: on a long
 /// path slow start (and an FTP restart's handshakes) take longer.
 pub const LEFT_RTTS: u32 = 100;
+
+/// The time gate of a transfer whose every change of count is a restart
+/// ([`Controller::restarting`], FTP's MODE E): a probe that does not pay
+/// costs two restarts (up, then back), each a new set of handshakes and
+/// slow starts on a path the running streams had full. Measured (lab
+/// drs-wan s12-final, 160 MB at 100 Mbit/s 50 ms, 13 s at one stream):
+/// one such probe cost 10 % of the download (10.3 MB/s against `-p 1`'s
+/// 11.4); at 400 round trips the rest is long enough to earn a probe back.
+/// In round trips, not seconds: a restart's handshakes and slow start
+/// take round trips, and on a short path a restart costs next to nothing
+/// (a paced loopback transfer of 12 s still pays for its streams).
+pub const RESTART_LEFT_RTTS: u32 = 400;
 
 /// The least time left for a count to go up (see [`Controller::with_todo`]):
 /// a probe's cost (a new connection's slow start, an FTP restart's
@@ -189,6 +227,8 @@ pub struct Controller {
     rtt_n: u32,
     /// Epochs in a row the current count's rate did not grow.
     flat: u32,
+    /// Epochs in a row it grew more slowly than a slow start.
+    slow: u32,
     /// Bytes of the last sample.
     seen: u64,
     /// Best epoch rate seen in the transfer.
@@ -197,6 +237,8 @@ pub struct Controller {
     /// the least time left, at the rate seen, for a count to go up.
     todo: Option<u64>,
     min_left: Duration,
+    /// Round trips of the rest that [`Controller::time_left`] asks for.
+    left_rtts: u32,
 }
 
 impl Controller {
@@ -218,10 +260,12 @@ impl Controller {
             rtt_sum: Duration::ZERO,
             rtt_n: 0,
             flat: 0,
+            slow: 0,
             seen: 0,
             rate_max: 0.0,
             todo: None,
             min_left: Duration::ZERO,
+            left_rtts: LEFT_RTTS,
         }
     }
 
@@ -235,6 +279,14 @@ impl Controller {
         self
     }
 
+    /// Every change of count restarts the transfer (FTP: GridFTP fixes
+    /// a transfer's connections when it starts): a count goes up only
+    /// with [`RESTART_LEFT_RTTS`] round trips left.
+    pub fn restarting(mut self) -> Controller {
+        self.left_rtts = self.left_rtts.max(RESTART_LEFT_RTTS);
+        self
+    }
+
     /// Whether the rest of the transfer is long enough, at the best rate
     /// seen (an epoch of a BBR probe cycle or of a slow start's last
     /// round trips reads low, and a probe it lets through costs the most
@@ -242,7 +294,14 @@ impl Controller {
     fn time_left(&self, e: &Epoch, bytes: u64) -> bool {
         let Some(todo) = self.todo else { return true };
         let left = todo.saturating_sub(bytes) as f64;
-        let need = self.min_left.max(e.rtt * LEFT_RTTS).as_secs_f64();
+        // A restart's round trips are the path's: the least seen, not the
+        // epoch's (a paced sender's queue lengthens the receiver's estimate:
+        // 4 MB/s pacing on loopback read as tens of ms).
+        let rtt = match self.rtt_min {
+            Some(min) if self.left_rtts > LEFT_RTTS => min,
+            _ => e.rtt,
+        };
+        let need = self.min_left.max(rtt * self.left_rtts).as_secs_f64();
         let rate = self.rate_max.max(e.rate);
         rate > 0.0 && left / rate >= need
     }
@@ -307,6 +366,7 @@ impl Controller {
         self.here = None;
         self.tries = 0;
         self.flat = 0;
+        self.slow = 0;
         self.changed_at = at;
         self.start = None;
         self.phase = Phase::Hold {
@@ -335,6 +395,7 @@ impl Controller {
             self.here = None;
             self.tries = 0;
             self.flat = 0;
+            self.slow = 0;
         }
         self.changed_at = at;
         self.start = None;
@@ -394,8 +455,10 @@ impl Controller {
         let first = self.n == 1 && matches!(self.phase, Phase::Climb { prev: None });
         let growing = self.here.is_none_or(|h| e.rate > h.rate * (1.0 + SETTLED));
         self.flat = if growing { 0 } else { self.flat + 1 };
+        let slow_growth = self.here.is_some_and(|h| !Self::slow_start(&h, &e));
+        self.slow = if slow_growth { self.slow + 1 } else { 0 };
         let wait = if first {
-            self.flat < FIRST_FLAT && self.tries + 1 < FIRST_TRIES
+            self.flat < FIRST_FLAT && self.slow < FIRST_SLOW && self.tries + 1 < FIRST_TRIES
         } else {
             climbing && moving && self.tries + 1 < SETTLE_TRIES
         };
@@ -410,6 +473,18 @@ impl Controller {
         self.decide(e, s.at);
 
         self.n
+    }
+
+    /// Whether the rate grew from `before` to `e` as a slow start grows
+    /// it (more than [`SLOW_START_GROWTH`] per round trip). Without a
+    /// round trip, any growth past [`SETTLED`] counts.
+    fn slow_start(before: &Epoch, e: &Epoch) -> bool {
+        let span = e.at.saturating_sub(before.at).as_secs_f64();
+        if e.rtt.is_zero() || span <= 0.0 || before.rate <= 0.0 {
+            return e.rate > before.rate * (1.0 + SETTLED);
+        }
+        let rtts = span / e.rtt.as_secs_f64();
+        e.rate / before.rate > SLOW_START_GROWTH.powf(rtts.max(1.0))
     }
 
     fn decide(&mut self, e: Epoch, at: Duration) {

@@ -125,23 +125,28 @@ impl Engine {
     }
 
     /// The send side's right-sizing of a new data connection, when on.
-    /// A buffer the configuration or the peer fixed (`--send-buffer`,
-    /// `send_buffer_max`, SBUF; read back after `prepare_socket`) is its
-    /// floor: measured cheaper per GiB on fast local paths, and DRS is
-    /// there for the paths that need more (`--send-buffer auto` leaves it
-    /// autotuning's floor alone).
+    /// A buffer the configuration or the peer fixed (`--send-buffer N`,
+    /// SBUF; read back after `prepare_socket`) is its floor; the default
+    /// `send_buffer_max` is one while the path is short: measured cheaper
+    /// per GiB on fast local paths, and DRS is there for the paths that
+    /// need more (or less: `drs::FIXED_FLOOR_BDPS`). `--send-buffer auto`
+    /// leaves it autotuning's floor alone.
     fn drs_for(&self, stream: &TcpStream, asked: bool) -> Option<DrsSocket> {
         let cfg = self.config();
         if !cfg.drs {
             return None;
         }
-        let fixed = asked || cfg.send_buffer.is_some() || cfg.send_buffer_max;
-        let floor = if fixed {
-            sluice_platform::tcp::send_buffer(stream.as_fd()).unwrap_or(0) as u64
+        let now = || sluice_platform::tcp::send_buffer(stream.as_fd()).unwrap_or(0) as u64;
+        // Asked for (SBUF, `--send-buffer N`): a floor everywhere;
+        // `send_buffer_max`'s: while the path is short.
+        let (floor, short) = if asked || cfg.send_buffer.is_some() {
+            (now(), 0)
+        } else if cfg.send_buffer_max {
+            (0, now())
         } else {
-            0
+            (0, 0)
         };
-        DrsSocket::new(Dir::Send).map(|d| d.with_floor(floor))
+        DrsSocket::new(Dir::Send).map(|d| d.with_floor(floor).with_short_path_floor(short))
     }
 }
 

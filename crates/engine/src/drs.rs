@@ -17,7 +17,8 @@
 //!   mark. One the kernel reports as the limit (`tcpi_sndbuf_limited`
 //!   grew) at least doubles, as the paper does while TCP may still be in
 //!   slow start, but only when that costs rate (no queue, or the rate
-//!   fell): a buffer that only holds back the sender's own queue stays.
+//!   fell and stayed down for a few round trips, not BBR's ProbeRTT dip):
+//!   a buffer that only holds back the sender's own queue stays.
 //! - Never below what kernel autotuning would give the socket (`floor`,
 //!   computed by the caller with [`sender_autotune`] / [`receiver_autotune`]),
 //!   never above `max` (the caller's limit: the sysctl ceiling, or more
@@ -42,6 +43,10 @@
 
 use std::collections::VecDeque;
 use std::time::Duration;
+
+mod kernel;
+use kernel::rate_mark;
+pub use kernel::{notsent_mark, receiver_autotune, sender_autotune, CONN_SEND_MEM};
 
 /// Tuning of the estimator.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +111,11 @@ pub struct SendSample {
     pub buffer: u64,
     /// What autotuning would give this socket now ([`sender_autotune`]).
     pub floor: u64,
+    /// A buffer the configuration fixed as a default (the server's
+    /// `send_buffer_max`; 0: none): a floor while the path is short
+    /// (`FIXED_FLOOR_BDPS`). Sizes asked for (SBUF, `--send-buffer N`)
+    /// are in `floor`.
+    pub fixed: u64,
 }
 
 /// One receiver-side reading (`TCP_INFO` of a socket we read from).
@@ -166,6 +176,27 @@ const SEND_TRUESIZE: f64 = 1.1;
 const SEND_QUEUE_FREE: f64 = 1.15;
 /// Sender: the delivery rate fell below this share of the best recent.
 const SEND_RATE_FELL: f64 = 0.9;
+/// Sender: a buffer must have limited at a cost (no queue, or the rate
+/// below [`SEND_RATE_FELL`] of the best) for this many path round trips
+/// (and at least [`SEND_COSTLY_HOLD_MIN`]) before it grows. BBR drains its queue every 10 s (ProbeRTT:
+/// 4 packets in flight for 200 ms and a round trip), and the rate samples
+/// of that dip and of the round trips after it read far below the
+/// windowed max while the buffer is, as always, the limit: taken at once,
+/// one such dip doubled a settled buffer (lab drs-wan s12-final, 400 Mbit/s
+/// 100 ms: 10.9 MiB where 6.3 moved the same). A longer path delay (the
+/// case the rule is for) keeps the rate down until the buffer grows.
+const SEND_COSTLY_HOLD_RTTS: u32 = 4;
+const SEND_COSTLY_HOLD_MIN: Duration = Duration::from_millis(500);
+/// Sender: the default fixed buffer (`send_buffer_max`) stays the floor
+/// while the path's BDP is below this share of it. It is there for short fast paths
+/// (loopback: a wake-up finds twice the room, ~40 % fewer context switches
+/// per GiB, `send_buffer_max`), where the BDP is a few packets; on a long
+/// path it only lets a loss-based sender keep a standing queue of its
+/// own: the first of two cubic transfers at 400 Mbit/s 50 ms held 5.8 MB
+/// in flight under the 8 MiB floor (2.4 BDPs, a 66 ms queue) where DRS
+/// sizes 1.25 BDPs, and the late one met that queue (compete_tests: Jain
+/// 0.62 with the floor, 0.87 without).
+const FIXED_FLOOR_BDPS: u64 = 8;
 /// Sender: a queue of the connection's own making inflates the RTT by at
 /// most this (see [`Drs::path_rtt`]): [`SEND_IN_FLIGHT`] BDPs, doubled
 /// once by a growth that overshot (slow start doubles the buffer).
@@ -252,6 +283,9 @@ pub struct Drs {
     bdp: u64,
     /// Receiver: the window clamp we set (0: none yet).
     window: u64,
+    /// Sender: since when the buffer has limited at a cost (`None`: it
+    /// does not now).
+    costly_since: Option<Duration>,
 }
 
 impl Drs {
@@ -267,6 +301,7 @@ impl Drs {
             low_since: None,
             bdp: 0,
             window: 0,
+            costly_since: None,
         }
     }
 
@@ -304,8 +339,21 @@ impl Drs {
         // the rate fell (the delay grew, or less fits in flight).
         let costs = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE)
             || (s.delivery_rate as f64) < bw as f64 * SEND_RATE_FELL;
+        // It must have cost for a while ([`SEND_COSTLY_HOLD_RTTS`]): BBR's
+        // ProbeRTT and the round trips after it read as "no queue" and
+        // "the rate fell" while the buffer, as ever, is the limit.
+        let hold = rtt
+            .map_or(Duration::ZERO, |r| r * SEND_COSTLY_HOLD_RTTS)
+            .max(SEND_COSTLY_HOLD_MIN);
+        self.costly_since = (limited && costs).then(|| self.costly_since.unwrap_or(now));
+        let costs = self
+            .costly_since
+            .is_some_and(|t| now.saturating_sub(t) >= hold);
         let limited = (limited && costs).then_some(s.rtt);
-        self.decide(now, bw, rtt, limited, s.buffer, s.floor)
+        // The configured floor, while the path is short (or not known yet).
+        let short = self.bdp == 0 || self.bdp.saturating_mul(FIXED_FLOOR_BDPS) < s.fixed;
+        let floor = if short { s.floor.max(s.fixed) } else { s.floor };
+        self.decide(now, bw, rtt, limited, s.buffer, floor)
     }
 
     /// Folds in a receiver-side sample: the window to offer, and the
@@ -504,71 +552,8 @@ impl Drs {
     }
 }
 
-/// Least not-sent mark: below it a wake-up moves too little.
-const MARK_MIN: u64 = 256 << 10;
-/// Send memory (in flight + not sent) a connection may always hold: on a
-/// path with a small BDP (a slow reader, a short round trip) most of it is
-/// the not-sent queue, so a wake-up moves more. Measured (lab send-wakeups,
-/// 1000 readers at 1 Mbit/s, 100 ms): with the 256 KiB floor each wake-up
-/// moved ~128 KiB, one loop wake-up per socket wake, 6.6k context switches
-/// per GiB against nginx's 2.8k.
-pub const CONN_SEND_MEM: u64 = 768 << 10;
-/// The mark holds this much time of the connection's rate: the kernel
-/// wakes the sender at half the mark, so the sender has 10 ms to refill
-/// before the connection runs dry; a short-RTT fast path (loopback) keeps
-/// few wake-ups per GiB.
-const MARK_TIME: f64 = 0.02;
-
-/// The not-sent mark (`TCP_NOTSENT_LOWAT`) for a sender with this
-/// delivery rate. The kernel's send memory is the data in flight (at
-/// least a BDP, by necessity: what is unacknowledged) plus the data not
-/// sent yet, which only needs to last until the sender's next wake-up: a
-/// rate-sized piece, whatever the round trip. A rate-sized mark of seconds
-/// (refill.rs, 8 MiB cap) kept send memory at the whole buffer (8 MiB on a
-/// 100 Mbit/s 50 ms path whose BDP is 0.6 MB), and half a BDP (session 9)
-/// was 2.5 MB of unsent data at 400 Mbit/s 100 ms where 20 ms of the rate
-/// is 1 MB (lab/results/drs-wan, s12).
-///
-/// The mark may also fill [`CONN_SEND_MEM`] less what is in flight now (at
-/// most the BDP): the kernel's send memory stays within that, and the
-/// refill's rate and share of the host's TCP memory (`refill.rs`) bound it
-/// further. In flight, not the BDP estimate: a reader that paces itself
-/// keeps the window small, while the estimate (windowed-max delivery rate
-/// x RTT) takes in the bursts each window update lets through (lab
-/// send-wakeups, 1000 readers at 1 Mbit/s over 100 ms: wake-ups per GiB
-/// the same with the BDP in this term, as if every mark were ~400 kB).
-pub fn notsent_mark(bdp: u64, in_flight: u64, rate: u64) -> u64 {
-    rate_mark(rate).max(CONN_SEND_MEM.saturating_sub(in_flight.min(bdp)))
-}
-
-/// The rate's part of [`notsent_mark`]: 20 ms of it, at least the least
-/// mark. What DRS sizes the send buffer for.
-fn rate_mark(rate: u64) -> u64 {
-    ((rate as f64 * MARK_TIME) as u64).max(MARK_MIN)
-}
-
-/// The send buffer Linux's autotuning (`tcp_sndbuf_expand`) gives a
-/// socket with this congestion window: two windows of segments, each
-/// costing a power-of-two data block plus the skb, at most `tcp_wmem[2]`.
-pub fn sender_autotune(cwnd: u32, mss: u32, tcp_wmem_max: u64) -> u64 {
-    // MAX_TCP_HEADER (~320) and skb_shared_info (~320) on x86_64, the
-    // sk_buff itself 256: the kernel's constants, close enough for a floor.
-    let per_mss = (u64::from(mss.max(536)) + 320 + 320).next_power_of_two() + 256;
-    let segs = u64::from(cwnd.max(10));
-    (2 * segs * per_mss).min(tcp_wmem_max)
-}
-
-/// The receive buffer Linux's autotuning (`tcp_rcv_space_adjust`) gives a
-/// socket whose application read `rcv_space` bytes in a round trip: a
-/// window of twice that, a buffer of twice the window (default
-/// `tcp_adv_win_scale`), at most `tcp_rmem[2]`, at least `start`
-/// (`tcp_rmem[1]`, where every socket begins).
-pub fn receiver_autotune(rcv_space: u64, start: u64, tcp_rmem_max: u64) -> u64 {
-    rcv_space
-        .saturating_mul(4)
-        .max(start)
-        .min(tcp_rmem_max.max(start))
-}
-
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod compete_tests;

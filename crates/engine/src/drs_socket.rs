@@ -95,6 +95,8 @@ pub struct DrsSocket {
     short: Option<(u64, u64)>,
     /// Least buffer besides autotuning's (a size the engine fixed).
     floor: u64,
+    /// Least buffer while the path is short (`with_short_path_floor`).
+    short_floor: u64,
     /// Sender only: where the not-sent mark's ceiling is published for
     /// the connection's refill (`refill.rs`); 0 until a BDP is known.
     mark_cap: Option<Arc<AtomicU64>>,
@@ -127,6 +129,7 @@ impl DrsSocket {
             samples: 0,
             short: None,
             floor: 0,
+            short_floor: 0,
             mark_cap: None,
             window: 0,
             peak_window: 0,
@@ -134,10 +137,18 @@ impl DrsSocket {
     }
 
     /// Never sizes the buffer below `bytes` (a buffer the configuration
-    /// fixed, e.g. the server's `send_buffer_max`: DRS then only grows it
-    /// for paths that need more, and takes it back down to this).
+    /// or the peer fixed, `--send-buffer N` or SBUF: DRS then only grows
+    /// it for paths that need more, and takes it back down to this).
     pub fn with_floor(mut self, bytes: u64) -> DrsSocket {
         self.floor = bytes;
+        self
+    }
+
+    /// Keeps the buffer at least `bytes` while the path is short (the
+    /// server's `send_buffer_max`, there for the wake-ups it saves on fast
+    /// local paths); on a long path DRS sizes it (`drs::FIXED_FLOOR_BDPS`).
+    pub fn with_short_path_floor(mut self, bytes: u64) -> DrsSocket {
+        self.short_floor = bytes;
         self
     }
 
@@ -221,6 +232,7 @@ impl DrsSocket {
                     buffer,
                     floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
                         .max(self.floor),
+                    fixed: self.short_floor,
                 };
                 let d = self.drs.on_send_sample(t, &s);
                 let in_flight = u64::from(info.unacked) * u64::from(info.snd_mss);

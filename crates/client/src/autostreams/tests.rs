@@ -434,3 +434,92 @@ fn utility_charges_streams_and_loss() {
     assert!(utility(100.0, 0.0, 8) > utility(100.0, 0.01, 8));
     assert!(utility(100.0, 0.0, 1) < utility(200.0, 0.0, 2));
 }
+
+#[test]
+fn a_restarting_transfer_probes_only_with_long_enough_left() {
+    // FTP at 100 Mbit/s 50 ms: 160 MB at the 12 MB/s one stream gets is
+    // 13 s, where a probe that restarts twice costs 10 % (lab drs-wan
+    // s12-final): never probed. The time-only gate would have let it.
+    let mut c = Controller::new(64)
+        .with_todo(160_000_000, MIN_LEFT_TIME)
+        .restarting();
+    let (trace, _) = ramped(&mut c, 12.0 * MB, 12.0 * MB, 0.0, 14);
+    assert!(trace.iter().all(|&n| n == 1), "{trace:?}");
+    let mut c = Controller::new(64).with_todo(160_000_000, MIN_LEFT_TIME);
+    let (trace, _) = ramped(&mut c, 12.0 * MB, 12.0 * MB, 0.0, 14);
+    assert!(trace.iter().any(|&n| n > 1), "{trace:?}");
+    // A 2 GB file where one stream gets a third of the path (4 MB/s,
+    // loss-limited) still gets its streams.
+    let mut c = Controller::new(64)
+        .with_todo(2_000_000_000, MIN_LEFT_TIME)
+        .restarting();
+    let (trace, _) = ramped(&mut c, 4.0 * MB, 12.0 * MB, 0.0, 14);
+    assert!(*trace.iter().max().unwrap() >= 3, "{trace:?}");
+    // On a short path a restart costs little: 48 MiB at 4 MB/s a stream
+    // (paced, 15 ms round trips: tests/client_streams.rs) is probed.
+    let mut c = Controller::new(64)
+        .with_todo(48 << 20, MIN_LEFT_TIME)
+        .restarting();
+    let (mut at, mut bytes, mut trace) = (Duration::ZERO, 0f64, Vec::new());
+    while bytes < (48 << 20) as f64 {
+        at += TICK;
+        bytes += 4.0 * MB * f64::from(c.streams()) * TICK.as_secs_f64();
+        trace.push(c.on_sample(Sample {
+            at,
+            bytes: bytes as u64,
+            lost: 0,
+            rtt: Duration::from_millis(15),
+        }));
+    }
+    assert!(trace.iter().any(|&n| n > 1), "{trace:?}");
+}
+
+#[test]
+fn a_first_stream_that_left_slow_start_early_is_probed_while_it_grows() {
+    // A transfer started behind another's standing queue (lab
+    // auto-streams s13, server cubic): its one connection left slow start
+    // at ~250 kB and grows 5 % per 125 ms round trip. Its rate never holds
+    // still, but it grows far more slowly than a slow start: a second
+    // stream is tried within a few seconds, before a loss closes the room.
+    let rtt = Duration::from_millis(125);
+    let mut c = Controller::new(64);
+    let (mut at, mut bytes) = (Duration::ZERO, 0f64);
+    let mut first = None;
+    while at < Duration::from_secs(8) {
+        at += TICK;
+        let t = at.as_secs_f64();
+        let per = (2.0 * MB * 1.05f64.powf(t / rtt.as_secs_f64())).min(48.0 * MB);
+        bytes += per * f64::from(c.streams()) * TICK.as_secs_f64();
+        let n = c.on_sample(Sample {
+            at,
+            bytes: bytes as u64,
+            lost: 0,
+            rtt,
+        });
+        if n > 1 && first.is_none() {
+            first = Some(at);
+        }
+    }
+    let first = first.unwrap_or_else(|| panic!("never probed: {:?}", c.history()));
+    assert!(
+        first <= Duration::from_secs(4),
+        "probed at {first:?}: {:?}",
+        c.history()
+    );
+    // A slow start (doubling per round trip) is still waited out.
+    let mut c = Controller::new(64);
+    let (mut at, mut bytes) = (Duration::ZERO, 0f64);
+    while at < Duration::from_secs(2) {
+        at += TICK;
+        let t = at.as_secs_f64();
+        bytes += (20e3 * 2f64.powf(t / rtt.as_secs_f64())).min(48.0 * MB) * TICK.as_secs_f64();
+        let n = c.on_sample(Sample {
+            at,
+            bytes: bytes as u64,
+            lost: 0,
+            rtt,
+        });
+        // 20 kB/s reaches 48 MB/s after 11 round trips (1.4 s).
+        assert_eq!(n, 1, "at {at:?}: {:?}", c.history());
+    }
+}

@@ -19,7 +19,8 @@
 //!
 //! A restart costs the new connections' handshakes and slow start, so
 //! near the end of the file (less than [`MIN_LEFT`] per stream, or less
-//! than [`MIN_LEFT_TIME`] at the rate seen) the count stays as it is.
+//! than [`Controller::restarting`]'s time at the rate seen) the count
+//! stays as it is.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -77,7 +78,9 @@ pub(super) fn transfer(
     let max = u32::try_from((size - already) / MIN_LEFT)
         .unwrap_or(MAX_STREAMS)
         .clamp(1, MAX_STREAMS);
-    let mut ctl_n = Controller::new(max).with_todo(size - already, MIN_LEFT_TIME);
+    let mut ctl_n = Controller::new(max)
+        .with_todo(size - already, MIN_LEFT_TIME)
+        .restarting();
     let t0 = Instant::now();
     let progress = Progress::start(stats.clone(), Some(size - already), already, a.opts.quiet);
     let mut total = DrainReport::default();

@@ -175,6 +175,93 @@ fn a_buffer_that_only_limits_the_senders_own_queue_is_not_grown() {
 }
 
 #[test]
+fn bbrs_probe_rtt_dip_does_not_grow_a_settled_buffer() {
+    // 400 Mbit/s, 100 ms. Every 10 s BBR holds 4 packets in flight for
+    // 200 ms and a round trip: the rate samples of the dip and of the
+    // round trips after it read a few percent of the best, the queue is
+    // gone, and the buffer still reports itself the limit (lab drs-wan
+    // s12-final: one such dip doubled a settled buffer to 10.9 MiB).
+    let (rate, rtt) = (50_000_000u64, 100 * MS);
+    let mut d = Drs::new(DrsConfig::default());
+    let mut p = Path::new(rate, rtt, 8 << 20);
+    let (mut now, _) = run(&mut d, &mut p, Duration::ZERO, 20);
+    let settled = p.buffer;
+    for cycle in 0..3 {
+        // The dip: from `now`, 300 ms of low rate at the path's RTT,
+        // then two round trips at the full rate before the queue is back.
+        let dip_end = now + 300 * MS;
+        let mut dt = 10 * MS;
+        while now < dip_end + Duration::from_secs(10) {
+            now += dt;
+            let mut s = p.sample(dt);
+            if now <= dip_end {
+                s.delivery_rate = rate / 20;
+                s.rtt = rtt;
+            } else if now <= dip_end + 2 * rtt {
+                // The window is back, the queue not yet.
+                s.rtt = rtt;
+            }
+            let dec = d.on_send_sample(now, &s);
+            assert_eq!(
+                dec.set.filter(|&b| b > settled),
+                None,
+                "cycle {cycle} at {now:?}"
+            );
+            dt = dec.next_sample;
+        }
+    }
+    assert_eq!(p.delivers(), rate);
+}
+
+#[test]
+fn a_rate_that_stays_down_still_grows_the_buffer() {
+    // The delay doubles (50 -> 100 ms) and the buffer holds the old BDP:
+    // the rate halves and stays halved until the buffer grows.
+    let rate = 50_000_000u64;
+    let mut d = Drs::new(DrsConfig::default());
+    let mut p = Path::new(rate, 50 * MS, 64 << 10);
+    let (now, _) = run(&mut d, &mut p, Duration::ZERO, 10);
+    assert_eq!(p.delivers(), rate);
+    p.rtt = 100 * MS;
+    run(&mut d, &mut p, now, 5);
+    assert_eq!(p.delivers(), rate, "{}", p.buffer);
+}
+
+#[test]
+fn a_configured_floor_holds_on_short_paths_and_gives_way_on_long_ones() {
+    // The server's 8 MiB (`send_buffer_max`): kept at 100 Mbit/s 50 ms
+    // (BDP 625 kB) and on loopback-like paths, where it saves wake-ups;
+    // at 400 Mbit/s 50 ms (BDP 2.5 MB) DRS sizes the buffer itself.
+    for (rate, rtt, kept) in [
+        (12_500_000u64, 50 * MS, true),
+        (1_000_000_000, Duration::from_micros(100), true),
+        (50_000_000, 50 * MS, false),
+    ] {
+        let mut d = Drs::new(DrsConfig::default());
+        let mut p = Path::new(rate, rtt, 8 << 20);
+        let mut now = Duration::ZERO;
+        let mut dt = 10 * MS;
+        while now < Duration::from_secs(20) {
+            now += dt;
+            let mut s = p.sample(dt);
+            s.fixed = 8 << 20;
+            let dec = d.on_send_sample(now, &s);
+            if let Some(b) = dec.set {
+                p.buffer = b;
+            }
+            dt = dec.next_sample;
+        }
+        assert_eq!(
+            p.buffer >= 8 << 20,
+            kept,
+            "{rate} B/s, {rtt:?}: {}",
+            p.buffer
+        );
+        assert_eq!(p.delivers(), rate, "{rate} B/s, {rtt:?}: {}", p.buffer);
+    }
+}
+
+#[test]
 fn rate_change_moves_the_buffer_both_ways() {
     let mut d = Drs::new(DrsConfig::default());
     let rtt = 50 * MS;
