@@ -84,9 +84,22 @@ impl Engine {
             Ahead::Rest => (end - pos).min(UP_FRONT_MAX),
             Ahead::Chunk => (end - pos).min(self.config().chunk_size as u64),
         };
-        let Some(missing) = missing_data_bytes(file, pos, len) else {
-            return MissVerdict::Kernel;
-        };
+        match missing_data_bytes(file, pos, len) {
+            Some(missing) => self.verdict_for(file, missing, len, ahead),
+            None => MissVerdict::Kernel,
+        }
+    }
+
+    /// [`Engine::auto_verdict`] for a range of `len` bytes of which
+    /// `cachestat` already counted `missing` data bytes out of memory (the
+    /// sender's per-chunk residency check asks it once, not twice).
+    pub(crate) fn verdict_for(
+        &self,
+        file: &File,
+        missing: u64,
+        len: u64,
+        ahead: Ahead,
+    ) -> MissVerdict {
         if missing <= len / 2 {
             // Mostly resident: no need to name the file.
             return MissVerdict::Kernel;

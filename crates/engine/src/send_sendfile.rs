@@ -103,22 +103,30 @@ impl Engine {
                 }
             }
             let want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
-            if feed.is_none()
+            // Data bytes of the chunk out of the page cache: `Some(0)` when
+            // all are in (or not asked: a feed, a pump holding bytes, the
+            // check off), `None` when `cachestat` could not tell.
+            let missing = if feed.is_none()
                 && pump.as_ref().is_none_or(|p| p.held() == 0)
                 && (cfg.sendfile_resident_check || auto)
                 && can_tell
-                && !self.is_resident(file, pos, want as u64)
             {
+                missing_data_bytes(file, pos, want as u64)
+            } else {
+                Some(0)
+            };
+            if missing != Some(0) {
                 // A few pages missing (evicted here and there) are read on
                 // a disk thread as in `kernel` mode; most of the chunk
                 // missing is a cold range: the planner takes the rest.
                 // The judge has no measured read at the first miss: one
                 // buffer goes by the copy path below (a timed disk-thread
                 // read), and the next turn of the loop asks again.
-                let verdict = if auto {
-                    self.auto_verdict(file, pos, pos + want as u64, Ahead::Chunk)
-                } else {
-                    MissVerdict::Kernel
+                // Without a feed `ready_until` is `end`: `want` is the
+                // chunk `auto_verdict` would ask `cachestat` about again.
+                let verdict = match missing {
+                    Some(m) if auto => self.verdict_for(file, m, want as u64, Ahead::Chunk),
+                    _ => MissVerdict::Kernel,
                 };
                 if verdict == MissVerdict::Planner {
                     feed = self.feed(flow, file, pos, end, false, counters);
@@ -238,6 +246,7 @@ impl Engine {
     /// (a page cache lookup that never waits for the disk; holes read as
     /// zeroes and never wait either). Without `cachestat`
     /// (kernels before 6.5) we cannot tell cheaply and say no.
+    #[cfg(test)]
     fn is_resident(&self, file: &Arc<File>, off: u64, len: u64) -> bool {
         self.features().cachestat.is_supported() && missing_data_bytes(file, off, len) == Some(0)
     }
