@@ -3,9 +3,9 @@ veth pair or linkem, a server (sluice, nginx, vsftpd, globus-gridftp-server)
 in a cpuacct cgroup, curl clients bounded by time, an `ss` sampler of every
 connection's bytes received, a CPU-bound neighbour, and Jain's index.
 """
-import os, re, shutil, socket, subprocess, sys, threading, time
+import os, re, shutil, subprocess, sys, threading, time
 
-from labkit import sh, ns
+from labkit import add_pair, del_pair, sh, ns
 
 SRV, CLI = "cue-srv", "cue-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
@@ -15,9 +15,7 @@ PASSWORD = "cue-lab"
 
 
 def teardown():
-    for n in (SRV, CLI):
-        sh("ip", "netns", "del", n, check=False)
-        shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
+    del_pair(SRV, CLI)
 
 
 class Path:
@@ -26,18 +24,7 @@ class Path:
     def __init__(self, kind, bindir, work):
         self.kind, self.lk = kind, None
         teardown()
-        for n in (SRV, CLI):
-            # globus-gridftp-server looks its interface address up by name
-            # and will not start without an answer ("Temporary failure in
-            # name resolution"); `ip netns exec` mounts this file as /etc/hosts.
-            os.makedirs(f"/etc/netns/{n}", exist_ok=True)
-            # Its PASV also looks up this host's own name.
-            me = SA if n == SRV else CA
-            with open(f"/etc/netns/{n}/hosts", "w") as f:
-                f.write(f"127.0.0.1 localhost\n{me} {socket.gethostname()}\n{SA} {SRV}\n{CA} {CLI}\n")
-            sh("ip", "netns", "add", n)
-            ns(n, "ip", "link", "set", "lo", "up")
-            ns(n, "sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
+        add_pair(SRV, CLI, SA, CA)
         if kind == "veth":
             sh("ip", "link", "add", "cue-a", "netns", SRV, "type", "veth", "peer", "name", "cue-b", "netns", CLI)
             ns(SRV, "ip", "addr", "add", f"{SA}/24", "dev", "cue-a")

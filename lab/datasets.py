@@ -35,9 +35,9 @@ Usage (root, from the repository root):
 DIR holds release builds of `sluice` and `linkem`. Exit status 1 if a
 row failed (wrong file count or sha256).
 """
-import argparse, hashlib, json, os, random, re, shutil, socket, statistics, subprocess, sys, time
+import argparse, hashlib, json, os, random, re, shutil, statistics, subprocess, sys, time
 
-from labkit import sh
+from labkit import add_pair, del_pair, sh
 
 SRV, CLI = "ds-srv", "ds-cli"
 SA, CA = "10.89.0.1", "10.89.0.2"
@@ -48,28 +48,12 @@ KIB, MIB = 1 << 10, 1 << 20
 
 
 def teardown():
-    for n in (SRV, CLI):
-        sh("ip", "netns", "del", n, check=False)
-        shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
+    del_pair(SRV, CLI)
 
 
 def setup(path, work, bindir):
     teardown()
-    for n in (SRV, CLI):
-        # globus-gridftp-server and globus-url-copy resolve their addresses
-        # to names: `ip netns exec` mounts /etc/netns/NAME/hosts on
-        # /etc/hosts inside the namespace only.
-        os.makedirs(f"/etc/netns/{n}", exist_ok=True)
-        # The machine's own name too (globus resolves it for its data
-        # channel), as this namespace's address.
-        me = SA if n == SRV else CA
-        open(f"/etc/netns/{n}/hosts", "w").write(
-            f"127.0.0.1 localhost\n{me} {socket.gethostname()}\n{SA} {SRV}\n{CA} {CLI}\n")
-        sh("ip", "netns", "add", n)
-        sh("ip", "netns", "exec", n, "ip", "link", "set", "lo", "up")
-        for k, v in LAB.items():
-            sh("ip", "netns", "exec", n, "sysctl", "-q", "-w", f"{k}={v}")
-        sh("ip", "netns", "exec", n, "sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
+    add_pair(SRV, CLI, SA, CA, LAB)
     ctl = os.path.join(work, "linkem.sock")
     if os.path.exists(ctl):
         os.remove(ctl)

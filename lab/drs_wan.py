@@ -19,9 +19,9 @@ DIR holds release builds of `sluice` and `linkem`. `--append` adds this
 invocation's runs to the same table (one repetition per lock hold).
 `--smoke`: 16 MiB, the first two rows, one run (< 60 s).
 """
-import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, threading, time
+import argparse, json, os, re, shutil, subprocess, sys, threading, time
 
-from labkit import sh, ns, fmt
+from labkit import add_pair, del_pair, sh, ns, fmt
 
 SRV, CLI = "drs-srv", "drs-cli"
 SA, CA = "10.88.0.1", "10.88.0.2"
@@ -79,27 +79,12 @@ PATHS = {
 
 
 def teardown():
-    for n in (SRV, CLI):
-        sh("ip", "netns", "del", n, check=False)
-        shutil.rmtree(f"/etc/netns/{n}", ignore_errors=True)
+    del_pair(SRV, CLI)
 
 
 def setup(path, sysctls, work, bindir):
     teardown()
-    for n in (SRV, CLI):
-        # globus-gridftp-server looks its interface address up by name and
-        # will not start without an answer ("Temporary failure in name
-        # resolution", s12); `ip netns exec` mounts this file as /etc/hosts
-        # (as lab/cue.py does).
-        os.makedirs(f"/etc/netns/{n}", exist_ok=True)
-        me = SA if n == SRV else CA
-        with open(f"/etc/netns/{n}/hosts", "w") as f:
-            f.write(f"127.0.0.1 localhost\n{me} {socket.gethostname()}\n{SA} {SRV}\n{CA} {CLI}\n")
-        sh("ip", "netns", "add", n)
-        ns(n, "ip", "link", "set", "lo", "up")
-        for k, v in sysctls.items():
-            ns(n, "sysctl", "-q", "-w", f"{k}={v}")
-        ns(n, "sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1")
+    add_pair(SRV, CLI, SA, CA, sysctls)
     ctl = os.path.join(work, "linkem.sock")
     if os.path.exists(ctl):
         os.remove(ctl)
