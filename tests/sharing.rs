@@ -18,6 +18,7 @@
 
 use crate::data_path::{counter, wait_for_metrics};
 use crate::downloads::run_all_and_compare;
+use crate::harness::corpus::write_pseudo_random;
 use crate::harness::servers::{sluice, ServeOptions};
 use crate::harness::*;
 use std::path::PathBuf;
@@ -51,10 +52,30 @@ fn shared_server_with(pacing: &str, extra: &[&str]) -> (FtpServer, std::net::Soc
 /// Drops the file's pages from the page cache (GNU dd), so the first
 /// reads really go to the disk; the counter counts reads either way.
 fn make_cold(f: &TestFile) {
+    // Written back first: the kernel drops only clean pages, and on a
+    // fresh machine the corpus written moments ago may still be dirty
+    // (CI saw a "cold" file stay in memory, so `auto` rightly did not share).
+    std::fs::File::open(&f.path)
+        .and_then(|file| file.sync_all())
+        .expect("write the corpus file back");
     let _ = Command::new("dd")
         .arg(format!("if={}", f.path.display()))
         .args(["iflag=nocache", "count=0", "status=none"])
         .status();
+}
+
+/// What util-linux `fincore` says of the file's pages, for a failure's
+/// message (whether the file really left the page cache).
+fn residency(f: &TestFile) -> String {
+    Command::new("fincore")
+        .arg(&f.path)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .replace('\n', " | ")
+        })
+        .unwrap_or_else(|e| format!("fincore: {e}"))
 }
 
 fn sluice_get(streams: &str, url: &str, dest: &std::path::Path) -> Command {
@@ -145,7 +166,32 @@ fn eight_mode_e_readers_of_a_cold_file_read_it_from_disk_about_once() {
 #[test]
 fn auto_shares_a_download_only_while_another_reads_the_file() {
     // The default sharing mode; 2 MB/s per connection: a -p 4 client of
-    // the 64 MiB file takes ~8 s.
+    // the 64 MiB file takes ~8 s. The file is this test's own: whether it
+    // is in the page cache decides `auto`, and the corpus's files are read
+    // by the tests running beside this one (CI saw one warmed that way
+    // between `make_cold` and the second reader).
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-share-")
+        .tempdir()
+        .expect("dest dir");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).expect("mkdir root");
+    let own = root.join("auto.bin");
+    write_pseudo_random(&own, BIG, 0xa070);
+    for (p, mode) in [
+        (dir.path(), 0o755),
+        (root.as_path(), 0o755),
+        (own.as_path(), 0o644),
+    ] {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .expect("chmod");
+    }
+    let f = &TestFile {
+        name: "auto.bin".into(),
+        size: BIG,
+        sha256: sha256_file(&own),
+        path: own,
+    };
     let server = sluice(ServeOptions {
         extra_args: vec![
             "--max-pacing-rate".into(),
@@ -154,14 +200,10 @@ fn auto_shares_a_download_only_while_another_reads_the_file() {
             "127.0.0.1:0".into(),
             "--no-http".into(),
         ],
+        root: Some(root),
         ..Default::default()
     });
     let metrics = wait_for_metrics(&server);
-    let f = corpus().file(BIG);
-    let dir = tempfile::Builder::new()
-        .prefix("sluice-share-")
-        .tempdir()
-        .expect("dest dir");
     let url = server.url(&f.name);
     // Alone: read for itself.
     let lone = dir.path().join("lone.bin");
@@ -212,7 +254,8 @@ fn auto_shares_a_download_only_while_another_reads_the_file() {
     let shared = counter(metrics, "shared_bytes_sent");
     assert!(
         shared > 0,
-        "the second reader was not shared\n{}",
+        "the second reader was not shared (page cache now: {})\n{}",
+        residency(f),
         server.log_tail()
     );
 }
