@@ -630,5 +630,9 @@ mod queues;
 use queues::queue_cap;
 
 #[cfg(test)]
+#[path = "circus_sim.rs"]
+mod sim;
+
+#[cfg(test)]
 #[path = "circus_tests.rs"]
 mod tests;
