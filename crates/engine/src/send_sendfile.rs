@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 use sluice_platform::{sendfile, tcp};
 use tokio::io::Interest;
@@ -31,6 +32,9 @@ use crate::send::{check, wait_writable, Turn};
 use crate::splice_pump::SplicePump;
 use crate::{Cancel, Engine, EngineError};
 use crate::{DataPath, PrefetchMode};
+
+mod resident;
+use resident::ResidentSpan;
 
 impl Engine {
     #[allow(clippy::too_many_arguments)]
@@ -91,6 +95,10 @@ impl Engine {
         // Without a feed (`kernel` mode) sendfile takes pages as they come
         // and the kernel's read-ahead brings them in.
         let mut ready_until = if feed.is_some() { offset } else { end };
+        // What `cachestat` last found resident (resident.rs): asked once
+        // per span, not before every chunk.
+        let mut resident = ResidentSpan::default();
+        let started = Instant::now();
         while pos < end {
             check(cancel)?;
             if pos >= ready_until {
@@ -102,16 +110,31 @@ impl Engine {
                     t.evicted_unused(chunk.evicted);
                 }
             }
-            let want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
+            let mut want = (ready_until - pos).min(cfg.chunk_size as u64) as usize;
             // Data bytes of the chunk out of the page cache: `Some(0)` when
             // all are in (or not asked: a feed, a pump holding bytes, the
-            // check off), `None` when `cachestat` could not tell.
+            // check off), `None` when `cachestat` could not tell. Inside a
+            // span found resident lately nothing is asked, and `sendfile`
+            // stops at the span's end so it never runs into unasked pages.
             let missing = if feed.is_none()
                 && pump.as_ref().is_none_or(|p| p.held() == 0)
                 && (cfg.sendfile_resident_check || auto)
                 && can_tell
             {
-                missing_data_bytes(file, pos, want as u64)
+                let now = started.elapsed();
+                match resident.ahead(pos, now) {
+                    0 => {
+                        let m = missing_data_bytes(file, pos, want as u64);
+                        if m == Some(0) {
+                            resident.found(pos, want as u64, now);
+                        }
+                        m
+                    }
+                    known => {
+                        want = (want as u64).min(known) as usize;
+                        Some(0)
+                    }
+                }
             } else {
                 Some(0)
             };
