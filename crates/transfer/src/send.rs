@@ -114,7 +114,8 @@ async fn send_inner<C: IntoDataConn>(
                         .await
                         .map(|n| (n, Vec::new()));
                 }
-                Readers::Alone(mark) => Some(mark),
+                // Its bytes sent tell `auto` how fast the file's readers are.
+                Readers::Alone(mark) => Some(mark.counting(progress.counters())),
                 Readers::Unshared => None,
             };
             send_stream(&spec, conn, &progress, &cancel)
@@ -135,7 +136,7 @@ async fn send_inner<C: IntoDataConn>(
                     )
                     .await;
                 }
-                Readers::Alone(mark) => Some(mark),
+                Readers::Alone(mark) => Some(mark.counting(progress.counters())),
                 Readers::Unshared => None,
             };
             let conns = conns.into_iter().map(Conn::from).collect();
