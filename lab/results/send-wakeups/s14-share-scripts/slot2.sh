@@ -18,6 +18,7 @@ for r in 1 2 3; do
   echo "rep $r done $(date +%T) load $(load)"
 done
 sh $S/slots/evict_watch.sh > $S/slot2-evict.log 2>&1 & EV=$!
+sh $S/sample.sh $S/slot2-mem.log & SMP=$!
 if [ $(left) -gt 75 ]; then
   timeout -s INT $(left) chrt -r 50 $B/sluice-lab run send-wakeups --repeat 1 \
     --servers sluice-default,sluice-sharing-off --out s14-share-pageout
@@ -28,7 +29,7 @@ if [ $(left) -gt 40 ]; then
     --servers sluice-sharing-off --out s14-share-pageout-base
   echo "pageout (base) done $(date +%T) load $(load)"
 fi
-kill $EV
+kill $EV $SMP
 cd /work/wt/share
 if [ $(left) -gt 35 ]; then
   timeout -s INT $(left) chrt -r 50 python3 bench/dlcost.py --data $S/dlcost-data --runs 3 --cases 16c,4s \
