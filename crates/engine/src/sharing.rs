@@ -28,7 +28,6 @@ use sluice_platform::{fadvise, fileio};
 use tokio::sync::Notify;
 
 use crate::buffers::{BufferPool, PoolBuf};
-use crate::counters::Counters;
 use crate::disk::IoClass;
 use crate::prefetch::pagecache::missing_data_bytes;
 use crate::sched::budget::{Budget, Slot};
@@ -50,9 +49,9 @@ pub(crate) struct Sharing {
     cfg: CircusConfig,
     mode: SharingMode,
     files: Mutex<HashMap<FileKey, Arc<SharedFile>>>,
-    /// `auto`: downloads in flight that read alone, per file: when each
-    /// started and what it has sent (`auto::auto_shares` weighs them).
-    alone: Mutex<HashMap<FileKey, HashMap<u64, AloneReader>>>,
+    /// `auto`: MODE E downloads in flight that read alone, per file (a
+    /// download that starts while one runs is shared).
+    alone: Mutex<HashMap<FileKey, usize>>,
     next_id: AtomicU64,
     buffers: Arc<BufferPool>,
     hold: CircusHold,
@@ -129,41 +128,6 @@ impl Sharing {
         self.budget.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The readers of file `key` in flight at `now`: the lone ones
-    /// (`alone`) and the shared ones; their rate is the lone readers'
-    /// bytes sent over their ages, or else the shared ones' as the file's
-    /// selector measured them.
-    fn readers_of(
-        &self,
-        key: &FileKey,
-        alone: Option<&HashMap<u64, AloneReader>>,
-        now: std::time::Duration,
-    ) -> FileReaders {
-        let shared = self.files().get(key).cloned();
-        let (shared_count, shared_rate) = match &shared {
-            Some(f) => {
-                let st = f.lock();
-                (st.circus.readers(), st.circus.mean_rate())
-            }
-            None => (0, None),
-        };
-        let lone = alone.map_or(0, HashMap::len);
-        let lone_rate = alone.and_then(|a| {
-            mean_rate(
-                a.values()
-                    .filter_map(|r| {
-                        let sent = r.sent.as_ref()?.snapshot().bytes_sent;
-                        Some((now.saturating_sub(r.start), sent))
-                    })
-                    .take(RATE_SAMPLE_MAX),
-            )
-        });
-        FileReaders {
-            count: lone + shared_count,
-            rate: lone_rate.or(shared_rate),
-        }
-    }
-
     /// Files with a selector now (tests).
     #[cfg(test)]
     pub(crate) fn open_files(&self) -> usize {
@@ -177,12 +141,9 @@ impl SharedFile {
     }
 }
 
-mod auto;
 mod reader;
 #[cfg(test)]
 mod tests;
-
-use auto::{auto_shares, mean_rate, FileReaders, Residency};
 
 pub use reader::{SharedPiece, SharedRead};
 
@@ -203,38 +164,15 @@ pub enum Readers {
 pub struct ReadingAlone {
     engine: Engine,
     key: FileKey,
-    id: u64,
-}
-
-/// What `auto` knows of a lone reader: its start (from the engine's
-/// epoch) and, once told ([`ReadingAlone::counting`]), its bytes sent.
-#[derive(Debug)]
-struct AloneReader {
-    start: std::time::Duration,
-    sent: Option<Arc<Counters>>,
-}
-
-impl ReadingAlone {
-    /// The download's counters, whose bytes sent measure its rate for
-    /// the next download of the file (`--sharing auto`).
-    pub fn counting(self, counters: &Arc<Counters>) -> Self {
-        if let Some(sharing) = &self.engine.inner.sharing {
-            let mut alone = sharing.alone.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(r) = alone.get_mut(&self.key).and_then(|f| f.get_mut(&self.id)) {
-                r.sent = Some(Arc::clone(counters));
-            }
-        }
-        self
-    }
 }
 
 impl Drop for ReadingAlone {
     fn drop(&mut self) {
         if let Some(sharing) = &self.engine.inner.sharing {
             let mut alone = sharing.alone.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(f) = alone.get_mut(&self.key) {
-                f.remove(&self.id);
-                if f.is_empty() {
+            if let Some(n) = alone.get_mut(&self.key) {
+                *n -= 1;
+                if *n == 0 {
                     alone.remove(&self.key);
                 }
             }
@@ -242,9 +180,36 @@ impl Drop for ReadingAlone {
     }
 }
 
-/// The most lone readers of a file whose rates are summed per decision: a
-/// sample is enough, and a file with thousands of readers stays cheap.
-const RATE_SAMPLE_MAX: usize = 64;
+/// Where a download's range is, as `--sharing auto` sees it at its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Residency {
+    /// At least half of its data bytes are in the page cache (holes not
+    /// counted), or reads of the file were measured at memory speed.
+    InMemory,
+    /// Mostly not in the page cache, and not known to read at memory speed.
+    NotInMemory,
+    /// Nothing tells (no `cachestat`, before Linux 6.5).
+    Unknown,
+}
+
+/// `--sharing auto`, sans-I/O: does a download share its file's reads?
+/// Only when another download of the file is in flight (`busy`: a lone
+/// reader in Circus costs ~15 % of its rate and ~20 % CPU per GiB on
+/// loopback, bench/dlcost.py 4s) and its range is not in memory: sharing
+/// saves disk reads, and a warm file costs none (bench/dlcost.py 16c, 16
+/// curl of one warm file: shared 3655 MB/s against 4328 unshared, 16 %
+/// slower). Where nothing tells, as before: shared when busy.
+///
+/// Many slow readers of a warm file read alone too. Session 14 shared
+/// them (>= 32 readers of the file at <= 10 MB/s each) while the lone
+/// readers' sendfile path still went by the copy path at a paged-out
+/// chunk (1 MiB pinned per slow reader: the 1064 MiB state); with that
+/// fixed, lab send-wakeups (1000 readers at 1 Mbit/s of one warm file,
+/// 3 runs each, s14-share-r1..r3) measured shared 0.363 (0.337-0.368)
+/// CPU s/GiB and 68.2 MiB against alone 0.318 (0.274-0.319) and 59.7.
+pub(crate) fn auto_shares(busy: bool, range: Residency) -> bool {
+    busy && range != Residency::InMemory
+}
 
 fn file_key(file: &File) -> io::Result<FileKey> {
     let m = file.metadata()?;
@@ -312,21 +277,13 @@ impl Engine {
             // Lock order: `alone`, then `files` (share_download takes
             // `files` alone; a reader leaving takes `files` alone).
             let mut alone = sharing.alone.lock().unwrap_or_else(|p| p.into_inner());
-            let now = sharing.epoch.elapsed();
-            let others = sharing.readers_of(&key, alone.get(&key), now);
-            if !auto_shares(others, cold) {
-                let id = sharing.next_id.fetch_add(1, Relaxed);
-                alone.entry(key).or_default().insert(
-                    id,
-                    AloneReader {
-                        start: now,
-                        sent: None,
-                    },
-                );
+            let busy =
+                alone.get(&key).is_some_and(|n| *n > 0) || sharing.files().contains_key(&key);
+            if !auto_shares(busy, cold) {
+                *alone.entry(key).or_insert(0) += 1;
                 return Ok(Readers::Alone(ReadingAlone {
                     engine: self.clone(),
                     key,
-                    id,
                 }));
             }
         }

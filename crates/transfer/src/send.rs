@@ -114,8 +114,7 @@ async fn send_inner<C: IntoDataConn>(
                         .await
                         .map(|n| (n, Vec::new()));
                 }
-                // Its bytes sent tell `auto` how fast the file's readers are.
-                Readers::Alone(mark) => Some(mark.counting(progress.counters())),
+                Readers::Alone(mark) => Some(mark),
                 Readers::Unshared => None,
             };
             send_stream(&spec, conn, &progress, &cancel)
@@ -136,7 +135,7 @@ async fn send_inner<C: IntoDataConn>(
                     )
                     .await;
                 }
-                Readers::Alone(mark) => Some(mark.counting(progress.counters())),
+                Readers::Alone(mark) => Some(mark),
                 Readers::Unshared => None,
             };
             let conns = conns.into_iter().map(Conn::from).collect();

@@ -158,12 +158,9 @@ impl Transfer {
                     })
                     .collect();
                 let engine = dc.engine().clone();
-                match engine.join_readers_in_order(f, &ranges) {
-                    // Its bytes sent tell `auto` how fast the file's readers are.
-                    Ok(Readers::Alone(m)) => Readers::Alone(m.counting(self.progress.counters())),
-                    Ok(r) => r,
-                    Err(_) => Readers::Unshared,
-                }
+                engine
+                    .join_readers_in_order(f, &ranges)
+                    .unwrap_or(Readers::Unshared)
             }
             _ => Readers::Unshared,
         };

@@ -409,17 +409,6 @@ impl Circus {
         self.readers.len()
     }
 
-    /// The mean of the readers' measured rates, bytes/s (`None`: none
-    /// measured yet). `--sharing auto` weighs a file's readers by it.
-    pub fn mean_rate(&self) -> Option<f64> {
-        let (n, sum) = self
-            .readers
-            .values()
-            .filter(|r| r.rate > 0.0)
-            .fold((0usize, 0.0), |(n, s), r| (n + 1, s + r.rate));
-        (n > 0).then(|| sum / n as f64)
-    }
-
     /// Block `block` has been read (it is in memory now).
     pub fn read_done(&mut self, block: u64) {
         if let Some(b) = self.blocks.get_mut(&block) {

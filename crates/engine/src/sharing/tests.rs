@@ -278,6 +278,24 @@ fn auto_lets_readers_of_a_file_in_memory_read_for_themselves() {
 }
 
 #[test]
+fn auto_shares_only_a_busy_file_not_in_memory() {
+    use Residency::*;
+    assert!(auto_shares(true, NotInMemory));
+    assert!(
+        !auto_shares(true, InMemory),
+        "a warm file saves no disk read"
+    );
+    assert!(
+        !auto_shares(false, NotInMemory),
+        "a lone reader has nobody to share with"
+    );
+    assert!(!auto_shares(false, InMemory));
+    // Without cachestat: as before, shared while another reads.
+    assert!(auto_shares(true, Unknown));
+    assert!(!auto_shares(false, Unknown));
+}
+
+#[test]
 fn off_means_no_sharing() {
     let e = Engine::new(EngineConfig {
         sharing: SharingMode::Off,

@@ -91,10 +91,9 @@ pub struct ServeArgs {
     /// read for them, each block read once and sent to every reader: MODE
     /// E in any order, HTTP bodies and MODE S in file order), `auto`
     /// (circus for a download that starts while another of the same file
-    /// is in flight and its range is not in memory, or among many slow
-    /// readers of the file; a lone reader, or one of a few or fast readers
-    /// of a file in memory, reads for itself, where sharing would only
-    /// cost it) or `off` [default: auto].
+    /// is in flight and its range is not in memory; a lone reader, or a
+    /// reader of a file in memory, reads for itself, where sharing would
+    /// only cost it) or `off` [default: auto].
     #[arg(long, value_name = "auto|circus|off")]
     pub sharing: Option<String>,
     /// Serve the engine's counters in Prometheus text format on
