@@ -80,9 +80,9 @@ pub enum SharingMode {
     /// Circus for a download that starts while another download of the
     /// same file is in flight and whose range is mostly not in the page
     /// cache (`sharing::auto_shares`); a lone reader, or a reader of a
-    /// file in memory, reads for itself. Sharing costs a lone reader ~15 %
-    /// of its rate and ~20 % more CPU per GiB on loopback (bench/dlcost.py,
-    /// case 4s) and saves nothing for it.
+    /// file in memory (fast or slow, few or many), reads for itself. Sharing
+    /// costs a lone reader ~15 % of its rate and ~20 % more CPU per GiB on
+    /// loopback (bench/dlcost.py, case 4s) and saves nothing for it.
     Auto,
 }
 

@@ -91,7 +91,8 @@ pub struct ServeArgs {
     /// read for them, each block read once and sent to every reader: MODE
     /// E in any order, HTTP bodies and MODE S in file order), `auto`
     /// (circus for a download that starts while another of the same file
-    /// is in flight; a lone reader reads for itself, where sharing would
+    /// is in flight and its range is not in memory; a lone reader, or a
+    /// reader of a file in memory, reads for itself, where sharing would
     /// only cost it) or `off` [default: auto].
     #[arg(long, value_name = "auto|circus|off")]
     pub sharing: Option<String>,
