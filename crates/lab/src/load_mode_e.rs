@@ -449,7 +449,10 @@ mod tests {
         assert!(x.covers_range(300, 1000));
         assert!(!x.covers(1000), "the first 300 bytes were not asked for");
         assert!(!x.covers_range(200, 1000));
-        assert!(!x.covers_range(300, 999), "a byte past the end is not the rest");
+        assert!(
+            !x.covers_range(300, 999),
+            "a byte past the end is not the rest"
+        );
         // A block before the start offset (the server ignored REST) fails it.
         x.add(0, 10);
         assert!(!x.covers_range(300, 1000));

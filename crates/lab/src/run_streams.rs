@@ -228,11 +228,7 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             } else {
                 String::new()
             };
-            let starts_note = if spread_starts {
-                ", starts spread"
-            } else {
-                ""
-            };
+            let starts_note = if spread_starts { ", starts spread" } else { "" };
             let group = format!(
                 "{}: {}{files_note}{starts_note}, {:.0} s",
                 path.name,

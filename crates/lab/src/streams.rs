@@ -419,15 +419,10 @@ mod tests {
         // The same seed gives the same offsets (every server and repetition).
         assert_eq!(a, start_offsets(&sizes, 12));
         assert_ne!(a, start_offsets(&sizes, 13));
-        assert!(a
-            .iter()
-            .all(|&o| o < 1 << 30 && o % START_ALIGN == 0));
+        assert!(a.iter().all(|&o| o < 1 << 30 && o % START_ALIGN == 0));
         // Uniform: each quarter of the file holds about a quarter of the starts.
         for q in 0..4u64 {
-            let n = a
-                .iter()
-                .filter(|&&o| o >> 28 == q)
-                .count();
+            let n = a.iter().filter(|&&o| o >> 28 == q).count();
             assert!((400..600).contains(&n), "quarter {q}: {n}");
         }
         // A prefix of the clients keeps its offsets when more clients come.
