@@ -46,6 +46,15 @@ pub struct DownloadSpec {
     /// (`load_mode_e.rs`).
     #[serde(default)]
     pub streams: u32,
+    /// First byte to ask for (HTTP `Range: bytes=X-`, FTP `REST X`, MODE E
+    /// `REST 0-X`); the download is the rest of the file.
+    #[serde(default)]
+    pub offset: u64,
+    /// When the download completes before the deadline, start another of
+    /// the same file from its first byte (a new arrival in the finished
+    /// one's place, so the offered load stays), and so on.
+    #[serde(default)]
+    pub wrap: bool,
 }
 
 /// The whole workload.
@@ -73,8 +82,15 @@ pub struct DownloadResult {
     pub end_s: f64,
     /// Payload bytes received.
     pub bytes: u64,
-    /// Bytes the server announced (HTTP Content-Length or FTP SIZE), if known.
+    /// Bytes the first request asked for (the server's HTTP Content-Length,
+    /// or FTP SIZE less the start offset), if known.
     pub expected: Option<u64>,
+    /// The start offset from the spec.
+    #[serde(default)]
+    pub offset: u64,
+    /// Downloads started again from 0 after completing (`wrap`).
+    #[serde(default)]
+    pub wraps: u32,
     /// The whole file arrived and the server confirmed it.
     pub complete: bool,
     /// Aborted on purpose.
@@ -131,6 +147,9 @@ pub(crate) struct Ctx {
     pub(crate) counter: Arc<AtomicU64>,
     /// This download's received bytes (kernel count), when series are recorded.
     pub(crate) received: Option<Arc<AtomicU64>>,
+    /// Bytes received by the earlier requests of this download (`wrap`),
+    /// added to this request's count in `received`.
+    pub(crate) prior: u64,
 }
 
 /// How stale a download's kernel received count may get.
@@ -201,6 +220,7 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport> {
                 deadline,
                 counter: classes[&d.class].clone(),
                 received: per_dl.get(i).cloned(),
+                prior: 0,
             };
             std::thread::Builder::new()
                 .stack_size(256 * 1024)
@@ -229,12 +249,14 @@ fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
     let start_at = ctx.t0 + Duration::from_secs_f64(d.start_s);
     std::thread::sleep(start_at.saturating_duration_since(Instant::now()));
     let started = Instant::now();
-    let mut r = DownloadResult {
+    let fresh = |offset| DownloadResult {
         class: d.class.clone(),
         start_s: started.duration_since(ctx.t0).as_secs_f64(),
         end_s: 0.0,
         bytes: 0,
         expected: None,
+        offset,
+        wraps: 0,
         complete: false,
         aborted: false,
         cut: false,
@@ -242,27 +264,88 @@ fn one(d: &DownloadSpec, ctx: &Ctx) -> DownloadResult {
         id: d.id,
         series: Vec::new(),
     };
+    let mut r = fresh(d.offset);
     let abort_at = d
         .abort_after_s
         .map(|s| started + Duration::from_secs_f64(s));
-    let out = if d.url.starts_with("ftp://") && d.streams > 0 {
-        crate::load_mode_e::mode_e_get(d, ctx, abort_at, &mut r)
-    } else if d.url.starts_with("ftp://") {
-        ftp_get(d, ctx, abort_at, &mut r)
-    } else if d.url.starts_with("http://") {
-        http_get(d, ctx, abort_at, &mut r)
-    } else {
-        Err(anyhow!("unsupported URL {}", d.url))
-    };
-    if let Err(e) = out {
-        r.error = Some(format!("{e:#}"));
+    let mut offset = d.offset;
+    loop {
+        // One request; with `wrap`, the next starts from 0.
+        let mut q = fresh(offset);
+        let qctx = Ctx {
+            t0: ctx.t0,
+            deadline: ctx.deadline,
+            counter: ctx.counter.clone(),
+            received: ctx.received.clone(),
+            prior: r.bytes,
+        };
+        let out = if d.url.starts_with("ftp://") && d.streams > 0 {
+            crate::load_mode_e::mode_e_get(d, offset, &qctx, abort_at, &mut q)
+        } else if d.url.starts_with("ftp://") {
+            ftp_get(d, offset, &qctx, abort_at, &mut q)
+        } else if d.url.starts_with("http://") {
+            http_get(d, offset, &qctx, abort_at, &mut q)
+        } else {
+            Err(anyhow!("unsupported URL {}", d.url))
+        };
+        r.bytes += q.bytes;
+        if r.wraps == 0 {
+            r.expected = q.expected;
+        }
+        (r.complete, r.aborted, r.cut) = (q.complete, q.aborted, q.cut);
+        if let Err(e) = out {
+            r.error = Some(format!("{e:#}"));
+            break;
+        }
+        let dead = ctx.deadline.is_some_and(|dl| Instant::now() >= dl);
+        if !(d.wrap && q.complete) || dead {
+            break;
+        }
+        offset = 0;
+        r.wraps += 1;
     }
     r.end_s = ctx.t0.elapsed().as_secs_f64();
     r
 }
 
+/// What a request from `offset` should bring: the file's size less the
+/// offset, when the size is known.
+fn rest_of(size: Option<u64>, offset: u64) -> Option<u64> {
+    size.map(|s| s.saturating_sub(offset))
+}
+
+/// The length a `Content-Range: bytes A-B/N` header gives when A is `offset`.
+fn content_range_len(head: &str, offset: u64) -> Result<u64> {
+    let v = header(head, "content-range").ok_or_else(|| anyhow!("206 without Content-Range"))?;
+    let spec = v
+        .trim()
+        .strip_prefix("bytes ")
+        .ok_or_else(|| anyhow!("Content-Range {v:?}"))?;
+    let (range, _) = spec
+        .split_once('/')
+        .ok_or_else(|| anyhow!("Content-Range {v:?}"))?;
+    let (a, b) = range
+        .split_once('-')
+        .ok_or_else(|| anyhow!("Content-Range {v:?}"))?;
+    let (a, b): (u64, u64) = (a.trim().parse()?, b.trim().parse()?);
+    if a != offset || b < a {
+        bail!("Content-Range {v:?} for a request from {offset}");
+    }
+    Ok(b - a + 1)
+}
+
+/// Value of header `name` (lowercase) in an HTTP head.
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|l| {
+        l.split_once(':')
+            .filter(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+    })
+}
+
 fn ftp_get(
     d: &DownloadSpec,
+    offset: u64,
     ctx: &Ctx,
     abort_at: Option<Instant>,
     r: &mut DownloadResult,
@@ -271,10 +354,13 @@ fn ftp_get(
     let path = percent_decode(&path);
     let mut ctl = connect(addr, None)?;
     let mut rd = BufReader::new(ctl.try_clone()?);
-    r.expected = ftp_login(&mut ctl, &mut rd, &path)?;
+    r.expected = rest_of(ftp_login(&mut ctl, &mut rd, &path)?, offset);
     let (_, l) = ftp_cmd(&mut ctl, &mut rd, "PASV", &[227])?;
     let data_addr = SocketAddr::new(addr.ip(), pasv_port(&l)?);
     let mut data = connect(data_addr, d.rcvbuf)?;
+    if offset > 0 {
+        ftp_cmd(&mut ctl, &mut rd, &format!("REST {offset}"), &[350])?;
+    }
     ftp_cmd(&mut ctl, &mut rd, &format!("RETR {path}"), &[125, 150])?;
     let stop = pump(&mut data, d, ctx, abort_at, r, None, 0)?;
     match stop {
@@ -297,6 +383,7 @@ fn ftp_get(
 
 fn http_get(
     d: &DownloadSpec,
+    offset: u64,
     ctx: &Ctx,
     abort_at: Option<Instant>,
     r: &mut DownloadResult,
@@ -304,8 +391,13 @@ fn http_get(
     let (addr, path) = split_url(&d.url, 80)?;
     let mut s = connect(addr, d.rcvbuf)?;
     s.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    let range = if offset > 0 {
+        format!("Range: bytes={offset}-\r\n")
+    } else {
+        String::new()
+    };
     // One write: a server may answer (and close) after the first segment.
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: sluice-lab\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: sluice-lab\r\n{range}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes())?;
     // Read the head byte by byte into a small buffer so no body bytes are lost.
     let mut head = Vec::new();
@@ -322,17 +414,19 @@ fn http_get(
     let head_len = head.len() as u64;
     let head = String::from_utf8_lossy(&head);
     let status = head.lines().next().unwrap_or("");
-    if status.split_whitespace().nth(1) != Some("200") {
+    let want = if offset > 0 { "206" } else { "200" };
+    if status.split_whitespace().nth(1) != Some(want) {
         bail!("HTTP: {status}");
     }
-    r.expected = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .and_then(|v| v.parse().ok());
+    r.expected = header(&head, "content-length").and_then(|v| v.parse().ok());
+    if offset > 0 {
+        // The server must send exactly the rest from `offset`.
+        let len = content_range_len(&head, offset)?;
+        if r.expected.is_some_and(|e| e != len) {
+            bail!("Content-Length and Content-Range disagree");
+        }
+        r.expected = Some(len);
+    }
     let stop = pump(&mut s, d, ctx, abort_at, r, r.expected, head_len)?;
     match stop {
         Stop::Done => r.complete = r.expected.is_none_or(|e| e == r.bytes),
@@ -374,7 +468,7 @@ fn pump(
                     .unwrap_or(r.bytes);
                 // The FIN takes a sequence number too: never beyond the announced size.
                 let k = r.expected.map_or(k, |e| k.min(e));
-                c.store(k.max(r.bytes), Ordering::Relaxed);
+                c.store(ctx.prior + k.max(r.bytes), Ordering::Relaxed);
             }
         }
         if abort_at.is_some_and(|a| now >= a) {
@@ -404,7 +498,7 @@ fn pump(
                 r.bytes += n as u64;
                 ctx.counter.fetch_add(n as u64, Ordering::Relaxed);
                 if let Some(c) = &ctx.received {
-                    c.fetch_max(r.bytes, Ordering::Relaxed);
+                    c.fetch_max(ctx.prior + r.bytes, Ordering::Relaxed);
                 }
                 idle_since = Instant::now();
             }
@@ -441,59 +535,4 @@ pub(crate) fn read_some(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn downloads_over_http_from_a_local_server() {
-        // A tiny HTTP server on loopback serving 100 000 bytes.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.ends_with(b"\r\n\r\n") {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let body = vec![7u8; 100_000];
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(&body);
-            // Close gently: shut our side, then drain until the client
-            // closes, so no unread byte turns our close into a RST that
-            // could destroy body bytes still in flight.
-            let _ = s.shutdown(std::net::Shutdown::Write);
-            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
-        });
-        let spec = LoadSpec {
-            downloads: vec![DownloadSpec {
-                url: format!("http://127.0.0.1:{port}/f"),
-                class: "c".into(),
-                start_s: 0.0,
-                rate_bps: None,
-                abort_after_s: None,
-                rcvbuf: None,
-                id: 9,
-                streams: 0,
-            }],
-            sample_ms: 50,
-            deadline_s: Some(30.0),
-            client_series: true,
-        };
-        let rep = run(&spec).unwrap();
-        assert_eq!(rep.results[0].bytes, 100_000, "{:?}", rep.results[0].error);
-        assert!(rep.results[0].complete);
-        assert_eq!(rep.timeline["c"].iter().sum::<u64>(), 100_000);
-        // The per-download series ends at the whole body (the last sample follows the end).
-        assert_eq!(rep.results[0].id, 9);
-        assert_eq!(rep.results[0].series.last().copied(), Some(100_000));
-        assert!(rep.results[0].series.windows(2).all(|w| w[0] <= w[1]));
-    }
-}
+mod tests;

@@ -3,7 +3,9 @@
 //! server connects its data streams to us; each stream's blocks are parsed
 //! ([`BlockParser`], sans-I/O), their payload discarded and their offsets
 //! recorded ([`Extents`]) so a download is complete only when every byte of
-//! the file arrived exactly once, in whatever order. One thread per stream,
+//! the file (from the start offset on: `REST 0-X`, the GridFTP restart
+//! marker saying the client has [0, X), blocks keep their file offsets)
+//! arrived exactly once, in whatever order. One thread per stream,
 //! the rate split evenly between them; hundreds of streams fit on one
 //! machine because nothing is written anywhere.
 
@@ -137,8 +139,13 @@ impl Extents {
 
     /// Whether exactly `[0, size)` arrived.
     pub fn covers(&self, size: u64) -> bool {
+        self.covers_range(0, size)
+    }
+
+    /// Whether exactly `[start, end)` arrived (nothing outside it, nothing twice).
+    pub fn covers_range(&self, start: u64, end: u64) -> bool {
         self.overlap == 0
-            && (size == 0 && self.runs.is_empty() || self.runs.get(&0) == Some(&size))
+            && (end <= start && self.runs.is_empty() || self.runs.get(&start) == Some(&end))
             && self.runs.len() <= 1
     }
 }
@@ -156,6 +163,7 @@ struct Shared {
 /// One MODE E download of `d` (`d.streams` streams) into `r`.
 pub(crate) fn mode_e_get(
     d: &DownloadSpec,
+    offset: u64,
     ctx: &Ctx,
     abort_at: Option<Instant>,
     r: &mut DownloadResult,
@@ -165,7 +173,8 @@ pub(crate) fn mode_e_get(
     let n = d.streams.max(1);
     let mut ctl = connect(addr, None)?;
     let mut rd = BufReader::new(ctl.try_clone()?);
-    r.expected = ftp_login(&mut ctl, &mut rd, &path)?;
+    let size = ftp_login(&mut ctl, &mut rd, &path)?;
+    r.expected = size.map(|s| s.saturating_sub(offset));
     ftp_cmd(&mut ctl, &mut rd, "MODE E", &[200])?;
     // Globus wants the parallelism before the data channel.
     let _ = ftp_cmd(
@@ -194,6 +203,11 @@ pub(crate) fn mode_e_get(
         ),
         &[200],
     )?;
+    if offset > 0 {
+        // The restart marker of a client that has [0, offset) (GFD.20):
+        // sluice and globus-gridftp-server send the rest with file offsets.
+        ftp_cmd(&mut ctl, &mut rd, &format!("REST 0-{offset}"), &[350])?;
+    }
     ftp_cmd(&mut ctl, &mut rd, &format!("RETR {path}"), &[125, 150])?;
     l.set_nonblocking(true)?;
     let shared = Arc::new(Shared::default());
@@ -225,8 +239,12 @@ pub(crate) fn mode_e_get(
                     let (shared, counter, received) =
                         (shared.clone(), ctx.counter.clone(), ctx.received.clone());
                     let deadline = [abort_at, ctx.deadline].into_iter().flatten().min();
+                    let prior = ctx.prior;
                     threads.push(std::thread::Builder::new().stack_size(256 * 1024).spawn(
-                        move || stream(s, per_stream, &shared, &counter, received, deadline),
+                        move || {
+                            let received = received.map(|c| (c, prior));
+                            stream(s, per_stream, &shared, &counter, received, deadline)
+                        },
                     )?);
                     continue;
                 }
@@ -250,6 +268,13 @@ pub(crate) fn mode_e_get(
             rst(c);
         }
         rst(&ctl);
+    } else {
+        // Every stream sent its EOD, so nothing more comes; servers keep
+        // MODE E data connections open for a next transfer (sluice, globus),
+        // so the stream threads would wait for a close until the deadline.
+        for c in &conns {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
     }
     let mut errors = Vec::new();
     for t in threads {
@@ -277,7 +302,7 @@ pub(crate) fn mode_e_get(
         bail!("after transfer: {l}");
     }
     let ext = shared.extents.lock().unwrap_or_else(|p| p.into_inner());
-    r.complete = r.expected.is_none_or(|e| ext.covers(e));
+    r.complete = size.is_none_or(|e| ext.covers_range(offset, e));
     if ext.overlap > 0 {
         bail!("{} bytes arrived twice", ext.overlap);
     }
@@ -292,7 +317,7 @@ fn stream(
     rate: Option<u64>,
     shared: &Shared,
     counter: &AtomicU64,
-    received: Option<Arc<AtomicU64>>,
+    received: Option<(Arc<AtomicU64>, u64)>,
     stop_at: Option<Instant>,
 ) -> Result<()> {
     s.set_read_timeout(Some(POLL_TICK))?;
@@ -344,8 +369,9 @@ fn stream(
                     drop(x);
                     let total = shared.payload.fetch_add(payload, Ordering::Relaxed) + payload;
                     counter.fetch_add(payload, Ordering::Relaxed);
-                    if let Some(c) = &received {
-                        c.fetch_max(total, Ordering::Relaxed);
+                    // Plus what earlier requests of the download received.
+                    if let Some((c, prior)) = &received {
+                        c.fetch_max(prior + total, Ordering::Relaxed);
                     }
                 }
             }
@@ -405,5 +431,30 @@ mod tests {
         assert_eq!(x.overlap, 5);
         assert!(!x.covers(25));
         assert!(Extents::default().covers(0));
+    }
+
+    #[test]
+    fn a_partial_retrieve_covers_exactly_the_rest_of_the_file() {
+        // REST 0-300 of a 1000-byte file: blocks at 300.. in any order.
+        let mut wire = block(0, 400, 600);
+        wire.extend(block(0, 300, 300));
+        wire.extend(block(EOD | EOF, 0, 1));
+        let mut p = BlockParser::default();
+        let mut x = Extents::default();
+        p.feed(&wire, &mut |e| {
+            if let Event::Data { offset, len } = e {
+                x.add(offset, len);
+            }
+        });
+        assert!(x.covers_range(300, 1000));
+        assert!(!x.covers(1000), "the first 300 bytes were not asked for");
+        assert!(!x.covers_range(200, 1000));
+        assert!(
+            !x.covers_range(300, 999),
+            "a byte past the end is not the rest"
+        );
+        // A block before the start offset (the server ignored REST) fails it.
+        x.add(0, 10);
+        assert!(!x.covers_range(300, 1000));
     }
 }

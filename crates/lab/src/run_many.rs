@@ -147,6 +147,8 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                     rcvbuf: None,
                     id: i,
                     streams: 0,
+                    offset: 0,
+                    wrap: false,
                 });
             }
             let outs: Vec<Result<crate::load::LoadReport>> = std::thread::scope(|sc| {

@@ -22,8 +22,8 @@ use crate::run_transfers::first_line;
 use crate::runner::{ensure_file, ensure_file_nth, rate, size, Ctx};
 use crate::servers::{self};
 use crate::streams::{
-    add_bins, counts_at, fair_share, mean_in, rebin, sample_at, spread_pick, window_rate,
-    window_sum, ServerSample, StreamClass,
+    add_bins, counts_at, fair_share, mean_in, rebin, sample_at, spread_pick, start_offsets,
+    window_rate, window_sum, ServerSample, StreamClass,
 };
 use crate::topology::Topology;
 use crate::units::parse_duration;
@@ -63,6 +63,11 @@ struct Client {
     file: PathBuf,
     start_s: f64,
     reset: bool,
+    /// First byte asked for (`start = "spread"`), else 0.
+    offset: u64,
+    /// Spread start: a client that arrived long ago, followed by a new one
+    /// from byte 0 when it ends.
+    wrap: bool,
 }
 
 struct Params {
@@ -181,8 +186,22 @@ pub fn run(ctx: &Ctx) -> Result<()> {
                         file: f,
                         start_s: spread * j as f64 / counts[ci].max(1) as f64,
                         reset: false,
+                        offset: sz,
+                        wrap: false,
                     });
                 }
+            }
+            // Spread starts: each client resumes at a seeded uniform offset of its file.
+            let spread_starts = sp.start == "spread";
+            let sizes: Vec<u64> = clients.iter().map(|c| c.offset).collect();
+            let offsets = if spread_starts {
+                start_offsets(&sizes, sp.seed)
+            } else {
+                vec![0; sizes.len()]
+            };
+            for (c, o) in clients.iter_mut().zip(offsets) {
+                c.offset = o;
+                c.wrap = spread_starts;
             }
             if p.abort_at.is_some() {
                 for i in spread_pick(clients.len(), abort_n) {
@@ -209,8 +228,9 @@ pub fn run(ctx: &Ctx) -> Result<()> {
             } else {
                 String::new()
             };
+            let starts_note = if spread_starts { ", starts spread" } else { "" };
             let group = format!(
-                "{}: {}{files_note}, {:.0} s",
+                "{}: {}{files_note}{starts_note}, {:.0} s",
                 path.name,
                 desc.join(" + "),
                 p.dur

@@ -323,6 +323,8 @@ pub fn simple_load(url: &str, n: u32, class: &str) -> LoadSpec {
                 rcvbuf: None,
                 id: 0,
                 streams: 0,
+                offset: 0,
+                wrap: false,
             })
             .collect(),
         sample_ms: 200,

@@ -40,6 +40,16 @@ pub struct StreamsSpec {
     pub popular_files: Option<Vec<u32>>,
     /// Popular files per step with --smoke.
     pub smoke_popular_files: Option<Vec<u32>>,
+    /// Where each download starts in its file: "zero" (the first byte) or
+    /// "spread" (a seeded uniform offset, the rest of the file asked with
+    /// HTTP `Range: bytes=X-`, FTP `REST X` or MODE E `REST 0-X`; at the
+    /// end the client starts again from 0): the steady state of a server
+    /// whose clients have been arriving for hours, in a short run.
+    #[serde(default = "zero_start")]
+    pub start: String,
+    /// Seed of the spread start offsets (the same offsets for every server and repetition).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
     /// Sampling interval of disk bytes, CPU and engine counters (the server side).
     #[serde(default = "second")]
     pub sample: String,
@@ -83,6 +93,12 @@ pub struct StreamsSpec {
 
 fn zero() -> String {
     "0s".into()
+}
+fn zero_start() -> String {
+    "zero".into()
+}
+fn default_seed() -> u64 {
+    12
 }
 fn shared() -> String {
     "shared".into()
@@ -155,6 +171,9 @@ impl StreamsSpec {
         if !matches!(self.files.as_str(), "shared" | "per-client") {
             bail!("files = {:?}: expected shared or per-client", self.files);
         }
+        if !matches!(self.start.as_str(), "zero" | "spread") {
+            bail!("start = {:?}: expected zero or spread", self.start);
+        }
         if self.page_trace && self.files != "per-client" {
             bail!(
                 "page_trace needs files = \"per-client\" (a traced file must belong to one client)"
@@ -187,6 +206,28 @@ pub fn counts_at(lists: &[Vec<u32>], step: usize) -> Vec<u32> {
     lists
         .iter()
         .map(|l| l.get(step).or(l.last()).copied().unwrap_or(0))
+        .collect()
+}
+
+/// Alignment of spread start offsets (a page: resumes land on page boundaries).
+pub const START_ALIGN: u64 = 4096;
+
+/// Start offset of each client (one per entry of `sizes`, its file's size)
+/// with `start = "spread"`: uniform over [0, size), page-aligned, drawn from
+/// `seed` in client order, so every server and repetition gets the same ones.
+pub fn start_offsets(sizes: &[u64], seed: u64) -> Vec<u64> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    sizes
+        .iter()
+        .map(|&sz| {
+            let pages = sz / START_ALIGN;
+            if pages == 0 {
+                0
+            } else {
+                rng.gen_range(0..pages) * START_ALIGN
+            }
+        })
         .collect()
 }
 
@@ -369,6 +410,25 @@ mod tests {
         let mut a = vec![1, 2];
         add_bins(&mut a, &[1, 1, 1]);
         assert_eq!(a, vec![2, 3, 1]);
+    }
+
+    #[test]
+    fn spread_offsets_are_seeded_aligned_and_uniform() {
+        let sizes = vec![1u64 << 30; 2000];
+        let a = start_offsets(&sizes, 12);
+        // The same seed gives the same offsets (every server and repetition).
+        assert_eq!(a, start_offsets(&sizes, 12));
+        assert_ne!(a, start_offsets(&sizes, 13));
+        assert!(a.iter().all(|&o| o < 1 << 30 && o % START_ALIGN == 0));
+        // Uniform: each quarter of the file holds about a quarter of the starts.
+        for q in 0..4u64 {
+            let n = a.iter().filter(|&&o| o >> 28 == q).count();
+            assert!((400..600).contains(&n), "quarter {q}: {n}");
+        }
+        // A prefix of the clients keeps its offsets when more clients come.
+        assert_eq!(start_offsets(&sizes[..10], 12), a[..10]);
+        // Files under a page start at 0.
+        assert_eq!(start_offsets(&[100, 0], 1), vec![0, 0]);
     }
 
     #[test]

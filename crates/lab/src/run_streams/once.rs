@@ -166,6 +166,8 @@ pub(super) fn run_once(
             rcvbuf: None,
             id: id as u32,
             streams: srv.streams,
+            offset: c.offset,
+            wrap: c.wrap,
         };
         match specs.iter_mut().find(|(n, _)| *n == ns) {
             Some((_, s)) => s.downloads.push(d),
