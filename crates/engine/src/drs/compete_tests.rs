@@ -199,6 +199,7 @@ impl Bottleneck {
                         cwnd_bytes: f.cwnd as u64,
                         notsent: (f.buffer_room() - f.in_flight).clamp(0.0, f.mark()) as u64,
                         sndbuf_limited: f.sndbuf_limited,
+                        retrans: f.retrans,
                         buffer: f.sndbuf,
                         // What autotuning would give it (tcp_wmem max 4 MiB, the lab's).
                         floor: sender_autotune((f.cwnd / MSS) as u32, MSS as u32, 4 << 20),
@@ -315,5 +316,51 @@ fn a_late_transfer_is_held_by_its_congestion_window_not_by_drs() {
         "Jain median {:.2}: {}",
         j[j.len() / 2],
         show(&rates)
+    );
+}
+
+#[test]
+fn the_first_transfers_buffer_follows_its_share_when_a_competitor_comes() {
+    // The first transfer alone for 10 s sizes its send buffer to the
+    // path's BDP; a second then takes its share of the link. The first
+    // one's rate falls and the shared queue lengthens its round trip, but
+    // the path is no longer: once a loss has shown the path full, its
+    // buffer must not grow (lab auto-streams s13 `v4c2`: the first loss at
+    // 16 s, the buffer doubled to 11.2 MB at 17 s).
+    let mut b = Bottleneck::new(50e6, Duration::from_millis(50), 5e6, &[0, 10], 8 << 20);
+    b.run(Duration::from_secs(10));
+    let alone = b.flows[0].sndbuf;
+    let (mut most, mut first_loss) = (0, None);
+    let mut trace = Vec::new();
+    let mut now = Duration::from_secs(10);
+    while now < Duration::from_secs(60) {
+        now += Duration::from_millis(100);
+        b.run(now);
+        let f = &b.flows[0];
+        if f.retrans > 0 && first_loss.is_none() {
+            first_loss = Some((now, f.sndbuf));
+        }
+        if let Some((at, _)) = first_loss {
+            if now > at + Duration::from_secs(1) {
+                most = most.max(f.sndbuf);
+            }
+        }
+        trace.push(format!(
+            "{:.1}:{:.1}:{:.1}/{:.1}:{}",
+            now.as_secs_f64(),
+            f.sndbuf as f64 / 1e6,
+            f.rate / 1e6,
+            b.flows[1].rate / 1e6,
+            f.retrans
+        ));
+    }
+    let (_, at_loss) = first_loss.expect("no loss in 50 s");
+    assert!(
+        most <= at_loss.max(alone) * 13 / 10,
+        "alone {:.1} MB, at the first loss {:.1}, most after {:.1}: {}",
+        alone as f64 / 1e6,
+        at_loss as f64 / 1e6,
+        most as f64 / 1e6,
+        trace.join(" ")
     );
 }
