@@ -577,3 +577,39 @@ fn autotuning_floors_follow_the_kernel() {
     assert_eq!(receiver_autotune(1 << 20, 131072, 6 << 20), 4 << 20);
     assert_eq!(receiver_autotune(4 << 20, 131072, 6 << 20), 6 << 20);
 }
+
+#[test]
+fn a_rate_that_fell_after_a_loss_does_not_grow_the_buffer() {
+    // A sender held by its buffer on a 400 Mbit/s 50 ms path. Then its
+    // rate halves and the smoothed round trip doubles, for as long as the
+    // buffer's growth is allowed to take: the path's delay doubled (no
+    // loss: the buffer grows), or a competitor took half the link through
+    // the shared queue (a loss came first: the buffer stays; lab
+    // auto-streams s13 `v4c2`, the first loss at 16 s, the buffer doubled
+    // at 17 s).
+    for lost in [false, true] {
+        let rate = 50_000_000u64;
+        let mut d = Drs::new(DrsConfig::default());
+        let mut p = Path::new(rate, 50 * MS, 64 << 10);
+        let (now, _) = run(&mut d, &mut p, Duration::ZERO, 10);
+        let settled = p.buffer;
+        let mut t = now;
+        let mut retrans = 0;
+        let mut grew = false;
+        while t < now + Duration::from_secs(5) {
+            t += 20 * MS;
+            let mut s = p.sample(20 * MS);
+            // Half the rate at twice the round trip, as much in flight.
+            s.delivery_rate /= 2;
+            s.rtt *= 2;
+            if lost && t <= now + Duration::from_millis(100) {
+                retrans += 3;
+            }
+            s.retrans = retrans;
+            if let Some(b) = d.on_send_sample(t, &s).set {
+                grew |= b > settled;
+            }
+        }
+        assert_eq!(grew, !lost, "lost {lost}: settled at {settled}");
+    }
+}
