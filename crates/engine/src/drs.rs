@@ -41,12 +41,13 @@
 //! buffer stays a ceiling `RECV_BUFFER_PER_WINDOW` times the window and
 //! never below autotuning's: a buffer costs nothing until data waits in it.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 mod kernel;
+mod windowed;
 use kernel::rate_mark;
 pub use kernel::{notsent_mark, receiver_autotune, sender_autotune, CONN_SEND_MEM};
+use windowed::WindowedMax;
 
 /// Tuning of the estimator.
 #[derive(Debug, Clone, PartialEq)]
@@ -241,34 +242,6 @@ const RTT_RECENT: Duration = Duration::from_secs(1);
 /// a few packets) and at least this many bytes.
 const RECV_MIN_WINDOW_TIME: f64 = 0.02;
 const RECV_MIN_WINDOW: u64 = 64 << 10;
-
-/// A windowed max (or min, by negation) over `(time, value)` samples:
-/// a monotone deque, O(1) amortised.
-#[derive(Debug, Clone, Default)]
-struct WindowedMax {
-    q: VecDeque<(Duration, u64)>,
-}
-
-impl WindowedMax {
-    fn push(&mut self, now: Duration, v: u64, window: Duration) -> u64 {
-        while self.q.back().is_some_and(|&(_, b)| b <= v) {
-            self.q.pop_back();
-        }
-        self.q.push_back((now, v));
-        while self
-            .q
-            .front()
-            .is_some_and(|&(t, _)| now.saturating_sub(t) > window)
-        {
-            self.q.pop_front();
-        }
-        self.get()
-    }
-
-    fn get(&self) -> u64 {
-        self.q.front().map_or(0, |&(_, v)| v)
-    }
-}
 
 /// The estimator of one connection (one side).
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@
 //! lab/auto_streams.py measures with `--compete` (400 Mbit/s, 50 ms, a
 //! queue of 2 BDP, the server on cubic), small enough to run in a test.
 
+use super::tests::{run, Path};
 use super::*;
 
 const STEP: Duration = Duration::from_millis(5);
@@ -363,4 +364,40 @@ fn the_first_transfers_buffer_follows_its_share_when_a_competitor_comes() {
         most as f64 / 1e6,
         trace.join(" ")
     );
+}
+
+#[test]
+fn a_rate_that_fell_after_a_loss_does_not_grow_the_buffer() {
+    // A sender held by its buffer on a 400 Mbit/s 50 ms path. Then its
+    // rate halves and the smoothed round trip doubles, for as long as the
+    // buffer's growth is allowed to take: the path's delay doubled (no
+    // loss: the buffer grows), or a competitor took half the link through
+    // the shared queue (a loss came first: the buffer stays; lab
+    // auto-streams s13 `v4c2`, the first loss at 16 s, the buffer doubled
+    // at 17 s).
+    for lost in [false, true] {
+        let rate = 50_000_000u64;
+        let mut d = Drs::new(DrsConfig::default());
+        let mut p = Path::new(rate, Duration::from_millis(50), 64 << 10);
+        let (now, _) = run(&mut d, &mut p, Duration::ZERO, 10);
+        let settled = p.buffer;
+        let mut t = now;
+        let mut retrans = 0;
+        let mut grew = false;
+        while t < now + Duration::from_secs(5) {
+            t += Duration::from_millis(20);
+            let mut s = p.sample(Duration::from_millis(20));
+            // Half the rate at twice the round trip, as much in flight.
+            s.delivery_rate /= 2;
+            s.rtt *= 2;
+            if lost && t <= now + Duration::from_millis(100) {
+                retrans += 3;
+            }
+            s.retrans = retrans;
+            if let Some(b) = d.on_send_sample(t, &s).set {
+                grew |= b > settled;
+            }
+        }
+        assert_eq!(grew, !lost, "lost {lost}: settled at {settled}");
+    }
 }
