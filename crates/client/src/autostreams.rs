@@ -20,7 +20,11 @@
 //! other (or from a competitor) cost more than they bring, which is what
 //! lets two transfers on one bottleneck settle at similar counts instead
 //! of racing upward. A loss rate past [`LOSS_LIMIT`] cuts the count at
-//! once, without waiting for a comparison.
+//! once, without waiting for a comparison, and a settled count held while
+//! the bottleneck's queue stands (no room, below) loses a quarter of its
+//! streams: every transfer through the queue sees it and cuts in
+//! proportion to its count, and each adds a stream at a time while the
+//! queue is gone (additive increase, multiplicative decrease).
 //!
 //! Streams are only added while the path shows room. It has none when
 //! its bottleneck queue has overflowed (a loss was seen) and still stands
@@ -153,42 +157,9 @@ const HOLD_EPOCHS: u32 = 4;
 /// is below this multiple of the least seen (no standing queue).
 pub const ROOM: f64 = 1.25;
 
-/// A change of count pays only when each stream it adds (or keeps) carries
-/// at least this share of the transfer's mean stream. On a bottleneck the
-/// streams of every transfer share (TCP's per-flow fairness), a stream
-/// added by a transfer holding `n` of the path's `N` streams brings
-/// `(N - n) / (N + 1)` of a mean stream, all of it taken from the others
-/// (and nothing at all on a path the transfer fills alone); one it drops
-/// loses `(N - n) / (N - 1)`. At a half, two transfers stop where their
-/// counts meet: the late one climbs while the incumbent holds more, and an
-/// incumbent holding more than the other sheds streams that only keep its
-/// lead. The utility alone let a late transfer climb as long as a stream
-/// brought 2 %, and kept an incumbent's streams for the 2 % they cost it to
-/// drop: lab auto-streams s13 `v5l4`, 0.1 % loss, four transfers, the first
-/// held 20-28 streams against 5-12 for 40 s (Jain 0.84).
-pub const MARGIN: f64 = 0.5;
-
-/// Without room (a standing queue), a count is probed upward only after a
-/// step down showed the streams it dropped each carried at least this
-/// share of a mean stream: the others on the path hold most of its
-/// streams (a transfer sharing it with one other of equal count reads
-/// `n / (2n - 1)`, 0.6 at three streams and less from there; alone on a
-/// full path, next to nothing).
-pub const UP_SHARE: f64 = 0.6;
-
-/// A transfer held at one stream without room probes a second stream at
-/// every this many hold periods (about 8 s on a 50 ms path): the only way
-/// it can learn that others hold the path's streams.
-const ONE_PROBE_HOLDS: u32 = 4;
-
-/// Streams added that each brought at least this share of a mean stream
-/// found a path with room; less, a path whose streams others hold too,
-/// where a climb goes on by half instead of doubling ([`grow`]).
-const LINEAR: f64 = 0.85;
-
-/// One-step probes move by this share of the count (at least one): one
-/// stream of twenty changes the rate by under the epochs' noise.
-const STEP_SHARE: u32 = 8;
+/// A settled count held without room loses this share of its streams (at
+/// least one): the multiplicative decrease of the count.
+const MD_SHARE: u32 = 4;
 
 /// A cumulative reading of the transfer, taken by the caller (about every
 /// 100 ms is plenty).
@@ -276,16 +247,6 @@ pub struct Controller {
     min_left: Duration,
     /// Round trips of the rest that [`Controller::time_left`] asks for.
     left_rtts: u32,
-    /// The last step down was undone because the streams it dropped each
-    /// carried [`UP_SHARE`] of a mean stream: others hold most of the
-    /// path, so it may be probed upward without room.
-    crowded: bool,
-    /// Hold periods ended so far (see [`ONE_PROBE_HOLDS`]).
-    holds: u32,
-    /// Climbing again next to others' streams: by half, not doubling (a
-    /// doubling that still paid at 16 -> 32 against an incumbent's 37
-    /// went on to 64, twice the incumbent's count).
-    gentle: bool,
 }
 
 impl Controller {
@@ -313,9 +274,6 @@ impl Controller {
             todo: None,
             min_left: Duration::ZERO,
             left_rtts: LEFT_RTTS,
-            crowded: false,
-            holds: 0,
-            gentle: false,
         }
     }
 
@@ -376,11 +334,10 @@ impl Controller {
         self.history.last().is_none_or(|e| self.time_left(e, bytes))
     }
 
-    /// Whether a count may go up after `e`: the path has room (or others
-    /// hold most of it, [`UP_SHARE`]) and the transfer has time left to
-    /// earn the change back.
+    /// Whether a count may go up after `e`: the path has room and the
+    /// transfer has time left to earn the change back.
     fn up_ok(&self, e: &Epoch) -> bool {
-        (self.room(e) || self.crowded) && self.time_left(e, self.seen)
+        self.room(e) && self.time_left(e, self.seen)
     }
 
     /// The stream count wanted now.
