@@ -196,9 +196,6 @@ const SEND_RATE_FELL: f64 = 0.9;
 /// case the rule is for) keeps the rate down until the buffer grows.
 const SEND_COSTLY_HOLD_RTTS: u32 = 4;
 const SEND_COSTLY_HOLD_MIN: Duration = Duration::from_millis(500);
-/// Sender: BBR enters its first ProbeRTT 10 s into a connection; before
-/// that, a buffer limiting a connection with no queue grows at once.
-const SEND_START_NO_HOLD: Duration = Duration::from_secs(10);
 /// Sender: the default fixed buffer (`send_buffer_max`) stays the floor
 /// while the path's BDP is below this share of it. It is there for short fast paths
 /// (loopback: a wake-up finds twice the room, ~40 % fewer context switches
@@ -360,25 +357,14 @@ impl Drs {
             self.limited_rate.get()
         };
         let fell = (s.delivery_rate as f64) < held as f64 * SEND_RATE_FELL;
-        let no_queue = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE);
-        let costs = no_queue || (fell && !congested);
+        let costs = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE)
+            || (fell && !congested);
         // It must have cost for a while ([`SEND_COSTLY_HOLD_RTTS`]): BBR's
         // ProbeRTT and the round trips after it read as "no queue" and
         // "the rate fell" while the buffer, as ever, is the limit.
-        // Not before BBR's first ProbeRTT, though, for a buffer that holds
-        // back a connection with no queue: that is a start (slow start or
-        // BBR's startup) outgrowing its buffer, and at 1 Gbit/s 100 ms the
-        // hold at each of the two or three doublings from autotuning's
-        // 4 MiB cost 0.6 s of the ramp (lab drs-wan s14: 90 % of the rate
-        // at 2.5 s against 1.9 s for the over-provisioned buffer, 93.4 % of
-        // its MB/s over 512 MiB).
-        let starting = no_queue && now < SEND_START_NO_HOLD;
-        let hold = if starting {
-            Duration::ZERO
-        } else {
-            rtt.map_or(Duration::ZERO, |r| r * SEND_COSTLY_HOLD_RTTS)
-                .max(SEND_COSTLY_HOLD_MIN)
-        };
+        let hold = rtt
+            .map_or(Duration::ZERO, |r| r * SEND_COSTLY_HOLD_RTTS)
+            .max(SEND_COSTLY_HOLD_MIN);
         self.costly_since = (limited && costs).then(|| self.costly_since.unwrap_or(now));
         let costs = self
             .costly_since
