@@ -20,11 +20,7 @@
 //! other (or from a competitor) cost more than they bring, which is what
 //! lets two transfers on one bottleneck settle at similar counts instead
 //! of racing upward. A loss rate past [`LOSS_LIMIT`] cuts the count at
-//! once, without waiting for a comparison, and a settled count held while
-//! the bottleneck's queue stands (no room, below) loses a quarter of its
-//! streams: every transfer through the queue sees it and cuts in
-//! proportion to its count, and each adds a stream at a time while the
-//! queue is gone (additive increase, multiplicative decrease).
+//! once, without waiting for a comparison.
 //!
 //! Streams are only added while the path shows room. It has none when
 //! its bottleneck queue has overflowed (a loss was seen) and still stands
@@ -156,10 +152,6 @@ const HOLD_EPOCHS: u32 = 4;
 /// The path has room for another stream while the epoch's mean round trip
 /// is below this multiple of the least seen (no standing queue).
 pub const ROOM: f64 = 1.25;
-
-/// A settled count held without room loses this share of its streams (at
-/// least one): the multiplicative decrease of the count.
-const MD_SHARE: u32 = 4;
 
 /// A cumulative reading of the transfer, taken by the caller (about every
 /// 100 ms is plenty).

@@ -73,27 +73,8 @@ impl Controller {
                     self.start = None;
                     return;
                 }
-                // A queue that overflowed and still stands: cut a quarter
-                // of the streams (at least one). Every transfer through the
-                // bottleneck sees the same queue, so each cuts in
-                // proportion to its count, and each adds one stream at a
-                // time while the queue is gone: additive increase and
-                // multiplicative decrease (Chiu and Jain), which brings the
-                // counts of competing transfers together where a one-stream
-                // probe down did not (lab auto-streams s13 `v5l4`, 0.1 %
-                // loss: the first of four transfers held 20-28 streams
-                // against 5-12 for 40 s, Jain 0.84, each probing one stream
-                // down and back).
-                if n > 1 && !self.room(&e) {
-                    self.set(n - (n / MD_SHARE).max(1), at);
-                    self.phase = Phase::Hold {
-                        left: HOLD_EPOCHS,
-                        up: true,
-                    };
-                    return;
-                }
                 // Without room (the bottleneck is full) a probe up would
-                // only cost: hold at one stream.
+                // only cost: probe down instead, or hold at one stream.
                 let room = self.up_ok(&e);
                 let step_up = ((up && n < self.max) || n == 1) && room;
                 if (step_up && n >= self.max) || (!room && n == 1) {

@@ -130,12 +130,16 @@ fn competing_transfers_on_a_lossy_path_stay_near_fair_shares() {
     // lab auto-streams with 0.1 % loss: a stream gets ~1.3 MB/s, the
     // 400 Mbit/s path wants ~38 of them. Two and four transfers 10 s
     // apart, the last running 20 s; Jain's index from 10 s after the last
-    // start (the lab's measure), with 10 % noise on every rate. Here 0.90
-    // and 0.85 (a one-stream probe down instead of the quarter cut: 0.83
-    // and 0.88): what keeps it from 0.95 is the late transfer's round
-    // trip, whose least it first saw behind the others' queue, so it finds
-    // room where they do not.
-    for (k, want) in [(2usize, 0.85), (4, 0.8)] {
+    // start (the lab's measure), with 10 % noise on every rate. Here 0.85
+    // and 0.86, short of the 0.95 the issue asks: the late transfer first
+    // sees the round trip behind the others' queue, takes it for the
+    // path's, and finds room where they do not. Two rules tried in session
+    // 14 did better in a model or no worse (streams kept only when each
+    // carried half a mean stream: 0.95 and 0.91 with a round trip of 75 ms
+    // whenever the link was full; a quarter of the count cut while the
+    // queue stands: 0.90 and 0.85 here) and worse or no better in the lab
+    // (lab/results/auto-streams/README.md, session 14), so neither is kept.
+    for (k, want) in [(2usize, 0.8), (4, 0.8)] {
         let gap = 10;
         let end = gap * (k as u64 - 1) + 20;
         let (rates, counts, c) = compete(k, gap, end, 1.3 * MB, 50.0 * MB, 0.001, 0.1);
