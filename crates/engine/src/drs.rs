@@ -41,12 +41,13 @@
 //! buffer stays a ceiling `RECV_BUFFER_PER_WINDOW` times the window and
 //! never below autotuning's: a buffer costs nothing until data waits in it.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 mod kernel;
+mod windowed;
 use kernel::rate_mark;
 pub use kernel::{notsent_mark, receiver_autotune, sender_autotune, CONN_SEND_MEM};
+use windowed::WindowedMax;
 
 /// Tuning of the estimator.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,6 +108,8 @@ pub struct SendSample {
     pub sndbuf_limited: Duration,
     /// `tcpi_busy_time`, cumulative.
     pub busy: Duration,
+    /// `tcpi_total_retrans`: segments retransmitted, cumulative.
+    pub retrans: u64,
     /// The buffer in force now (`SO_SNDBUF` read back).
     pub buffer: u64,
     /// What autotuning would give this socket now ([`sender_autotune`]).
@@ -175,6 +178,12 @@ const SEND_TRUESIZE: f64 = 1.1;
 /// Sender: a smoothed RTT below this many path RTTs means no queue.
 const SEND_QUEUE_FREE: f64 = 1.15;
 /// Sender: the delivery rate fell below this share of the best recent.
+/// A path whose delay grew cuts a buffer-limited rate in proportion at
+/// once (20 -> 150 ms: to 13 %); a competitor's share grows over seconds
+/// (the late cubic flow of compete_tests took 10 s to take 18 % of the
+/// first one's rate, and at 0.9 the first one's buffer doubled, which
+/// took the share back). Delays that grow by less than a third are left
+/// to the windowed minimum of [`Drs::path_rtt`].
 const SEND_RATE_FELL: f64 = 0.9;
 /// Sender: a buffer must have limited at a cost (no queue, or the rate
 /// below [`SEND_RATE_FELL`] of the best) for this many path round trips
@@ -234,34 +243,6 @@ const RTT_RECENT: Duration = Duration::from_secs(1);
 const RECV_MIN_WINDOW_TIME: f64 = 0.02;
 const RECV_MIN_WINDOW: u64 = 64 << 10;
 
-/// A windowed max (or min, by negation) over `(time, value)` samples:
-/// a monotone deque, O(1) amortised.
-#[derive(Debug, Clone, Default)]
-struct WindowedMax {
-    q: VecDeque<(Duration, u64)>,
-}
-
-impl WindowedMax {
-    fn push(&mut self, now: Duration, v: u64, window: Duration) -> u64 {
-        while self.q.back().is_some_and(|&(_, b)| b <= v) {
-            self.q.pop_back();
-        }
-        self.q.push_back((now, v));
-        while self
-            .q
-            .front()
-            .is_some_and(|&(t, _)| now.saturating_sub(t) > window)
-        {
-            self.q.pop_front();
-        }
-        self.get()
-    }
-
-    fn get(&self) -> u64 {
-        self.q.front().map_or(0, |&(_, v)| v)
-    }
-}
-
 /// The estimator of one connection (one side).
 #[derive(Debug, Clone)]
 pub struct Drs {
@@ -286,6 +267,13 @@ pub struct Drs {
     /// Sender: since when the buffer has limited at a cost (`None`: it
     /// does not now).
     costly_since: Option<Duration>,
+    /// Sender: `tcpi_total_retrans` at the last sample, and when it last
+    /// grew.
+    retrans: u64,
+    lost_at: Option<Duration>,
+    /// Sender: the highest rate of the samples in which the buffer was
+    /// the limit, over `rate_window`.
+    limited_rate: WindowedMax,
 }
 
 impl Drs {
@@ -302,6 +290,9 @@ impl Drs {
             bdp: 0,
             window: 0,
             costly_since: None,
+            retrans: 0,
+            lost_at: None,
+            limited_rate: WindowedMax::default(),
         }
     }
 
@@ -337,8 +328,37 @@ impl Drs {
         // startup keeps up to 2.9 BDPs in flight if the buffer lets it).
         // It limits the transfer when the path is not full (no queue) or
         // the rate fell (the delay grew, or less fits in flight).
+        // A rate that fell after a loss (within the window the best rate
+        // is remembered over) fell because the path is full, not longer:
+        // a competitor took its share (the shared queue lengthens the
+        // round trip too) or the link's rate fell, and a bigger buffer
+        // would only hold more of the queue and take the share back: lab
+        // auto-streams s13 `v4c2`, the first transfer's buffer doubled to
+        // 11.2 MB when a second arrived (compete_tests: 8.8 -> 17.6 MB). A
+        // path whose delay grew loses nothing while its buffer holds the
+        // sender back.
+        if s.retrans > self.retrans {
+            self.lost_at = Some(now);
+        }
+        self.retrans = s.retrans;
+        let congested = self
+            .lost_at
+            .is_some_and(|t| now.saturating_sub(t) <= self.cfg.rate_window);
+        // And the rate must have fallen from one the buffer held too: a
+        // rate that fell while the congestion window was the limit fell
+        // to a competitor's share, and the buffer only became the limit
+        // when the window grew back (compete_tests: the first flow's
+        // window held 4.1 MB while the second grew from 4 to 13 MB/s, and
+        // its buffer doubled the moment the window passed it).
+        let held = if limited {
+            self.limited_rate
+                .push(now, s.delivery_rate, self.cfg.rate_window)
+        } else {
+            self.limited_rate.get()
+        };
+        let fell = (s.delivery_rate as f64) < held as f64 * SEND_RATE_FELL;
         let costs = rtt.is_none_or(|r| s.rtt.as_secs_f64() < r.as_secs_f64() * SEND_QUEUE_FREE)
-            || (s.delivery_rate as f64) < bw as f64 * SEND_RATE_FELL;
+            || (fell && !congested);
         // It must have cost for a while ([`SEND_COSTLY_HOLD_RTTS`]): BBR's
         // ProbeRTT and the round trips after it read as "no queue" and
         // "the rate fell" while the buffer, as ever, is the limit.

@@ -229,6 +229,7 @@ impl DrsSocket {
                     notsent: u64::from(info.notsent_bytes),
                     sndbuf_limited: Duration::from_micros(info.sndbuf_limited_us),
                     busy: Duration::from_micros(info.busy_time_us),
+                    retrans: u64::from(info.total_retrans),
                     buffer,
                     floor: sender_autotune(info.snd_cwnd, info.snd_mss, self.limits.auto_max)
                         .max(self.floor),

@@ -523,3 +523,5 @@ fn a_first_stream_that_left_slow_start_early_is_probed_while_it_grows() {
         assert_eq!(n, 1, "at {at:?}: {:?}", c.history());
     }
 }
+
+mod compete;

@@ -4,6 +4,7 @@
 //! lab/auto_streams.py measures with `--compete` (400 Mbit/s, 50 ms, a
 //! queue of 2 BDP, the server on cubic), small enough to run in a test.
 
+use super::tests::{run, Path};
 use super::*;
 
 const STEP: Duration = Duration::from_millis(5);
@@ -199,6 +200,7 @@ impl Bottleneck {
                         cwnd_bytes: f.cwnd as u64,
                         notsent: (f.buffer_room() - f.in_flight).clamp(0.0, f.mark()) as u64,
                         sndbuf_limited: f.sndbuf_limited,
+                        retrans: f.retrans,
                         buffer: f.sndbuf,
                         // What autotuning would give it (tcp_wmem max 4 MiB, the lab's).
                         floor: sender_autotune((f.cwnd / MSS) as u32, MSS as u32, 4 << 20),
@@ -316,4 +318,86 @@ fn a_late_transfer_is_held_by_its_congestion_window_not_by_drs() {
         j[j.len() / 2],
         show(&rates)
     );
+}
+
+#[test]
+fn the_first_transfers_buffer_follows_its_share_when_a_competitor_comes() {
+    // The first transfer alone for 10 s sizes its send buffer to the
+    // path's BDP; a second then takes its share of the link. The first
+    // one's rate falls and the shared queue lengthens its round trip, but
+    // the path is no longer: once a loss has shown the path full, its
+    // buffer must not grow (lab auto-streams s13 `v4c2`: the first loss at
+    // 16 s, the buffer doubled to 11.2 MB at 17 s).
+    let mut b = Bottleneck::new(50e6, Duration::from_millis(50), 5e6, &[0, 10], 8 << 20);
+    b.run(Duration::from_secs(10));
+    let alone = b.flows[0].sndbuf;
+    let (mut most, mut first_loss) = (0, None);
+    let mut trace = Vec::new();
+    let mut now = Duration::from_secs(10);
+    while now < Duration::from_secs(60) {
+        now += Duration::from_millis(100);
+        b.run(now);
+        let f = &b.flows[0];
+        if f.retrans > 0 && first_loss.is_none() {
+            first_loss = Some((now, f.sndbuf));
+        }
+        if let Some((at, _)) = first_loss {
+            if now > at + Duration::from_secs(1) {
+                most = most.max(f.sndbuf);
+            }
+        }
+        trace.push(format!(
+            "{:.1}:{:.1}:{:.1}/{:.1}:{}",
+            now.as_secs_f64(),
+            f.sndbuf as f64 / 1e6,
+            f.rate / 1e6,
+            b.flows[1].rate / 1e6,
+            f.retrans
+        ));
+    }
+    let (_, at_loss) = first_loss.expect("no loss in 50 s");
+    assert!(
+        most <= at_loss.max(alone) * 13 / 10,
+        "alone {:.1} MB, at the first loss {:.1}, most after {:.1}: {}",
+        alone as f64 / 1e6,
+        at_loss as f64 / 1e6,
+        most as f64 / 1e6,
+        trace.join(" ")
+    );
+}
+
+#[test]
+fn a_rate_that_fell_after_a_loss_does_not_grow_the_buffer() {
+    // A sender held by its buffer on a 400 Mbit/s 50 ms path. Then its
+    // rate halves and the smoothed round trip doubles, for as long as the
+    // buffer's growth is allowed to take: the path's delay doubled (no
+    // loss: the buffer grows), or a competitor took half the link through
+    // the shared queue (a loss came first: the buffer stays; lab
+    // auto-streams s13 `v4c2`, the first loss at 16 s, the buffer doubled
+    // at 17 s).
+    for lost in [false, true] {
+        let rate = 50_000_000u64;
+        let mut d = Drs::new(DrsConfig::default());
+        let mut p = Path::new(rate, Duration::from_millis(50), 64 << 10);
+        let (now, _) = run(&mut d, &mut p, Duration::ZERO, 10);
+        let settled = p.buffer;
+        let mut t = now;
+        let mut retrans = 0;
+        let mut grew = false;
+        while t < now + Duration::from_secs(5) {
+            t += Duration::from_millis(20);
+            let mut s = p.sample(Duration::from_millis(20));
+            // Half the rate at twice the round trip, as much in flight.
+            s.delivery_rate /= 2;
+            s.rtt *= 2;
+            if lost && t <= now + Duration::from_millis(100) {
+                retrans += 3;
+            }
+            s.retrans = retrans;
+            if let Some(b) = d.on_send_sample(t, &s).set {
+                grew |= b > settled;
+            }
+        }
+        assert_eq!(grew, !lost, "lost {lost}: settled at {settled}");
+    }
 }

@@ -11,16 +11,16 @@ const MS: Duration = Duration::from_millis(1);
 /// the kernel's units, [`SEND_TRUESIZE`] per byte); beyond a BDP it waits
 /// in the bottleneck's queue and lengthens the smoothed RTT; the buffer
 /// reports itself the limit whenever the sender wanted more in flight.
-struct Path {
+pub(super) struct Path {
     rate: u64,
     rtt: Duration,
-    buffer: u64,
+    pub(super) buffer: u64,
     limited: Duration,
     min_rtt: Duration,
 }
 
 impl Path {
-    fn new(rate: u64, rtt: Duration, buffer: u64) -> Path {
+    pub(super) fn new(rate: u64, rtt: Duration, buffer: u64) -> Path {
         Path {
             rate,
             rtt,
@@ -34,7 +34,7 @@ impl Path {
         (self.buffer as f64 / SEND_TRUESIZE).min(2.9 * bdp(self.rate, self.rtt) as f64)
     }
 
-    fn sample(&mut self, dt: Duration) -> SendSample {
+    pub(super) fn sample(&mut self, dt: Duration) -> SendSample {
         let bdp = bdp(self.rate, self.rtt) as f64;
         let flight = self.in_flight();
         let got = (flight / self.rtt.as_secs_f64()).min(self.rate as f64) as u64;
@@ -61,7 +61,7 @@ impl Path {
 }
 
 /// Runs the sender for `secs` of virtual time; returns the clock.
-fn run(d: &mut Drs, p: &mut Path, start: Duration, secs: u64) -> (Duration, usize) {
+pub(super) fn run(d: &mut Drs, p: &mut Path, start: Duration, secs: u64) -> (Duration, usize) {
     let mut now = start;
     let mut changes = 0;
     let end = start + Duration::from_secs(secs);
