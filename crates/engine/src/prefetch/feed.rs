@@ -25,6 +25,14 @@ use crate::{Cancel, Engine, EngineError};
 /// still seen (and its reads cancelled) within this.
 const MAX_NAP: Duration = Duration::from_secs(1);
 
+/// Longest nap while the socket's error readiness tells a reset at once
+/// (so a nap only has to look before the socket runs dry): half of what
+/// a slow reader's socket holds lasts seconds, and naps capped at
+/// [`MAX_NAP`] woke 480 rate-limited senders about once a second each
+/// (lab tpf-mixed-rates: 25k wake-ups per GiB against nginx's 3.1k
+/// context switches).
+const WATCHED_MAX_NAP: Duration = Duration::from_secs(4);
+
 /// A sender's handle on the hub for one range; closing it (drop) cancels
 /// what is left and adds its counters to the transfer's.
 pub(crate) struct Feed<'a> {
@@ -150,7 +158,8 @@ impl Feed<'_> {
             if !long {
                 naps = naps.saturating_add(1).min(16);
             }
-            let nap = (nap * 2u32.saturating_pow(naps.max(1) - 1)).min(MAX_NAP);
+            let cap = if watch_reset { WATCHED_MAX_NAP } else { MAX_NAP };
+            let nap = (nap * 2u32.saturating_pow(naps.max(1) - 1)).min(cap);
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(nap), if !long => {}
@@ -175,7 +184,8 @@ impl Feed<'_> {
     /// its socket again (a completed read wakes it at once anyway). While
     /// the socket still holds unsent data for longer than `sample_every`
     /// at the connection's rate, the reader is not starving and a look
-    /// would learn nothing: the nap is that time, up to [`MAX_NAP`]. With a
+    /// would learn nothing: the nap is that time, up to [`WATCHED_MAX_NAP`]
+    /// (the caller caps it at [`MAX_NAP`] where a reset is not seen). With a
     /// fixed `sample_every` nap, 480 rate-limited readers of a throttled
     /// disk woke ~4,800 times a second (lab tpf-mixed-rates: 114k wake-ups
     /// per GiB against nginx's 6.9k context switches).
@@ -194,7 +204,7 @@ impl Feed<'_> {
         let queued = Duration::from_secs_f64(f64::from(info.notsent_bytes) / rate as f64);
         // Wake while half of it is still queued: the planner then sees the
         // socket before it runs dry.
-        ((queued / 2).clamp(every, MAX_NAP), dry)
+        ((queued / 2).clamp(every, WATCHED_MAX_NAP), dry)
     }
 
     /// `n` bytes of the range went into the socket.
