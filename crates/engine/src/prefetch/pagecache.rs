@@ -60,10 +60,9 @@ pub(super) fn read_batch(reads: &[PlannedRead], pool: &Arc<BufferPool>) -> Vec<R
         .collect()
 }
 
-/// Reads `len` bytes at `off` into pooled buffers (copy) or through one
-/// scratch buffer into the page cache (sendfile), after the batch's
-/// `WILLNEED`. Returns the bytes read; fewer than `len` means the file ends
-/// there.
+/// Reads `len` bytes at `off` into pooled buffers (copy) or only into the
+/// page cache (sendfile), after the batch's `WILLNEED`. Returns the bytes
+/// read; fewer than `len` means the file ends there.
 fn read_range(
     file: &File,
     pool: &Arc<BufferPool>,
@@ -71,6 +70,11 @@ fn read_range(
     len: u64,
     copy: bool,
 ) -> io::Result<(u64, Vec<PoolBuf>)> {
+    if !copy {
+        if let Some(n) = into_cache(file, off, len)? {
+            return Ok((n, Vec::new()));
+        }
+    }
     let mut bufs = Vec::new();
     let mut scratch = (!copy).then(|| pool.take());
     let mut done = 0u64;
@@ -94,6 +98,45 @@ fn read_range(
         }
     }
     Ok((done, bufs))
+}
+
+/// `/dev/null`, opened once, for [`into_cache`]; `None` if it cannot be.
+fn dev_null() -> Option<&'static File> {
+    static NULL: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Brings `[off, off + len)` into the page cache without copying it out:
+/// `sendfile` to `/dev/null` waits for each page like a read but only takes
+/// references to the cached pages (the null device drops them), where a
+/// `pread` through a scratch buffer copied every byte once more (the
+/// sendfile path sends from the cache, the copy was only a way to wait).
+/// Returns the bytes brought in (fewer: the file ends there), or `None`
+/// where this file or `/dev/null` cannot be spliced (the caller reads).
+fn into_cache(file: &File, off: u64, len: u64) -> io::Result<Option<u64>> {
+    let Some(null) = dev_null() else {
+        return Ok(None);
+    };
+    let mut pos = off;
+    let end = off.saturating_add(len);
+    while pos < end {
+        let want = usize::try_from(end - pos).unwrap_or(usize::MAX);
+        match sluice_platform::sendfile::sendfile(null.as_fd(), file.as_fd(), &mut pos, want) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if pos == off && sluice_platform::sendfile::is_unsupported(&e) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(pos - off))
 }
 
 /// Bytes of `[off, off + len)` missing from the page cache, or `None` when
@@ -217,6 +260,43 @@ impl DropBehind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_reads_each_range_into_its_slot_skips_cancelled_ones_and_stops_at_the_end() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        let file = Arc::new(f);
+        let pool = BufferPool::new(64 << 10, 4);
+        let read = |off, len, copy, token: &Cancel| PlannedRead {
+            file: Arc::clone(&file),
+            off,
+            len,
+            copy,
+            token: token.clone(),
+        };
+        let live = Cancel::new();
+        let gone = Cancel::new();
+        gone.cancel();
+        let reads = [
+            read(0, 100_000, false, &live),
+            read(100_000, 100_000, true, &live),
+            read(200_000, 50_000, false, &gone),
+            read(250_000, 100_000, false, &live),
+        ];
+        let out = read_batch(&reads, &pool);
+        assert_eq!(out.len(), 4);
+        let (n, bufs) = out[0].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!((*n, bufs.len()), (100_000, 0), "sendfile path: cache only");
+        let (n, bufs) = out[1].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(*n, 100_000);
+        let copied: Vec<u8> = bufs.iter().flat_map(|b| b[..].to_vec()).take(100_000).collect();
+        assert_eq!(copied, data[100_000..200_000], "copy path: the bytes, in order");
+        assert!(matches!(out[2], Err(EngineError::Cancelled)));
+        let (n, _) = out[3].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(*n, 50_000, "short: the file ends at 300 000");
+    }
 
     #[test]
     fn drop_behind_drops_whole_acknowledged_pages_once() {
