@@ -2,7 +2,8 @@
 # cost slot 1 (11:50-12:00 UTC, session 14). Run as:
 #   flock /work/lab.lock chrt -r 50 sh lab/results/tpf-abort/s14-cost-scripts/slot1.sh
 # bin-base = c7a20ad (main), bin-a = 1f04747 (reads in batches, no per-sender dry nap),
-# bin-b = 58c37e8 (bin-a + naps up to 4 s while the socket holds data).
+# bin-b = 58c37e8 (bin-a + naps up to 4 s while the socket holds data),
+# bin-c = 2125e22 (bin-b + planned reads into the cache by sendfile to /dev/null, no copy).
 # Beside every sluice run, bench/thread_cost.py samples the server's threads.
 cd /work/wt/cost
 S=/work/wt-scratch/cost
@@ -22,8 +23,8 @@ run() { # bin exp servers out [extra]
   say "$e $b $s done"
 }
 [ "$(left)" -gt 170 ] && run bin-base tpf-abort sluice-default,nginx s14-cost-base
-[ "$(left)" -gt 100 ] && run bin-a tpf-abort sluice-default s14-cost-a
-[ "$(left)" -gt 130 ] && run bin-b tpf-mixed-rates sluice-default s14-cost-b-step2 --step 2
+[ "$(left)" -gt 100 ] && run bin-c tpf-abort sluice-default s14-cost-c
+[ "$(left)" -gt 130 ] && run bin-c tpf-mixed-rates sluice-default s14-cost-c-step2 --step 2
 [ "$(left)" -gt 130 ] && run bin-base tpf-mixed-rates sluice-default s14-cost-base-step2 --step 2
-[ "$(left)" -gt 100 ] && run bin-b tpf-abort sluice-default s14-cost-b
+[ "$(left)" -gt 100 ] && run bin-a tpf-abort sluice-default s14-cost-a
 say end
