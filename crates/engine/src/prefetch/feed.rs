@@ -23,15 +23,18 @@ use crate::{Cancel, Engine, EngineError};
 
 /// Longest nap of a sender waiting for disk data: a reset connection is
 /// still seen (and its reads cancelled) within this.
+///
+/// Tried in session 14 and taken back: up to 4 s where the socket's error
+/// readiness tells a reset (half of what a slow reader's socket holds lasts
+/// seconds). Wake-ups per GiB halved in lab tpf-mixed-rates, but the 256
+/// MiB memory cgroup filled (max 256 MiB against 227), its reclaim ran on
+/// the disk threads (their CPU 0.73 -> 2.17 s/GiB) and evicted read-ahead
+/// before it was sent (5.45 MB; the 1 Mbit/s class at 97.8 %). The likely
+/// reason: these naps' samples are also when acknowledged pages leave the
+/// page cache (`DropBehind`, at most every `DROP_EVERY`), so sent pages
+/// stayed up to 4x longer (lab/results/tpf-mixed-rates/README.md, session
+/// 14). Dropping sent pages without a sample first is the way on.
 const MAX_NAP: Duration = Duration::from_secs(1);
-
-/// Longest nap while the socket's error readiness tells a reset at once
-/// (so a nap only has to look before the socket runs dry): half of what
-/// a slow reader's socket holds lasts seconds, and naps capped at
-/// [`MAX_NAP`] woke 480 rate-limited senders about once a second each
-/// (lab tpf-mixed-rates: 25k wake-ups per GiB against nginx's 3.1k
-/// context switches).
-const WATCHED_MAX_NAP: Duration = Duration::from_secs(4);
 
 /// A sender's handle on the hub for one range; closing it (drop) cancels
 /// what is left and adds its counters to the transfer's.
@@ -158,8 +161,7 @@ impl Feed<'_> {
             if !long {
                 naps = naps.saturating_add(1).min(16);
             }
-            let cap = if watch_reset { WATCHED_MAX_NAP } else { MAX_NAP };
-            let nap = (nap * 2u32.saturating_pow(naps.max(1) - 1)).min(cap);
+            let nap = (nap * 2u32.saturating_pow(naps.max(1) - 1)).min(MAX_NAP);
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(nap), if !long => {}
@@ -184,8 +186,7 @@ impl Feed<'_> {
     /// its socket again (a completed read wakes it at once anyway). While
     /// the socket still holds unsent data for longer than `sample_every`
     /// at the connection's rate, the reader is not starving and a look
-    /// would learn nothing: the nap is that time, up to [`WATCHED_MAX_NAP`]
-    /// (the caller caps it at [`MAX_NAP`] where a reset is not seen). With a
+    /// would learn nothing: the nap is that time, up to [`MAX_NAP`]. With a
     /// fixed `sample_every` nap, 480 rate-limited readers of a throttled
     /// disk woke ~4,800 times a second (lab tpf-mixed-rates: 114k wake-ups
     /// per GiB against nginx's 6.9k context switches).
@@ -204,7 +205,7 @@ impl Feed<'_> {
         let queued = Duration::from_secs_f64(f64::from(info.notsent_bytes) / rate as f64);
         // Wake while half of it is still queued: the planner then sees the
         // socket before it runs dry.
-        ((queued / 2).clamp(every, WATCHED_MAX_NAP), dry)
+        ((queued / 2).clamp(every, MAX_NAP), dry)
     }
 
     /// `n` bytes of the range went into the socket.

@@ -1,11 +1,12 @@
 #!/bin/sh
 # cost slot 2 (12:30-12:40 UTC, session 14). Run as:
 #   flock /work/lab.lock chrt -r 50 sh lab/results/tpf-abort/s14-cost-scripts/slot2.sh
-# FINAL = the branch's last engine (see the results READMEs); bin-base = c7a20ad (main).
+# bin-d = the branch's last engine (bin-c with the sender's naps back at 1 s); bin-a = 1f04747
+# (batches, no dry nap, scratch-buffer reads); bin-base = c7a20ad (main).
 cd /work/wt/cost
 S=/work/wt-scratch/cost
 R=lab/results
-FINAL=${FINAL:-bin-c}
+FINAL=${FINAL:-bin-d}
 END=$(date -d 12:40 +%s)
 left() { echo $(( END - $(date +%s) )); }
 say() { echo "$1 $(date -u +%T) load: $(cut -d' ' -f1-3 /proc/loadavg) left $(left)"; }
@@ -20,12 +21,12 @@ run() { # bin exp servers out [extra]
   python3 bench/thread_cost.py report $R/$e/$o/threads.jsonl > $R/$e/$o/threads.md 2>&1
   say "$e $b $s done"
 }
-[ "$(left)" -gt 170 ] && run $FINAL tpf-abort sluice-default,nginx s14-cost-final
-[ "$(left)" -gt 200 ] && run $FINAL tpf-mixed-rates sluice-default,nginx s14-cost-final-step2 --step 2
-if [ "$(left)" -gt 90 ]; then
+[ "$(left)" -gt 200 ] && run $FINAL tpf-mixed-rates sluice-default,nginx s14-cost-d-step2 --step 2
+[ "$(left)" -gt 170 ] && run $FINAL tpf-abort sluice-default,nginx s14-cost-d
+if [ "$(left)" -gt 100 ]; then
   python3 bench/dlcost.py --runs 3 --small --data $S/dlcost-data --client $S/$FINAL/sluice base=$S/bin-base/sluice final=$S/$FINAL/sluice \
     > bench/results/dlcost-s14-cost.md 2> bench/results/dlcost-s14-cost.log; rm -rf $S/dlcost-data
   say "dlcost done"
 fi
-[ "$(left)" -gt 100 ] && run $FINAL tpf-abort sluice-default s14-cost-final-r2
+[ "$(left)" -gt 100 ] && run bin-a tpf-mixed-rates sluice-default s14-cost-a-step2 --step 2
 say end
