@@ -141,7 +141,6 @@ enum Take {
     Wait,
 }
 
-
 impl Hub {
     /// The hub for `cfg`, or `None` when the kernel does read-ahead alone.
     pub(crate) fn new(cfg: &EngineConfig) -> Option<Hub> {
@@ -526,7 +525,11 @@ async fn run_reads(engine: Engine, batch: Vec<(Submission, PlannedRead)>) {
     // Each read carries its own token (checked before it begins); the
     // batch as a whole is never cancelled.
     let whole = Cancel::new();
-    let submitted = engine.inner.disk.submit(IoClass::Transfer, &whole, job).await;
+    let submitted = engine
+        .inner
+        .disk
+        .submit(IoClass::Transfer, &whole, job)
+        .await;
     let results = match submitted {
         Ok(ticket) => ticket.await,
         Err(e) => Err(e),

@@ -291,8 +291,16 @@ mod tests {
         assert_eq!((*n, bufs.len()), (100_000, 0), "sendfile path: cache only");
         let (n, bufs) = out[1].as_ref().unwrap().as_ref().unwrap();
         assert_eq!(*n, 100_000);
-        let copied: Vec<u8> = bufs.iter().flat_map(|b| b[..].to_vec()).take(100_000).collect();
-        assert_eq!(copied, data[100_000..200_000], "copy path: the bytes, in order");
+        let copied: Vec<u8> = bufs
+            .iter()
+            .flat_map(|b| b[..].to_vec())
+            .take(100_000)
+            .collect();
+        assert_eq!(
+            copied,
+            data[100_000..200_000],
+            "copy path: the bytes, in order"
+        );
         assert!(matches!(out[2], Err(EngineError::Cancelled)));
         let (n, _) = out[3].as_ref().unwrap().as_ref().unwrap();
         assert_eq!(*n, 50_000, "short: the file ends at 300 000");

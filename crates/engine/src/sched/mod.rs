@@ -515,10 +515,7 @@ mod tests {
             }
         }
         assert!(sizes.len() > 10);
-        assert!(
-            sizes[2..].iter().all(|&n| n >= 3),
-            "batch sizes {sizes:?}"
-        );
+        assert!(sizes[2..].iter().all(|&n| n >= 3), "batch sizes {sizes:?}");
         assert!(s.submitted() <= 6);
     }
 }
