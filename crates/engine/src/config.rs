@@ -240,6 +240,11 @@ pub struct EngineConfig {
     /// Prefetch reads on the disk threads at once (`K`); the rest wait in
     /// the scheduler, where they can still be reordered, delayed or dropped.
     pub prefetch_queue_depth: usize,
+    /// While planned reads are on the disk, the next ones are handed out
+    /// only once this many of the `K` slots are free, as one batch: one
+    /// disk-thread job and one loop wake-up for all of it
+    /// (`SchedConfig::batch_min`). 1 hands each read out as a slot frees.
+    pub prefetch_batch_min: usize,
     /// Eager cancellation: when a connection ends, its reads already handed
     /// to a disk thread are skipped if not started (its queued ones are
     /// always dropped). `false` lets them run, as a baseline.
@@ -361,6 +366,7 @@ impl Default for EngineConfig {
             // K disk threads of its own, one read each, so none waits behind
             // a stale decision in a pool's channel.
             prefetch_queue_depth: 6,
+            prefetch_batch_min: 3,
             cancel: true,
             sample_interval: Duration::from_millis(100),
             // 150 IOPS x 256 KiB = 39 MB/s: the lab disk's bandwidth.

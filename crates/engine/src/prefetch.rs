@@ -16,8 +16,13 @@
 //! skips a job whose token fired before it started), and its buffered
 //! chunks are freed in that call.
 //!
-//! The hub's mutex is never held across an `.await`; completions and the
-//! delay-queue timer run as small tokio tasks that take it briefly.
+//! Reads go to the disk in batches: everything the scheduler hands out in
+//! one pump (it holds reads back until enough slots are free,
+//! `SchedConfig::batch_min`) is one disk-thread job, and its results come
+//! back in one call, which wakes every waiting sender in one turn of the
+//! loop. The hub's mutex is never held across an `.await`; completions,
+//! the delay-queue timer and the hub's one tick ([`TICK`]) run as small
+//! tokio tasks that take it briefly.
 //!
 //! Memory: the planner's budget follows the room the process's memory
 //! cgroup leaves for the page cache (`memory.rs`), re-read every second, and
@@ -32,13 +37,13 @@ pub(crate) mod pagecache;
 
 pub(crate) use feed::Feed;
 
-use pagecache::read_range;
+use pagecache::{read_batch, PlannedRead, ReadOutcome};
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -56,6 +61,12 @@ use crate::{Cancel, Engine, EngineConfig, EngineError};
 const TCP_STATE_CLOSE: u8 = 7;
 /// Starving connections are sampled this many times more often.
 const STARVING_SAMPLE_DIV: u32 = 8;
+/// The hub's one periodic look while any feed is open: the budget measured
+/// again and the planner's time-driven parts pumped (a budget growing back
+/// after memory pressure) when no connection's event does it. It replaces a
+/// nap per waiting sender (lab tpf-abort: 300 senders each waiting ~3 s
+/// for its next read woke ~100 times a second on their own timers).
+const TICK: Duration = Duration::from_secs(2);
 /// How often the room is measured again: cache pinned by receivers grows
 /// by up to the send rate between two measurements (see `memory.rs`).
 const BUDGET_EVERY: Duration = Duration::from_millis(250);
@@ -77,6 +88,8 @@ pub(crate) struct Hub {
     /// Milliseconds since `start` of the next budget measurement.
     budget_next_ms: AtomicU64,
     drop_sent: bool,
+    /// The hub's tick task is running ([`TICK`]).
+    ticking: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -128,8 +141,6 @@ enum Take {
     Wait,
 }
 
-type ReadResult = Result<io::Result<(u64, Vec<PoolBuf>)>, EngineError>;
-
 impl Hub {
     /// The hub for `cfg`, or `None` when the kernel does read-ahead alone.
     pub(crate) fn new(cfg: &EngineConfig) -> Option<Hub> {
@@ -154,6 +165,7 @@ impl Hub {
         let sched = SchedConfig {
             queue_depth: k,
             max_merge: h_max,
+            batch_min: cfg.prefetch_batch_min.clamp(1, k),
         };
         tracing::info!(
             budget = plan.budget,
@@ -183,6 +195,7 @@ impl Hub {
                 .filter(|v| (0.0..=1.0).contains(v)),
             budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
             drop_sent,
+            ticking: AtomicBool::new(false),
         })
     }
 
@@ -253,9 +266,10 @@ impl Hub {
             }
         }
         let rt = tokio::runtime::Handle::try_current().ok();
+        let mut batch = Vec::new();
         while let Some(sub) = st.pf.poll_submit(now) {
             let slot = st.conns.get(&sub.req.conn);
-            let (Some(rt), Some(slot)) = (&rt, slot) else {
+            let (Some(_), Some(slot)) = (&rt, slot) else {
                 // No runtime to run it on (engine used outside tokio) or no
                 // such range: end it unread so its slot frees.
                 let _ = st.pf.handle_complete(now, sub.id, 0);
@@ -263,17 +277,17 @@ impl Hub {
             };
             let token = Cancel::new();
             st.reqs.insert(sub.id, token.clone());
-            let job = (
-                engine.clone(),
-                sub,
-                Arc::clone(&slot.file),
-                slot.copy,
+            let read = PlannedRead {
+                file: Arc::clone(&slot.file),
+                off: sub.req.offset,
+                len: sub.req.len,
+                copy: slot.copy,
                 token,
-            );
-            rt.spawn(async move {
-                let (engine, sub, file, copy, token) = job;
-                run_read(engine, sub, file, copy, token).await
-            });
+            };
+            batch.push((sub, read));
+        }
+        if let (Some(rt), false) = (&rt, batch.is_empty()) {
+            rt.spawn(run_reads(engine.clone(), batch));
         }
         if let (Some(rt), Some(at)) = (&rt, st.pf.poll_timeout()) {
             if st.timer_at.is_none_or(|armed| at < armed) {
@@ -340,7 +354,35 @@ impl Hub {
             st.pf.handle_sample(self.now(), id, &s);
         }
         self.pump(engine, &mut st);
+        drop(st);
+        self.start_tick(engine);
         (id, notify, carry)
+    }
+
+    /// Starts the hub's tick ([`TICK`]) unless it runs; it ends once no
+    /// feed is open (checked under the lock a new feed registers under, so
+    /// a feed never opens between the last look and the end).
+    fn start_tick(&self, engine: &Engine) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.ticking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let e = engine.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(TICK).await;
+                let Some(hub) = &e.inner.prefetch else { return };
+                hub.refresh_budget();
+                let mut st = hub.lock();
+                if st.conns.is_empty() {
+                    hub.ticking.store(false, Ordering::Release);
+                    return;
+                }
+                hub.pump(&e, &mut st);
+            }
+        });
     }
 
     fn take(&self, id: ConnId, pos: u64) -> Take {
@@ -406,75 +448,107 @@ impl Hub {
         c
     }
 
-    fn complete(&self, engine: &Engine, sub: Submission, r: ReadResult) {
-        let garbage;
+    /// A batch of reads is back: each result filed with its feed (whose
+    /// sender is woken), then one pump for the next batch.
+    fn complete_batch(&self, engine: &Engine, done: Vec<(Submission, ReadOutcome)>) {
+        let mut garbage = Vec::new();
         {
             let mut st = self.lock();
-            st.reqs.remove(&sub.id);
-            let n = match &r {
-                Ok(Ok((n, _))) => *n,
-                _ => 0,
-            };
-            if n > 0 {
-                engine.inner.counters.add_disk_read(n);
-            }
-            let Some(done) = st.pf.handle_complete(self.now(), sub.id, n) else {
-                return;
-            };
-            let req = done.req;
-            match st.conns.get_mut(&req.conn).filter(|_| !done.cancelled) {
-                None => {
-                    let skipped = matches!(r, Err(EngineError::Cancelled));
-                    engine.inner.counters.add_wasted(skipped, n);
-                    garbage = Some(r);
-                }
-                Some(slot) => {
-                    match r {
-                        Ok(Ok((n, bufs))) => {
-                            if n > 0 {
-                                slot.done.insert(
-                                    req.offset,
-                                    Chunk {
-                                        len: n,
-                                        bufs,
-                                        evicted: 0,
-                                    },
-                                );
-                            }
-                            if n < req.len {
-                                let at = req.offset + n;
-                                slot.eof = Some(slot.eof.map_or(at, |e| e.min(at)));
-                            }
-                        }
-                        Ok(Err(e)) => slot.failed = Some(e),
-                        Err(e) => slot.failed = Some(io::Error::other(e.to_string())),
-                    }
-                    slot.notify.notify_one();
-                    garbage = None;
+            let now = self.now();
+            for (sub, r) in done {
+                if let Some(g) = self.file_result(engine, &mut st, now, sub, r) {
+                    garbage.push(g);
                 }
             }
             self.pump(engine, &mut st);
         }
         drop(garbage);
     }
+
+    /// Files one read's result; returns what nobody wants any more (freed
+    /// after the lock is released).
+    fn file_result(
+        &self,
+        engine: &Engine,
+        st: &mut State,
+        now: Duration,
+        sub: Submission,
+        r: ReadOutcome,
+    ) -> Option<ReadOutcome> {
+        st.reqs.remove(&sub.id);
+        let n = match &r {
+            Ok(Ok((n, _))) => *n,
+            _ => 0,
+        };
+        if n > 0 {
+            engine.inner.counters.add_disk_read(n);
+        }
+        let done = st.pf.handle_complete(now, sub.id, n)?;
+        let req = done.req;
+        let Some(slot) = st.conns.get_mut(&req.conn).filter(|_| !done.cancelled) else {
+            let skipped = matches!(r, Err(EngineError::Cancelled));
+            engine.inner.counters.add_wasted(skipped, n);
+            return Some(r);
+        };
+        match r {
+            Ok(Ok((n, bufs))) => {
+                if n > 0 {
+                    slot.done.insert(
+                        req.offset,
+                        Chunk {
+                            len: n,
+                            bufs,
+                            evicted: 0,
+                        },
+                    );
+                }
+                if n < req.len {
+                    let at = req.offset + n;
+                    slot.eof = Some(slot.eof.map_or(at, |e| e.min(at)));
+                }
+            }
+            Ok(Err(e)) => slot.failed = Some(e),
+            Err(e) => slot.failed = Some(io::Error::other(e.to_string())),
+        }
+        slot.notify.notify_one();
+        None
+    }
 }
 
-/// Runs one scheduled read on the disk pool and reports it back.
-async fn run_read(engine: Engine, sub: Submission, file: Arc<File>, copy: bool, token: Cancel) {
+/// Runs one batch of scheduled reads as one job on the disk pool and
+/// reports them back together.
+async fn run_reads(engine: Engine, batch: Vec<(Submission, PlannedRead)>) {
     let pool = Arc::clone(engine.buffers());
-    let (off, len) = (sub.req.offset, sub.req.len);
-    let job = move || read_range(&file, &pool, off, len, copy);
+    let (subs, reads): (Vec<Submission>, Vec<PlannedRead>) = batch.into_iter().unzip();
+    let n = reads.len();
+    let job = move || read_batch(&reads, &pool);
+    // Each read carries its own token (checked before it begins); the
+    // batch as a whole is never cancelled.
+    let whole = Cancel::new();
     let submitted = engine
         .inner
         .disk
-        .submit(IoClass::Transfer, &token, job)
+        .submit(IoClass::Transfer, &whole, job)
         .await;
-    let r = match submitted {
+    let results = match submitted {
         Ok(ticket) => ticket.await,
         Err(e) => Err(e),
     };
+    let results: Vec<ReadOutcome> = match results {
+        Ok(r) => r,
+        Err(e) => (0..n).map(|_| Err(same_error(&e))).collect(),
+    };
     if let Some(hub) = &engine.inner.prefetch {
-        hub.complete(&engine, sub, r);
+        hub.complete_batch(&engine, subs.into_iter().zip(results).collect());
+    }
+}
+
+/// The error a whole batch failed with, for each of its reads.
+fn same_error(e: &EngineError) -> EngineError {
+    match e {
+        EngineError::DiskJobPanicked => EngineError::DiskJobPanicked,
+        EngineError::Cancelled => EngineError::Cancelled,
+        _ => EngineError::PoolClosed,
     }
 }
 

@@ -216,6 +216,7 @@ fn a_reset_drops_queued_reads_and_frees_budget_in_the_same_step() {
     let mut s = Scheduler::new(SchedConfig {
         queue_depth: 1,
         max_merge: 0,
+        batch_min: 1,
     });
     for c in 1..=2 {
         p.handle_open(t, ConnId(c), 0, 1 << 30);
@@ -274,6 +275,7 @@ fn a_cwnd_cut_delays_reads_until_the_delay_ends() {
     let mut s = Scheduler::new(SchedConfig {
         queue_depth: 1,
         max_merge: 0,
+        batch_min: 1,
     });
     let t0 = Duration::ZERO;
     let busy = s.handle_request(t0, req(9, 0.0));
@@ -306,6 +308,7 @@ fn delayed_reads_come_back_when_the_delay_ends_while_the_disk_is_busy() {
     let mut s = Scheduler::new(SchedConfig {
         queue_depth: 1,
         max_merge: 0,
+        batch_min: 1,
     });
     let t0 = Duration::ZERO;
     let first = s.handle_request(t0, req(9, 0.0));
@@ -331,6 +334,7 @@ fn a_cwnd_cut_on_an_idle_disk_changes_nothing() {
     let mut s = Scheduler::new(SchedConfig {
         queue_depth: 4,
         max_merge: 0,
+        batch_min: 1,
     });
     assert_eq!(s.handle_cwnd_cut(Duration::ZERO, ConnId(1), secs(1.0)), 0);
     s.handle_request(Duration::ZERO, req(1, 1.0));
@@ -418,6 +422,7 @@ fn mixed_rates_lab(device_read: u64) -> tpf_world::Report {
         sched: SchedConfig {
             queue_depth: 2,
             max_merge: 1 << 20,
+            batch_min: 1,
         },
         cache,
         // The fake disk adds seek and transfer times (blkio takes the larger

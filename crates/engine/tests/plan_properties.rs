@@ -59,6 +59,7 @@ fn random_sequence(seed: u64, mode: PrefetchMode) {
     let mut s = Scheduler::new(SchedConfig {
         queue_depth: k,
         max_merge: rng.below(2) << 20,
+        batch_min: 1,
     });
     let conns = 1 + rng.below(12);
     let mut open = vec![false; conns as usize];

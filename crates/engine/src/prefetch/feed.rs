@@ -23,14 +23,18 @@ use crate::{Cancel, Engine, EngineError};
 
 /// Longest nap of a sender waiting for disk data: a reset connection is
 /// still seen (and its reads cancelled) within this.
+///
+/// Tried in session 14 and taken back: up to 4 s where the socket's error
+/// readiness tells a reset (half of what a slow reader's socket holds lasts
+/// seconds). Wake-ups per GiB halved in lab tpf-mixed-rates, but the 256
+/// MiB memory cgroup filled (max 256 MiB against 227), its reclaim ran on
+/// the disk threads (their CPU 0.73 -> 2.17 s/GiB) and evicted read-ahead
+/// before it was sent (5.45 MB; the 1 Mbit/s class at 97.8 %). The likely
+/// reason: these naps' samples are also when acknowledged pages leave the
+/// page cache (`DropBehind`, at most every `DROP_EVERY`), so sent pages
+/// stayed up to 4x longer (lab/results/tpf-mixed-rates/README.md, session
+/// 14). Dropping sent pages without a sample first is the way on.
 const MAX_NAP: Duration = Duration::from_secs(1);
-
-/// Nap of a sender whose socket has run dry while it waits for disk data
-/// (a reset wakes it through the socket's error readiness, a completed read
-/// through its notify): only a look that lets the planner's time-driven
-/// parts (the budget growing back after memory pressure) act for a lone
-/// connection that no other connection's event pumps.
-const DRY_NAP: Duration = Duration::from_secs(2);
 
 /// A sender's handle on the hub for one range; closing it (drop) cancels
 /// what is left and adds its counters to the transfer's.
@@ -135,13 +139,15 @@ impl Feed<'_> {
             // runs dry, so the planner sees that. Once it is dry the first
             // look has told the planner, and a read queued behind a slow
             // disk does not come sooner for more looks: the sender sleeps
-            // until its data comes (at most [`DRY_NAP`]), and a reset wakes
-            // it through the socket's error readiness (EPOLLERR), not a
-            // timer. Napping at
+            // until its data comes, with no timer of its own (the hub's one
+            // tick, `TICK`, does what a look did for the planner's
+            // time-driven parts), and a reset wakes it through the socket's
+            // error readiness (EPOLLERR). Napping at
             // the starving sample rate woke 300 disk-bound senders ~20 000
             // times a second (lab tpf-abort: 500k wake-ups per GiB); naps
             // doubling to MAX_NAP still woke them ~4 times per read (15k
-            // wake-ups per GiB for ~4k reads).
+            // wake-ups per GiB for ~4k reads); a 2 s nap once dry, about
+            // once per read (each waited ~3 s for its next read).
             let (nap, dry) = self.nap(conn);
             // Only once the planner has a rate and has seen the socket dry:
             // it plans this connection's next read from that sample (a
@@ -152,15 +158,13 @@ impl Feed<'_> {
                 self.last_sample = None;
                 self.sample(conn, true)?;
             }
-            let nap = if long {
-                DRY_NAP
-            } else {
+            if !long {
                 naps = naps.saturating_add(1).min(16);
-                (nap * 2u32.saturating_pow(naps - 1)).min(MAX_NAP)
-            };
+            }
+            let nap = (nap * 2u32.saturating_pow(naps.max(1) - 1)).min(MAX_NAP);
             tokio::select! {
                 _ = self.notify.notified() => {}
-                _ = tokio::time::sleep(nap) => {}
+                _ = tokio::time::sleep(nap), if !long => {}
                 r = conn.ready(Interest::ERROR), if watch_reset => {
                     if let Some(e) = conn.take_error().ok().flatten() {
                         return Err(EngineError::Connection(e));

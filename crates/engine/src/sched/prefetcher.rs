@@ -153,6 +153,7 @@ mod tests {
             SchedConfig {
                 queue_depth,
                 max_merge: 0,
+                batch_min: 1,
             },
         );
         let t = Duration::ZERO;

@@ -131,6 +131,11 @@ pub struct TuningArgs {
     /// Prefetch reads on the disk at once [default: 6].
     #[arg(long, value_name = "N")]
     pub prefetch_queue_depth: Option<Setting>,
+    /// Planned reads go to the disk in batches of at least N while others
+    /// are in flight (one disk-thread job and one loop wake-up per batch);
+    /// 1 hands each read out alone [default: 3].
+    #[arg(long, value_name = "N")]
+    pub prefetch_batch: Option<Setting>,
     /// `tcp` prefetch: drop pages from the cache once acknowledged, unless
     /// another transfer has the file open [default: on].
     #[arg(long, value_name = "on|off")]
@@ -257,6 +262,7 @@ impl TuningArgs {
         "prefetch_max_read",
         "prefetch_min_read",
         "prefetch_queue_depth",
+        "prefetch_batch",
         "prefetch_drop_sent",
         "circus_block",
         "circus_region",
@@ -296,6 +302,7 @@ impl TuningArgs {
             prefetch_max_read,
             prefetch_min_read,
             prefetch_queue_depth,
+            prefetch_batch,
             prefetch_drop_sent,
             circus_block,
             circus_region,
@@ -399,6 +406,9 @@ impl TuningArgs {
         if let Some(s) = &self.prefetch_queue_depth {
             e.prefetch_queue_depth = count("prefetch_queue_depth", s)?;
         }
+        if let Some(s) = &self.prefetch_batch {
+            e.prefetch_batch_min = count("prefetch_batch", s)?;
+        }
         if let Some(s) = &self.prefetch_drop_sent {
             e.prefetch_drop_sent = switch("prefetch_drop_sent", s)?;
         }
@@ -482,6 +492,7 @@ mod tests {
             | "prefetch_queue_depth"
             | "circus_queue"
             | "event_interval" => "3",
+            "prefetch_batch" => "5",
             "circus_independent" => "0.5",
             "circus_hold" => "pagecache",
             _ => "3M",
