@@ -372,21 +372,34 @@ mod tests {
     use sluice_platform::fadvise;
     use tokio::io::AsyncReadExt;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn kernel_mode_sends_cold_ranges_through_the_disk_threads() {
-        let data = pattern(3 << 20);
+    /// A file of `len` pattern bytes written back and dropped from the
+    /// page cache (the kernel drops only clean pages).
+    fn paged_out(len: usize) -> (Vec<u8>, Arc<File>) {
+        let data = pattern(len);
         let file = temp_file(&data);
         file.sync_all().unwrap();
         fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
-        let e = engine_with(DataPath::Sendfile, PrefetchMode::Kernel);
-        assert!(e.config().sendfile_resident_check);
-        let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 3 << 20);
+        (data, file)
+    }
+
+    /// A connected pair whose far end is read to its end by a task.
+    async fn connected_reader() -> (tokio::net::TcpStream, tokio::task::JoinHandle<Vec<u8>>) {
         let (tx, mut rx) = pair().await;
         let reader = tokio::spawn(async move {
             let mut got = Vec::new();
             rx.read_to_end(&mut got).await.unwrap();
             got
         });
+        (tx, reader)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kernel_mode_sends_cold_ranges_through_the_disk_threads() {
+        let (data, file) = paged_out(3 << 20);
+        let e = engine_with(DataPath::Sendfile, PrefetchMode::Kernel);
+        assert!(e.config().sendfile_resident_check);
+        let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 3 << 20);
+        let (tx, reader) = connected_reader().await;
         let c = Counters::new();
         e.send_file(&tx, &file, 100, (3 << 20) - 100, b"H", &c, &Cancel::new())
             .await
@@ -405,20 +418,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_chunk_not_in_memory_is_read_in_off_the_loop_then_sent_by_sendfile() {
         // 8 chunks of 256 KiB (these tests' chunk size), paged out.
-        let data = pattern(2 << 20);
-        let file = temp_file(&data);
-        file.sync_all().unwrap();
-        fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
+        let (data, file) = paged_out(2 << 20);
         let e = engine_with(DataPath::Sendfile, PrefetchMode::Kernel);
         if !e.features().cachestat.is_supported() || e.is_resident(&file, 0, 2 << 20) {
             return; // nothing tells, or the pages stayed: nothing to see
         }
-        let (tx, mut rx) = pair().await;
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            rx.read_to_end(&mut got).await.unwrap();
-            got
-        });
+        let (tx, reader) = connected_reader().await;
         let c = Counters::new();
         e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
             .await
@@ -437,18 +442,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sendfile_brings_cold_pages_in_off_the_loop() {
-        let data = pattern(2 << 20);
-        let file = temp_file(&data);
-        file.sync_all().unwrap();
-        fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
+        let (data, file) = paged_out(2 << 20);
         let e = engine_with(DataPath::Sendfile, PrefetchMode::Fixed);
         let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 2 << 20);
-        let (tx, mut rx) = pair().await;
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            rx.read_to_end(&mut got).await.unwrap();
-            got
-        });
+        let (tx, reader) = connected_reader().await;
         let c = Counters::new();
         e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
             .await
