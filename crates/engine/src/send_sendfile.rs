@@ -27,7 +27,7 @@ use crate::auto_prefetch::Ahead;
 use crate::counters::Counters;
 use crate::flow::Flow;
 use crate::plan::MissVerdict;
-use crate::prefetch::pagecache::missing_data_bytes;
+use crate::prefetch::pagecache::{fill_cache, missing_data_bytes};
 use crate::send::{check, wait_writable, Turn};
 use crate::splice_pump::SplicePump;
 use crate::{Cancel, Engine, EngineError};
@@ -277,10 +277,11 @@ impl Engine {
     }
 
     /// Reads `[pos, pos + len)` of `file` into the page cache on a disk
-    /// thread through one pooled buffer (let go when done). Returns the
-    /// bytes read (fewer at the file's end) and how long the read took.
-    /// `auto` reads exactly the range (WILLNEED, no read-ahead marks: as
-    /// the copy path's measuring read, `Engine::start_read`).
+    /// thread (`pagecache::fill_cache`: no copy where the file can be
+    /// spliced, else one pooled buffer). Returns the bytes read (fewer at
+    /// the file's end) and how long the read took. `auto` reads exactly the
+    /// range (WILLNEED, no read-ahead marks: as the copy path's measuring
+    /// read, `Engine::start_read`).
     async fn fault_in(
         &self,
         file: &Arc<File>,
@@ -290,9 +291,9 @@ impl Engine {
         cancel: &Cancel,
     ) -> Result<(u64, std::time::Duration), EngineError> {
         let f = Arc::clone(file);
-        let mut buf = self.buffers().take();
+        let pool = Arc::clone(self.buffers());
         let exact = self.config().prefetch == PrefetchMode::Auto;
-        let (buf, r, took) = self
+        let (r, took) = self
             .inner
             .disk
             .run(crate::disk::IoClass::Transfer, cancel, move || {
@@ -305,26 +306,10 @@ impl Engine {
                         sluice_platform::fadvise::Advice::WillNeed,
                     );
                 }
-                let mut done = 0u64;
-                let r = loop {
-                    if done >= len {
-                        break Ok(done);
-                    }
-                    let want = (buf.len() as u64).min(len - done) as usize;
-                    match crate::send::read_full_at(&f, &mut buf[..want], pos + done) {
-                        Ok(n) => {
-                            done += n as u64;
-                            if n < want {
-                                break Ok(done);
-                            }
-                        }
-                        Err(e) => break Err(e),
-                    }
-                };
-                (buf, r, t0.elapsed())
+                let r = fill_cache(&f, &pool, pos, len);
+                (r, t0.elapsed())
             })
             .await?;
-        drop(buf);
         let n = r.map_err(EngineError::Disk)?;
         t.disk_reads(1);
         t.read_disk(n);

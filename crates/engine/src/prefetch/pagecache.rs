@@ -100,6 +100,19 @@ fn read_range(
     Ok((done, bufs))
 }
 
+/// Brings `[off, off + len)` into the page cache: without a copy where it
+/// can be spliced ([`into_cache`]), else through one pooled scratch buffer.
+/// Returns the bytes brought in (fewer: the file ends there). The planner's
+/// sendfile-path reads and the sender's read-in at a miss both use it.
+pub(crate) fn fill_cache(
+    file: &File,
+    pool: &Arc<BufferPool>,
+    off: u64,
+    len: u64,
+) -> io::Result<u64> {
+    read_range(file, pool, off, len, false).map(|(n, _)| n)
+}
+
 /// `/dev/null`, opened once, for [`into_cache`]; `None` if it cannot be.
 fn dev_null() -> Option<&'static File> {
     static NULL: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
