@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 
 use crate::buffers::{BufferPool, PoolBuf};
 use crate::disk::IoClass;
-use crate::prefetch::pagecache::missing_data_bytes;
+use crate::prefetch::pagecache::{fill_cache, missing_data_bytes};
 use crate::sched::budget::{Budget, Slot};
 use crate::sched::circus::{Action, Circus, CircusConfig, Piece, ReaderId};
 use crate::send::read_full_at;
@@ -466,6 +466,7 @@ impl Engine {
             return false;
         };
         let mut buf = sharing.buffers.take();
+        let pool = Arc::clone(&sharing.buffers);
         let hold = sharing.hold;
         rt.spawn(async move {
             let f = Arc::clone(&shared.file);
@@ -480,9 +481,14 @@ impl Engine {
             // 64 % of the event loop's CPU in circus-load at 40 % (the
             // kernel's read-ahead had brought most blocks in; profile
             // s13-cost-profile-a).
-            let resident = hold != CircusHold::Buffers
-                && engine.features().cachestat.is_supported()
-                && missing_data_bytes(&f, offset, len) == Some(0);
+            // One `cachestat` answers both questions below.
+            let missing = engine
+                .features()
+                .cachestat
+                .is_supported()
+                .then(|| missing_data_bytes(&f, offset, len))
+                .flatten();
+            let resident = hold != CircusHold::Buffers && missing == Some(0);
             // A block in the page cache is read here on the loop
             // (`RWF_NOWAIT` never waits for the disk), a cold one on a
             // disk thread; one `cachestat` says is cold is not tried with
@@ -490,7 +496,7 @@ impl Engine {
             // memory cgroup's reclaim, on the loop: `Engine::start_read`).
             let cached = resident
                 || engine.config().inline_cached_reads
-                    && !engine.surely_cold(&f, offset, len)
+                    && missing.is_none_or(|m| m == 0)
                     && matches!(
                         fileio::pread_nowait(f.as_fd(), &mut buf[..want], offset),
                         Ok(n) if n == want
@@ -502,7 +508,13 @@ impl Engine {
                     .inner
                     .disk
                     .run(IoClass::Transfer, &Cancel::new(), move || {
-                        let r = read_full_at(&f, &mut buf[..want], offset);
+                        // Held in the page cache, the buffer is let go
+                        // unread: bring the block in without a copy.
+                        let r = if hold == CircusHold::PageCache {
+                            fill_cache(&f, &pool, offset, len).map(|n| n as usize)
+                        } else {
+                            read_full_at(&f, &mut buf[..want], offset)
+                        };
                         (buf, r)
                     })
                     .await
