@@ -37,7 +37,7 @@ pub(crate) mod pagecache;
 
 pub(crate) use feed::Feed;
 
-use pagecache::{read_batch, PlannedRead, ReadOutcome};
+use pagecache::{read_batch, DropBehind, PlannedRead, ReadOutcome};
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -88,6 +88,10 @@ pub(crate) struct Hub {
     /// Milliseconds since `start` of the next budget measurement.
     budget_next_ms: AtomicU64,
     drop_sent: bool,
+    /// The planner takes sockets to drain at their rates between samples
+    /// (`PlanConfig::drain_at_rate`): a waiting sender need not nap to
+    /// sample its socket.
+    drains: bool,
     /// The hub's tick task is running ([`TICK`]).
     ticking: AtomicBool,
 }
@@ -122,6 +126,10 @@ struct Slot {
     notify: Arc<Notify>,
     /// The file's (device, inode), if `fstat` worked.
     inode: Option<(u64, u64)>,
+    /// Acknowledged pages dropped so far (sendfile path, `drop_sent`).
+    behind: Option<DropBehind>,
+    /// The sender's offset: the range's start plus bytes reported sent.
+    pos: u64,
 }
 
 /// Bytes read for a feed: `len` bytes from the offset it was asked for, in
@@ -177,6 +185,7 @@ impl Hub {
         // `fixed` stays the conventional baseline: no dropping behind it.
         let drop_sent =
             cfg.prefetch.planner_policy() == PrefetchMode::Tcp && cfg.prefetch_drop_sent;
+        let drains = plan.drain_at_rate;
         Some(Hub {
             state: Mutex::new(State {
                 pf: Prefetcher::new(plan, sched),
@@ -195,6 +204,7 @@ impl Hub {
                 .filter(|v| (0.0..=1.0).contains(v)),
             budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
             drop_sent,
+            drains,
             ticking: AtomicBool::new(false),
         })
     }
@@ -289,7 +299,7 @@ impl Hub {
         if let (Some(rt), false) = (&rt, batch.is_empty()) {
             rt.spawn(run_reads(engine.clone(), batch));
         }
-        if let (Some(rt), Some(at)) = (&rt, st.pf.poll_timeout()) {
+        if let (Some(rt), Some(at)) = (&rt, st.pf.poll_wake(now)) {
             if st.timer_at.is_none_or(|armed| at < armed) {
                 st.timer_at = Some(at);
                 let e = engine.clone();
@@ -297,11 +307,15 @@ impl Hub {
                 rt.spawn(async move {
                     tokio::time::sleep_until(when).await;
                     if let Some(hub) = &e.inner.prefetch {
-                        let mut st = hub.lock();
-                        if st.timer_at == Some(at) {
-                            st.timer_at = None;
-                        }
-                        hub.pump(&e, &mut st);
+                        let drops = {
+                            let mut st = hub.lock();
+                            if st.timer_at == Some(at) {
+                                st.timer_at = None;
+                            }
+                            hub.pump(&e, &mut st);
+                            hub.due_drops(&mut st, None)
+                        };
+                        drop_pages(drops);
                     }
                 });
             }
@@ -342,6 +356,9 @@ impl Hub {
                 failed: None,
                 notify: Arc::clone(&notify),
                 inode,
+                behind: (!copy && self.drop_sent)
+                    .then(|| DropBehind::new(start, fadvise::page_size() as u64)),
+                pos: start,
             },
         );
         st.pf.handle_open(self.now(), id, start, end);
@@ -375,12 +392,16 @@ impl Hub {
                 tokio::time::sleep(TICK).await;
                 let Some(hub) = &e.inner.prefetch else { return };
                 hub.refresh_budget();
-                let mut st = hub.lock();
-                if st.conns.is_empty() {
-                    hub.ticking.store(false, Ordering::Release);
-                    return;
-                }
-                hub.pump(&e, &mut st);
+                let drops = {
+                    let mut st = hub.lock();
+                    if st.conns.is_empty() {
+                        hub.ticking.store(false, Ordering::Release);
+                        return;
+                    }
+                    hub.pump(&e, &mut st);
+                    hub.due_drops(&mut st, None)
+                };
+                drop_pages(drops);
             }
         });
     }
@@ -404,19 +425,65 @@ impl Hub {
 
     fn sent(&self, engine: &Engine, id: ConnId, n: u64) {
         let mut st = self.lock();
+        if let Some(slot) = st.conns.get_mut(&id) {
+            slot.pos += n;
+        }
         st.pf.handle_sent(id, n);
         self.pump(engine, &mut st);
     }
 
-    /// A sample for `id`. Returns whether `id`'s file is read by this feed
-    /// alone (its acknowledged pages may be dropped).
-    fn sample(&self, engine: &Engine, id: ConnId, s: &FlowSample) -> bool {
+    /// A sample for `id`; its acknowledged pages are dropped if due.
+    fn sample(&self, engine: &Engine, id: ConnId, s: &FlowSample) {
         self.refresh_budget();
-        let mut st = self.lock();
-        st.pf.handle_sample(self.now(), id, s);
-        self.pump(engine, &mut st);
-        let inode = st.conns.get(&id).and_then(|s| s.inode);
-        inode.is_some_and(|k| st.files.get(&k).copied() == Some(1))
+        let drops = {
+            let mut st = self.lock();
+            st.pf.handle_sample(self.now(), id, s);
+            self.pump(engine, &mut st);
+            self.due_drops(&mut st, Some(id))
+        };
+        drop_pages(drops);
+    }
+
+    /// Acknowledged pages to drop now (`DropBehind`, at most once per
+    /// `DROP_EVERY` per feed) of `only` or of every feed, each alone on
+    /// its file (pages another feed reads stay). What is acknowledged comes
+    /// from the planner's socket estimate: the last sample drained at the
+    /// connection's rate (`plan/planner/drain.rs`), so pages go in time
+    /// without the sender waking to sample its socket. Done after the lock
+    /// is released ([`drop_pages`]).
+    fn due_drops(&self, st: &mut State, only: Option<ConnId>) -> Vec<(Arc<File>, u64, u64)> {
+        let now = self.now();
+        let State {
+            pf, conns, files, ..
+        } = st;
+        let mut out = Vec::new();
+        let mut one = |id: ConnId, slot: &mut Slot| {
+            let alone = slot
+                .inode
+                .is_some_and(|k| files.get(&k).copied() == Some(1));
+            let Some(b) = slot.behind.as_mut().filter(|_| alone) else {
+                return;
+            };
+            let Some(in_socket) = pf.planner().socket_estimate(id, now) else {
+                return;
+            };
+            if let Some((off, len)) = b.next(now, slot.pos, in_socket) {
+                out.push((Arc::clone(&slot.file), off, len));
+            }
+        };
+        match only {
+            Some(id) => {
+                if let Some(slot) = conns.get_mut(&id) {
+                    one(id, slot);
+                }
+            }
+            None => {
+                for (&id, slot) in conns.iter_mut() {
+                    one(id, slot);
+                }
+            }
+        }
+        out
     }
 
     /// A chunk of `id` was found partly evicted when it was taken.
@@ -549,6 +616,15 @@ fn same_error(e: &EngineError) -> EngineError {
         EngineError::DiskJobPanicked => EngineError::DiskJobPanicked,
         EngineError::Cancelled => EngineError::Cancelled,
         _ => EngineError::PoolClosed,
+    }
+}
+
+/// Asks the kernel to drop acknowledged pages (`Hub::due_drops`). Pages a
+/// socket still pins (an estimate ahead of the real acknowledgements) are
+/// kept by the kernel.
+fn drop_pages(drops: Vec<(Arc<File>, u64, u64)>) {
+    for (file, off, len) in drops {
+        let _ = fadvise::fadvise(file.as_fd(), off, len, fadvise::Advice::DontNeed);
     }
 }
 

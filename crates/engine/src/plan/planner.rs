@@ -92,6 +92,12 @@ pub struct PlanConfig {
     /// unacknowledged, from its last sample) against the budget: with
     /// `sendfile` they are page-cache pages pinned by the socket.
     pub count_socket: bool,
+    /// Between samples, take each socket to drain at the connection's
+    /// smoothed rate (`drain.rs`): its time to starvation and the pages it
+    /// pins fall with the clock, so a sender need not wake to sample its
+    /// socket for the planner to see it empty, and [`Planner::next_due`]
+    /// says when the next read falls due. Off: they change only at samples.
+    pub drain_at_rate: bool,
 }
 
 impl Default for PlanConfig {
@@ -111,6 +117,7 @@ impl Default for PlanConfig {
             trigger: 0.5,
             device_read: 0,
             count_socket: false,
+            drain_at_rate: true,
         }
     }
 }
@@ -135,6 +142,8 @@ struct Conn {
     sent_since_sample: u64,
     sampler: Sampler,
     sampled: bool,
+    /// When the last sample came (the drain estimate starts there).
+    sampled_at: Duration,
     epoch: u64,
     counters: TpfCounters,
 }
@@ -160,6 +169,10 @@ pub struct Planner {
     epochs: u64,
     /// Sum of every open connection's `socket` bytes.
     socket_held: u64,
+    /// What the sockets drained since their samples at their rates, as of
+    /// the last `poll_read` (`drain.rs`): `socket_held` less this is what
+    /// they are taken to pin.
+    socket_drained: u64,
     /// Fraction of `cfg.budget` in use (cut by evictions, grows back).
     budget_scale: f64,
     /// Last eviction report and last recovery step.
@@ -179,6 +192,7 @@ impl Planner {
             totals: TpfCounters::default(),
             epochs: 0,
             socket_held: 0,
+            socket_drained: 0,
             budget_scale: 1.0,
             last_pressure: None,
             last_recover: Duration::ZERO,
@@ -256,6 +270,7 @@ impl Planner {
                 sent_since_sample: 0,
                 sampler: Sampler::new(),
                 sampled: false,
+                sampled_at: _now,
                 epoch: self.epochs,
                 counters: TpfCounters::default(),
             },
@@ -272,6 +287,7 @@ impl Planner {
         };
         let st = c.sampler.update(now, s);
         c.sampled = true;
+        c.sampled_at = now;
         let socket = st.pending + st.unacked;
         self.socket_held = self.socket_held - c.socket + socket;
         c.socket = socket;
@@ -366,6 +382,7 @@ impl Planner {
             return None;
         }
         self.recover(now);
+        self.drain_to(now);
         let target = self.target();
         let net = self.net_rate();
         // Most urgent first; O(connections) per read, fine for thousands.
@@ -374,7 +391,7 @@ impl Planner {
             if !c.has_work() {
                 continue;
             }
-            let tn = self.starvation_secs(c);
+            let tn = self.starvation_secs_at(c, now);
             let len = self.size_for(c, tn, target, net);
             if len > 0 && best.is_none_or(|(_, b, _)| tn < b) {
                 best = Some((id, tn, len));
@@ -453,8 +470,7 @@ impl Planner {
                 let budget = self.budget();
                 // The window a connection keeps buffered: `T` at its rate,
                 // but at least one device-friendly read.
-                let window = ((t * rate) as u64).max(cfg.device_read);
-                let tw = window as f64 / rate;
+                let (window, tw) = self.window_of(c, t);
                 if tn > tw * cfg.trigger {
                     return 0;
                 }
@@ -490,7 +506,7 @@ impl Planner {
     /// Socket bytes counted against the budget (0 unless `count_socket`).
     fn socket_bytes(&self) -> u64 {
         if self.cfg.count_socket {
-            self.socket_held
+            self.socket_held.saturating_sub(self.socket_drained)
         } else {
             0
         }
@@ -605,6 +621,8 @@ fn ewma(slot: &mut Option<f64>, x: f64) {
         Some(old) => old + (x - old) * EWMA_WEIGHT,
     });
 }
+
+mod drain;
 
 #[cfg(test)]
 mod tests;

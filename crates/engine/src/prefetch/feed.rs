@@ -4,17 +4,15 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_platform::{fadvise, tcp};
+use sluice_platform::tcp;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-use super::pagecache::{missing_bytes, DropBehind};
+use super::pagecache::missing_bytes;
 use super::{Chunk, Hub, Take, STARVING_SAMPLE_DIV, TCP_STATE_CLOSE};
 use crate::counters::{Counters, Tally};
 use crate::flow::{Carry, Flow};
@@ -56,11 +54,6 @@ pub(crate) struct Feed<'a> {
     starved: bool,
     /// The last rate measured, carried to the next feed on this connection.
     last_rate: Option<u64>,
-    /// The sender's offset (start + bytes reported sent); atomic only so
-    /// `sent` can keep taking `&self`.
-    pos: AtomicU64,
-    /// Acknowledged pages dropped so far (sendfile path, `drop_sent`).
-    behind: Option<DropBehind>,
     file: Arc<File>,
 }
 
@@ -90,9 +83,6 @@ impl Engine {
             rated: last_rate.is_some(),
             starved: false,
             last_rate,
-            pos: AtomicU64::new(start),
-            behind: (!copy && hub.drop_sent)
-                .then(|| DropBehind::new(start, fadvise::page_size() as u64)),
             file: Arc::clone(file),
         })
     }
@@ -134,26 +124,29 @@ impl Feed<'_> {
             let before = self.last_sample;
             self.sample(conn, true)?;
             let told = self.last_sample != before;
-            // The disk job's completion wakes us (`notify`). While the
-            // socket still holds unsent data a nap looks again before it
-            // runs dry, so the planner sees that. Once it is dry the first
-            // look has told the planner, and a read queued behind a slow
-            // disk does not come sooner for more looks: the sender sleeps
-            // until its data comes, with no timer of its own (the hub's one
-            // tick, `TICK`, does what a look did for the planner's
-            // time-driven parts), and a reset wakes it through the socket's
-            // error readiness (EPOLLERR). Napping at
+            // The disk job's completion wakes us (`notify`). Once the
+            // planner has a rate it needs no more looks: it takes the
+            // socket to drain at that rate from this sample
+            // (`PlanConfig::drain_at_rate`), plans the next read when that
+            // falls due (the hub's one timer, `Planner::next_due`) and drops
+            // acknowledged pages from the same estimate (`Hub::due_drops`).
+            // So the sender sleeps until its data comes, with no timer of
+            // its own, whether or not its socket still holds data, and a
+            // reset wakes it through the socket's error readiness
+            // (EPOLLERR). Naps of up to 1 s while the socket held data, so
+            // the planner saw it drain, were most of the loop's switches in
+            // lab tpf-mixed-rates (480 slow readers; session 14). Napping at
             // the starving sample rate woke 300 disk-bound senders ~20 000
             // times a second (lab tpf-abort: 500k wake-ups per GiB); naps
             // doubling to MAX_NAP still woke them ~4 times per read (15k
             // wake-ups per GiB for ~4k reads); a 2 s nap once dry, about
             // once per read (each waited ~3 s for its next read).
             let (nap, dry) = self.nap(conn);
-            // Only once the planner has a rate and has seen the socket dry:
-            // it plans this connection's next read from that sample (a
-            // sample showing the socket full, skipped or not yet passed on,
-            // would leave it waiting for one).
-            let long = dry && watch_reset && self.rated;
+            // Only once the planner has a rate and a sample from this
+            // wait: it plans this connection's next read from that sample
+            // (one skipped or not yet passed on would leave it waiting).
+            // Without the drain estimate only a dry socket says that.
+            let long = (dry || self.hub.drains) && watch_reset && self.rated;
             if long && !told {
                 self.last_sample = None;
                 self.sample(conn, true)?;
@@ -210,7 +203,6 @@ impl Feed<'_> {
 
     /// `n` bytes of the range went into the socket.
     pub(crate) fn sent(&self, n: u64) {
-        self.pos.fetch_add(n, Ordering::Relaxed);
         self.hub.sent(self.engine, self.id, n);
     }
 
@@ -276,15 +268,7 @@ impl Feed<'_> {
             local: self.local,
         };
         t.flow_samples(1);
-        let alone = self.hub.sample(self.engine, self.id, &sample);
-        if let (true, Some(b)) = (alone, self.behind.as_mut()) {
-            let in_socket = sample.notsent_bytes + sample.unacked_bytes;
-            if let Some((off, len)) =
-                b.next(self.hub.now(), self.pos.load(Ordering::Relaxed), in_socket)
-            {
-                let _ = fadvise::fadvise(self.file.as_fd(), off, len, fadvise::Advice::DontNeed);
-            }
-        }
+        self.hub.sample(self.engine, self.id, &sample);
         Ok(())
     }
 }

@@ -132,6 +132,17 @@ impl Prefetcher {
         self.sched.poll_timeout()
     }
 
+    /// When to call `poll_submit` again with no other input: a delayed read
+    /// becomes due, or a connection's next read falls due as its socket
+    /// drains (`Planner::next_due`), whichever comes first.
+    pub fn poll_wake(&self, now: Duration) -> Option<Duration> {
+        let due = self.planner.next_due(now);
+        match (self.sched.poll_timeout(), due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Planner and scheduler totals together.
     pub fn counters(&self) -> TpfCounters {
         let mut c = self.planner.counters();

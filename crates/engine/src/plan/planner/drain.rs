@@ -1,0 +1,183 @@
+//! Sockets draining between samples (`PlanConfig::drain_at_rate`).
+//!
+//! A sample says how many bytes a connection's socket holds; until the next
+//! one the planner takes them to leave at the connection's smoothed rate.
+//! Before, a socket's bytes stayed "buffered" until a sample showed them
+//! gone, so every sender waiting for its next read while its socket still
+//! held data napped and woke (up to once a second) only to sample: in lab
+//! tpf-mixed-rates the 480 slow readers' naps were most of the loop's
+//! ~11k switches per GiB (crates/engine/README.md, session 14). With the
+//! drain taken at the rate, the time to starvation falls with the clock,
+//! [`Planner::next_due`] tells the caller when the next read falls due
+//! (one timer for all connections), and the caller can drop a socket's
+//! acknowledged pages from [`Planner::socket_estimate`] without a sample.
+//! A rate too high only makes a read come early (memory the budget still
+//! bounds) and asks to drop pages the socket still pins (the kernel keeps
+//! those); the next sample corrects both.
+
+use std::time::Duration;
+
+use super::{Conn, ConnId, Planner, PrefetchMode};
+
+/// The earliest a due read wakes the caller after now: with hundreds of
+/// connections due at scattered times, one wake-up plans all reads due in
+/// this span (each comes at most this late against `T_n`'s trigger, a
+/// fraction of a target of seconds).
+pub(crate) const DUE_STEP: Duration = Duration::from_millis(250);
+
+impl Planner {
+    /// Bytes `c`'s socket has sent since its last sample at its rate.
+    fn drained(&self, c: &Conn, now: Duration) -> u64 {
+        if !self.cfg.drain_at_rate || !c.sampled {
+            return 0;
+        }
+        let dt = now.saturating_sub(c.sampled_at).as_secs_f64();
+        (self.rate_of(c) as f64 * dt) as u64
+    }
+
+    /// Unsent bytes in `c`'s socket at `now` as the planner estimates them.
+    fn pending_at(&self, c: &Conn, now: Duration) -> u64 {
+        (c.sampler.state().pending + c.sent_since_sample).saturating_sub(self.drained(c, now))
+    }
+
+    /// `T_n` at `now`: buffered bytes (socket's estimate, cached, in
+    /// flight) over the rate.
+    pub(super) fn starvation_secs_at(&self, c: &Conn, now: Duration) -> f64 {
+        (self.pending_at(c, now) + c.holding()) as f64 / self.rate_of(c) as f64
+    }
+
+    /// The window `c` keeps buffered at target `t` seconds, bytes and
+    /// seconds: `T` at its rate, but at least one device-friendly read.
+    pub(super) fn window_of(&self, c: &Conn, t: f64) -> (u64, f64) {
+        let rate = self.rate_of(c) as f64;
+        let window = ((t * rate) as u64).max(self.cfg.device_read);
+        (window, window as f64 / rate)
+    }
+
+    /// Takes the sockets' drain to `now` into the memory they pin.
+    pub(super) fn drain_to(&mut self, now: Duration) {
+        self.socket_drained = self
+            .conns
+            .values()
+            .map(|c| c.socket.min(self.drained(c, now)))
+            .sum();
+    }
+
+    /// Bytes in `conn`'s socket (unsent and unacknowledged) at `now` as
+    /// estimated from its last sample and rate; `None` if it is not open.
+    pub fn socket_estimate(&self, conn: ConnId, now: Duration) -> Option<u64> {
+        let c = self.conns.get(&conn)?;
+        Some(c.socket.saturating_sub(self.drained(c, now)))
+    }
+
+    /// When a connection's next read falls due by its socket's drain alone,
+    /// at least [`DUE_STEP`] after `now`: the caller polls again then.
+    /// Connections already due (waiting for budget) or whose time to
+    /// starvation waits on their sender (bytes read, not yet sent) are not
+    /// counted: a completion, a send or a sample pumps for them.
+    pub fn next_due(&self, now: Duration) -> Option<Duration> {
+        if !self.cfg.drain_at_rate
+            || !matches!(self.cfg.mode, PrefetchMode::Tcp | PrefetchMode::Auto)
+        {
+            return None;
+        }
+        let t = self.target().as_secs_f64();
+        self.conns
+            .values()
+            .filter(|c| c.has_work() && c.holes.is_empty())
+            .filter_map(|c| {
+                let rate = self.rate_of(c) as f64;
+                let (_, tw) = self.window_of(c, t);
+                let ahead = self.starvation_secs_at(c, now) - tw * self.cfg.trigger;
+                let pending = self.pending_at(c, now) as f64;
+                (ahead > 0.0 && pending >= ahead * rate)
+                    .then(|| now + Duration::from_secs_f64(ahead.min(1e6)))
+            })
+            .min()
+            .map(|due| due.max(now + DUE_STEP))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{PlanConfig, Planner};
+    use super::*;
+    use crate::plan::FlowSample;
+
+    const RATE: u64 = 125_000; // 1 Mbit/s
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// One connection, rated, whose socket holds `notsent` unsent bytes at
+    /// t = 0, on a planner with a fixed 4 s target.
+    fn one(drain_at_rate: bool, notsent: u64) -> Planner {
+        let mut p = Planner::new(PlanConfig {
+            budget: 64 << 20,
+            min_target: secs(4.0),
+            initial_target: secs(4.0),
+            drain_at_rate,
+            ..PlanConfig::default()
+        });
+        p.handle_open(Duration::ZERO, ConnId(1), 0, 1 << 30);
+        let s = FlowSample {
+            delivery_rate: RATE,
+            notsent_bytes: notsent,
+            ..FlowSample::default()
+        };
+        p.handle_sample(Duration::ZERO, ConnId(1), &s);
+        p
+    }
+
+    #[test]
+    fn a_socket_drained_at_its_rate_brings_the_next_read_due_without_a_sample() {
+        // 4 s of data in the socket: the trigger (half the 4 s window) is
+        // 2 s away at the measured rate.
+        let mut p = one(true, 4 * RATE);
+        assert_eq!(p.poll_read(Duration::ZERO), None, "4 s buffered");
+        let due = p.next_due(Duration::ZERO).expect("a due time");
+        assert!((due.as_secs_f64() - 2.0).abs() < 0.01, "due at {due:?}");
+        assert_eq!(p.poll_read(secs(1.9)), None, "not yet");
+        let r = p.poll_read(due + secs(0.001)).expect("due by the drain alone");
+        assert_eq!(r.offset, 0);
+        // The read tops the window up to 4 s again; the next falls due
+        // once the socket's 2 s left have drained, and the in-flight read
+        // (2 s) counts as buffered.
+        let next = p.next_due(due).expect("a next due time");
+        assert!((next.as_secs_f64() - 4.0).abs() < 0.01, "next due at {next:?}");
+    }
+
+    #[test]
+    fn without_the_drain_the_socket_counts_as_full_until_a_sample() {
+        let mut p = one(false, 4 * RATE);
+        assert_eq!(p.next_due(Duration::ZERO), None);
+        assert_eq!(p.poll_read(secs(10.0)), None, "no sample, no read");
+        let s = FlowSample {
+            delivery_rate: RATE,
+            ..FlowSample::default()
+        };
+        p.handle_sample(secs(10.0), ConnId(1), &s);
+        assert!(p.poll_read(secs(10.0)).is_some(), "the sample shows it dry");
+    }
+
+    #[test]
+    fn a_due_time_is_never_sooner_than_one_step_away() {
+        // 2.1 s buffered: due 0.1 s from now, woken at DUE_STEP.
+        let p = one(true, 2 * RATE + RATE / 10);
+        assert_eq!(p.next_due(Duration::ZERO), Some(DUE_STEP));
+    }
+
+    #[test]
+    fn the_socket_estimate_falls_at_the_rate_and_stops_at_empty() {
+        let mut p = one(true, RATE);
+        assert_eq!(p.socket_estimate(ConnId(1), Duration::ZERO), Some(RATE));
+        assert_eq!(p.socket_estimate(ConnId(1), secs(0.5)), Some(RATE / 2));
+        assert_eq!(p.socket_estimate(ConnId(1), secs(3.0)), Some(0));
+        // Bytes handed to the socket after the sample count in full until
+        // the clock drains them too.
+        p.handle_sent(ConnId(1), 1000);
+        assert_eq!(p.socket_estimate(ConnId(1), Duration::ZERO), Some(RATE + 1000));
+        assert_eq!(p.socket_estimate(ConnId(2), Duration::ZERO), None);
+    }
+}
