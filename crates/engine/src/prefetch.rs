@@ -265,8 +265,18 @@ impl Hub {
         self.lock().pf.counters()
     }
 
-    /// Hands out new reads and cancellations, and arms the delay timer.
+    /// Hands out new reads and cancellations, and arms the timer for the
+    /// next delayed or due read.
     fn pump(&self, engine: &Engine, st: &mut State) {
+        self.pump_and(engine, st, true);
+    }
+
+    /// [`Hub::pump`]; `due`: also look for the next read the sockets' drain
+    /// brings due (`Planner::next_due`, one pass over every connection).
+    /// A send skips that look: it moves bytes from read-ahead to the
+    /// socket, which changes no time to starvation, and the sender's sample
+    /// after its burst looks.
+    fn pump_and(&self, engine: &Engine, st: &mut State, due: bool) {
         let now = self.now();
         while let Some(id) = st.pf.poll_cancel() {
             if self.eager_cancel {
@@ -299,7 +309,12 @@ impl Hub {
         if let (Some(rt), false) = (&rt, batch.is_empty()) {
             rt.spawn(run_reads(engine.clone(), batch));
         }
-        if let (Some(rt), Some(at)) = (&rt, st.pf.poll_wake(now)) {
+        let wake = if due {
+            st.pf.poll_wake(now)
+        } else {
+            st.pf.poll_timeout()
+        };
+        if let (Some(rt), Some(at)) = (&rt, wake) {
             if st.timer_at.is_none_or(|armed| at < armed) {
                 st.timer_at = Some(at);
                 let e = engine.clone();
@@ -429,7 +444,7 @@ impl Hub {
             slot.pos += n;
         }
         st.pf.handle_sent(id, n);
-        self.pump(engine, &mut st);
+        self.pump_and(engine, &mut st, false);
     }
 
     /// A sample for `id`; its acknowledged pages are dropped if due.
