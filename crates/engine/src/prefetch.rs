@@ -53,7 +53,7 @@ use tokio::sync::Notify;
 use crate::buffers::PoolBuf;
 use crate::disk::IoClass;
 use crate::flow::Carry;
-use crate::plan::{ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters};
+use crate::plan::{ConnId, FlowSample, PlanConfig, PrefetchMode, TpfCounters, DUE_STEP};
 use crate::sched::{Prefetcher, ReqId, SchedConfig, Submission};
 use crate::{Cancel, Engine, EngineConfig, EngineError};
 
@@ -272,12 +272,12 @@ impl Hub {
     }
 
     /// [`Hub::pump`]; `due`: also look for the next read the sockets' drain
-    /// brings due (`Planner::next_due`, one pass over every connection).
-    /// A send skips that look: it moves bytes from read-ahead to the
-    /// socket, which changes no time to starvation, and the sender's sample
-    /// after its burst looks.
+    /// brings due (`Planner::next_due`, one pass over every connection),
+    /// unless the timer is armed within `DUE_STEP` already (no due time
+    /// can be sooner).
     fn pump_and(&self, engine: &Engine, st: &mut State, due: bool) {
         let now = self.now();
+        let due = due && st.timer_at.is_none_or(|armed| armed > now + DUE_STEP);
         while let Some(id) = st.pf.poll_cancel() {
             if self.eager_cancel {
                 if let Some(token) = st.reqs.get(&id) {
@@ -443,8 +443,12 @@ impl Hub {
         if let Some(slot) = st.conns.get_mut(&id) {
             slot.pos += n;
         }
-        st.pf.handle_sent(id, n);
-        self.pump_and(engine, &mut st, false);
+        // A pump per `sendfile` call was a pass over every connection
+        // (or several) each time; a send changes only the sender's own
+        // share, so only when that brings it a read.
+        if st.pf.handle_sent(self.now(), id, n) {
+            self.pump(engine, &mut st);
+        }
     }
 
     /// A sample for `id`; its acknowledged pages are dropped if due.

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 pub use counters::TpfCounters;
 pub use miss::{read_cost_is_disk, FileJudge, MissVerdict};
-pub use planner::{PlanConfig, Planner};
+pub use planner::{PlanConfig, Planner, DUE_STEP};
 pub use sampler::{CaState, FlowEvents, FlowSample, FlowState, Sampler};
 
 /// One data connection (one TCP stream of one transfer). Ids are never

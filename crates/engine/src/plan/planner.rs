@@ -142,8 +142,11 @@ struct Conn {
     sent_since_sample: u64,
     sampler: Sampler,
     sampled: bool,
-    /// When the last sample came (the drain estimate starts there).
-    sampled_at: Duration,
+    /// The drain estimate (`drain.rs`): unsent and all socket bytes as of
+    /// `est_at` (the last sample or send), draining at the rate since.
+    est_pending: u64,
+    est_socket: u64,
+    est_at: Duration,
     epoch: u64,
     counters: TpfCounters,
 }
@@ -178,6 +181,11 @@ pub struct Planner {
     /// Last eviction report and last recovery step.
     last_pressure: Option<Duration>,
     last_recover: Duration,
+    /// `T` and `B_net` as the last `poll_read` found them (`drain.rs`'s
+    /// one-connection look after a send).
+    last_view: (Duration, f64),
+    /// The latest time any input carried.
+    clock: Duration,
 }
 
 impl Planner {
@@ -196,6 +204,8 @@ impl Planner {
             budget_scale: 1.0,
             last_pressure: None,
             last_recover: Duration::ZERO,
+            last_view: (Duration::ZERO, 0.0),
+            clock: Duration::ZERO,
         }
     }
 
@@ -270,7 +280,9 @@ impl Planner {
                 sent_since_sample: 0,
                 sampler: Sampler::new(),
                 sampled: false,
-                sampled_at: _now,
+                est_pending: 0,
+                est_socket: 0,
+                est_at: _now,
                 epoch: self.epochs,
                 counters: TpfCounters::default(),
             },
@@ -285,9 +297,12 @@ impl Planner {
         let Some(c) = self.conns.get_mut(&conn) else {
             return FlowState::default();
         };
+        self.clock = self.clock.max(now);
         let st = c.sampler.update(now, s);
         c.sampled = true;
-        c.sampled_at = now;
+        c.est_at = now;
+        c.est_pending = st.pending;
+        c.est_socket = st.pending + st.unacked;
         let socket = st.pending + st.unacked;
         self.socket_held = self.socket_held - c.socket + socket;
         c.socket = socket;
@@ -335,8 +350,16 @@ impl Planner {
         }
     }
 
-    /// `bytes` of `conn`'s cached read-ahead went into the socket.
+    /// `bytes` of `conn`'s cached read-ahead went into the socket (at the
+    /// latest time the planner was given).
     pub fn handle_sent(&mut self, conn: ConnId, bytes: u64) {
+        self.handle_sent_at(self.clock, conn, bytes);
+    }
+
+    /// `bytes` of `conn`'s cached read-ahead went into the socket at `now`.
+    pub fn handle_sent_at(&mut self, now: Duration, conn: ConnId, bytes: u64) {
+        self.clock = self.clock.max(now);
+        self.add_to_estimate(now, conn, bytes);
         if let Some(c) = self.conns.get_mut(&conn) {
             let n = bytes.min(c.cached);
             c.cached -= n;
@@ -381,10 +404,12 @@ impl Planner {
         if self.cfg.mode == PrefetchMode::Kernel {
             return None;
         }
+        self.clock = self.clock.max(now);
         self.recover(now);
         self.drain_to(now);
         let target = self.target();
         let net = self.net_rate();
+        self.last_view = (target, net);
         // Most urgent first; O(connections) per read, fine for thousands.
         let mut best: Option<(ConnId, f64, u64)> = None;
         for (&id, c) in &self.conns {
@@ -623,6 +648,7 @@ fn ewma(slot: &mut Option<f64>, x: f64) {
 }
 
 mod drain;
+pub use drain::DUE_STEP;
 
 #[cfg(test)]
 mod tests;

@@ -57,9 +57,12 @@ impl Prefetcher {
         st
     }
 
-    /// `bytes` of `conn`'s read-ahead went into its socket.
-    pub fn handle_sent(&mut self, conn: ConnId, bytes: u64) {
-        self.planner.handle_sent(conn, bytes);
+    /// `bytes` of `conn`'s read-ahead went into its socket. Returns whether
+    /// `poll_submit` may now find a read for it (`Planner::wants_read`):
+    /// nothing else a send changes makes a read due.
+    pub fn handle_sent(&mut self, now: Duration, conn: ConnId, bytes: u64) -> bool {
+        self.planner.handle_sent_at(now, conn, bytes);
+        self.planner.wants_read(conn, now)
     }
 
     /// The cache dropped unsent read-ahead of `conn`.

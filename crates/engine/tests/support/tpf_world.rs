@@ -460,7 +460,7 @@ impl World {
             let got = self.cache.consume(ConnId(i as u64), l.send_pos, space);
             l.notsent += got;
             l.send_pos += got;
-            self.pf.handle_sent(ConnId(i as u64), got);
+            let _ = self.pf.handle_sent(now, ConnId(i as u64), got);
         }
     }
 

@@ -23,21 +23,36 @@ use super::{Conn, ConnId, Planner, PrefetchMode};
 /// connections due at scattered times, one wake-up plans all reads due in
 /// this span (each comes at most this late against `T_n`'s trigger, a
 /// fraction of a target of seconds).
-pub(crate) const DUE_STEP: Duration = Duration::from_millis(250);
+pub const DUE_STEP: Duration = Duration::from_millis(250);
 
 impl Planner {
-    /// Bytes `c`'s socket has sent since its last sample at its rate.
+    /// Bytes `c`'s socket has sent at its rate since its estimate was last
+    /// set (a sample or a send).
     fn drained(&self, c: &Conn, now: Duration) -> u64 {
         if !self.cfg.drain_at_rate || !c.sampled {
             return 0;
         }
-        let dt = now.saturating_sub(c.sampled_at).as_secs_f64();
+        let dt = now.saturating_sub(c.est_at).as_secs_f64();
         (self.rate_of(c) as f64 * dt) as u64
     }
 
     /// Unsent bytes in `c`'s socket at `now` as the planner estimates them.
     fn pending_at(&self, c: &Conn, now: Duration) -> u64 {
-        (c.sampler.state().pending + c.sent_since_sample).saturating_sub(self.drained(c, now))
+        c.est_pending.saturating_sub(self.drained(c, now))
+    }
+
+    /// Bytes handed to `conn`'s socket at `now`: the estimate drained so
+    /// far is fixed, then grows by them (bytes sent after a sample drain
+    /// from when they were sent, not from the sample).
+    pub(super) fn add_to_estimate(&mut self, now: Duration, conn: ConnId, bytes: u64) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let gone = self.drained(c, now);
+        let c = self.conns.get_mut(&conn).expect("looked up above");
+        c.est_pending = c.est_pending.saturating_sub(gone) + bytes;
+        c.est_socket = c.est_socket.saturating_sub(gone) + bytes;
+        c.est_at = c.est_at.max(now);
     }
 
     /// `T_n` at `now`: buffered bytes (socket's estimate, cached, in
@@ -59,7 +74,7 @@ impl Planner {
         self.socket_drained = self
             .conns
             .values()
-            .map(|c| c.socket.min(self.drained(c, now)))
+            .map(|c| c.socket.saturating_sub(c.est_socket.saturating_sub(self.drained(c, now))))
             .sum();
     }
 
@@ -67,7 +82,22 @@ impl Planner {
     /// estimated from its last sample and rate; `None` if it is not open.
     pub fn socket_estimate(&self, conn: ConnId, now: Duration) -> Option<u64> {
         let c = self.conns.get(&conn)?;
-        Some(c.socket.saturating_sub(self.drained(c, now)))
+        Some(c.est_socket.saturating_sub(self.drained(c, now)))
+    }
+
+    /// Whether `conn` alone would get a read at `now`, judged with the
+    /// target and aggregate rate of the last `poll_read` (one connection's
+    /// look, not a pass over all). A send moves bytes from read-ahead to
+    /// the socket: no time to starvation changes and no memory frees, but
+    /// the sender's own share does (or, in `fixed` mode, its window); the
+    /// caller pumps after a send only if this says so.
+    pub fn wants_read(&self, conn: ConnId, now: Duration) -> bool {
+        let Some(c) = self.conns.get(&conn).filter(|c| c.has_work()) else {
+            return false;
+        };
+        let (target, net) = self.last_view;
+        let tn = self.starvation_secs_at(c, now);
+        self.size_for(c, tn, target, net) > 0
     }
 
     /// When a connection's next read falls due by its socket's drain alone,
@@ -174,10 +204,40 @@ mod tests {
         assert_eq!(p.socket_estimate(ConnId(1), Duration::ZERO), Some(RATE));
         assert_eq!(p.socket_estimate(ConnId(1), secs(0.5)), Some(RATE / 2));
         assert_eq!(p.socket_estimate(ConnId(1), secs(3.0)), Some(0));
-        // Bytes handed to the socket after the sample count in full until
-        // the clock drains them too.
-        p.handle_sent(ConnId(1), 1000);
-        assert_eq!(p.socket_estimate(ConnId(1), Duration::ZERO), Some(RATE + 1000));
+        // Bytes handed to the socket after the sample drain from when they
+        // were sent.
+        p.handle_sent_at(secs(3.0), ConnId(1), 1000);
+        assert_eq!(p.socket_estimate(ConnId(1), secs(3.0)), Some(1000));
+        assert_eq!(p.socket_estimate(ConnId(1), secs(3.004)), Some(500));
         assert_eq!(p.socket_estimate(ConnId(2), Duration::ZERO), None);
+    }
+
+    #[test]
+    fn a_send_asks_for_a_pump_only_when_it_frees_the_senders_own_share() {
+        // A 1 MiB budget, one connection: its first read takes its share.
+        let mut p = Planner::new(PlanConfig {
+            budget: 1 << 20,
+            min_target: secs(20.0),
+            initial_target: secs(20.0),
+            ..PlanConfig::default()
+        });
+        let t = Duration::ZERO;
+        p.handle_open(t, ConnId(1), 0, 1 << 30);
+        let r = p.poll_read(t).expect("a first read");
+        assert_eq!(p.poll_read(t), None);
+        p.handle_read_done(t, &r, r.len, secs(0.01));
+        assert!(!p.wants_read(ConnId(1), t), "its share is held");
+        // Sent: the memory is in the socket now (counted against the
+        // budget only with `count_socket`, off here) and the share is
+        // free, but the socket holds the bytes: not due yet.
+        p.handle_sent_at(t, ConnId(1), r.len);
+        assert!(!p.wants_read(ConnId(1), t));
+        assert_eq!(p.poll_read(t), None, "and the pump finds the same");
+        // Once the socket has drained (the initial rate) it is.
+        let later = secs(r.len as f64 / PlanConfig::default().initial_rate as f64);
+        p.handle_sample(later, ConnId(1), &FlowSample::default());
+        assert!(p.wants_read(ConnId(1), later));
+        assert!(p.poll_read(later).is_some(), "and the pump finds the same");
+        assert!(!p.wants_read(ConnId(9), t), "unknown");
     }
 }
