@@ -42,7 +42,7 @@ use pagecache::{read_batch, DropBehind, PlannedRead, ReadOutcome};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -66,7 +66,9 @@ const STARVING_SAMPLE_DIV: u32 = 8;
 /// after memory pressure) when no connection's event does it. It replaces a
 /// nap per waiting sender (lab tpf-abort: 300 senders each waiting ~3 s
 /// for its next read woke ~100 times a second on their own timers).
-const TICK: Duration = Duration::from_secs(2);
+/// It also samples every feed's socket (`Hub::sample_all`), which a waiting
+/// sender's nap used to do: once a second, as those naps did at most.
+const TICK: Duration = Duration::from_secs(1);
 /// How often the room is measured again: cache pinned by receivers grows
 /// by up to the send rate between two measurements (see `memory.rs`).
 const BUDGET_EVERY: Duration = Duration::from_millis(250);
@@ -130,6 +132,10 @@ struct Slot {
     behind: Option<DropBehind>,
     /// The sender's offset: the range's start plus bytes reported sent.
     pos: u64,
+    /// A duplicate of the connection's socket, for the tick's `TCP_INFO`
+    /// look (`Hub::sample_all`); closed with the slot, which goes when the
+    /// feed does.
+    sock: Option<OwnedFd>,
 }
 
 /// Bytes read for a feed: `len` bytes from the offset it was asked for, in
@@ -374,6 +380,7 @@ impl Hub {
                 behind: (!copy && self.drop_sent)
                     .then(|| DropBehind::new(start, fadvise::page_size() as u64)),
                 pos: start,
+                sock: None,
             },
         );
         st.pf.handle_open(self.now(), id, start, end);
@@ -413,6 +420,7 @@ impl Hub {
                         hub.ticking.store(false, Ordering::Release);
                         return;
                     }
+                    hub.sample_all(&mut st);
                     hub.pump(&e, &mut st);
                     hub.due_drops(&mut st, None)
                 };
@@ -503,6 +511,44 @@ impl Hub {
             }
         }
         out
+    }
+
+    /// The sender of `id` hands over a duplicate of its socket for the
+    /// tick's looks (once, at its first wait).
+    fn attach(&self, id: ConnId, sock: OwnedFd) {
+        if let Some(slot) = self.lock().conns.get_mut(&id) {
+            slot.sock = Some(sock);
+        }
+    }
+
+    /// The tick's look at every attached socket that the planner has a
+    /// rate for: its `TCP_INFO` goes to the planner as an app-limited sample
+    /// (queue lengths only; the rate stays the sender's to measure), so the
+    /// planner's drain estimate restarts from what is really there and
+    /// acknowledged pages are dropped from the real count (`due_drops`).
+    /// Before, each waiting sender napped (at most 1 s) to take this look
+    /// itself: a loop wake-up per sender per second (lab tpf-mixed-rates:
+    /// 480 senders, most of the loop's switches). Without these looks, with
+    /// only the rate's estimate, sent pages were dropped late: the 256 MiB
+    /// cgroup filled, 44 MB of read-ahead was evicted unsent and the
+    /// 1 Mbit/s class fell to 59 % (s15-naps-1). A reset seen here is left
+    /// to the sender (its error readiness wakes it).
+    fn sample_all(&self, st: &mut State) {
+        let now = self.now();
+        let State { pf, conns, .. } = st;
+        for (&id, slot) in conns.iter() {
+            let Some(sock) = &slot.sock else { continue };
+            if !pf.planner().is_sampled(id) {
+                continue;
+            }
+            let Ok(info) = sluice_platform::tcp::tcp_info(sock.as_fd()) else {
+                continue;
+            };
+            if info.state == TCP_STATE_CLOSE {
+                continue;
+            }
+            pf.handle_sample(now, id, &feed::flow_sample(&info, 0, true));
+        }
     }
 
     /// A chunk of `id` was found partly evicted when it was taken.

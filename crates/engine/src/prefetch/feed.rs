@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,8 @@ pub(crate) struct Feed<'a> {
     starved: bool,
     /// The last rate measured, carried to the next feed on this connection.
     last_rate: Option<u64>,
+    /// The hub has a duplicate of the socket for its tick's looks.
+    attached: bool,
     file: Arc<File>,
 }
 
@@ -83,6 +86,7 @@ impl Engine {
             rated: last_rate.is_some(),
             starved: false,
             last_rate,
+            attached: false,
             file: Arc::clone(file),
         })
     }
@@ -103,6 +107,12 @@ impl Feed<'_> {
         let mut naps = 0u32;
         // Whether the socket's error readiness still tells a reset (see below).
         let mut watch_reset = true;
+        if !self.attached {
+            self.attached = true;
+            if let Ok(sock) = conn.as_fd().try_clone_to_owned() {
+                self.hub.attach(self.id, sock);
+            }
+        }
         loop {
             match self.hub.take(self.id, pos) {
                 Take::Ready(mut c) => {
@@ -287,7 +297,7 @@ impl Drop for Feed<'_> {
 
 /// What the planner needs from `TCP_INFO`. Close and reset are not set
 /// here: the sender sees them as errors and drops its feed.
-fn flow_sample(i: &tcp::TcpInfo, rate: u64, app_limited: bool) -> FlowSample {
+pub(super) fn flow_sample(i: &tcp::TcpInfo, rate: u64, app_limited: bool) -> FlowSample {
     FlowSample {
         delivery_rate: rate,
         app_limited,

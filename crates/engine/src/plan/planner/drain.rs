@@ -85,6 +85,11 @@ impl Planner {
         Some(c.est_socket.saturating_sub(self.drained(c, now)))
     }
 
+    /// Whether `conn` is open and has had a sample (a rate of its own).
+    pub fn is_sampled(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| c.sampled)
+    }
+
     /// Whether `conn` alone would get a read at `now`, judged with the
     /// target and aggregate rate of the last `poll_read` (one connection's
     /// look, not a pass over all). A send moves bytes from read-ahead to
