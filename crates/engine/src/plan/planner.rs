@@ -172,10 +172,6 @@ pub struct Planner {
     epochs: u64,
     /// Sum of every open connection's `socket` bytes.
     socket_held: u64,
-    /// What the sockets drained since their samples at their rates, as of
-    /// the last `poll_read` (`drain.rs`): `socket_held` less this is what
-    /// they are taken to pin.
-    socket_drained: u64,
     /// Fraction of `cfg.budget` in use (cut by evictions, grows back).
     budget_scale: f64,
     /// Last eviction report and last recovery step.
@@ -200,7 +196,6 @@ impl Planner {
             totals: TpfCounters::default(),
             epochs: 0,
             socket_held: 0,
-            socket_drained: 0,
             budget_scale: 1.0,
             last_pressure: None,
             last_recover: Duration::ZERO,
@@ -406,7 +401,6 @@ impl Planner {
         }
         self.clock = self.clock.max(now);
         self.recover(now);
-        self.drain_to(now);
         let target = self.target();
         let net = self.net_rate();
         self.last_view = (target, net);
@@ -531,7 +525,10 @@ impl Planner {
     /// Socket bytes counted against the budget (0 unless `count_socket`).
     fn socket_bytes(&self) -> u64 {
         if self.cfg.count_socket {
-            self.socket_held.saturating_sub(self.socket_drained)
+            // The sampled count, not the drain estimate: pages acknowledged
+            // since the sample stay in the page cache until dropped
+            // (`drain.rs`, module docs).
+            self.socket_held
         } else {
             0
         }

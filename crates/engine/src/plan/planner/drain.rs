@@ -14,6 +14,14 @@
 //! A rate too high only makes a read come early (memory the budget still
 //! bounds) and asks to drop pages the socket still pins (the kernel keeps
 //! those); the next sample corrects both.
+//!
+//! The memory counted against the budget stays the sampled count (sent
+//! bytes added at once, drained only by a sample): a page the socket let go
+//! stays in the page cache until it is dropped, so memory does not fall
+//! with the drain. Taking the drain off the budget too (s15-naps-1) went
+//! with a full 256 MiB cgroup, 44 MB of read-ahead evicted unsent and the
+//! 1 Mbit/s class at 59 % in lab tpf-mixed-rates
+//! (lab/results/tpf-mixed-rates/README.md, session 15).
 
 use std::time::Duration;
 
@@ -67,15 +75,6 @@ impl Planner {
         let rate = self.rate_of(c) as f64;
         let window = ((t * rate) as u64).max(self.cfg.device_read);
         (window, window as f64 / rate)
-    }
-
-    /// Takes the sockets' drain to `now` into the memory they pin.
-    pub(super) fn drain_to(&mut self, now: Duration) {
-        self.socket_drained = self
-            .conns
-            .values()
-            .map(|c| c.socket.saturating_sub(c.est_socket.saturating_sub(self.drained(c, now))))
-            .sum();
     }
 
     /// Bytes in `conn`'s socket (unsent and unacknowledged) at `now` as
