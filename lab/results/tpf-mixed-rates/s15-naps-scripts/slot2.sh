@@ -5,6 +5,8 @@
 #         no naps while the socket holds data, the hub's 1 s tick samples every socket and
 #         drops acknowledged pages; the budget counts the sampled socket bytes);
 # bin-B = the same with PlanConfig::drain_at_rate false (naps of up to 1 s back, no due timer);
+# bin-D = bin-A with drain_at_rate false but senders still without naps (the planner sees the
+#         sockets only at samples: the senders' own and the hub's 1 s tick);
 # bin-c1m = 83ddc5a0 (drain estimate in the budget too) with drs::CONN_SEND_MEM 1 MiB.
 # From the scratch root of slot.sh (sluice-b6q12 = default + --prefetch-batch 6 --prefetch-queue-depth 12).
 cd /work/wt-scratch/naps/root
@@ -27,6 +29,8 @@ run() { # bindir exp servers out [extra]
 }
 [ "$(left)" -gt 180 ] && run $S/bin-A tpf-mixed-rates sluice-default,nginx s15-naps-A --step 2
 [ "$(left)" -gt 100 ] && run $S/bin-A tpf-abort sluice-default,nginx s15-naps-A
+[ "$(left)" -gt 95 ] && run $S/bin-D tpf-mixed-rates sluice-default s15-naps-D --step 2
+[ "$(left)" -gt 55 ] && run $S/bin-D tpf-abort sluice-default s15-naps-D
 [ "$(left)" -gt 95 ] && run $S/bin-B tpf-mixed-rates sluice-default s15-naps-B --step 2
 [ "$(left)" -gt 55 ] && run $S/bin-B tpf-abort sluice-default s15-naps-B
 [ "$(left)" -gt 55 ] && run $S/bin-A tpf-abort sluice-b6q12 s15-naps-A-b6q12
