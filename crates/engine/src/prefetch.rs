@@ -90,10 +90,6 @@ pub(crate) struct Hub {
     /// Milliseconds since `start` of the next budget measurement.
     budget_next_ms: AtomicU64,
     drop_sent: bool,
-    /// The planner takes sockets to drain at their rates between samples
-    /// (`PlanConfig::drain_at_rate`): a waiting sender need not nap to
-    /// sample its socket.
-    drains: bool,
     /// The hub's tick task is running ([`TICK`]).
     ticking: AtomicBool,
 }
@@ -191,7 +187,6 @@ impl Hub {
         // `fixed` stays the conventional baseline: no dropping behind it.
         let drop_sent =
             cfg.prefetch.planner_policy() == PrefetchMode::Tcp && cfg.prefetch_drop_sent;
-        let drains = plan.drain_at_rate;
         Some(Hub {
             state: Mutex::new(State {
                 pf: Prefetcher::new(plan, sched),
@@ -210,7 +205,6 @@ impl Hub {
                 .filter(|v| (0.0..=1.0).contains(v)),
             budget_next_ms: AtomicU64::new(BUDGET_EVERY.as_millis() as u64),
             drop_sent,
-            drains,
             ticking: AtomicBool::new(false),
         })
     }

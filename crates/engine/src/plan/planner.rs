@@ -93,10 +93,13 @@ pub struct PlanConfig {
     /// `sendfile` they are page-cache pages pinned by the socket.
     pub count_socket: bool,
     /// Between samples, take each socket to drain at the connection's
-    /// smoothed rate (`drain.rs`): its time to starvation and the pages it
-    /// pins fall with the clock, so a sender need not wake to sample its
-    /// socket for the planner to see it empty, and [`Planner::next_due`]
-    /// says when the next read falls due. Off: they change only at samples.
+    /// smoothed rate (`drain.rs`): its time to starvation falls with the
+    /// clock and [`Planner::next_due`] says when the next read falls due.
+    /// Off (the default): the socket's bytes change only at samples. Off
+    /// by measurement: on, reads came earlier than the samples would have
+    /// brought them and the memory cgroup filled (lab tpf-mixed-rates
+    /// s15-naps-A: 48 MB of read-ahead evicted unsent, the 1 Mbit/s class
+    /// at 79 %; off, s15-naps-D: none, 100 %).
     pub drain_at_rate: bool,
 }
 
@@ -117,7 +120,7 @@ impl Default for PlanConfig {
             trigger: 0.5,
             device_read: 0,
             count_socket: false,
-            drain_at_rate: true,
+            drain_at_rate: false,
         }
     }
 }

@@ -20,8 +20,8 @@ use crate::flow::{Carry, Flow};
 use crate::plan::{CaState, ConnId, FlowSample};
 use crate::{Cancel, Engine, EngineError};
 
-/// Longest nap of a sender waiting for disk data: a reset connection is
-/// still seen (and its reads cancelled) within this.
+/// Longest nap of a sender waiting for disk data before its connection's
+/// first rate (after it, no naps: the hub's tick looks at its socket).
 ///
 /// Tried in session 14 and taken back: up to 4 s where the socket's error
 /// readiness tells a reset (half of what a slow reader's socket holds lasts
@@ -135,28 +135,27 @@ impl Feed<'_> {
             self.sample(conn, true)?;
             let told = self.last_sample != before;
             // The disk job's completion wakes us (`notify`). Once the
-            // planner has a rate it needs no more looks: it takes the
-            // socket to drain at that rate from this sample
-            // (`PlanConfig::drain_at_rate`), plans the next read when that
-            // falls due (the hub's one timer, `Planner::next_due`) and drops
-            // acknowledged pages from the same estimate (`Hub::due_drops`).
-            // So the sender sleeps until its data comes, with no timer of
-            // its own, whether or not its socket still holds data, and a
-            // reset wakes it through the socket's error readiness
-            // (EPOLLERR). Naps of up to 1 s while the socket held data, so
-            // the planner saw it drain, were most of the loop's switches in
-            // lab tpf-mixed-rates (480 slow readers; session 14). Napping at
+            // planner has a rate the sender needs no more looks of its
+            // own: the hub's tick looks at every socket once a second
+            // (`Hub::sample_all`, through the duplicate handed over above),
+            // which shows the planner the socket draining and drops the
+            // acknowledged pages. So the sender sleeps until its data
+            // comes, with no timer of its own, whether or not its socket
+            // still holds data, and a reset wakes it through the socket's
+            // error readiness (EPOLLERR). Its own naps of up to 1 s while
+            // the socket held data were most of the loop's switches in lab
+            // tpf-mixed-rates (480 slow readers; session 14: 15.2-17.8k
+            // per GiB; one tick for all, s15-naps-D: 3.1k). Napping at
             // the starving sample rate woke 300 disk-bound senders ~20 000
             // times a second (lab tpf-abort: 500k wake-ups per GiB); naps
             // doubling to MAX_NAP still woke them ~4 times per read (15k
             // wake-ups per GiB for ~4k reads); a 2 s nap once dry, about
             // once per read (each waited ~3 s for its next read).
-            let (nap, dry) = self.nap(conn);
+            let nap = self.nap(conn);
             // Only once the planner has a rate and a sample from this
             // wait: it plans this connection's next read from that sample
             // (one skipped or not yet passed on would leave it waiting).
-            // Without the drain estimate only a dry socket says that.
-            let long = (dry || self.hub.drains) && watch_reset && self.rated;
+            let long = watch_reset && self.rated;
             if long && !told {
                 self.last_sample = None;
                 self.sample(conn, true)?;
@@ -193,22 +192,19 @@ impl Feed<'_> {
     /// fixed `sample_every` nap, 480 rate-limited readers of a throttled
     /// disk woke ~4,800 times a second (lab tpf-mixed-rates: 114k wake-ups
     /// per GiB against nginx's 6.9k context switches).
-    ///
-    /// Also says whether the socket has run dry (nothing unsent): then
-    /// there is nothing left for a look to see before the data comes.
-    fn nap(&self, conn: &TcpStream) -> (Duration, bool) {
+    /// Only before the connection's first rate (then the hub's tick looks).
+    fn nap(&self, conn: &TcpStream) -> Duration {
         let every = self.hub.sample_every;
         let Some((_, info)) = self.flow.info(conn) else {
-            return (every, false);
+            return every;
         };
-        let dry = info.notsent_bytes == 0;
         let Some(rate) = self.last_rate.filter(|&r| r > 0) else {
-            return (every, dry);
+            return every;
         };
         let queued = Duration::from_secs_f64(f64::from(info.notsent_bytes) / rate as f64);
         // Wake while half of it is still queued: the planner then sees the
         // socket before it runs dry.
-        ((queued / 2).clamp(every, MAX_NAP), dry)
+        (queued / 2).clamp(every, MAX_NAP)
     }
 
     /// `n` bytes of the range went into the socket.

@@ -1,27 +1,25 @@
-//! Sockets draining between samples (`PlanConfig::drain_at_rate`).
+//! Sockets draining between samples (`PlanConfig::drain_at_rate`, off by
+//! default), and a send's one-connection look ([`Planner::wants_read`]).
 //!
-//! A sample says how many bytes a connection's socket holds; until the next
-//! one the planner takes them to leave at the connection's smoothed rate.
-//! Before, a socket's bytes stayed "buffered" until a sample showed them
-//! gone, so every sender waiting for its next read while its socket still
-//! held data napped and woke (up to once a second) only to sample: in lab
-//! tpf-mixed-rates the 480 slow readers' naps were most of the loop's
-//! ~11k switches per GiB (crates/engine/README.md, session 14). With the
-//! drain taken at the rate, the time to starvation falls with the clock,
-//! [`Planner::next_due`] tells the caller when the next read falls due
-//! (one timer for all connections), and the caller can drop a socket's
-//! acknowledged pages from [`Planner::socket_estimate`] without a sample.
-//! A rate too high only makes a read come early (memory the budget still
-//! bounds) and asks to drop pages the socket still pins (the kernel keeps
-//! those); the next sample corrects both.
+//! With the drain on, a sample says how many bytes a connection's socket
+//! holds and until the next one the planner takes them to leave at the
+//! connection's smoothed rate: the time to starvation falls with the clock
+//! and [`Planner::next_due`] tells the caller when the next read falls due
+//! (one timer for all connections), so no sender has to wake to sample.
+//! Measured in lab tpf-mixed-rates (session 15, README there): the sender
+//! wake-ups fell 25k -> 5k per GiB, but reads came earlier than samples
+//! would have brought them, their pages waited in the page cache while the
+//! sockets were still full, and the 256 MiB memory cgroup filled (48 MB of
+//! read-ahead evicted unsent, the 1 Mbit/s class at 79 %; with the drain
+//! also taken off the memory counted against the budget, 56-59 %). What is
+//! kept instead: the hub's tick samples every socket once a second
+//! (`prefetch.rs`, `Hub::sample_all`), the information a sender's nap
+//! used to bring, for one wake-up of the loop rather than one per sender
+//! (s15-naps-D: 3.1k switches per GiB, both classes at 100 %).
 //!
-//! The memory counted against the budget stays the sampled count (sent
+//! The memory counted against the budget is always the sampled count (sent
 //! bytes added at once, drained only by a sample): a page the socket let go
-//! stays in the page cache until it is dropped, so memory does not fall
-//! with the drain. Taking the drain off the budget too (s15-naps-1) went
-//! with a full 256 MiB cgroup, 44 MB of read-ahead evicted unsent and the
-//! 1 Mbit/s class at 59 % in lab tpf-mixed-rates
-//! (lab/results/tpf-mixed-rates/README.md, session 15).
+//! stays in the page cache until it is dropped.
 
 use std::time::Duration;
 
