@@ -171,13 +171,18 @@ mod tests {
         let due = p.next_due(Duration::ZERO).expect("a due time");
         assert!((due.as_secs_f64() - 2.0).abs() < 0.01, "due at {due:?}");
         assert_eq!(p.poll_read(secs(1.9)), None, "not yet");
-        let r = p.poll_read(due + secs(0.001)).expect("due by the drain alone");
+        let r = p
+            .poll_read(due + secs(0.001))
+            .expect("due by the drain alone");
         assert_eq!(r.offset, 0);
         // The read tops the window up to 4 s again; the next falls due
         // once the socket's 2 s left have drained, and the in-flight read
         // (2 s) counts as buffered.
         let next = p.next_due(due).expect("a next due time");
-        assert!((next.as_secs_f64() - 4.0).abs() < 0.01, "next due at {next:?}");
+        assert!(
+            (next.as_secs_f64() - 4.0).abs() < 0.01,
+            "next due at {next:?}"
+        );
     }
 
     #[test]
