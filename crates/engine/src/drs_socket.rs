@@ -17,7 +17,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sluice_platform::sockbuf::{self, BufferLimits, Dir};
-use sluice_platform::tcp;
+use sluice_platform::tcp::{self, TcpInfo};
+
+use crate::flow::MARK_UNKNOWN;
 
 pub use crate::drs::notsent_mark;
 #[cfg(test)]
@@ -100,6 +102,14 @@ pub struct DrsSocket {
     /// Sender only: where the not-sent mark's ceiling is published for
     /// the connection's refill (`refill.rs`); 0 until a BDP is known.
     mark_cap: Option<Arc<AtomicU64>>,
+    /// Sender only: the mark the engine last set on the socket
+    /// (`Flow::mark_now`; `flow::MARK_UNKNOWN`: read it from the socket).
+    mark_now: Option<Arc<AtomicU64>>,
+    /// Sender only: the send buffer DRS set last. The kernel locks a
+    /// buffer set by hand (`SOCK_SNDBUF_LOCK`: neither autotuning nor
+    /// memory pressure changes it), so after a set it is known without a
+    /// `getsockopt` per sample.
+    buffer_set: Option<u64>,
     /// Receiver only: the window clamp set last (0: none), and the largest.
     window: u64,
     peak_window: u64,
@@ -131,6 +141,8 @@ impl DrsSocket {
             floor: 0,
             short_floor: 0,
             mark_cap: None,
+            mark_now: None,
+            buffer_set: None,
             window: 0,
             peak_window: 0,
         })
@@ -211,7 +223,13 @@ impl DrsSocket {
 
     /// Reads the socket and resizes its buffer if the estimator says so.
     pub fn sample(&mut self, fd: BorrowedFd<'_>, now: Instant) {
-        let Ok(info) = tcp::tcp_info(fd) else {
+        self.sample_with(fd, now, tcp::tcp_info(fd).ok());
+    }
+
+    /// [`DrsSocket::sample`] with a `TCP_INFO` reading already taken at
+    /// this wake-up (the connection's `Flow`; `None`: the read failed).
+    pub(crate) fn sample_with(&mut self, fd: BorrowedFd<'_>, now: Instant, info: Option<TcpInfo>) {
+        let Some(info) = info else {
             self.next = now + Duration::from_secs(1);
             return;
         };
@@ -219,7 +237,10 @@ impl DrsSocket {
         let t = now.saturating_duration_since(self.born);
         let dec = match self.dir {
             Dir::Send => {
-                let buffer = tcp::send_buffer(fd).unwrap_or(0) as u64;
+                let buffer = match self.buffer_set {
+                    Some(b) => b,
+                    None => tcp::send_buffer(fd).unwrap_or(0) as u64,
+                };
                 let s = SendSample {
                     delivery_rate: info.delivery_rate,
                     app_limited: info.delivery_rate_app_limited,
@@ -279,18 +300,51 @@ impl DrsSocket {
         }
         let cap = notsent_mark(bdp, in_flight, rate);
         cell.store(cap, Relaxed);
-        if let Ok(cur) = tcp::notsent_lowat(fd) {
-            // 0 is the kernel's "no mark": unlimited.
-            if cur == 0 || u64::from(cur) > cap {
-                let _ = tcp::set_notsent_lowat(fd, cap.min(u64::from(u32::MAX)) as u32);
+        let known = self
+            .mark_now
+            .as_ref()
+            .map(|m| m.load(Relaxed))
+            .filter(|&m| m != MARK_UNKNOWN);
+        let cur = match known {
+            Some(m) => m,
+            None => match tcp::notsent_lowat(fd) {
+                Ok(m) => u64::from(m),
+                Err(_) => return,
+            },
+        };
+        // 0 is the kernel's "no mark": unlimited.
+        if cur == 0 || cur > cap {
+            let m = cap.min(u64::from(u32::MAX)) as u32;
+            let ok = tcp::set_notsent_lowat(fd, m).is_ok();
+            if let Some(cell) = &self.mark_now {
+                cell.store(if ok { u64::from(m) } else { MARK_UNKNOWN }, Relaxed);
             }
         }
+    }
+
+    /// The send buffer as the engine set it before DRS started (the
+    /// kernel keeps a buffer set by hand as it is).
+    pub(crate) fn with_buffer_known(mut self, bytes: u64) -> DrsSocket {
+        if self.dir == Dir::Send {
+            self.buffer_set = Some(bytes);
+        }
+        self
+    }
+
+    /// Where the engine keeps the mark it last set on the socket
+    /// (`Flow::mark_now`), so the ceiling check need not read it back.
+    pub(crate) fn with_mark_now(mut self, cell: Arc<AtomicU64>) -> DrsSocket {
+        self.mark_now = Some(cell);
+        self
     }
 
     fn apply(&mut self, fd: BorrowedFd<'_>, want: u64) {
         match sockbuf::set_buffer(fd, self.dir, want, &self.limits) {
             Ok(a) => {
                 self.changes += 1;
+                if self.dir == Dir::Send {
+                    self.buffer_set = Some(a.effective);
+                }
                 self.peak = self.peak.max(a.effective);
                 if a.limited {
                     self.short = Some((want, a.effective));

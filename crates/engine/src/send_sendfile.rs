@@ -217,10 +217,38 @@ impl Engine {
                 continue;
             }
             let mut off = pos;
-            match conn.try_io(Interest::WRITABLE, || match pump.as_mut() {
+            // Bytes a short `sendfile` moved (see `full_after`).
+            let mut short = 0;
+            let r = conn.try_io(Interest::WRITABLE, || match pump.as_mut() {
                 Some(p) => p.send(conn.as_fd(), file.as_fd(), &mut off, want),
-                None => sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want),
-            }) {
+                None => {
+                    let r = sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want);
+                    match r {
+                        // The file's length is asked only after a short
+                        // call (once a wake-up), never before every call.
+                        Ok(n) if n > 0 && n < want && full_after(n, want, off, file_len(file)) => {
+                            short = n;
+                            Err(io::ErrorKind::WouldBlock.into())
+                        }
+                        r => r,
+                    }
+                }
+            });
+            if short > 0 {
+                // The socket is full: count the bytes, then wait below as
+                // after `EAGAIN` (readiness was cleared by `try_io`).
+                t.sent(short as u64);
+                t.send_calls(1);
+                pos += short as u64;
+                if let Some(r) = refill.as_mut() {
+                    r.wrote(conn, short as u64, false);
+                }
+                if let Some(f) = &feed {
+                    f.sent(short as u64);
+                }
+                turn.pushed(short as u64, t).await;
+            }
+            match r {
                 Ok(0) => return Err(EngineError::ShortFile { at: pos }),
                 Ok(n) => {
                     t.sent(n as u64);
@@ -236,10 +264,14 @@ impl Engine {
                     turn.pushed(n as u64, t).await;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if empty_wakes > 0 {
+                    if short > 0 {
+                        empty_wakes = 0;
+                    } else if empty_wakes > 0 {
                         pressure_pause(empty_wakes, cancel).await?;
                     }
-                    empty_wakes += 1;
+                    if short == 0 {
+                        empty_wakes += 1;
+                    }
                     wait_writable(conn, t, cancel, idle).await?;
                     turn.waited();
                     if let Some(r) = refill.as_mut() {
@@ -337,6 +369,28 @@ impl Engine {
     }
 }
 
+/// Whether a `sendfile` that moved `n` of the `want` bytes asked, ending
+/// at file offset `off` of a file `len` bytes long (`None`: unknown), left
+/// the socket full. A non-blocking socket takes less than asked only when
+/// its send buffer or `TCP_NOTSENT_LOWAT` mark stops it (the kernel then
+/// sets `SOCK_NOSPACE`, so the ACKs that make room wake the sender), or
+/// the file ended: short of the file's end the next call would only return
+/// `EAGAIN`. nginx stops at a short `sendfile` the same way
+/// (`ngx_linux_sendfile_chain`). The call saved is not free: `sendfile`
+/// reads up to a pipe's worth of pages (16) from the page cache before the
+/// socket refuses them; the `fstat` that tells the file's end is a lookup.
+/// At the file's end (a file cut short under the sender) the next call
+/// returns 0 at once (`ShortFile`); waiting there would wait for a
+/// wake-up that never comes.
+pub(crate) fn full_after(n: usize, want: usize, off: u64, len: Option<u64>) -> bool {
+    n > 0 && n < want && len.is_some_and(|l| off < l)
+}
+
+/// The file's length now (`None` when `fstat` fails).
+fn file_len(file: &File) -> Option<u64> {
+    file.metadata().ok().map(|m| m.len())
+}
+
 /// After a wake-up that found no room: under TCP memory pressure
 /// (`tcp_mem`) a socket reports writable on every ACK while refusing data.
 /// A blocking sender sleeps a random 2 jiffies to HZ/5 there
@@ -376,6 +430,21 @@ mod tests {
             got
         });
         (tx, reader)
+    }
+
+    #[test]
+    fn a_short_sendfile_is_a_full_socket_only_short_of_the_files_end() {
+        // 400 kB of 4 MiB taken, 1 MiB into a 64 MiB file: the mark stopped it.
+        assert!(full_after(400_000, 4 << 20, 1 << 20, Some(64 << 20)));
+        // All taken: try again (the socket may have room left).
+        assert!(!full_after(4 << 20, 4 << 20, 5 << 20, Some(64 << 20)));
+        // Nothing taken is not a short call (0 is the file's end).
+        assert!(!full_after(0, 4 << 20, 1 << 20, Some(64 << 20)));
+        // Short at the file's end (cut under the sender): not full; the
+        // next call says so at once.
+        assert!(!full_after(500, 1000, 1000, Some(1000)));
+        // The length unknown: do not guess.
+        assert!(!full_after(400_000, 4 << 20, 1 << 20, None));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
