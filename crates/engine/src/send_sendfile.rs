@@ -23,7 +23,7 @@ use sluice_platform::{sendfile, tcp};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::auto_prefetch::Ahead;
+use crate::auto_prefetch::{Ahead, UP_FRONT_MAX};
 use crate::counters::Counters;
 use crate::flow::Flow;
 use crate::plan::MissVerdict;
@@ -83,11 +83,29 @@ impl Engine {
         // `cachestat` nothing tells: the planner from the start).
         let auto = cfg.prefetch == PrefetchMode::Auto;
         let can_tell = self.features().cachestat.is_supported();
-        let mut feed = if auto
-            && can_tell
-            && self.auto_verdict(file, offset, end, Ahead::Rest) == MissVerdict::Kernel
-        {
-            None
+        // What `cachestat` last found resident (resident.rs): asked once
+        // per span, not before every chunk.
+        let mut resident = ResidentSpan::default();
+        let started = Instant::now();
+        let mut feed = if auto && can_tell {
+            // `auto`'s question up front (`Engine::auto_verdict`) and the
+            // first chunks' residency check in one `cachestat`: a range
+            // found all resident is not asked about again chunk by chunk.
+            // A send of one shared piece or MODE E block asked twice.
+            let len = (end - offset).min(UP_FRONT_MAX);
+            match missing_data_bytes(file, offset, len) {
+                Some(m) => {
+                    if m == 0 {
+                        resident.found(offset, len, started.elapsed());
+                    }
+                    match self.verdict_for(file, m, len, Ahead::Rest) {
+                        MissVerdict::Kernel => None,
+                        _ => self.feed(flow, file, offset, end, false, counters),
+                    }
+                }
+                // `cachestat` could not tell: the kernel keeps it.
+                None => None,
+            }
         } else {
             self.feed(flow, file, offset, end, false, counters)
         };
@@ -95,10 +113,6 @@ impl Engine {
         // Without a feed (`kernel` mode) sendfile takes pages as they come
         // and the kernel's read-ahead brings them in.
         let mut ready_until = if feed.is_some() { offset } else { end };
-        // What `cachestat` last found resident (resident.rs): asked once
-        // per span, not before every chunk.
-        let mut resident = ResidentSpan::default();
-        let started = Instant::now();
         while pos < end {
             check(cancel)?;
             if pos >= ready_until {
