@@ -33,7 +33,9 @@ use crate::splice_pump::SplicePump;
 use crate::{Cancel, Engine, EngineError};
 use crate::{DataPath, PrefetchMode};
 
+mod cork;
 mod resident;
+use cork::Cork;
 use resident::ResidentSpan;
 
 impl Engine {
@@ -75,6 +77,9 @@ impl Engine {
                 Err(e) => return Err(EngineError::Connection(e)),
             }
         }
+        // Full segments only while a long send runs (cork.rs); the tail
+        // goes when `_cork` is dropped at the send's end.
+        let _cork = Cork::new(conn, len);
         let mut pump = self.splice_pump();
         // `auto`: a send whose range is mostly not in memory is planned
         // from its start; otherwise sendfile over the kernel's read-ahead
