@@ -17,7 +17,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sluice_platform::{sendfile, tcp};
 use tokio::io::Interest;
@@ -36,7 +36,7 @@ use crate::{DataPath, PrefetchMode};
 mod cork;
 mod resident;
 use cork::Cork;
-use resident::ResidentSpan;
+use resident::{ask_len, FileKey, ResidentMap, ResidentSpan};
 
 impl Engine {
     #[allow(clippy::too_many_arguments)]
@@ -91,6 +91,8 @@ impl Engine {
         // What `cachestat` last found resident (resident.rs): asked once
         // per span, not before every chunk.
         let mut resident = ResidentSpan::default();
+        // The file's device and inode, asked once per send when needed.
+        let mut file_key: Option<Option<FileKey>> = None;
         let started = Instant::now();
         let mut feed = if auto && can_tell {
             // `auto`'s question up front (`Engine::auto_verdict`) and the
@@ -143,11 +145,30 @@ impl Engine {
                 let now = started.elapsed();
                 match resident.ahead(pos, now) {
                     0 => {
-                        let m = missing_data_bytes(file, pos, want as u64);
-                        if m == Some(0) {
-                            resident.found(pos, want as u64, now);
+                        // What another sender of the file found lately
+                        // (resident.rs, `ResidentMap`), else ask about the
+                        // rest of this unit and tell the others.
+                        let key = *file_key.get_or_insert_with(|| file_key_of(file));
+                        let (map, map_now) = resident::shared();
+                        let (known, age) = match key {
+                            Some(k) => lock(map).known(k, pos, map_now),
+                            None => (0, Duration::ZERO),
+                        };
+                        if known > 0 {
+                            resident.found(pos, known, now.saturating_sub(age));
+                            want = (want as u64).min(known) as usize;
+                            Some(0)
+                        } else {
+                            want = ask_len(pos, want as u64) as usize;
+                            let m = missing_data_bytes(file, pos, want as u64);
+                            if m == Some(0) {
+                                resident.found(pos, want as u64, now);
+                                if let Some(k) = key {
+                                    lock(map).found(k, pos, want as u64, map_now);
+                                }
+                            }
+                            m
                         }
-                        m
                     }
                     known => {
                         want = (want as u64).min(known) as usize;
@@ -403,6 +424,16 @@ impl Engine {
 /// wake-up that never comes.
 pub(crate) fn full_after(n: usize, want: usize, off: u64, len: Option<u64>) -> bool {
     n > 0 && n < want && len.is_some_and(|l| off < l)
+}
+
+/// The file's device and inode (`None` when `fstat` fails).
+fn file_key_of(file: &File) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+fn lock(map: &std::sync::Mutex<ResidentMap>) -> std::sync::MutexGuard<'_, ResidentMap> {
+    map.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The file's length now (`None` when `fstat` fails).
