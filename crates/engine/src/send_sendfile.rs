@@ -34,8 +34,10 @@ use crate::{Cancel, Engine, EngineError};
 use crate::{DataPath, PrefetchMode};
 
 mod cork;
+mod idle;
 mod resident;
 use cork::Cork;
+use idle::{Fired, IdleClock};
 use resident::{ask_len, FileKey, ResidentMap, ResidentSpan};
 
 impl Engine {
@@ -91,6 +93,8 @@ impl Engine {
         // What `cachestat` last found resident (resident.rs): asked once
         // per span, not before every chunk.
         let mut resident = ResidentSpan::default();
+        // The idle bound of the waits below: one timer per send (idle.rs).
+        let mut clock = IdleClock::new(idle, tokio::time::Instant::now());
         // The file's device and inode, asked once per send when needed.
         let mut file_key: Option<Option<FileKey>> = None;
         let started = Instant::now();
@@ -280,6 +284,7 @@ impl Engine {
                 t.sent(short as u64);
                 t.send_calls(1);
                 pos += short as u64;
+                clock.moved(tokio::time::Instant::now());
                 if let Some(r) = refill.as_mut() {
                     r.wrote(conn, short as u64, false);
                 }
@@ -295,6 +300,7 @@ impl Engine {
                     t.send_calls(1);
                     pos += n as u64;
                     empty_wakes = 0;
+                    clock.moved(tokio::time::Instant::now());
                     if let Some(r) = refill.as_mut() {
                         r.wrote(conn, n as u64, false);
                     }
@@ -312,7 +318,7 @@ impl Engine {
                     if short == 0 {
                         empty_wakes += 1;
                     }
-                    wait_writable(conn, t, cancel, idle).await?;
+                    wait_room(conn, t, cancel, &mut clock).await?;
                     turn.waited();
                     if let Some(r) = refill.as_mut() {
                         r.woke(conn);
@@ -424,6 +430,29 @@ impl Engine {
 /// wake-up that never comes.
 pub(crate) fn full_after(n: usize, want: usize, off: u64, len: Option<u64>) -> bool {
     n > 0 && n < want && len.is_some_and(|l| off < l)
+}
+
+/// Waits until the socket is writable, the send is cancelled, or it has
+/// moved nothing for the idle timeout (`send::wait_writable`'s bound,
+/// with one timer per send: idle.rs).
+async fn wait_room(
+    conn: &TcpStream,
+    t: crate::counters::Tally<'_>,
+    cancel: &Cancel,
+    clock: &mut IdleClock,
+) -> Result<(), EngineError> {
+    // The wake-up itself is counted by `wake::counted` around the send.
+    t.eagains(1);
+    loop {
+        tokio::select! {
+            r = conn.writable() => return r.map_err(EngineError::Connection),
+            _ = clock.timer() => match clock.fired(tokio::time::Instant::now()) {
+                Fired::Idle => return Err(EngineError::Idle),
+                Fired::Rearm(at) => clock.timer().reset(at),
+            },
+            _ = cancel.cancelled() => return Err(EngineError::Cancelled),
+        }
+    }
 }
 
 /// The file's device and inode (`None` when `fstat` fails).
