@@ -103,7 +103,11 @@ impl Flow {
     pub(crate) fn set_mark(&self, conn: &TcpStream, mark: u32) -> std::io::Result<()> {
         let r = tcp::set_notsent_lowat(conn.as_fd(), mark);
         self.mark_now.store(
-            if r.is_ok() { u64::from(mark) } else { MARK_UNKNOWN },
+            if r.is_ok() {
+                u64::from(mark)
+            } else {
+                MARK_UNKNOWN
+            },
             Relaxed,
         );
         r
