@@ -19,7 +19,7 @@ type Key = (u64, u64);
 /// `cachestat` walk per send and, in a finely fragmented sparse file, more
 /// extents than `missing_data_bytes` walks (past its 8th the rest counts
 /// as data, i.e. as missing). Later misses are the judge's.
-const UP_FRONT_MAX: u64 = 64 << 20;
+pub(crate) const UP_FRONT_MAX: u64 = 64 << 20;
 
 /// What reads of each file cost, for every reader of it (one per engine).
 #[derive(Debug)]

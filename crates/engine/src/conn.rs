@@ -50,7 +50,7 @@ use crate::flow::Flow;
 use crate::sched::cue::CueSpec;
 use crate::send::{peer_is_local, Turn};
 use crate::send_blocking::SenderThread;
-use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError};
+use crate::{Cancel, Counters, DataPath, DrsSocket, Engine, EngineError, SocketSettings};
 
 /// One data connection (an FTP data socket or an HTTP connection) and the
 /// sending state that lives as long as it. Made by [`Engine::data_conn`].
@@ -75,8 +75,9 @@ pub(crate) struct Link {
     pub(crate) local: bool,
     /// The fairness quantum so far.
     pub(crate) turn: Turn,
-    /// The one `TCP_INFO` reader of this connection.
-    pub(crate) flow: Flow,
+    /// The one `TCP_INFO` reader of this connection (shared with the
+    /// DRS sampler, `drs_during`, while a send borrows the link).
+    pub(crate) flow: Arc<Flow>,
     /// The `blocking` baseline's thread, once it has sent.
     pub(crate) thread: Option<SenderThread>,
 }
@@ -87,7 +88,7 @@ impl Link {
         Link {
             local: engine.config().data_path == DataPath::Auto && peer_is_local(stream),
             turn: Turn::with_cue(engine.config().send_quantum, engine.cue_join(stream, spec)),
-            flow: Flow::new(),
+            flow: Arc::new(Flow::new()),
             thread: None,
         }
     }
@@ -111,11 +112,15 @@ impl Engine {
         asked: Option<usize>,
         spec: Option<CueSpec>,
     ) -> DataConn {
-        self.prepare_socket_sized(&stream, asked);
+        let set = self.prepare_socket_sized(&stream, asked);
         let link = Link::new(self, &stream, spec);
-        let drs = self
-            .drs_for(&stream, asked.is_some())
-            .map(|d| d.with_mark_cap(link.flow.mark_cap.clone()));
+        if let Some(m) = set.notsent_lowat {
+            link.flow.mark_was_set(m);
+        }
+        let drs = self.drs_for(&set, asked.is_some()).map(|d| {
+            d.with_mark_cap(link.flow.mark_cap.clone())
+                .with_mark_now(link.flow.mark_now.clone())
+        });
         DataConn {
             engine: self.clone(),
             link,
@@ -131,12 +136,15 @@ impl Engine {
     /// per GiB on fast local paths, and DRS is there for the paths that
     /// need more (or less: `drs::FIXED_FLOOR_BDPS`). `--send-buffer auto`
     /// leaves it autotuning's floor alone.
-    fn drs_for(&self, stream: &TcpStream, asked: bool) -> Option<DrsSocket> {
+    /// `set`: what `prepare_socket` left on the socket (its buffer was
+    /// read back there; a buffer the engine set stays as set, so DRS need
+    /// not read it again before it sets one itself).
+    fn drs_for(&self, set: &SocketSettings, asked: bool) -> Option<DrsSocket> {
         let cfg = self.config();
         if !cfg.drs {
             return None;
         }
-        let now = || sluice_platform::tcp::send_buffer(stream.as_fd()).unwrap_or(0) as u64;
+        let now = || set.send_buffer as u64;
         // Asked for (SBUF, `--send-buffer N`): a floor everywhere;
         // `send_buffer_max`'s: while the path is short.
         let (floor, short) = if asked || cfg.send_buffer.is_some() {
@@ -146,7 +154,14 @@ impl Engine {
         } else {
             (0, 0)
         };
-        DrsSocket::new(Dir::Send).map(|d| d.with_floor(floor).with_short_path_floor(short))
+        DrsSocket::new(Dir::Send).map(|d| {
+            let d = d.with_floor(floor).with_short_path_floor(short);
+            if set.send_buffer_set {
+                d.with_buffer_known(set.send_buffer as u64)
+            } else {
+                d
+            }
+        })
     }
 }
 
@@ -186,6 +201,7 @@ impl DataConn {
     ) -> Result<u64, EngineError> {
         // Pinned here, once: handing the future on by value would copy it
         // (it holds the whole send path's state) on every response.
+        let flow = Arc::clone(&self.link.flow);
         let send = std::pin::pin!(self.engine.send_range_on(
             &self.stream,
             &mut self.link,
@@ -198,7 +214,7 @@ impl DataConn {
         ));
         match self.drs.as_mut() {
             None => send.await,
-            Some(drs) => drs_during(drs, &self.stream, send).await,
+            Some(drs) => drs_during(drs, &self.stream, &flow, send).await,
         }
     }
 
@@ -215,6 +231,7 @@ impl DataConn {
         counters: &Counters,
         cancel: &Cancel,
     ) -> Result<u64, EngineError> {
+        let flow = Arc::clone(&self.link.flow);
         let send = std::pin::pin!(self.engine.send_piece_on(
             &self.stream,
             &mut self.link,
@@ -225,7 +242,7 @@ impl DataConn {
         ));
         match self.drs.as_mut() {
             None => send.await,
-            Some(drs) => drs_during(drs, &self.stream, send).await,
+            Some(drs) => drs_during(drs, &self.stream, &flow, send).await,
         }
     }
 
@@ -294,15 +311,19 @@ impl DataConn {
 /// the disk), where a sample would change nothing. A timer per connection
 /// cost 2.5 wake-ups a second each for 1000 slow clients (lab
 /// send-wakeups: ~20,000 context switches per GiB, 4x nginx's).
+/// The reading is the connection's `Flow`'s: a wake-up where both DRS and
+/// the refill's rate want one (each wake-up of a slow reader) reads
+/// `TCP_INFO` once.
 async fn drs_during<F: std::future::Future>(
     drs: &mut DrsSocket,
     conn: &TcpStream,
+    flow: &Flow,
     mut send: std::pin::Pin<&mut F>,
 ) -> F::Output {
     std::future::poll_fn(|cx| {
         let now = Instant::now();
         if drs.due(now) {
-            drs.sample(conn.as_fd(), now);
+            drs.sample_with(conn.as_fd(), now, flow.info(conn).map(|(_, i)| i));
         }
         send.as_mut().poll(cx)
     })

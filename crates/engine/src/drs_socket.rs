@@ -17,7 +17,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use sluice_platform::sockbuf::{self, BufferLimits, Dir};
-use sluice_platform::tcp;
+use sluice_platform::tcp::{self, TcpInfo};
+
+use crate::flow::MARK_UNKNOWN;
 
 pub use crate::drs::notsent_mark;
 #[cfg(test)]
@@ -73,6 +75,17 @@ fn can_beat_autotuning(l: &BufferLimits, force: impl FnOnce() -> bool) -> bool {
     l.set_max >= l.auto_max || force()
 }
 
+/// Whether a mark `cur` on the socket must come down to the ceiling `cap`.
+/// 0 is the kernel's "no mark": unlimited. Within a sixteenth above the
+/// ceiling it stays: the ceiling moves with the bytes in flight at each
+/// sample (`notsent_mark`: 768 KiB less them), and a refill mark set
+/// under one sample's ceiling was found a few kB above the next one's,
+/// so DRS lowered it by that much at every other wake-up of a slow reader
+/// (lab send-wakeups: ~0.35 `setsockopt` per wake-up, 1485 per GiB).
+fn lowers(cur: u64, cap: u64) -> bool {
+    cur == 0 || cur > cap + cap / 16
+}
+
 /// One process-wide "said so" per direction.
 static SAID_SEND: AtomicBool = AtomicBool::new(false);
 static SAID_RECV: AtomicBool = AtomicBool::new(false);
@@ -100,6 +113,14 @@ pub struct DrsSocket {
     /// Sender only: where the not-sent mark's ceiling is published for
     /// the connection's refill (`refill.rs`); 0 until a BDP is known.
     mark_cap: Option<Arc<AtomicU64>>,
+    /// Sender only: the mark the engine last set on the socket
+    /// (`Flow::mark_now`; `flow::MARK_UNKNOWN`: read it from the socket).
+    mark_now: Option<Arc<AtomicU64>>,
+    /// Sender only: the send buffer DRS set last. The kernel locks a
+    /// buffer set by hand (`SOCK_SNDBUF_LOCK`: neither autotuning nor
+    /// memory pressure changes it), so after a set it is known without a
+    /// `getsockopt` per sample.
+    buffer_set: Option<u64>,
     /// Receiver only: the window clamp set last (0: none), and the largest.
     window: u64,
     peak_window: u64,
@@ -131,6 +152,8 @@ impl DrsSocket {
             floor: 0,
             short_floor: 0,
             mark_cap: None,
+            mark_now: None,
+            buffer_set: None,
             window: 0,
             peak_window: 0,
         })
@@ -211,7 +234,13 @@ impl DrsSocket {
 
     /// Reads the socket and resizes its buffer if the estimator says so.
     pub fn sample(&mut self, fd: BorrowedFd<'_>, now: Instant) {
-        let Ok(info) = tcp::tcp_info(fd) else {
+        self.sample_with(fd, now, tcp::tcp_info(fd).ok());
+    }
+
+    /// [`DrsSocket::sample`] with a `TCP_INFO` reading already taken at
+    /// this wake-up (the connection's `Flow`; `None`: the read failed).
+    pub(crate) fn sample_with(&mut self, fd: BorrowedFd<'_>, now: Instant, info: Option<TcpInfo>) {
+        let Some(info) = info else {
             self.next = now + Duration::from_secs(1);
             return;
         };
@@ -219,7 +248,10 @@ impl DrsSocket {
         let t = now.saturating_duration_since(self.born);
         let dec = match self.dir {
             Dir::Send => {
-                let buffer = tcp::send_buffer(fd).unwrap_or(0) as u64;
+                let buffer = match self.buffer_set {
+                    Some(b) => b,
+                    None => tcp::send_buffer(fd).unwrap_or(0) as u64,
+                };
                 let s = SendSample {
                     delivery_rate: info.delivery_rate,
                     app_limited: info.delivery_rate_app_limited,
@@ -279,18 +311,50 @@ impl DrsSocket {
         }
         let cap = notsent_mark(bdp, in_flight, rate);
         cell.store(cap, Relaxed);
-        if let Ok(cur) = tcp::notsent_lowat(fd) {
-            // 0 is the kernel's "no mark": unlimited.
-            if cur == 0 || u64::from(cur) > cap {
-                let _ = tcp::set_notsent_lowat(fd, cap.min(u64::from(u32::MAX)) as u32);
+        let known = self
+            .mark_now
+            .as_ref()
+            .map(|m| m.load(Relaxed))
+            .filter(|&m| m != MARK_UNKNOWN);
+        let cur = match known {
+            Some(m) => m,
+            None => match tcp::notsent_lowat(fd) {
+                Ok(m) => u64::from(m),
+                Err(_) => return,
+            },
+        };
+        if lowers(cur, cap) {
+            let m = cap.min(u64::from(u32::MAX)) as u32;
+            let ok = tcp::set_notsent_lowat(fd, m).is_ok();
+            if let Some(cell) = &self.mark_now {
+                cell.store(if ok { u64::from(m) } else { MARK_UNKNOWN }, Relaxed);
             }
         }
+    }
+
+    /// The send buffer as the engine set it before DRS started (the
+    /// kernel keeps a buffer set by hand as it is).
+    pub(crate) fn with_buffer_known(mut self, bytes: u64) -> DrsSocket {
+        if self.dir == Dir::Send {
+            self.buffer_set = Some(bytes);
+        }
+        self
+    }
+
+    /// Where the engine keeps the mark it last set on the socket
+    /// (`Flow::mark_now`), so the ceiling check need not read it back.
+    pub(crate) fn with_mark_now(mut self, cell: Arc<AtomicU64>) -> DrsSocket {
+        self.mark_now = Some(cell);
+        self
     }
 
     fn apply(&mut self, fd: BorrowedFd<'_>, want: u64) {
         match sockbuf::set_buffer(fd, self.dir, want, &self.limits) {
             Ok(a) => {
                 self.changes += 1;
+                if self.dir == Dir::Send {
+                    self.buffer_set = Some(a.effective);
+                }
                 self.peak = self.peak.max(a.effective);
                 if a.limited {
                     self.short = Some((want, a.effective));
@@ -371,6 +435,17 @@ impl DrsSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mark_a_few_kb_above_the_ceiling_stays_and_one_well_above_comes_down() {
+        let cap = 755 << 10;
+        assert!(lowers(0, cap), "no mark is unlimited");
+        assert!(!lowers(cap, cap));
+        // 12.5 kB more in flight at this sample than at the refill's.
+        assert!(!lowers(cap + 12_500, cap));
+        assert!(lowers(cap + cap / 16 + 1, cap));
+        assert!(lowers(8 << 20, cap), "a fixed 8 MiB mark");
+    }
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsFd;

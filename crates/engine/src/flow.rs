@@ -8,6 +8,13 @@
 //! hands the same reading to whoever asks within [`SAME_WAKE`]. The flow
 //! lives as long as the connection ([`crate::DataConn`]); later consumers
 //! (buffer sizing, pacing, the end-of-transfer diagnosis) read it too.
+//!
+//! DRS's sampler (`conn.rs`, `drs_during`) takes its `TCP_INFO` from the
+//! flow as well, so a slow reader's wake-up (DRS due and the refill's rate
+//! span gone, every wake-up at a few seconds apart) reads the socket once,
+//! not twice. The flow also remembers the `TCP_NOTSENT_LOWAT` the engine
+//! last set on the socket ([`Flow::set_mark`]), so DRS's ceiling check does
+//! not read it back with a `getsockopt` per sample.
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -52,7 +59,7 @@ pub(crate) struct RefillCarry {
 }
 
 /// The connection's `TCP_INFO`, read at most once per wake-up.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Flow {
     last: Mutex<Option<(Instant, TcpInfo)>>,
     /// What the planner's last feed on this connection measured, for the
@@ -66,11 +73,50 @@ pub(crate) struct Flow {
     /// Ceiling of the not-sent mark set by the send side's DRS from its
     /// BDP estimate (`drs_socket::notsent_mark`); 0: none.
     pub(crate) mark_cap: Arc<AtomicU64>,
+    /// The `TCP_NOTSENT_LOWAT` the engine last set on the socket, or
+    /// [`MARK_UNKNOWN`]: every setter goes through [`Flow::set_mark`].
+    pub(crate) mark_now: Arc<AtomicU64>,
+}
+
+/// [`Flow::mark_now`] before the engine has set a mark it knows of.
+pub(crate) const MARK_UNKNOWN: u64 = u64::MAX;
+
+impl Default for Flow {
+    fn default() -> Flow {
+        Flow {
+            last: Mutex::default(),
+            carry: Mutex::default(),
+            refill: Mutex::default(),
+            reads: AtomicU64::default(),
+            mark_cap: Arc::default(),
+            mark_now: Arc::new(AtomicU64::new(MARK_UNKNOWN)),
+        }
+    }
 }
 
 impl Flow {
     pub(crate) fn new() -> Flow {
         Flow::default()
+    }
+
+    /// Sets the socket's `TCP_NOTSENT_LOWAT` and remembers it.
+    pub(crate) fn set_mark(&self, conn: &TcpStream, mark: u32) -> std::io::Result<()> {
+        let r = tcp::set_notsent_lowat(conn.as_fd(), mark);
+        self.mark_now.store(
+            if r.is_ok() {
+                u64::from(mark)
+            } else {
+                MARK_UNKNOWN
+            },
+            Relaxed,
+        );
+        r
+    }
+
+    /// Records a mark set on the socket before the flow existed
+    /// (`prepare_socket`).
+    pub(crate) fn mark_was_set(&self, mark: u32) {
+        self.mark_now.store(u64::from(mark), Relaxed);
     }
 
     /// The socket's `TCP_INFO` and when it was read: the last reading if it

@@ -33,6 +33,7 @@
 //! later, so the lab's 1000 slow readers sat at 300-430 kB marks where
 //! their share allowed ~590 kB (send-wakeups s12-final, `ss` samples).
 
+#[cfg(test)]
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -208,7 +209,7 @@ impl Refill<'_> {
 
     fn apply(&mut self, conn: &TcpStream, mark: u64) {
         let m = mark.min(u64::from(u32::MAX)) as u32;
-        match tcp::set_notsent_lowat(conn.as_fd(), m) {
+        match self.flow.set_mark(conn, m) {
             Ok(()) => {
                 tracing::trace!(from = self.mark, to = mark, "NOTSENT_LOWAT mark");
                 self.mark = mark

@@ -118,7 +118,10 @@ impl Engine {
                 counted(f, t).await
             }
             // Its own thread counts its own wake-ups; this task sleeps once.
+            // It clears the socket's mark (0) first; DRS's ceiling check
+            // reads the mark from the flow.
             DataPath::Blocking => {
+                flow.mark_was_set(0);
                 self.send_blocking(thread, conn, file, offset, len, prefix, counters, cancel)
                     .await
             }

@@ -17,13 +17,13 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sluice_platform::{sendfile, tcp};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::auto_prefetch::Ahead;
+use crate::auto_prefetch::{Ahead, UP_FRONT_MAX};
 use crate::counters::Counters;
 use crate::flow::Flow;
 use crate::plan::MissVerdict;
@@ -33,8 +33,12 @@ use crate::splice_pump::SplicePump;
 use crate::{Cancel, Engine, EngineError};
 use crate::{DataPath, PrefetchMode};
 
+mod cork;
+mod idle;
 mod resident;
-use resident::ResidentSpan;
+use cork::Cork;
+use idle::{Fired, IdleClock};
+use resident::{ask_len, FileKey, ResidentMap, ResidentSpan};
 
 impl Engine {
     #[allow(clippy::too_many_arguments)]
@@ -75,6 +79,9 @@ impl Engine {
                 Err(e) => return Err(EngineError::Connection(e)),
             }
         }
+        // Full segments only while a long send runs (cork.rs); the tail
+        // goes when `_cork` is dropped at the send's end.
+        let _cork = Cork::new(conn, len);
         let mut pump = self.splice_pump();
         // `auto`: a send whose range is mostly not in memory is planned
         // from its start; otherwise sendfile over the kernel's read-ahead
@@ -83,11 +90,33 @@ impl Engine {
         // `cachestat` nothing tells: the planner from the start).
         let auto = cfg.prefetch == PrefetchMode::Auto;
         let can_tell = self.features().cachestat.is_supported();
-        let mut feed = if auto
-            && can_tell
-            && self.auto_verdict(file, offset, end, Ahead::Rest) == MissVerdict::Kernel
-        {
-            None
+        // What `cachestat` last found resident (resident.rs): asked once
+        // per span, not before every chunk.
+        let mut resident = ResidentSpan::default();
+        // The idle bound of the waits below: one timer per send (idle.rs).
+        let mut clock = IdleClock::new(idle, tokio::time::Instant::now());
+        // The file's device and inode, asked once per send when needed.
+        let mut file_key: Option<Option<FileKey>> = None;
+        let started = Instant::now();
+        let mut feed = if auto && can_tell {
+            // `auto`'s question up front (`Engine::auto_verdict`) and the
+            // first chunks' residency check in one `cachestat`: a range
+            // found all resident is not asked about again chunk by chunk.
+            // A send of one shared piece or MODE E block asked twice.
+            let len = (end - offset).min(UP_FRONT_MAX);
+            match missing_data_bytes(file, offset, len) {
+                Some(m) => {
+                    if m == 0 {
+                        resident.found(offset, len, started.elapsed());
+                    }
+                    match self.verdict_for(file, m, len, Ahead::Rest) {
+                        MissVerdict::Kernel => None,
+                        _ => self.feed(flow, file, offset, end, false, counters),
+                    }
+                }
+                // `cachestat` could not tell: the kernel keeps it.
+                None => None,
+            }
         } else {
             self.feed(flow, file, offset, end, false, counters)
         };
@@ -95,10 +124,6 @@ impl Engine {
         // Without a feed (`kernel` mode) sendfile takes pages as they come
         // and the kernel's read-ahead brings them in.
         let mut ready_until = if feed.is_some() { offset } else { end };
-        // What `cachestat` last found resident (resident.rs): asked once
-        // per span, not before every chunk.
-        let mut resident = ResidentSpan::default();
-        let started = Instant::now();
         while pos < end {
             check(cancel)?;
             if pos >= ready_until {
@@ -124,11 +149,30 @@ impl Engine {
                 let now = started.elapsed();
                 match resident.ahead(pos, now) {
                     0 => {
-                        let m = missing_data_bytes(file, pos, want as u64);
-                        if m == Some(0) {
-                            resident.found(pos, want as u64, now);
+                        // What another sender of the file found lately
+                        // (resident.rs, `ResidentMap`), else ask about the
+                        // rest of this unit and tell the others.
+                        let key = *file_key.get_or_insert_with(|| file_key_of(file));
+                        let (map, map_now) = resident::shared();
+                        let (known, age) = match key {
+                            Some(k) => lock(map).known(k, pos, map_now),
+                            None => (0, Duration::ZERO),
+                        };
+                        if known > 0 {
+                            resident.found(pos, known, now.saturating_sub(age));
+                            want = (want as u64).min(known) as usize;
+                            Some(0)
+                        } else {
+                            want = ask_len(pos, want as u64) as usize;
+                            let m = missing_data_bytes(file, pos, want as u64);
+                            if m == Some(0) {
+                                resident.found(pos, want as u64, now);
+                                if let Some(k) = key {
+                                    lock(map).found(k, pos, want as u64, map_now);
+                                }
+                            }
+                            m
                         }
-                        m
                     }
                     known => {
                         want = (want as u64).min(known) as usize;
@@ -217,16 +261,46 @@ impl Engine {
                 continue;
             }
             let mut off = pos;
-            match conn.try_io(Interest::WRITABLE, || match pump.as_mut() {
+            // Bytes a short `sendfile` moved (see `full_after`).
+            let mut short = 0;
+            let r = conn.try_io(Interest::WRITABLE, || match pump.as_mut() {
                 Some(p) => p.send(conn.as_fd(), file.as_fd(), &mut off, want),
-                None => sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want),
-            }) {
+                None => {
+                    let r = sendfile::sendfile(conn.as_fd(), file.as_fd(), &mut off, want);
+                    match r {
+                        // The file's length is asked only after a short
+                        // call (once a wake-up), never before every call.
+                        Ok(n) if n > 0 && n < want && full_after(n, want, off, file_len(file)) => {
+                            short = n;
+                            Err(io::ErrorKind::WouldBlock.into())
+                        }
+                        r => r,
+                    }
+                }
+            });
+            if short > 0 {
+                // The socket is full: count the bytes, then wait below as
+                // after `EAGAIN` (readiness was cleared by `try_io`).
+                t.sent(short as u64);
+                t.send_calls(1);
+                pos += short as u64;
+                clock.moved(tokio::time::Instant::now());
+                if let Some(r) = refill.as_mut() {
+                    r.wrote(conn, short as u64, false);
+                }
+                if let Some(f) = &feed {
+                    f.sent(short as u64);
+                }
+                turn.pushed(short as u64, t).await;
+            }
+            match r {
                 Ok(0) => return Err(EngineError::ShortFile { at: pos }),
                 Ok(n) => {
                     t.sent(n as u64);
                     t.send_calls(1);
                     pos += n as u64;
                     empty_wakes = 0;
+                    clock.moved(tokio::time::Instant::now());
                     if let Some(r) = refill.as_mut() {
                         r.wrote(conn, n as u64, false);
                     }
@@ -236,11 +310,15 @@ impl Engine {
                     turn.pushed(n as u64, t).await;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if empty_wakes > 0 {
+                    if short > 0 {
+                        empty_wakes = 0;
+                    } else if empty_wakes > 0 {
                         pressure_pause(empty_wakes, cancel).await?;
                     }
-                    empty_wakes += 1;
-                    wait_writable(conn, t, cancel, idle).await?;
+                    if short == 0 {
+                        empty_wakes += 1;
+                    }
+                    wait_room(conn, t, cancel, &mut clock).await?;
                     turn.waited();
                     if let Some(r) = refill.as_mut() {
                         r.woke(conn);
@@ -337,6 +415,61 @@ impl Engine {
     }
 }
 
+/// Whether a `sendfile` that moved `n` of the `want` bytes asked, ending
+/// at file offset `off` of a file `len` bytes long (`None`: unknown), left
+/// the socket full. A non-blocking socket takes less than asked only when
+/// its send buffer or `TCP_NOTSENT_LOWAT` mark stops it (the kernel then
+/// sets `SOCK_NOSPACE`, so the ACKs that make room wake the sender), or
+/// the file ended: short of the file's end the next call would only return
+/// `EAGAIN`. nginx stops at a short `sendfile` the same way
+/// (`ngx_linux_sendfile_chain`). The call saved is not free: `sendfile`
+/// reads up to a pipe's worth of pages (16) from the page cache before the
+/// socket refuses them; the `fstat` that tells the file's end is a lookup.
+/// At the file's end (a file cut short under the sender) the next call
+/// returns 0 at once (`ShortFile`); waiting there would wait for a
+/// wake-up that never comes.
+pub(crate) fn full_after(n: usize, want: usize, off: u64, len: Option<u64>) -> bool {
+    n > 0 && n < want && len.is_some_and(|l| off < l)
+}
+
+/// Waits until the socket is writable, the send is cancelled, or it has
+/// moved nothing for the idle timeout (`send::wait_writable`'s bound,
+/// with one timer per send: idle.rs).
+async fn wait_room(
+    conn: &TcpStream,
+    t: crate::counters::Tally<'_>,
+    cancel: &Cancel,
+    clock: &mut IdleClock,
+) -> Result<(), EngineError> {
+    // The wake-up itself is counted by `wake::counted` around the send.
+    t.eagains(1);
+    loop {
+        tokio::select! {
+            r = conn.writable() => return r.map_err(EngineError::Connection),
+            _ = clock.timer() => match clock.fired(tokio::time::Instant::now()) {
+                Fired::Idle => return Err(EngineError::Idle),
+                Fired::Rearm(at) => clock.timer().reset(at),
+            },
+            _ = cancel.cancelled() => return Err(EngineError::Cancelled),
+        }
+    }
+}
+
+/// The file's device and inode (`None` when `fstat` fails).
+fn file_key_of(file: &File) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+fn lock(map: &std::sync::Mutex<ResidentMap>) -> std::sync::MutexGuard<'_, ResidentMap> {
+    map.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The file's length now (`None` when `fstat` fails).
+fn file_len(file: &File) -> Option<u64> {
+    file.metadata().ok().map(|m| m.len())
+}
+
 /// After a wake-up that found no room: under TCP memory pressure
 /// (`tcp_mem`) a socket reports writable on every ACK while refusing data.
 /// A blocking sender sleeps a random 2 jiffies to HZ/5 there
@@ -350,97 +483,4 @@ async fn pressure_pause(n: u64, cancel: &Cancel) -> Result<(), EngineError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::send::tests::{engine_with, pair, pattern, temp_file};
-    use crate::{DataPath, PrefetchMode};
-    use sluice_platform::fadvise;
-    use tokio::io::AsyncReadExt;
-
-    /// A file of `len` pattern bytes written back and dropped from the
-    /// page cache (the kernel drops only clean pages).
-    fn paged_out(len: usize) -> (Vec<u8>, Arc<File>) {
-        let data = pattern(len);
-        let file = temp_file(&data);
-        file.sync_all().unwrap();
-        fadvise::fadvise(file.as_fd(), 0, 0, fadvise::Advice::DontNeed).unwrap();
-        (data, file)
-    }
-
-    /// A connected pair whose far end is read to its end by a task.
-    async fn connected_reader() -> (tokio::net::TcpStream, tokio::task::JoinHandle<Vec<u8>>) {
-        let (tx, mut rx) = pair().await;
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            rx.read_to_end(&mut got).await.unwrap();
-            got
-        });
-        (tx, reader)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn kernel_mode_sends_cold_ranges_through_the_disk_threads() {
-        let (data, file) = paged_out(3 << 20);
-        let e = engine_with(DataPath::Sendfile, PrefetchMode::Kernel);
-        assert!(e.config().sendfile_resident_check);
-        let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 3 << 20);
-        let (tx, reader) = connected_reader().await;
-        let c = Counters::new();
-        e.send_file(&tx, &file, 100, (3 << 20) - 100, b"H", &c, &Cancel::new())
-            .await
-            .unwrap();
-        drop(tx);
-        let got = reader.await.unwrap();
-        assert_eq!(&got[..1], b"H");
-        assert_eq!(&got[1..], &data[100..]);
-        if cold {
-            // The first range was not cached: read on a disk thread, not by
-            // a sendfile waiting for the disk on the loop.
-            assert!(c.snapshot().disk_reads >= 1);
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_chunk_not_in_memory_is_read_in_off_the_loop_then_sent_by_sendfile() {
-        // 8 chunks of 256 KiB (these tests' chunk size), paged out.
-        let (data, file) = paged_out(2 << 20);
-        let e = engine_with(DataPath::Sendfile, PrefetchMode::Kernel);
-        if !e.features().cachestat.is_supported() || e.is_resident(&file, 0, 2 << 20) {
-            return; // nothing tells, or the pages stayed: nothing to see
-        }
-        let (tx, reader) = connected_reader().await;
-        let c = Counters::new();
-        e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
-            .await
-            .unwrap();
-        drop(tx);
-        assert_eq!(reader.await.unwrap(), data);
-        // Each chunk found missing is read whole on a disk thread into the
-        // page cache (the kernel's read-ahead may bring later ones in),
-        // then sent by `sendfile`; the copy path read 128 KiB buffers
-        // (these tests' `read_buffer_size`) and held each until the
-        // socket took it.
-        let s = c.snapshot();
-        assert!(s.disk_reads >= 1, "{s:?}");
-        assert_eq!(s.bytes_read_disk, s.disk_reads * (256 << 10), "{s:?}");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sendfile_brings_cold_pages_in_off_the_loop() {
-        let (data, file) = paged_out(2 << 20);
-        let e = engine_with(DataPath::Sendfile, PrefetchMode::Fixed);
-        let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 2 << 20);
-        let (tx, reader) = connected_reader().await;
-        let c = Counters::new();
-        e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
-            .await
-            .unwrap();
-        drop(tx);
-        assert_eq!(reader.await.unwrap(), data);
-        if cold {
-            // Every window was read through a disk thread before sendfile ran.
-            assert!(c.snapshot().disk_reads >= 1);
-            assert_eq!(c.snapshot().bytes_read_disk, 2 << 20);
-        }
-    }
-}
+mod tests;

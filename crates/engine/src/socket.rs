@@ -19,6 +19,9 @@ pub struct SocketSettings {
     pub recv_buffer: usize,
     /// Congestion control in use.
     pub congestion: String,
+    /// The engine set `SO_SNDBUF` (so the kernel keeps it as set:
+    /// `SOCK_SNDBUF_LOCK`, no autotuning).
+    pub send_buffer_set: bool,
 }
 
 impl Engine {
@@ -46,7 +49,7 @@ impl Engine {
                 }
             }
         }
-        self.size_buffers(fd, asked);
+        out.send_buffer_set = self.size_buffers(fd, asked);
         if let Some(rate) = cfg.max_pacing_rate {
             if let Err(e) = tcp::set_max_pacing_rate(fd, rate) {
                 tracing::debug!("SO_MAX_PACING_RATE refused: {e}");
@@ -70,13 +73,14 @@ impl Engine {
     /// scale chosen at the handshake allows, so a buffer set after the
     /// handshake (as `SBUF` was) may not be usable in full.
     pub fn size_before_syn(&self, fd: BorrowedFd<'_>, asked: Option<usize>) {
-        self.size_buffers(fd, asked);
+        let _ = self.size_buffers(fd, asked);
     }
 
     /// `SO_SNDBUF`/`SO_RCVBUF`: what the peer asked for, else the
     /// configured sizes (`send_buffer`, or `wmem_max` under
     /// `send_buffer_max`; `recv_buffer`); nothing set leaves autotuning on.
-    fn size_buffers(&self, fd: BorrowedFd<'_>, asked: Option<usize>) {
+    /// Returns whether `SO_SNDBUF` was set.
+    fn size_buffers(&self, fd: BorrowedFd<'_>, asked: Option<usize>) -> bool {
         let cfg = self.config();
         let send_buffer = asked.or(cfg.send_buffer).or_else(|| {
             if cfg.send_buffer_max {
@@ -85,9 +89,11 @@ impl Engine {
                 None
             }
         });
+        let mut set = false;
         if let Some(b) = send_buffer {
-            if let Err(e) = tcp::set_send_buffer(fd, b) {
-                tracing::debug!("SO_SNDBUF refused: {e}");
+            match tcp::set_send_buffer(fd, b) {
+                Ok(_) => set = true,
+                Err(e) => tracing::debug!("SO_SNDBUF refused: {e}"),
             }
         }
         if let Some(b) = asked.or(cfg.recv_buffer) {
@@ -95,6 +101,7 @@ impl Engine {
                 tracing::debug!("SO_RCVBUF refused: {e}");
             }
         }
+        set
     }
 }
 

@@ -227,6 +227,13 @@ pub fn set_notsent_lowat(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
     setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &v)
 }
 
+/// Sets or clears `TCP_CORK`: while set the kernel sends only full
+/// segments; clearing it sends what is held at once.
+pub fn set_cork(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    let v: libc::c_int = on.into();
+    setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_CORK, &v)
+}
+
 /// Reads `TCP_NOTSENT_LOWAT` (`u32::MAX`-ish when unset).
 pub fn notsent_lowat(fd: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT)? as u32)
