@@ -32,7 +32,7 @@
 //! open are dropped (`DONTNEED`) so the cache holds unsent read-ahead.
 
 mod feed;
-mod memory;
+pub(crate) mod memory;
 pub(crate) mod pagecache;
 
 pub(crate) use feed::Feed;
