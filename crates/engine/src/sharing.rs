@@ -106,6 +106,11 @@ impl Sharing {
             b => b,
         };
         let budget_blocks = (budget / block).max(2) as usize;
+        tracing::info!(
+            budget_mib = budget >> 20,
+            auto = config.circus_budget == 0,
+            "shared blocks' budget"
+        );
         Some(Sharing {
             buffers: BufferPool::new(block as usize, budget_blocks),
             budget: Arc::new(Mutex::new(Budget::new(budget_blocks))),

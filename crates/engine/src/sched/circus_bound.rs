@@ -220,19 +220,37 @@ mod tests {
         s.c.counters().bytes_read
     }
 
-    /// The bound and the selector on circus-steady, printed (`cargo test
-    /// -p sluice-engine circus_steady_bound -- --nocapture`): the table in
-    /// lab/results/circus-steady/README.md.
+    /// circus-steady's readers as block requests, and the bytes they take.
+    fn steady(high: bool) -> (Vec<Walker>, Vec<u64>, f64) {
+        let readers = circus_steady(high);
+        let reqs = requests(&readers, SIZE, 1 << 20, RUN_S)
+            .into_iter()
+            .map(|r| r.1)
+            .collect();
+        let sent = demand(&readers, RUN_S);
+        (readers, reqs, sent)
+    }
+
+    const MB: f64 = 1e6;
+    const MIB: f64 = (1 << 20) as f64;
+    /// nginx's disk bytes in circus-steady (lab/results/circus-steady,
+    /// session 14, medians of 3): 80 % and 40 % load.
+    const NGINX_MB: [f64; 2] = [1218.0, 704.0];
+    /// What `circus_budget = auto` gives in the lab's 256 MiB server
+    /// (60 % of ~246 MiB of room at start).
+    const AUTO_BLOCKS: usize = 147;
+
+    /// The bound on circus-steady, printed (`cargo test -p sluice-engine
+    /// circus_steady -- --nocapture`; the table in
+    /// lab/results/circus-steady/README.md). Whatever the memory, every
+    /// distinct block the readers start in 30 s is read once: 581 MB at
+    /// 80 %, 388 MB at 40 %, already more than a fifth of nginx's disk
+    /// bytes (244 and 141 MB), so issue 12's in-order target is out of
+    /// any server's reach on this experiment.
     #[test]
     fn circus_steady_bound() {
-        const MB: f64 = 1e6;
-        for high in [true, false] {
-            let readers = circus_steady(high);
-            let reqs: Vec<u64> = requests(&readers, SIZE, 1 << 20, RUN_S)
-                .into_iter()
-                .map(|r| r.1)
-                .collect();
-            let sent = demand(&readers, RUN_S);
+        for (k, high) in [true, false].into_iter().enumerate() {
+            let (readers, reqs, sent) = steady(high);
             let distinct = reqs.iter().collect::<BTreeSet<_>>().len();
             println!(
                 "{} %: {} readers, {:.0} MB sent in {RUN_S} s, {} block starts, {} distinct blocks ({:.0} MB)",
@@ -241,26 +259,50 @@ mod tests {
                 sent / MB,
                 reqs.len(),
                 distinct,
-                distinct as f64 * (1 << 20) as f64 / MB
+                distinct as f64 * MIB / MB
             );
-            for blocks in [0, 16, 64, 128, 160, 192, 256, 1024] {
-                let least = least_reads(&reqs, blocks) as f64 * (1 << 20) as f64;
+            let mut last = u64::MAX;
+            for blocks in [0, 16, 64, 128, AUTO_BLOCKS, 160, 192, 256, 1024] {
+                let least = least_reads(&reqs, blocks);
+                assert!(least <= last);
+                last = least;
+                let mb = least as f64 * MIB / MB;
                 println!(
-                    "  B = {blocks:4} MiB: least {:5.0} MB read, {:.3} per byte sent",
-                    least / MB,
-                    least / sent
-                );
-            }
-            for blocks in [64, 160] {
-                let r = selector_reads(&readers, blocks) as f64;
-                println!(
-                    "  selector, {blocks} MiB: {:5.0} MB read, {:.3} per byte sent",
-                    r / MB,
-                    r / sent
+                    "  B = {blocks:4} MiB: least {mb:5.0} MB read, {:.3} per byte sent, {:.2}x nginx's disk bytes",
+                    mb * MB / sent,
+                    mb / NGINX_MB[k]
                 );
             }
             // Whatever the memory, the distinct blocks must be read once.
-            assert!(least_reads(&reqs, 1 << 20) == distinct as u64);
+            assert_eq!(least_reads(&reqs, 1 << 20), distinct as u64);
+            assert!(distinct as f64 * MIB / MB > NGINX_MB[k] / 5.0);
+        }
+    }
+
+    /// The selector on the same readers and clock (no disk limit: readers
+    /// never stall, as the bound assumes), at the old 64 MiB budget and at
+    /// `auto`'s 147 MiB: its disk bytes fall with memory, and with the
+    /// memory its readers' queues pin (about 60 blocks: a block per slow
+    /// reader for the 5.6 s it takes to send) it stays within a quarter
+    /// of the bound for the whole budget.
+    #[test]
+    fn the_selector_on_circus_steady_nears_the_bound_for_its_memory() {
+        for high in [true, false] {
+            let (readers, reqs, sent) = steady(high);
+            let small = selector_reads(&readers, 64) as f64;
+            let auto = selector_reads(&readers, AUTO_BLOCKS) as f64;
+            let least = least_reads(&reqs, AUTO_BLOCKS) as f64 * MIB;
+            println!(
+                "{} %: selector 64 MiB {:.0} MB ({:.3}/B sent), {AUTO_BLOCKS} MiB {:.0} MB ({:.3}); bound at {AUTO_BLOCKS}: {:.0} MB",
+                if high { 80 } else { 40 },
+                small / MB,
+                small / sent,
+                auto / MB,
+                auto / sent,
+                least / MB
+            );
+            assert!(auto <= small, "{auto} > {small}");
+            assert!(auto <= 1.25 * least, "{auto} vs bound {least}");
         }
     }
 }
