@@ -262,7 +262,7 @@ mod tests {
                 distinct as f64 * MIB / MB
             );
             let mut last = u64::MAX;
-            for blocks in [0, 16, 64, 128, AUTO_BLOCKS, 160, 192, 256, 1024] {
+            for blocks in [0, 16, 64, 87, 128, AUTO_BLOCKS, 160, 192, 256, 1024] {
                 let least = least_reads(&reqs, blocks);
                 assert!(least <= last);
                 last = least;
