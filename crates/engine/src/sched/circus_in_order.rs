@@ -52,18 +52,17 @@ impl Circus {
             .min_by(f64::total_cmp)
     }
 
-    /// The rate assumed for an in-order reader not measured yet: the mean
-    /// of the measured ones (one block per second if none is).
+    /// The rate assumed for an in-order reader not measured yet: the
+    /// slowest measured one's (one block per second if none is). A fast
+    /// reader is measured within its first blocks; one still unmeasured
+    /// has sent little, so it is likely slow (virtual clock, circus-steady
+    /// at 80 %, 147 MiB: 760 MB read against 776 with the mean rate).
     pub(super) fn unmeasured_rate(&self) -> f64 {
-        let (n, sum) = self
-            .readers
+        self.readers
             .values()
             .filter(|r| r.in_order && r.rate > 0.0)
-            .fold((0usize, 0.0), |(n, s), r| (n + 1, s + r.rate));
-        if n == 0 {
-            self.cfg.block_size as f64
-        } else {
-            sum / n as f64
-        }
+            .map(|r| r.rate)
+            .min_by(f64::total_cmp)
+            .unwrap_or(self.cfg.block_size as f64)
     }
 }
