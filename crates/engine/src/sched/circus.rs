@@ -294,7 +294,7 @@ impl Circus {
     /// when other files want memory). The region is the Circus sweep's
     /// length; in-order readers share only what stays in memory until a
     /// trailing reader reaches it, and on circus-steady's readers the
-    /// least disk a memory of B blocks allows falls from 0.85 to 0.64
+    /// least disk a memory of B blocks allows falls from 0.77 to 0.59
     /// bytes per byte sent between 64 and 160 blocks (`circus_bound.rs`).
     pub(super) fn own_cap(&self) -> usize {
         if self.in_order > 0 {
