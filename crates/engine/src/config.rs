@@ -279,6 +279,8 @@ pub struct EngineConfig {
     pub circus_queue: usize,
     /// Circus: memory for every shared file's blocks together, bytes (one
     /// engine-wide budget; a file gets at least its fair share of it).
+    /// 0: sized at start from the memory the process may use
+    /// (`sharing::auto_budget`).
     pub circus_budget: u64,
     /// Circus: a download's queue holds about this much of its measured
     /// rate (between one and `circus_queue` blocks per stream); zero:
@@ -386,7 +388,11 @@ impl Default for EngineConfig {
             // per file (64 MiB); 16 popular files share it (lab
             // circus-files: 16 regions of 64 MiB in a 256 MiB server
             // pushed the page cache out and read 2.4x what was sent).
-            circus_budget: 64 << 20,
+            // Sized from the memory room at start (auto): in-order readers
+            // share only what stays in memory, and on lab circus-steady's
+            // readers the least disk 64 MiB allows is 0.77 bytes per byte
+            // sent, 160 MiB 0.59 (`sched/circus_bound.rs`).
+            circus_budget: 0,
             // Half a second of each reader's rate: a 1.5 Mbit/s reader
             // holds one block per stream (it drains 1 MiB in 5.6 s), a 45
             // Mbit/s one three; loopback readers the full `circus_queue`.

@@ -35,7 +35,7 @@
 
 mod feed;
 mod looks;
-mod memory;
+pub(crate) mod memory;
 pub(crate) mod pagecache;
 
 pub(crate) use feed::Feed;

@@ -123,7 +123,7 @@ impl Circus {
     /// share, or nothing of ours can go now).
     pub(super) fn make_room(&mut self, out: &mut Vec<Action>) -> bool {
         loop {
-            let own_full = self.blocks.len() >= self.cfg.region_blocks;
+            let own_full = self.blocks.len() >= self.own_cap();
             let slot = self.slot;
             let room = self.budget().room(slot);
             match (own_full, room) {
@@ -139,23 +139,26 @@ impl Circus {
     }
 
     /// Memory is full: drops, of the blocks nobody is sending, first one
-    /// no in-order reader reaches within the region (the oldest: the
-    /// Circus order), then the in-order block used furthest ahead.
+    /// no in-order reader needs (the oldest: the Circus order), then the
+    /// in-order block whose next use is furthest in time (Belady with
+    /// every reader's announced ranges and measured rate). No horizon: a
+    /// block kept for a reader far behind costs only while nothing is
+    /// needed later, and the bound (`circus_bound.rs`) is pure Belady.
     pub(super) fn evict_oldest(&mut self, out: &mut Vec<Action>) -> bool {
-        let region = self.cfg.region_blocks;
-        let mut furthest: Option<(usize, u64)> = None;
+        let unmeasured = self.unmeasured_rate();
+        let mut furthest: Option<(f64, u64)> = None;
         let mut victim = None;
         for &b in self.by_age.values() {
             if self.blocks[&b].refs != 0 {
                 continue;
             }
-            match self.next_use(b) {
-                Some(d) if d < region => {
-                    if furthest.is_none_or(|(f, _)| d > f) {
-                        furthest = Some((d, b));
+            match self.next_use(b, unmeasured) {
+                Some(t) => {
+                    if furthest.is_none_or(|(f, _)| t > f) {
+                        furthest = Some((t, b));
                     }
                 }
-                _ => {
+                None => {
                     victim = Some(b);
                     break;
                 }

@@ -351,3 +351,13 @@ async fn files_on_one_small_budget_all_complete_within_it() {
     drop(b);
     assert_eq!(sharing.open_files(), 0);
 }
+
+#[test]
+fn the_auto_budget_is_most_of_the_room_within_bounds() {
+    use super::auto_budget;
+    // lab circus-steady: a 256 MiB cgroup with ~10 MiB used at start.
+    assert_eq!(auto_budget(Some(246 << 20)) >> 20, 147);
+    assert_eq!(auto_budget(Some(8 << 20)), 16 << 20);
+    assert_eq!(auto_budget(Some(64 << 30)), 1 << 30);
+    assert_eq!(auto_budget(None), 64 << 20);
+}

@@ -153,8 +153,10 @@ pub struct TuningArgs {
     #[arg(long, value_name = "N")]
     pub circus_queue: Option<Setting>,
     /// Circus sharing: memory for all files' shared blocks together (one
-    /// engine-wide budget, fair shares when it is full) [default: 64M].
-    #[arg(long, value_name = "BYTES")]
+    /// engine-wide budget, fair shares when it is full); auto: 60 % of
+    /// the memory the server's cgroup (or MemAvailable) leaves at start,
+    /// 16M to 1G [default: auto].
+    #[arg(long, value_name = "BYTES|auto")]
     pub circus_budget: Option<Setting>,
     /// Circus sharing: seconds of a download's measured rate its queue of
     /// blocks holds (1 to circus-queue blocks per stream; 0: always
@@ -422,7 +424,11 @@ impl TuningArgs {
             e.circus_queue = count("circus_queue", s)?;
         }
         if let Some(s) = &self.circus_budget {
-            e.circus_budget = positive_size("circus_budget", s)? as u64;
+            e.circus_budget = if s.text().trim() == "auto" {
+                0
+            } else {
+                positive_size("circus_budget", s)? as u64
+            };
         }
         if let Some(s) = &self.circus_queue_time {
             // 0 turns rate-sized queues off (a fixed circus_queue per stream).
