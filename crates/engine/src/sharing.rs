@@ -112,7 +112,10 @@ impl Sharing {
             "shared blocks' budget"
         );
         Some(Sharing {
-            buffers: BufferPool::new(block as usize, budget_blocks),
+            // Idle blocks kept for reuse stay at the old fixed budget's 64 MiB:
+            // the auto budget may reach 1 GiB on a large host, and a burst of
+            // shared downloads must not leave that much heap held afterwards.
+            buffers: BufferPool::new(block as usize, budget_blocks.min(idle_blocks_max(block))),
             budget: Arc::new(Mutex::new(Budget::new(budget_blocks))),
             slots: Mutex::new(HashMap::new()),
             cfg,
@@ -217,6 +220,11 @@ pub(crate) fn auto_budget(room: Option<u64>) -> u64 {
         Some(r) => ((r as f64 * AUTO_BUDGET_OF_ROOM) as u64).clamp(16 << 20, 1 << 30),
         None => 64 << 20,
     }
+}
+
+/// How many idle shared blocks the pool keeps: 64 MiB of them.
+fn idle_blocks_max(block: u64) -> usize {
+    ((64u64 << 20) / block).max(2) as usize
 }
 
 /// Share of the memory room `circus_budget = auto` takes.
