@@ -402,6 +402,8 @@ def main():
             + " |")
     open(os.path.join(a.out, f"{tag}.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    from drs_wan_plots import plot
+    plot(jpath)  # TAG-summary.svg, and TAG-rate.svg / TAG-memory.svg from the runs' samples
     if failed:
         sys.exit(1)
 
