@@ -317,6 +317,9 @@ def main():
                     help="RTT 20 ms, then 150 ms, then 50 ms (linkem set) at the --change-at times")
     ap.add_argument("--change-at", default="15,45", help="seconds of the two delay changes")
     ap.add_argument("--append", action="store_true", help="add to the runs already in OUT/PATH.json")
+    ap.add_argument("--rep", type=int, default=None,
+                    help="repetition number of this invocation's first run (default: after the last in OUT); "
+                         "rows run in separate invocations (one lock hold each) share one")
     ap.add_argument("--smoke", action="store_true", help="16 MiB, rows 0 and 1, one run (< 60 s)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -357,7 +360,7 @@ def main():
     commands.append(f"{' '.join(sys.argv)}  ({time.strftime('%H:%M', time.gmtime())} UTC, load "
                     f"{' '.join(open('/proc/loadavg').read().split()[:3])})")
     failed = 0
-    first_rep = 1 + max((r["rep"] for r in runs), default=-1)
+    first_rep = a.rep if a.rep is not None else 1 + max((r["rep"] for r in runs), default=-1)
     for rep in range(first_rep, first_rep + a.repeat):
         for label, row, d in plan:
             subprocess.run(["cat", f], stdout=subprocess.DEVNULL, check=True)  # warm cache
