@@ -2,7 +2,7 @@
 """The current summary of drs-wan (issue 13's paths and rows) as Markdown,
 from the JSON that lab/drs_wan.py wrote.
 
-Usage: python3 lab/drs_wan_summary.py lab/results/drs-wan/s15 lab/results/drs-wan/s14 ...
+Usage: python3 lab/drs_wan_summary.py [--ran] lab/results/drs-wan/s15 lab/results/drs-wan/s14 ...
 For each path and each row of the issue, the first directory given (newest
 first) that holds successful runs of that row supplies its cell, named in
 the table; the targets are judged per repetition (rows of one `rep` in one
@@ -72,7 +72,7 @@ def ratios(runs, a, b, f):
     return out
 
 
-def summary(dirs):
+def summary(dirs, ran_only=False):
     out = []
     for tag, name in TAGS:
         data = [(d, load(d, tag)) for d in dirs]
@@ -93,7 +93,8 @@ def summary(dirs):
                                f"`{os.path.basename(d.rstrip('/'))}/` {j.get('when', '')[:10]} |")
                     break
             else:
-                out.append(f"| {label} | not run | | | | | |")
+                if not ran_only:
+                    out.append(f"| {label} | not run | | | | | |")
         out.append("")
         # Targets, per repetition in one JSON (the first holding both rows).
         checks = [
@@ -120,4 +121,6 @@ def summary(dirs):
 
 
 if __name__ == "__main__":
-    print(summary(sys.argv[1:]))
+    args = sys.argv[1:]
+    # --ran: leave out the rows no directory holds (a table of a few rows run apart)
+    print(summary([a for a in args if a != "--ran"], ran_only="--ran" in args))
