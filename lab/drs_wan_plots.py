@@ -118,16 +118,24 @@ def lines(path, title, series, ylabel):
 
 
 def rate_series(s):
-    """MB/s over the last second at each 200 ms sample (bytes_received of
-    the client's connections; a connection that closed drops out of the sum,
-    so a falling sum is clamped to no progress)."""
+    """MB/s over the last second at each 200 ms sample. The samples sum
+    bytes_received over the client's open connections, so when connections
+    close and new ones open (an FTP restart of `-p auto`, aria2c's
+    connections) the sum falls: a fall is read as new connections counting
+    from zero (their sum is the progress since the last sample), which
+    misses only what the closed ones received after their last sample."""
+    total, cum, prev = 0, [], 0
+    for t, b, _, _ in s:
+        total += b - prev if b >= prev else b
+        prev = b
+        cum.append((t, total))
     out = []
-    for i, (t, b, _, _) in enumerate(s):
+    for i, (t, b) in enumerate(cum):
         j = i
-        while j > 0 and t - s[j - 1][0] <= 1.0:
+        while j > 0 and t - cum[j - 1][0] <= 1.0:
             j -= 1
-        if t - s[j][0] >= 0.5:
-            out.append((t, max(b - s[j][1], 0) / (t - s[j][0]) / 1e6))
+        if t - cum[j][0] >= 0.5:
+            out.append((t, (b - cum[j][1]) / (t - cum[j][0]) / 1e6))
     return out
 
 
