@@ -2,7 +2,7 @@
 """drs-wan (issue 13): one download over linkem, Sluice with DRS on/off,
 kernel autotuning (lab sysctls and Debian defaults), static
 over-provisioned buffers and peers (globus-url-copy against
-globus-gridftp-server with -tcp-bs and with -p 4, curl and aria2c -x 8
+globus-gridftp-server with -tcp-bs and with -p 4 and -p 8, curl and aria2c -x 8
 against nginx); throughput, peak socket memory each side (all of a row's
 connections summed per sample), retransmits, time to 90 % of the final
 rate, the client's verdict.
@@ -69,6 +69,7 @@ ROWS = [
     # The peers as they come, no flags (the issue's "every peer's default").
     ("globus-url-copy, no flags (gridftp server)", LAB, "gridftp", "guc"),
     ("aria2c, no flags (nginx)", LAB, "nginx", "aria2c-1"),
+    ("globus-url-copy -p 8 (gridftp server)", LAB, "gridftp", "guc-p8"),
 ]
 
 PATHS = {
@@ -131,6 +132,7 @@ class Sampler(threading.Thread):
         self.peak_w = self.peak_r = self.peak_tb = self.peak_rb = 0
         self.at_peak_w = self.at_peak_r = ""
         self.recv = []  # (t, bytes_received)
+        self.series = []  # (t, bytes_received, send memory, receive memory): the plots' rate and memory over time
         self.retrans = 0
 
     def run(self):
@@ -151,7 +153,9 @@ class Sampler(threading.Thread):
             if r > self.peak_r:
                 self.peak_r, self.at_peak_r = r, f"t={now:.1f}\n" + c
             self.peak_rb = max(self.peak_rb, sum(skmem(ln, "rb") for ln in cl))
-            self.recv.append((now, sum(field(ln, "bytes_received") for ln in cl)))
+            got = sum(field(ln, "bytes_received") for ln in cl)
+            self.recv.append((now, got))
+            self.series.append((round(now, 2), got, w, r))
             time.sleep(0.2)
 
 
@@ -209,8 +213,8 @@ def peer_client(kind, url, path):
         # What a grid user is told to do: the TCP buffer set to the path's
         # bandwidth-delay product (the server is asked for it with SBUF).
         return ["globus-url-copy", "-tcp-bs", str(path["bdp"]), f, "file:///dev/null"]
-    if kind == "guc-p4":
-        return ["globus-url-copy", "-p", "4", f, "file:///dev/null"]
+    if kind in ("guc-p4", "guc-p8"):
+        return ["globus-url-copy", "-p", kind[-1], f, "file:///dev/null"]
     if kind == "guc":
         return ["globus-url-copy", f, "file:///dev/null"]
     if kind == "curl":
@@ -297,7 +301,7 @@ def one(row, path, size, bindir, work, data, events):
                 # (an FTP change is a restart).
                 streams=[stats.get("streams_auto"), stats.get("streams_peak"), stats.get("streams_changes")],
                 t90=time_to_90(smp.recv, rate), drs_note=stats.get("drs_note"),
-                ss_at_peak_w=smp.at_peak_w, ss_at_peak_r=smp.at_peak_r)
+                ss_at_peak_w=smp.at_peak_w, ss_at_peak_r=smp.at_peak_r, series=smp.series)
 
 
 def main():
@@ -313,6 +317,9 @@ def main():
                     help="RTT 20 ms, then 150 ms, then 50 ms (linkem set) at the --change-at times")
     ap.add_argument("--change-at", default="15,45", help="seconds of the two delay changes")
     ap.add_argument("--append", action="store_true", help="add to the runs already in OUT/PATH.json")
+    ap.add_argument("--rep", type=int, default=None,
+                    help="repetition number of this invocation's first run (default: after the last in OUT); "
+                         "rows run in separate invocations (one lock hold each) share one")
     ap.add_argument("--smoke", action="store_true", help="16 MiB, rows 0 and 1, one run (< 60 s)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -353,7 +360,7 @@ def main():
     commands.append(f"{' '.join(sys.argv)}  ({time.strftime('%H:%M', time.gmtime())} UTC, load "
                     f"{' '.join(open('/proc/loadavg').read().split()[:3])})")
     failed = 0
-    first_rep = 1 + max((r["rep"] for r in runs), default=-1)
+    first_rep = a.rep if a.rep is not None else 1 + max((r["rep"] for r in runs), default=-1)
     for rep in range(first_rep, first_rep + a.repeat):
         for label, row, d in plan:
             subprocess.run(["cat", f], stdout=subprocess.DEVNULL, check=True)  # warm cache
@@ -365,7 +372,7 @@ def main():
                 failed += 1
             r["row"], r["rep"] = label, rep
             r["load"] = open("/proc/loadavg").read().split()[0]
-            print(json.dumps({k: v for k, v in r.items() if not k.startswith("ss_")}), flush=True)
+            print(json.dumps({k: v for k, v in r.items() if not k.startswith("ss_") and k != "series"}), flush=True)
             runs.append(r)
     json.dump(dict(path=path, size=a.size, commands=commands, runs=runs,
                    when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())), open(jpath, "w"), indent=1)
@@ -398,6 +405,8 @@ def main():
             + " |")
     open(os.path.join(a.out, f"{tag}.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    from drs_wan_plots import plot
+    plot(jpath)  # TAG-summary.svg, and TAG-rate.svg / TAG-memory.svg from the runs' samples
     if failed:
         sys.exit(1)
 

@@ -165,6 +165,8 @@ def main():
     ap.add_argument("--size", type=int, default=200 << 20)
     ap.add_argument("--busy", default="0,10")
     ap.add_argument("--clients", default="", help="comma-separated names (default all)")
+    ap.add_argument("--append", action="store_true",
+                    help="add this invocation's runs to OUT/results.json (one repetition per lock hold)")
     a = ap.parse_args()
     cl = clients(a.bin)
     names = a.clients.split(",") if a.clients else DEFAULT_CLIENTS
@@ -183,8 +185,15 @@ def main():
     out = os.path.join(a.out, "smoke") if a.smoke else a.out
     os.makedirs(out, exist_ok=True)
     busy = [int(b) for b in a.busy.split(",")]
-    runs = []
-    for rep in range(a.repeat):
+    runs, commands = [], []
+    jpath = os.path.join(out, "results.json")
+    if a.append and os.path.exists(jpath):
+        old = json.load(open(jpath))
+        runs, commands = old["runs"], old.get("commands", [old.get("command")])
+    commands.append(f"{' '.join(sys.argv)}  ({time.strftime('%H:%M', time.gmtime())} UTC, load "
+                    f"{' '.join(open('/proc/loadavg').read().split()[:3])})")
+    first = 1 + max((r["rep"] for r in runs), default=-1)
+    for rep in range(first, first + a.repeat):
         for b in busy:
             for n in names:
                 r = one(a.bin, work, n, cl[n], b, a.size)
@@ -193,16 +202,22 @@ def main():
                 runs.append(r)
     load = open("/proc/loadavg").read().strip()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    json.dump(dict(path=PATH, size=a.size, command=" ".join(sys.argv), when=when, load=load, runs=runs),
-              open(os.path.join(out, "results.json"), "w"), indent=1)
+    json.dump(dict(path=PATH, size=a.size, command=" ".join(sys.argv), commands=commands, when=when, load=load,
+                   runs=runs), open(jpath, "w"), indent=1)
     lines = [f"# receiver-load: {PATH['name']}, {a.size >> 20} MiB, client on CPU {CLIENT_CPU} with N busy loops", "",
-             f"Command: `{' '.join(sys.argv)}`  ", f"When: {when}, load average at the end {load.split()[:3]}. "
+             "Commands (each with the time and load average when it started):", ""]
+    lines += [f"- `{c}`" for c in commands]
+    lines += ["", f"Last run: {when}, load average at the end {load.split()[:3]}. "
              "Cells are median (min–max, n=runs).", "",
              "| busy loops | client | MB/s | sender retrans segs | RTOs | spurious RTOs | peak unread MiB | samples > 1 MiB unread |",
              "|---|---|---|---|---|---|---|---|"]
+    busy = sorted({r["busy"] for r in runs})
+    names = list(dict.fromkeys(r["client"] for r in runs))
     for b in busy:
         for n in names:
             rs = [r for r in runs if r["busy"] == b and r["client"] == n]
+            if not rs:
+                continue
             lines.append("| " + " | ".join([str(b), n, fmt([r["mbps"] for r in rs]),
                                             fmt([r["retrans"] for r in rs], "{:.0f}"),
                                             fmt([r["rtos"] for r in rs], "{:.0f}"),
@@ -214,7 +229,7 @@ def main():
     from svgplot import bar_chart
     bar_chart(os.path.join(out, "throughput.svg"), f"receiver-load: median MB/s, {PATH['name']}",
               [n for n in names], [(f"{b} busy loops", [statistics.median([r["mbps"] for r in runs
-                                                                          if r["busy"] == b and r["client"] == n])
+                                                                          if r["busy"] == b and r["client"] == n] or [0])
                                                         for n in names]) for b in busy], "MB/s")
     print("\n".join(lines))
 
