@@ -15,6 +15,9 @@ committed results: `python3 lab/drs_wan_plots.py lab/results/drs-wan` (every
 PATH.json under the directory).
 """
 import json, os, statistics, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import svgplot  # noqa: E402
 from xml.sax.saxutils import escape
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -87,34 +90,10 @@ def summary(path, title, runs):
 
 
 def lines(path, title, series, ylabel):
-    """series: [(label, [(t, y)])] on linear axes from 0."""
-    series = [(l, ps) for l, ps in series if ps]
-    if not series:
-        return
-    ml, mr, mt, mb, w, h = 55, 330, 30, 40, 980, 380
-    pw, ph = w - ml - mr, h - mt - mb
-    xmax = max(t for _, ps in series for t, _ in ps) or 1
-    ymax = max(y for _, ps in series for _, y in ps) * 1.05 or 1
-    sx = lambda t: ml + pw * t / xmax
-    sy = lambda y: mt + ph * (1 - y / ymax)
-    o = svg_open(w, h, title)
-    o.append(f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
-    for i in range(6):
-        y, t = ymax * i / 5, xmax * i / 5
-        o.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" stroke="#eee"/>')
-        o.append(f'<text x="{ml - 5}" y="{sy(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>')
-        o.append(f'<text x="{sx(t):.1f}" y="{mt + ph + 15}" text-anchor="middle">{t:.3g}</text>')
-    o.append(f'<text x="{ml + pw / 2}" y="{h - 8}" text-anchor="middle">seconds since the client started</text>')
-    o.append(f'<text transform="translate(14,{mt + ph / 2}) rotate(-90)" text-anchor="middle">{escape(ylabel)}</text>')
-    for i, (label, ps) in enumerate(series):
-        c = COLORS[i % len(COLORS)]
-        d = " ".join(f"{sx(t):.1f},{sy(y):.1f}" for t, y in ps)
-        o.append(f'<polyline points="{d}" fill="none" stroke="{c}" stroke-width="1.4"/>')
-        ly = mt + 14 * i + 6
-        o.append(f'<line x1="{ml + pw + 10}" x2="{ml + pw + 28}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2"/>')
-        o.append(f'<text x="{ml + pw + 32}" y="{ly + 4}">{escape(label[:52])}</text>')
-    o.append("</svg>")
-    open(path, "w").write("\n".join(o) + "\n")
+    """series: [(label, [(t, y)])] on linear axes from 0 (svgplot's line chart)."""
+    series = [(l[:52], ps, False) for l, ps in series if ps]
+    if series:
+        svgplot.line_chart(path, title, series, "seconds since the client started", ylabel, width=980, height=380, legend_w=330)
 
 
 def rate_series(s):

@@ -6,11 +6,11 @@ from xml.sax.saxutils import escape
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#000000"]
 
 
-def line_chart(path, title, lines, xlabel, ylabel, width=640, height=360, ymax=None, logx=False):
+def line_chart(path, title, lines, xlabel, ylabel, width=640, height=360, ymax=None, logx=False, legend_w=150):
     """lines: [(label, [(x, y)], bold)]. logx: x on a log2 scale (client
     counts 1, 2, 4 ...), a tick at each x given; otherwise linear from 0."""
     import math
-    ml, mr, mt, mb = 60, 150, 30, 45
+    ml, mr, mt, mb = 60, legend_w, 30, 45
     pts = [p for _, ps, _ in lines for p in ps]
     xmax = max((x for x, _ in pts), default=1) or 1
     ytop = ymax or (max((y for _, y in pts), default=1) or 1) * 1.05
