@@ -123,7 +123,11 @@ impl Flow {
     /// is younger than [`SAME_WAKE`], else a new one. `None` when the socket
     /// is not TCP (tests on other sockets).
     pub(crate) fn info(&self, conn: &TcpStream) -> Option<(Instant, TcpInfo)> {
-        let now = Instant::now();
+        self.info_at(conn, Instant::now())
+    }
+
+    /// [`Flow::info`] as of `now` (tests pass their own clock).
+    fn info_at(&self, conn: &TcpStream, now: Instant) -> Option<(Instant, TcpInfo)> {
         // Only this connection's sender asks, so the lock is never contended.
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((at, info)) = *last {
@@ -173,17 +177,16 @@ mod tests {
     async fn one_read_serves_every_consumer_of_a_wake_up() {
         let (tx, _rx) = pair().await;
         let flow = Flow::new();
-        let (a, first) = flow.info(&tx).unwrap();
-        let (b, second) = flow.info(&tx).unwrap();
+        // The clock is the test's: no assertion depends on how fast the
+        // machine runs the calls.
+        let t0 = Instant::now();
+        let (a, first) = flow.info_at(&tx, t0).unwrap();
+        let (b, second) = flow.info_at(&tx, t0 + SAME_WAKE / 2).unwrap();
         // The second consumer of the same moment got the same reading.
         assert_eq!((a, first), (b, second));
         assert_eq!(flow.reads(), 1);
-        // A later wake-up reads again (the reading has aged past SAME_WAKE:
-        // wait for that by the clock, not by sleeping a guess).
-        while a.elapsed() < SAME_WAKE {
-            std::hint::spin_loop();
-        }
-        let (c, _) = flow.info(&tx).unwrap();
+        // A later wake-up reads again (the reading has aged past SAME_WAKE).
+        let (c, _) = flow.info_at(&tx, t0 + SAME_WAKE).unwrap();
         assert!(c > a);
         assert_eq!(flow.reads(), 2);
     }
