@@ -17,6 +17,19 @@ fn paged_out(len: usize) -> (Vec<u8>, Arc<File>) {
 }
 
 /// A connected pair whose far end is read to its end by a task.
+/// Sends all of `file` through `e` to a reader, checks the reader got
+/// `data`, and returns the send's counters.
+async fn send_whole(e: &Engine, file: &Arc<File>, data: &[u8]) -> Counters {
+    let (tx, reader) = connected_reader().await;
+    let c = Counters::new();
+    e.send_file(&tx, file, 0, data.len() as u64, &[], &c, &Cancel::new())
+        .await
+        .unwrap();
+    drop(tx);
+    assert_eq!(reader.await.unwrap(), data);
+    c
+}
+
 async fn connected_reader() -> (tokio::net::TcpStream, tokio::task::JoinHandle<Vec<u8>>) {
     let (tx, mut rx) = pair().await;
     let reader = tokio::spawn(async move {
@@ -72,13 +85,7 @@ async fn a_chunk_not_in_memory_is_read_in_off_the_loop_then_sent_by_sendfile() {
     if !e.features().cachestat.is_supported() || e.is_resident(&file, 0, 2 << 20) {
         return; // nothing tells, or the pages stayed: nothing to see
     }
-    let (tx, reader) = connected_reader().await;
-    let c = Counters::new();
-    e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
-        .await
-        .unwrap();
-    drop(tx);
-    assert_eq!(reader.await.unwrap(), data);
+    let c = send_whole(&e, &file, &data).await;
     // Each chunk found missing is read whole on a disk thread into the
     // page cache (the kernel's read-ahead may bring later ones in),
     // then sent by `sendfile`; the copy path read 128 KiB buffers
@@ -94,13 +101,7 @@ async fn sendfile_brings_cold_pages_in_off_the_loop() {
     let (data, file) = paged_out(2 << 20);
     let e = engine_with(DataPath::Sendfile, PrefetchMode::Fixed);
     let cold = e.features().cachestat.is_supported() && !e.is_resident(&file, 0, 2 << 20);
-    let (tx, reader) = connected_reader().await;
-    let c = Counters::new();
-    e.send_file(&tx, &file, 0, 2 << 20, &[], &c, &Cancel::new())
-        .await
-        .unwrap();
-    drop(tx);
-    assert_eq!(reader.await.unwrap(), data);
+    let c = send_whole(&e, &file, &data).await;
     if cold {
         // Every window was read through a disk thread before sendfile ran.
         assert!(c.snapshot().disk_reads >= 1);
