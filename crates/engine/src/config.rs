@@ -245,6 +245,10 @@ pub struct EngineConfig {
     /// disk-thread job and one loop wake-up for all of it
     /// (`SchedConfig::batch_min`). 1 hands each read out as a slot frees.
     pub prefetch_batch_min: usize,
+    /// The planner takes each socket as draining at its rate between
+    /// samples (`PlanConfig::drain_at_rate`); off: measured to fill a
+    /// memory-limited cgroup with read-ahead issued into full sockets.
+    pub prefetch_drain_estimate: bool,
     /// Eager cancellation: when a connection ends, its reads already handed
     /// to a disk thread are skipped if not started (its queued ones are
     /// always dropped). `false` lets them run, as a baseline.
@@ -369,6 +373,7 @@ impl Default for EngineConfig {
             // a stale decision in a pool's channel.
             prefetch_queue_depth: 6,
             prefetch_batch_min: 3,
+            prefetch_drain_estimate: false,
             cancel: true,
             sample_interval: Duration::from_millis(100),
             // 150 IOPS x 256 KiB = 39 MB/s: the lab disk's bandwidth.

@@ -174,6 +174,7 @@ impl Hub {
             device_read: cfg.prefetch_min_read,
             // With sendfile the socket holds page-cache pages.
             count_socket: true,
+            drain_at_rate: cfg.prefetch_drain_estimate,
             ..PlanConfig::default()
         };
         let sched = SchedConfig {

@@ -140,6 +140,12 @@ pub struct TuningArgs {
     /// another transfer has the file open [default: on].
     #[arg(long, value_name = "on|off")]
     pub prefetch_drop_sent: Option<Setting>,
+    /// `tcp` prefetch: between socket samples, take each socket as draining
+    /// at its measured rate, so reads fall due without a sample (measured
+    /// to fill a memory-limited cgroup: lab tpf-mixed-rates s15-naps)
+    /// [default: off].
+    #[arg(long, value_name = "on|off")]
+    pub prefetch_drain_estimate: Option<Setting>,
     /// Circus sharing: bytes per shared block, read once for every
     /// reader of the file [default: 1M].
     #[arg(long, value_name = "BYTES")]
@@ -266,6 +272,7 @@ impl TuningArgs {
         "prefetch_queue_depth",
         "prefetch_batch",
         "prefetch_drop_sent",
+        "prefetch_drain_estimate",
         "circus_block",
         "circus_region",
         "circus_queue",
@@ -306,6 +313,7 @@ impl TuningArgs {
             prefetch_queue_depth,
             prefetch_batch,
             prefetch_drop_sent,
+            prefetch_drain_estimate,
             circus_block,
             circus_region,
             circus_queue,
@@ -414,6 +422,9 @@ impl TuningArgs {
         if let Some(s) = &self.prefetch_drop_sent {
             e.prefetch_drop_sent = switch("prefetch_drop_sent", s)?;
         }
+        if let Some(s) = &self.prefetch_drain_estimate {
+            e.prefetch_drain_estimate = switch("prefetch_drain_estimate", s)?;
+        }
         if let Some(s) = &self.circus_block {
             e.circus_block = positive_size("circus_block", s)? as u64;
         }
@@ -501,6 +512,7 @@ mod tests {
             "prefetch_batch" => "5",
             "circus_independent" => "0.5",
             "circus_hold" => "pagecache",
+            "prefetch_drain_estimate" => "on",
             _ => "3M",
         }
     }
